@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# echo-compare.sh: Ebbflow's echo server vs an idiomatic tokio echo server under
+# the same closed-loop load (bench/src/bin/echo-load.rs).
+#
+# Usage: bench/echo-compare.sh            (from anywhere; runs in the repo root)
+#
+# Environment (defaults in brackets):
+#   REPEATS [5]        runs per server; the two servers alternate (ABBA order:
+#                      odd repeats start with ebb, even ones with tokio)
+#   CONNS [32]         echo-load --conns
+#   SIZE [64]          echo-load --size (bytes)
+#   DURATION [5s]      echo-load --duration (measured part)
+#   WARMUP [1s]        echo-load --warmup (not measured)
+#   SERVER_CORES [1]   1: each server pinned to core 0 (`taskset -c 0`, 1 core /
+#                         1 worker), load generator pinned to core 1;
+#                      2: servers on cores 0-1 (2 cores / 2 workers), generator
+#                         unpinned;
+#                      "1 2": both configurations, one after the other.
+#   EBB_ECHO_BIN       path of the Ebbflow echo binary [target/release/echo];
+#                      point it at another server (e.g. target/release/tokio-echo)
+#                      to run the comparison without Ebbflow's echo. The `echo`
+#                      package is then not built.
+#   EBB_ECHO_ARGS      server arguments [--port 0 --cores N], or
+#                      [--port 0 --workers N] when EBB_ECHO_BIN is a tokio-echo
+#   BIN_DIR            where echo-load and tokio-echo are [$CARGO_TARGET_DIR or
+#                      target]/release
+#   SKIP_BUILD [0]     1: do not run cargo build
+#   OUT_DIR            raw results (JSON lines, server logs)
+#                      [target/echo-compare/YYYYmmdd-HHMMSS]
+#
+# Both servers print `... listening on 127.0.0.1:PORT ...` once ready; the port
+# is parsed from that line. Exits non-zero if a server fails to start or
+# echo-load reports errors.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+
+REPEATS=${REPEATS:-5}
+CONNS=${CONNS:-32}
+SIZE=${SIZE:-64}
+DURATION=${DURATION:-5s}
+WARMUP=${WARMUP:-1s}
+SERVER_CORES=${SERVER_CORES:-1}
+SKIP_BUILD=${SKIP_BUILD:-0}
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+BIN_DIR=${BIN_DIR:-$TARGET_DIR/release}
+EBB_BIN=${EBB_ECHO_BIN:-$BIN_DIR/echo}
+TOKIO_BIN=$BIN_DIR/tokio-echo
+LOAD_BIN=$BIN_DIR/echo-load
+OUT_DIR=${OUT_DIR:-$TARGET_DIR/echo-compare/$(date +%Y%m%d-%H%M%S)}
+
+die() { echo "echo-compare: error: $*" >&2; exit 1; }
+
+command -v taskset >/dev/null || die "taskset not found (util-linux)"
+[[ $REPEATS =~ ^[1-9][0-9]*$ ]] || die "REPEATS must be a positive integer"
+for c in $SERVER_CORES; do
+  [[ $c == 1 || $c == 2 ]] || die "SERVER_CORES must be 1, 2 or \"1 2\" (got '$c')"
+done
+(( $(nproc) >= 2 )) || die "needs at least 2 CPUs (have $(nproc))"
+
+if [[ $SKIP_BUILD != 1 ]]; then
+  if [[ -n ${EBB_ECHO_BIN:-} ]]; then
+    cargo build --release -p ebb-bench
+  else
+    cargo build --release -p ebb-bench -p echo
+  fi
+fi
+for b in "$EBB_BIN" "$TOKIO_BIN" "$LOAD_BIN"; do
+  [[ -x $b ]] || die "missing binary $b"
+done
+mkdir -p "$OUT_DIR"
+
+SERVER_PID=""
+cleanup() {
+  if [[ -n $SERVER_PID ]]; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start_server NAME CPUS BIN ARGS... ; sets SERVER_PID and PORT
+start_server() {
+  local name=$1 cpus=$2 bin=$3
+  shift 3
+  local log=$OUT_DIR/server-$name-$RUN_ID.log
+  : >"$log" # exists before the background child opens it (no race with sed)
+  taskset -c "$cpus" "$bin" "$@" >"$log" 2>&1 &
+  SERVER_PID=$!
+  PORT=""
+  local i
+  for ((i = 0; i < 200; i++)); do
+    PORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' "$log" | head -n1)
+    [[ -n $PORT ]] && return 0
+    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$log" >&2; die "$name server exited before listening"; }
+    sleep 0.05
+  done
+  cat "$log" >&2
+  die "$name server did not print 'listening on 127.0.0.1:PORT' within 10s"
+}
+
+# json_field JSON KEY -> number
+json_field() { sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" <<<"$1"; }
+
+# stats FILE -> "median min max" of the numbers in FILE (one per line)
+stats() {
+  sort -g "$1" | awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "nan nan nan"; exit }
+    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "%.1f %.1f %.1f\n", m, v[1], v[NR] }'
+}
+
+FAILED=0
+
+run_config() {
+  local ncores=$1 cpus client_pin=() ebb_args tokio_args
+  if [[ $ncores == 1 ]]; then
+    cpus=0
+    client_pin=(--pin-core 1)
+  else
+    cpus=0-1
+  fi
+  if [[ -n ${EBB_ECHO_ARGS:-} ]]; then
+    read -r -a ebb_args <<<"$EBB_ECHO_ARGS"
+  elif [[ $(basename "$EBB_BIN") == tokio-echo ]]; then
+    ebb_args=(--port 0 --workers "$ncores")
+  else
+    ebb_args=(--port 0 --cores "$ncores")
+  fi
+  tokio_args=(--port 0 --workers "$ncores")
+
+  local tag="cores$ncores"
+  : >"$OUT_DIR/$tag-ebb.rps"; : >"$OUT_DIR/$tag-ebb.p99"
+  : >"$OUT_DIR/$tag-tokio.rps"; : >"$OUT_DIR/$tag-tokio.p99"
+
+  echo
+  echo "## SERVER_CORES=$ncores: servers on CPU $cpus, echo-load ${client_pin[*]:-unpinned}; conns=$CONNS size=$SIZE duration=$DURATION warmup=$WARMUP"
+  echo
+  echo "| run | server | rps | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | errors |"
+  echo "|----:|--------|----:|-------:|-------:|-------:|---------:|-------:|-------:|"
+
+  local r order name
+  for ((r = 1; r <= REPEATS; r++)); do
+    if ((r % 2)); then order=(ebb tokio); else order=(tokio ebb); fi
+    for name in "${order[@]}"; do
+      RUN_ID="$tag-$r"
+      if [[ $name == ebb ]]; then
+        start_server ebb "$cpus" "$EBB_BIN" "${ebb_args[@]}"
+      else
+        start_server tokio "$cpus" "$TOKIO_BIN" "${tokio_args[@]}"
+      fi
+      local json rc=0
+      json=$("$LOAD_BIN" --addr "127.0.0.1:$PORT" --conns "$CONNS" --size "$SIZE" \
+        --duration "$DURATION" --warmup "$WARMUP" "${client_pin[@]}" \
+        2>"$OUT_DIR/load-$name-$RUN_ID.err") || rc=$?
+      cleanup
+      echo "{\"config\":\"$tag\",\"run\":$r,\"server\":\"$name\",\"result\":${json:-null},\"rc\":$rc}" >>"$OUT_DIR/results.jsonl"
+      if [[ -z $json ]]; then
+        cat "$OUT_DIR/load-$name-$RUN_ID.err" >&2
+        die "echo-load against $name (run $r) failed (exit $rc)"
+      fi
+      if ((rc != 0)); then
+        FAILED=1
+        sed 's/^/    /' "$OUT_DIR/load-$name-$RUN_ID.err" >&2
+      fi
+      local rps p99
+      rps=$(json_field "$json" rps)
+      p99=$(json_field "$json" p99_us)
+      echo "$rps" >>"$OUT_DIR/$tag-$name.rps"
+      echo "$p99" >>"$OUT_DIR/$tag-$name.p99"
+      printf '| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$r" "$name" "$rps" \
+        "$(json_field "$json" p50_us)" "$(json_field "$json" p90_us)" "$p99" \
+        "$(json_field "$json" p999_us)" "$(json_field "$json" max_us)" \
+        "$(json_field "$json" errors)"
+    done
+  done
+
+  local er_med er_min er_max tr_med tr_min tr_max ep_med ep_min ep_max tp_med tp_min tp_max
+  read -r er_med er_min er_max < <(stats "$OUT_DIR/$tag-ebb.rps")
+  read -r tr_med tr_min tr_max < <(stats "$OUT_DIR/$tag-tokio.rps")
+  read -r ep_med ep_min ep_max < <(stats "$OUT_DIR/$tag-ebb.p99")
+  read -r tp_med tp_min tp_max < <(stats "$OUT_DIR/$tag-tokio.p99")
+  echo
+  echo "### Summary SERVER_CORES=$ncores ($REPEATS runs each; medians, spread = min–max)"
+  echo
+  echo "| server | median rps | rps spread | median p99 µs | p99 spread µs |"
+  echo "|--------|-----------:|-----------:|--------------:|--------------:|"
+  echo "| ebb ($(basename "$EBB_BIN")) | $er_med | $er_min–$er_max | $ep_med | $ep_min–$ep_max |"
+  echo "| tokio | $tr_med | $tr_min–$tr_max | $tp_med | $tp_min–$tp_max |"
+  awk -v er="$er_med" -v tr="$tr_med" -v ep="$ep_med" -v tp="$tp_med" 'BEGIN {
+    printf "| **ebb/tokio** | **%.3f×** | | **%.3f×** | |\n", (tr > 0 ? er / tr : 0), (tp > 0 ? ep / tp : 0) }'
+}
+
+echo "# echo-compare $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nproc) CPUs ($(uname -r))"
+echo "ebb server: $EBB_BIN; tokio server: $TOKIO_BIN; raw results: $OUT_DIR"
+for c in $SERVER_CORES; do
+  run_config "$c"
+done
+if ((FAILED)); then
+  die "echo-load reported connection errors (see above and $OUT_DIR)"
+fi

@@ -1,0 +1,364 @@
+//! The per-core event loop and the node-wide state the loops share.
+
+use super::idle::IdleHandlers;
+use super::task::Task;
+use super::timer::TimerQueue;
+use super::SpawnError;
+use crate::platform::{Instant, Platform};
+use crate::rcu::RcuDomain;
+use crate::{CoreId, percore};
+use alloc::boxed::Box;
+use alloc::collections::VecDeque;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::cell::{Cell, RefCell};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use crossbeam_queue::SegQueue;
+
+/// While a core has ready work, it still polls its devices (without waiting) every this
+/// many iterations, so a stream of synthetic events cannot starve the network.
+const DEVICE_POLL_INTERVAL: u32 = 32;
+
+type RemoteEvent = Box<dyn FnOnce() + Send>;
+
+/// What other cores may touch of a core: its inboxes and its sleep flag. Cache-line
+/// aligned so one core's traffic does not slow its neighbour.
+#[repr(align(128))]
+struct CoreInbox {
+    /// `spawn_on` closures, each run as one synthetic event.
+    events: SegQueue<RemoteEvent>,
+    /// Local tasks woken from another core.
+    wakes: SegQueue<Arc<Task>>,
+    /// True from just before the core checks its inboxes for the last time until it is
+    /// awake again. Whoever swaps it to false owes the core a platform wake.
+    may_sleep: AtomicBool,
+    /// Platform wakes sent to this core (for tests and benchmarks).
+    kicks: AtomicU64,
+}
+
+/// The node-wide part of a runtime: every core's inbox, the platform and the RCU domain.
+pub(crate) struct RuntimeShared {
+    platform: Arc<dyn Platform>,
+    inboxes: Box<[CoreInbox]>,
+    rcu: Arc<RcuDomain>,
+    shutting_down: AtomicBool,
+}
+
+impl RuntimeShared {
+    fn inbox(&self, core: CoreId) -> Option<&CoreInbox> {
+        self.inboxes.get(core.index())
+    }
+
+    pub(crate) fn num_cores(&self) -> usize {
+        self.inboxes.len()
+    }
+
+    pub(crate) fn spawn_on(&self, core: CoreId, event: RemoteEvent) -> Result<(), SpawnError> {
+        let inbox = self.inbox(core).ok_or(SpawnError::NoSuchCore(core))?;
+        if self.shutting_down.load(Ordering::Acquire) {
+            return Err(SpawnError::ShuttingDown);
+        }
+        inbox.events.push(event);
+        self.notify(core, inbox);
+        Ok(())
+    }
+
+    pub(crate) fn push_remote_wake(&self, core: CoreId, task: Arc<Task>) {
+        if let Some(inbox) = self.inbox(core) {
+            inbox.wakes.push(task);
+            self.notify(core, inbox);
+        }
+    }
+
+    /// Kicks `core` if, and only if, it may be asleep.
+    fn notify(&self, core: CoreId, inbox: &CoreInbox) {
+        // Pairs with the fence in `CoreContext::sleep`: either the sleeper sees our push,
+        // or we see its `may_sleep` (Dekker's pattern; both sides need a full fence).
+        fence(Ordering::SeqCst);
+        if inbox.may_sleep.load(Ordering::Relaxed) && inbox.may_sleep.swap(false, Ordering::AcqRel) {
+            inbox.kicks.fetch_add(1, Ordering::Relaxed);
+            self.platform.wake(core);
+        }
+    }
+
+    pub(crate) fn shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+        for (i, inbox) in self.inboxes.iter().enumerate() {
+            self.notify(CoreId(i as u32), inbox);
+        }
+    }
+
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn platform(&self) -> &Arc<dyn Platform> {
+        &self.platform
+    }
+
+    pub(crate) fn rcu(&self) -> &Arc<RcuDomain> {
+        &self.rcu
+    }
+
+    pub(crate) fn kicks(&self, core: CoreId) -> u64 {
+        self.inbox(core).map_or(0, |i| i.kicks.load(Ordering::Relaxed))
+    }
+}
+
+/// One core's event-loop state. Lives on the core's own stack while the loop runs; reached
+/// through [`percore::context_ptr`]. Never shared with another core.
+pub(crate) struct CoreContext {
+    id: CoreId,
+    shared: Arc<RuntimeShared>,
+    ready: RefCell<VecDeque<Arc<Task>>>,
+    /// Every live task of this core, so stopping can drop their futures here, on their core.
+    tasks: RefCell<TaskList>,
+    pub(crate) timers: RefCell<TimerQueue>,
+    pub(crate) idle: IdleHandlers,
+    stop_requested: Cell<bool>,
+}
+
+#[derive(Default)]
+struct TaskList {
+    slots: Vec<Option<Arc<Task>>>,
+    free: Vec<usize>,
+}
+
+impl CoreContext {
+    /// The calling core's context, if the thread is running an event loop.
+    #[inline]
+    pub(crate) fn current() -> Option<&'static CoreContext> {
+        let ptr = percore::context_ptr().cast::<CoreContext>();
+        // SAFETY: the pointer is set by `Runtime::run_core` to a `CoreContext` on that
+        // thread's stack and cleared before the context is dropped, and only the owning
+        // thread can read its thread-local, so while non-null it points to a live context.
+        // The `'static` lifetime is a white lie bounded by `run_core`, which outlives every
+        // caller on this thread (all of them run inside its loop).
+        unsafe { ptr.as_ref() }
+    }
+
+    pub(crate) fn id(&self) -> CoreId {
+        self.id
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<RuntimeShared> {
+        &self.shared
+    }
+
+    pub(crate) fn belongs_to(&self, runtime: &Arc<RuntimeShared>) -> bool {
+        Arc::ptr_eq(&self.shared, runtime)
+    }
+
+    pub(crate) fn push_ready(&self, task: Arc<Task>) {
+        self.ready.borrow_mut().push_back(task);
+    }
+
+    pub(crate) fn spawn(&self, future: core::pin::Pin<Box<dyn core::future::Future<Output = ()>>>) {
+        let task = Task::new(self.id, self.shared.clone(), future);
+        let mut tasks = self.tasks.borrow_mut();
+        let slot = match tasks.free.pop() {
+            Some(slot) => {
+                tasks.slots[slot] = Some(task.clone());
+                slot
+            }
+            None => {
+                tasks.slots.push(Some(task.clone()));
+                tasks.slots.len() - 1
+            }
+        };
+        drop(tasks);
+        task.set_slot(self, slot);
+        self.push_ready(task);
+    }
+
+    pub(crate) fn forget_task(&self, slot: usize) {
+        let mut tasks = self.tasks.borrow_mut();
+        if let Some(entry) = tasks.slots.get_mut(slot) {
+            if entry.take().is_some() {
+                tasks.free.push(slot);
+            }
+        }
+    }
+
+    pub(crate) fn request_stop(&self) {
+        self.stop_requested.set(true);
+    }
+
+    fn inbox(&self) -> &CoreInbox {
+        &self.shared.inboxes[self.id.index()]
+    }
+
+    fn has_pending_work(&self) -> bool {
+        let inbox = self.inbox();
+        !self.ready.borrow().is_empty() || !inbox.events.is_empty() || !inbox.wakes.is_empty()
+    }
+
+    /// Runs the loop until the runtime shuts down or this core is asked to stop.
+    ///
+    /// One iteration, in EbbRT's order: dispatch device events; run one synthetic event
+    /// (a `spawn_on` closure) and one ready task; fire due timers; run the idle handlers;
+    /// declare a quiescent state. When none of that found work, sleep in the platform until
+    /// the next timer deadline, a device event or a wake from another core.
+    fn run_loop(&self) {
+        let platform = self.shared.platform.clone();
+        let rcu = self.shared.rcu.clone();
+        let mut iterations_since_device_poll = 0u32;
+        let mut idle_busy = false;
+        loop {
+            if self.stop_requested.get() || self.shared.is_shutting_down() {
+                break;
+            }
+            if idle_busy || self.has_pending_work() {
+                iterations_since_device_poll += 1;
+                if iterations_since_device_poll >= DEVICE_POLL_INTERVAL {
+                    iterations_since_device_poll = 0;
+                    platform.poll_events(self.id, Instant::ZERO);
+                }
+            } else {
+                iterations_since_device_poll = 0;
+                self.sleep(&*platform, &rcu);
+            }
+
+            let inbox = self.inbox();
+            while let Some(task) = inbox.wakes.pop() {
+                self.push_ready(task);
+            }
+            if let Some(event) = inbox.events.pop() {
+                event();
+            }
+            let task = self.ready.borrow_mut().pop_front();
+            if let Some(task) = task {
+                task.run(self);
+            }
+            if !self.timers.borrow().is_empty() {
+                let now = platform.now();
+                self.timers.borrow_mut().expire(now);
+            }
+            idle_busy = self.idle.run();
+            rcu.quiescent_state(self.id);
+        }
+    }
+
+    fn sleep(&self, platform: &dyn Platform, rcu: &RcuDomain) {
+        let inbox = self.inbox();
+        inbox.may_sleep.store(true, Ordering::SeqCst);
+        // Pairs with the fence in `RuntimeShared::notify`.
+        fence(Ordering::SeqCst);
+        if self.has_pending_work() || self.shared.is_shutting_down() || self.stop_requested.get() {
+            inbox.may_sleep.store(false, Ordering::Relaxed);
+            return;
+        }
+        let deadline = self.timers.borrow_mut().next_deadline().unwrap_or(Instant::FAR_FUTURE);
+        rcu.enter_idle(self.id);
+        platform.poll_events(self.id, deadline);
+        rcu.exit_idle(self.id);
+        inbox.may_sleep.store(false, Ordering::Relaxed);
+    }
+
+    /// Drops everything this core still owns, on this core.
+    fn tear_down(&self) {
+        // Dropping futures can wake or spawn other tasks; repeat until nothing is left.
+        loop {
+            let tasks: Vec<Arc<Task>> = {
+                let mut list = self.tasks.borrow_mut();
+                list.free.clear();
+                list.slots.drain(..).flatten().collect()
+            };
+            if tasks.is_empty() {
+                break;
+            }
+            for task in &tasks {
+                task.cancel(self);
+            }
+        }
+        self.ready.borrow_mut().clear();
+        let inbox = self.inbox();
+        while inbox.wakes.pop().is_some() {}
+        while inbox.events.pop().is_some() {}
+        drop(self.idle.clear());
+        *self.timers.borrow_mut() = TimerQueue::default();
+    }
+}
+
+/// A runtime: `num_cores` event loops over one [`Platform`].
+///
+/// The platform's runtime crate (hosted, native, or the test platform) creates it and calls
+/// [`run_core`](Self::run_core) once on each core's thread of control.
+pub struct Runtime {
+    shared: Arc<RuntimeShared>,
+}
+
+impl Runtime {
+    /// A runtime of `num_cores` cores (at least one, at most
+    /// [`MAX_CORES`](crate::ebb::MAX_CORES)).
+    pub fn new(platform: Arc<dyn Platform>, num_cores: usize) -> Result<Runtime, SpawnError> {
+        if num_cores == 0 || num_cores > crate::ebb::MAX_CORES {
+            return Err(SpawnError::BadCoreCount(num_cores));
+        }
+        let inboxes = (0..num_cores)
+            .map(|_| CoreInbox {
+                events: SegQueue::new(),
+                wakes: SegQueue::new(),
+                may_sleep: AtomicBool::new(false),
+                kicks: AtomicU64::new(0),
+            })
+            .collect();
+        let rcu = Arc::new(RcuDomain::new(num_cores));
+        let shared =
+            Arc::new(RuntimeShared { platform, inboxes, rcu, shutting_down: AtomicBool::new(false) });
+        Ok(Runtime { shared })
+    }
+
+    /// A handle for reaching this runtime from any thread.
+    pub fn handle(&self) -> super::Handle {
+        super::Handle::from_shared(self.shared.clone())
+    }
+
+    /// Runs core `core`'s event loop on the calling thread until the runtime shuts down.
+    /// `init` runs first, on the core, and is where the first tasks get spawned.
+    ///
+    /// # Panics
+    ///
+    /// If `core` is out of range or the thread is already running a core.
+    pub fn run_core(&self, core: CoreId, init: impl FnOnce()) {
+        assert!(core.index() < self.shared.num_cores(), "{core} is not part of this runtime");
+        assert!(CoreContext::current().is_none(), "this thread already runs an Ebbflow core");
+        let ctx = CoreContext {
+            id: core,
+            shared: self.shared.clone(),
+            ready: RefCell::new(VecDeque::new()),
+            tasks: RefCell::new(TaskList::default()),
+            timers: RefCell::new(TimerQueue::default()),
+            idle: IdleHandlers::default(),
+            stop_requested: Cell::new(false),
+        };
+        /// Leaves the thread as it found it, even if an event panics.
+        struct Exit<'a>(&'a CoreContext);
+        impl Drop for Exit<'_> {
+            fn drop(&mut self) {
+                // A core that dies of a panic takes the node down with it rather than leave
+                // its work (and whoever awaits it) stranded.
+                #[cfg(feature = "std")]
+                if std::thread::panicking() {
+                    self.0.shared.shutdown();
+                }
+                self.0.tear_down();
+                // An exited core holds no RCU references: let grace periods pass it by.
+                self.0.shared.rcu.enter_idle(self.0.id);
+                percore::set_context_ptr(core::ptr::null());
+                percore::set_current_core(None);
+                percore::clear_reps();
+            }
+        }
+        percore::set_current_core(Some(core));
+        percore::set_context_ptr((&ctx as *const CoreContext).cast());
+        let _exit = Exit(&ctx);
+        init();
+        ctx.run_loop();
+    }
+
+    /// Platform wakes sent to `core` so far (a running core is never kicked).
+    pub fn kicks(&self, core: CoreId) -> u64 {
+        self.shared.kicks(core)
+    }
+}

@@ -1,0 +1,472 @@
+//! [`IOBuf`]: one contiguous view into a heap or static region.
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::fmt;
+use core::ops::Deref;
+
+use super::{Cursor, IOBufError, Result, check_range};
+
+/// The region a buffer views.
+#[derive(Clone)]
+enum Storage {
+    /// Heap region: the `Vec`'s capacity is the region, its length how much of it is
+    /// initialized. Unique while the `Arc`'s count is one.
+    Heap(Arc<Vec<u8>>),
+    /// Static region: always initialized, never writable.
+    Static(&'static [u8]),
+}
+
+impl Storage {
+    /// The region's initialized bytes.
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Self::Heap(v) => v,
+            Self::Static(s) => s,
+        }
+    }
+
+    /// The region's size: how far a view may grow.
+    fn capacity(&self) -> usize {
+        match self {
+            Self::Heap(v) => v.capacity(),
+            Self::Static(s) => s.len(),
+        }
+    }
+
+    /// The region's `Vec`, if no other buffer can see it.
+    fn unique_mut(&mut self) -> Result<&mut Vec<u8>> {
+        match self {
+            Self::Heap(v) => Arc::get_mut(v).ok_or(IOBufError::Shared),
+            Self::Static(_) => Err(IOBufError::ReadOnly),
+        }
+    }
+}
+
+/// One contiguous view `[start, start + len)` into a heap or static memory region.
+///
+/// The bytes before the view are *headroom* (where protocol layers prepend
+/// headers), the bytes after it *tailroom* (where a driver or a writer appends).
+/// [`Clone`] shares the region — a reference-count bump, never a copy — as do
+/// [`split_off`](Self::split_off) and [`split_to`](Self::split_to). Anything that
+/// writes requires the region to be unique to this buffer and not static; otherwise
+/// it returns [`IOBufError::Shared`] or [`IOBufError::ReadOnly`], and
+/// [`make_unique`](Self::make_unique) copies the view into fresh storage.
+///
+/// Derefs to the viewed bytes.
+#[derive(Clone)]
+pub struct IOBuf {
+    storage: Storage,
+    /// Offset of the view in the region; also the headroom.
+    start: usize,
+    /// Length of the view.
+    len: usize,
+}
+
+impl IOBuf {
+    /// An empty buffer with no storage: no headroom, no tailroom, no allocation.
+    pub const fn new() -> Self {
+        Self::from_static(&[])
+    }
+
+    /// An empty buffer with room to append at least `cap` bytes and no headroom.
+    ///
+    /// Allocates, but does not zero-fill: bytes are initialized as they are appended.
+    ///
+    /// # Panics
+    ///
+    /// Like [`Vec::with_capacity`], if `cap` exceeds `isize::MAX`.
+    pub fn with_capacity(cap: usize) -> Self {
+        Self::with_headroom(0, cap)
+    }
+
+    /// An empty buffer with exactly `headroom` bytes reserved in front (for headers
+    /// to be prepended) and room to append at least `cap` bytes.
+    ///
+    /// Only the headroom is zero-filled.
+    ///
+    /// # Panics
+    ///
+    /// Like [`Vec::with_capacity`], if `headroom + cap` exceeds `isize::MAX`.
+    pub fn with_headroom(headroom: usize, cap: usize) -> Self {
+        // Saturating: an overflowing sum is past isize::MAX, which Vec reports.
+        let mut v = Vec::with_capacity(headroom.saturating_add(cap));
+        v.resize(headroom, 0);
+        Self {
+            storage: Storage::Heap(Arc::new(v)),
+            start: headroom,
+            len: 0,
+        }
+    }
+
+    /// A buffer viewing all of `v`, without copying; `v`'s spare capacity becomes
+    /// tailroom.
+    pub fn from_vec(v: Vec<u8>) -> Self {
+        let len = v.len();
+        Self {
+            storage: Storage::Heap(Arc::new(v)),
+            start: 0,
+            len,
+        }
+    }
+
+    /// A unique buffer holding a copy of `data`, with no headroom.
+    pub fn copy_from_slice(data: &[u8]) -> Self {
+        Self::from_vec(data.to_vec())
+    }
+
+    /// A read-only buffer viewing `data`, without copying or allocating.
+    pub const fn from_static(data: &'static [u8]) -> Self {
+        Self {
+            storage: Storage::Static(data),
+            start: 0,
+            len: data.len(),
+        }
+    }
+
+    /// The length of the view.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The viewed bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // In bounds by the invariant `start + len <= initialized`.
+        &self.storage.bytes()[self.start..self.end()]
+    }
+
+    /// The viewed bytes, writable.
+    ///
+    /// # Errors
+    ///
+    /// [`IOBufError::Shared`] or [`IOBufError::ReadOnly`] unless the storage is
+    /// unique.
+    pub fn as_mut_slice(&mut self) -> Result<&mut [u8]> {
+        let (start, end) = (self.start, self.end());
+        Ok(&mut self.storage.unique_mut()?[start..end])
+    }
+
+    /// The number of bytes in front of the view.
+    pub fn headroom(&self) -> usize {
+        self.start
+    }
+
+    /// The number of bytes after the view that it could grow into.
+    pub fn tailroom(&self) -> usize {
+        self.storage.capacity() - self.end()
+    }
+
+    /// Whether no other buffer shares this one's storage, so it may be written.
+    /// Always false for static storage.
+    pub fn is_unique(&self) -> bool {
+        match &self.storage {
+            // We never create `Weak`s, so a strong count of one is what
+            // `Arc::get_mut` will find, barring a concurrent clone through `&self`.
+            Storage::Heap(v) => Arc::strong_count(v) == 1,
+            Storage::Static(_) => false,
+        }
+    }
+
+    /// Whether `self` and `other` view the same region (whether or not their views
+    /// overlap). Two static buffers share storage when they view the same slice.
+    pub fn shares_storage_with(&self, other: &IOBuf) -> bool {
+        match (&self.storage, &other.storage) {
+            (Storage::Heap(a), Storage::Heap(b)) => Arc::ptr_eq(a, b),
+            (Storage::Static(a), Storage::Static(b)) => core::ptr::eq(*a, *b),
+            _ => false,
+        }
+    }
+
+    /// Grows the view `n` bytes into the headroom and returns those bytes, zeroed,
+    /// for the caller to fill with a header.
+    ///
+    /// # Errors
+    ///
+    /// [`IOBufError::NoHeadroom`] if `n > headroom()`; otherwise
+    /// [`IOBufError::Shared`] or [`IOBufError::ReadOnly`] unless the storage is
+    /// unique.
+    pub fn prepend(&mut self, n: usize) -> Result<&mut [u8]> {
+        if n > self.start {
+            return Err(IOBufError::NoHeadroom {
+                requested: n,
+                available: self.start,
+            });
+        }
+        let v = self.storage.unique_mut()?;
+        self.start -= n;
+        self.len += n;
+        let bytes = &mut v[self.start..self.start + n];
+        // Headroom may hold an old header that was trimmed off; hand out zeros.
+        bytes.fill(0);
+        Ok(bytes)
+    }
+
+    /// Grows the view `n` bytes into the tailroom and returns those bytes, zeroed,
+    /// for the caller to fill.
+    ///
+    /// # Errors
+    ///
+    /// [`IOBufError::NoTailroom`] if `n > tailroom()`; otherwise
+    /// [`IOBufError::Shared`] or [`IOBufError::ReadOnly`] unless the storage is
+    /// unique.
+    pub fn append(&mut self, n: usize) -> Result<&mut [u8]> {
+        self.check_tailroom(n)?;
+        let end = self.end();
+        let v = self.storage.unique_mut()?;
+        // Dropping stale bytes past the view costs nothing for u8 and lets `resize`
+        // zero exactly the `n` bytes handed out. Stays within capacity: no realloc.
+        v.truncate(end);
+        v.resize(end + n, 0);
+        self.len += n;
+        Ok(&mut v[end..])
+    }
+
+    /// Copies `data` into the tailroom and grows the view over it.
+    ///
+    /// # Errors
+    ///
+    /// [`IOBufError::NoTailroom`] if `data.len() > tailroom()`; otherwise
+    /// [`IOBufError::Shared`] or [`IOBufError::ReadOnly`] unless the storage is
+    /// unique.
+    pub fn extend_from_slice(&mut self, data: &[u8]) -> Result<()> {
+        self.check_tailroom(data.len())?;
+        let end = self.end();
+        let v = self.storage.unique_mut()?;
+        // As in `append`, but each byte is written once: no zero-fill first.
+        v.truncate(end);
+        v.extend_from_slice(data);
+        self.len += data.len();
+        Ok(())
+    }
+
+    /// The whole tailroom, writable, so a driver or `read()` can fill it; follow with
+    /// [`commit`](Self::commit) to grow the view over the bytes written.
+    ///
+    /// The first call on a fresh region zero-fills its tailroom once (the price of
+    /// handing out `&mut [u8]` without `unsafe`); later calls do not.
+    ///
+    /// # Errors
+    ///
+    /// [`IOBufError::Shared`] or [`IOBufError::ReadOnly`] unless the storage is
+    /// unique.
+    pub fn spare_capacity_mut(&mut self) -> Result<&mut [u8]> {
+        let end = self.end();
+        let v = self.storage.unique_mut()?;
+        // Keeps what was already initialized (perhaps data written by an earlier call
+        // and not yet committed); zeroes only the never-initialized rest.
+        let cap = v.capacity();
+        v.resize(cap, 0);
+        Ok(&mut v[end..])
+    }
+
+    /// Grows the view over the next `n` bytes of tailroom, as just written through
+    /// [`spare_capacity_mut`](Self::spare_capacity_mut). Bytes of the tailroom never
+    /// handed out that way read as zero.
+    ///
+    /// # Errors
+    ///
+    /// [`IOBufError::NoTailroom`] if `n > tailroom()`; otherwise
+    /// [`IOBufError::Shared`] or [`IOBufError::ReadOnly`] unless the storage is
+    /// unique.
+    pub fn commit(&mut self, n: usize) -> Result<()> {
+        self.check_tailroom(n)?;
+        let end = self.end();
+        let v = self.storage.unique_mut()?;
+        if v.len() < end + n {
+            v.resize(end + n, 0);
+        }
+        self.len += n;
+        Ok(())
+    }
+
+    /// Drops the first `n` bytes from the view; they become headroom.
+    ///
+    /// Allowed on shared and static storage: it only moves this buffer's view.
+    ///
+    /// # Errors
+    ///
+    /// [`IOBufError::OutOfRange`] if `n > len()`.
+    pub fn trim_front(&mut self, n: usize) -> Result<()> {
+        check_range(n, self.len)?;
+        self.start += n;
+        self.len -= n;
+        Ok(())
+    }
+
+    /// Drops the last `n` bytes from the view; they become tailroom.
+    ///
+    /// Allowed on shared and static storage: it only moves this buffer's view.
+    ///
+    /// # Errors
+    ///
+    /// [`IOBufError::OutOfRange`] if `n > len()`.
+    pub fn trim_back(&mut self, n: usize) -> Result<()> {
+        check_range(n, self.len)?;
+        self.len -= n;
+        Ok(())
+    }
+
+    /// Splits the view at `at`: `self` keeps `[0, at)` and the returned buffer views
+    /// `[at, len)`. Both share the storage; nothing is copied.
+    ///
+    /// A part that would be empty gets no storage (it is [`IOBuf::new`]), so the other
+    /// part stays unique if `self` was. The returned part's headroom is `self`'s
+    /// view before `at`, which it cannot write while `self` lives.
+    ///
+    /// # Errors
+    ///
+    /// [`IOBufError::OutOfRange`] if `at > len()`.
+    pub fn split_off(&mut self, at: usize) -> Result<IOBuf> {
+        check_range(at, self.len)?;
+        if at == self.len {
+            return Ok(IOBuf::new());
+        }
+        if at == 0 {
+            return Ok(core::mem::take(self));
+        }
+        let tail = IOBuf {
+            storage: self.storage.clone(),
+            start: self.start + at,
+            len: self.len - at,
+        };
+        self.len = at;
+        Ok(tail)
+    }
+
+    /// Splits the view at `at`: the returned buffer views `[0, at)` and `self` keeps
+    /// `[at, len)`. Both share the storage; nothing is copied.
+    ///
+    /// A part that would be empty gets no storage, as in
+    /// [`split_off`](Self::split_off).
+    ///
+    /// # Errors
+    ///
+    /// [`IOBufError::OutOfRange`] if `at > len()`.
+    pub fn split_to(&mut self, at: usize) -> Result<IOBuf> {
+        check_range(at, self.len)?;
+        if at == 0 {
+            return Ok(IOBuf::new());
+        }
+        if at == self.len {
+            return Ok(core::mem::take(self));
+        }
+        let head = IOBuf {
+            storage: self.storage.clone(),
+            start: self.start,
+            len: at,
+        };
+        self.start += at;
+        self.len -= at;
+        Ok(head)
+    }
+
+    /// Makes the storage unique and writable: if it is shared or static, copies the
+    /// view into a fresh heap region with the same headroom and at least the same
+    /// tailroom. Does nothing (and allocates nothing) if it is already unique.
+    ///
+    /// # Panics
+    ///
+    /// Like [`Vec::with_capacity`], if the region would exceed `isize::MAX` bytes.
+    pub fn make_unique(&mut self) {
+        if self.storage.unique_mut().is_ok() {
+            return;
+        }
+        let (headroom, tailroom) = (self.headroom(), self.tailroom());
+        let mut fresh = IOBuf::with_headroom(headroom, self.len.saturating_add(tailroom));
+        let copied = fresh.extend_from_slice(self.as_slice());
+        // Cannot fail: the region is fresh and has room for the view by construction.
+        debug_assert!(copied.is_ok());
+        *self = fresh;
+    }
+
+    /// A cursor reading this buffer's view from the start.
+    pub fn cursor(&self) -> Cursor<'_> {
+        Cursor::new(core::slice::from_ref(self), &[])
+    }
+
+    /// The offset just past the view.
+    fn end(&self) -> usize {
+        self.start + self.len
+    }
+
+    fn check_tailroom(&self, n: usize) -> Result<()> {
+        let available = self.tailroom();
+        if n > available {
+            Err(IOBufError::NoTailroom {
+                requested: n,
+                available,
+            })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Default for IOBuf {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Deref for IOBuf {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl AsRef<[u8]> for IOBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl From<Vec<u8>> for IOBuf {
+    fn from(v: Vec<u8>) -> Self {
+        Self::from_vec(v)
+    }
+}
+
+impl From<&'static [u8]> for IOBuf {
+    fn from(data: &'static [u8]) -> Self {
+        Self::from_static(data)
+    }
+}
+
+/// Compares the viewed bytes only, not storage, headroom or tailroom.
+impl PartialEq for IOBuf {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for IOBuf {}
+
+impl PartialEq<[u8]> for IOBuf {
+    fn eq(&self, other: &[u8]) -> bool {
+        self.as_slice() == other
+    }
+}
+
+impl fmt::Debug for IOBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Content is left out: a buffer may hold a whole jumbo frame.
+        let kind = match &self.storage {
+            Storage::Heap(_) if self.is_unique() => "unique",
+            Storage::Heap(_) => "shared",
+            Storage::Static(_) => "static",
+        };
+        f.debug_struct("IOBuf")
+            .field("len", &self.len)
+            .field("headroom", &self.headroom())
+            .field("tailroom", &self.tailroom())
+            .field("kind", &kind)
+            .finish()
+    }
+}
