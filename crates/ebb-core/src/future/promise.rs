@@ -132,6 +132,7 @@ impl<T> fmt::Debug for PromiseFuture<T> {
 mod tests {
     use super::*;
     use futures_util::FutureExt;
+    use std::string::String;
 
     #[test]
     fn value_set_before_poll_is_ready() {
