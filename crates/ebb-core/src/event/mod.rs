@@ -168,6 +168,12 @@ pub fn shutdown() {
     context().shared().shutdown()
 }
 
+/// Registers `hook` to run when the calling core stops, on the core, before its remaining
+/// tasks are dropped (hooks run in reverse order of registration). On a core.
+pub fn at_core_exit(hook: impl FnOnce() + 'static) {
+    context().exit_hooks.borrow_mut().push(Box::new(hook));
+}
+
 /// Stops only the calling core's loop (the others go on). On a core.
 pub fn stop_this_core() {
     context().request_stop()

@@ -116,6 +116,8 @@ pub(crate) struct CoreContext {
     pub(crate) timers: RefCell<TimerQueue>,
     pub(crate) idle: IdleHandlers,
     stop_requested: Cell<bool>,
+    /// Run first when the core stops, still on the core (platforms release their sources).
+    pub(crate) exit_hooks: RefCell<Vec<Box<dyn FnOnce()>>>,
 }
 
 #[derive(Default)]
@@ -257,6 +259,13 @@ impl CoreContext {
 
     /// Drops everything this core still owns, on this core.
     fn tear_down(&self) {
+        loop {
+            let hooks = core::mem::take(&mut *self.exit_hooks.borrow_mut());
+            if hooks.is_empty() {
+                break;
+            }
+            hooks.into_iter().rev().for_each(|hook| hook());
+        }
         // Dropping futures can wake or spawn other tasks; repeat until nothing is left.
         loop {
             let tasks: Vec<Arc<Task>> = {
@@ -331,6 +340,7 @@ impl Runtime {
             timers: RefCell::new(TimerQueue::default()),
             idle: IdleHandlers::default(),
             stop_requested: Cell::new(false),
+            exit_hooks: RefCell::new(Vec::new()),
         };
         /// Leaves the thread as it found it, even if an event panics.
         struct Exit<'a>(&'a CoreContext);

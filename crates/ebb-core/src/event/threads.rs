@@ -40,10 +40,11 @@ impl std::error::Error for RunError {}
 /// Runs `runtime` with one OS thread per core and `main()` as the first task on core 0.
 /// When that task completes, every core stops and its output is returned.
 ///
-/// `enter_core(core)` runs first on each core's thread (pin it, open its event sources).
+/// `init_core(core)` runs first on each core, inside its event loop context (pin the thread,
+/// attach event sources, register [`at_core_exit`](super::at_core_exit) hooks).
 pub fn run_on_threads<T, F>(
     runtime: Runtime,
-    enter_core: impl Fn(CoreId) + Send + Sync,
+    init_core: impl Fn(CoreId) + Send + Sync,
     main: impl FnOnce() -> F + Send,
 ) -> Result<T, RunError>
 where
@@ -53,7 +54,7 @@ where
     let cores = runtime.handle().num_cores();
     let output: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
     let main = Mutex::new(Some(main));
-    let (runtime, enter_core, output_ref) = (&runtime, &enter_core, &output);
+    let (runtime, init_core, output_ref) = (&runtime, &init_core, &output);
 
     let main_ref = &main;
     let panics: Vec<(CoreId, String)> = std::thread::scope(|scope| {
@@ -63,8 +64,8 @@ where
             let spawned = std::thread::Builder::new().name(std::format!("ebb-core-{i}")).spawn_scoped(
                 scope,
                 move || {
-                    enter_core(core);
                     runtime.run_core(core, || {
+                        init_core(core);
                         if core.index() != 0 {
                             return;
                         }

@@ -1,0 +1,643 @@
+//! TCP over Linux sockets, with EbbRT's event-driven interface (`ebb_core::net`).
+//!
+//! * [`listen`] opens one `SO_REUSEPORT` listening socket per core, so the kernel spreads
+//!   incoming connections over the cores and each connection is owned, for its whole life,
+//!   by the core that accepted it. The accept handler runs there.
+//! * [`connect`] returns a future of an established [`TcpConn`] owned by the calling core.
+//! * A connection calls its [`TcpHandler`] with each chunk of data as it is read — no
+//!   `read` call, no receive buffer beyond the kernel's. Closing the receive window stops
+//!   reading, so the kernel's buffer fills and TCP flow control pushes back on the peer.
+//! * `send` writes what the socket takes and queues the rest on the connection, in order;
+//!   `try_send` hands the rest back instead. Nothing is ever dropped silently.
+//!
+//! Handler callbacks never nest: while one runs the handler is checked out of its slot, and
+//! anything the callback causes (a close, a failure) is delivered after it returns.
+
+use crate::reactor::{self, Source, Token};
+use ebb_core::event::{self, Handle};
+use ebb_core::iobuf::{IOBuf, IOBufChain};
+use ebb_core::net::{CloseReason, SendError, SocketAddr, TcpConnection, TcpErrorKind, TcpHandler};
+use ebb_core::CoreId;
+use rustix::event::epoll::EventFlags;
+use rustix::fd::OwnedFd;
+use rustix::io::Errno;
+use rustix::net::{self as rnet, AddressFamily, SendAncillaryBuffer, SendFlags, Shutdown, SocketFlags, SocketType};
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::io::IoSlice;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::Waker;
+
+/// Reads per readiness event before yielding to other connections.
+const READS_PER_EVENT: usize = 16;
+/// Receive buffer sizes adapt between these bounds (small requests, bulk streams).
+const MIN_READ: usize = 2 * 1024;
+const MAX_READ: usize = 64 * 1024;
+/// Segments handed to one `sendmsg`.
+const MAX_IOVECS: usize = 64;
+const LISTEN_BACKLOG: i32 = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Connecting,
+    Open,
+    /// `close()` was called: queued data drains, then FIN.
+    Closing,
+    /// Our FIN is sent; waiting for the peer's.
+    WriteShut,
+    Closed(CloseReason),
+    ConnectFailed(TcpErrorKind),
+}
+
+struct Conn {
+    fd: RefCell<Option<OwnedFd>>,
+    token: Cell<Option<Token>>,
+    local: SocketAddr,
+    peer: SocketAddr,
+    state: Cell<State>,
+    handler: RefCell<Option<Box<dyn TcpHandler>>>,
+    /// The handler was checked out by a running callback.
+    in_callback: Cell<bool>,
+    send_queue: RefCell<IOBufChain>,
+    writable: Cell<bool>,
+    readable: Cell<bool>,
+    peer_eof: Cell<bool>,
+    receive_open: Cell<bool>,
+    read_scheduled: Cell<bool>,
+    read_size: Cell<usize>,
+    send_buffer: usize,
+    connect_waker: RefCell<Option<Waker>>,
+}
+
+/// A TCP connection, owned by one core. Cheap to clone (a reference count); not `Send`.
+#[derive(Clone)]
+pub struct TcpConn(Rc<Conn>);
+
+fn error_kind(e: Errno) -> TcpErrorKind {
+    match e {
+        Errno::CONNREFUSED => TcpErrorKind::ConnectionRefused,
+        Errno::CONNRESET | Errno::PIPE => TcpErrorKind::ConnectionReset,
+        Errno::ADDRINUSE => TcpErrorKind::AddressInUse,
+        Errno::ADDRNOTAVAIL => TcpErrorKind::AddressNotAvailable,
+        Errno::TIMEDOUT => TcpErrorKind::TimedOut,
+        Errno::NETUNREACH | Errno::HOSTUNREACH => TcpErrorKind::Unreachable,
+        Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM => TcpErrorKind::OutOfResources,
+        other => TcpErrorKind::Other(other.raw_os_error()),
+    }
+}
+
+fn close_reason(e: Errno) -> CloseReason {
+    match e {
+        Errno::CONNRESET | Errno::PIPE => CloseReason::Reset,
+        Errno::TIMEDOUT => CloseReason::TimedOut,
+        other => CloseReason::Error(error_kind(other)),
+    }
+}
+
+fn sock_addr(addr: rustix::io::Result<rnet::SocketAddrAny>) -> Option<SocketAddr> {
+    addr.ok().and_then(|a| SocketAddr::try_from(a).ok())
+}
+
+impl Conn {
+    fn new(fd: OwnedFd, state: State, peer: Option<SocketAddr>) -> Rc<Conn> {
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        let local = sock_addr(rnet::getsockname(&fd)).unwrap_or(unspecified);
+        let peer = peer
+            .or_else(|| rnet::getpeername(&fd).ok().flatten().and_then(|a| SocketAddr::try_from(a).ok()))
+            .unwrap_or(unspecified);
+        let send_buffer = rnet::sockopt::socket_send_buffer_size(&fd).unwrap_or(16 * 1024);
+        // Latency first: no Nagle. Batching is the application's choice (send a chain).
+        let _ = rnet::sockopt::set_tcp_nodelay(&fd, true);
+        Rc::new(Conn {
+            fd: RefCell::new(Some(fd)),
+            token: Cell::new(None),
+            local,
+            peer,
+            state: Cell::new(state),
+            handler: RefCell::new(None),
+            in_callback: Cell::new(false),
+            send_queue: RefCell::new(IOBufChain::new()),
+            writable: Cell::new(false),
+            readable: Cell::new(false),
+            peer_eof: Cell::new(false),
+            receive_open: Cell::new(true),
+            read_scheduled: Cell::new(false),
+            read_size: Cell::new(MIN_READ),
+            send_buffer,
+            connect_waker: RefCell::new(None),
+        })
+    }
+
+    fn register(self: &Rc<Self>) -> Result<(), TcpErrorKind> {
+        let flags = EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP;
+        let fd = self.fd.borrow();
+        let fd = fd.as_ref().ok_or(TcpErrorKind::ConnectionReset)?;
+        let token = reactor::register(fd, flags, self.clone() as Rc<dyn Source>)
+            .map_err(|e| e.raw_os_error().map_or(TcpErrorKind::Other(0), |c| error_kind(Errno::from_raw_os_error(c))))?;
+        self.token.set(Some(token));
+        Ok(())
+    }
+
+    fn is_open_for_sending(&self) -> Result<(), SendError> {
+        match self.state.get() {
+            State::Open | State::Connecting => Ok(()),
+            State::Closing | State::WriteShut => Err(SendError::Closed),
+            State::Closed(reason) => Err(SendError::Failed(reason)),
+            State::ConnectFailed(kind) => Err(SendError::Failed(CloseReason::Error(kind))),
+        }
+    }
+
+    /// Calls the handler, unless a callback is already running or there is none.
+    fn callback(self: &Rc<Self>, f: impl FnOnce(&mut dyn TcpHandler, &TcpConn)) {
+        if self.in_callback.get() {
+            return;
+        }
+        let Some(mut handler) = self.handler.borrow_mut().take() else { return };
+        self.in_callback.set(true);
+        f(&mut *handler, &TcpConn(self.clone()));
+        self.in_callback.set(false);
+        if let State::Closed(reason) = self.state.get() {
+            // The connection ended during the callback: deliver that now, then let go of
+            // the handler (and the reference cycles it may hold).
+            let replaced = self.handler.borrow_mut().take();
+            drop(replaced);
+            handler.closed(reason);
+            return;
+        }
+        let mut slot = self.handler.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(handler);
+        }
+    }
+
+    /// Ends the connection: deregisters, closes the socket, tells the handler once.
+    fn finish(self: &Rc<Self>, reason: CloseReason) {
+        if matches!(self.state.get(), State::Closed(_)) {
+            return;
+        }
+        self.state.set(State::Closed(reason));
+        *self.send_queue.borrow_mut() = IOBufChain::new();
+        if let Some(fd) = self.fd.borrow_mut().take() {
+            if let Some(token) = self.token.take() {
+                let _ = reactor::deregister(&fd, token);
+            }
+            if reason == CloseReason::Aborted {
+                // Linger zero turns close into a reset.
+                let _ = rnet::sockopt::set_socket_linger(&fd, Some(std::time::Duration::ZERO));
+            }
+        }
+        if !self.in_callback.get() {
+            let handler = self.handler.borrow_mut().take();
+            if let Some(mut handler) = handler {
+                handler.closed(reason);
+            }
+        }
+        if let Some(waker) = self.connect_waker.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    /// Writes queued data until the queue is empty or the socket is full.
+    fn flush(self: &Rc<Self>) {
+        loop {
+            let sent = {
+                let queue = self.send_queue.borrow();
+                if queue.is_empty() || !self.writable.get() {
+                    return;
+                }
+                let fd = self.fd.borrow();
+                let Some(fd) = fd.as_ref() else { return };
+                let slices: Vec<IoSlice<'_>> = queue.segments().take(MAX_IOVECS).map(IoSlice::new).collect();
+                rnet::sendmsg(fd, &slices, &mut SendAncillaryBuffer::default(), SendFlags::NOSIGNAL)
+            };
+            match sent {
+                Ok(n) => {
+                    // `n` never exceeds the queued length, so trimming cannot fail.
+                    let _ = self.send_queue.borrow_mut().trim_front(n);
+                }
+                Err(Errno::AGAIN) => {
+                    self.writable.set(false);
+                    return;
+                }
+                Err(Errno::INTR) => {}
+                Err(e) => {
+                    self.finish(close_reason(e));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sends FIN once a requested close has drained, and ends the connection once both
+    /// directions are done.
+    fn advance_close(self: &Rc<Self>) {
+        if self.state.get() == State::Closing && self.send_queue.borrow().is_empty() {
+            if let Some(fd) = self.fd.borrow().as_ref() {
+                let _ = rnet::shutdown(fd, Shutdown::Write);
+            }
+            self.state.set(State::WriteShut);
+        }
+        if self.state.get() == State::WriteShut && self.peer_eof.get() {
+            self.finish(CloseReason::Normal);
+        }
+    }
+
+    fn wants_to_read(&self) -> bool {
+        self.readable.get()
+            && self.receive_open.get()
+            && !self.peer_eof.get()
+            && self.handler.borrow().is_some()
+            && matches!(self.state.get(), State::Open | State::Closing | State::WriteShut)
+    }
+
+    /// Reads and delivers data while the window is open, up to a per-event budget.
+    fn read_some(self: &Rc<Self>) {
+        for _ in 0..READS_PER_EVENT {
+            if !self.wants_to_read() {
+                return;
+            }
+            let capacity = self.read_size.get();
+            let mut buf = IOBuf::with_capacity(capacity);
+            let result = {
+                let fd = self.fd.borrow();
+                let Some(fd) = fd.as_ref() else { return };
+                match buf.spare_capacity_mut() {
+                    Ok(spare) => rustix::io::read(fd, spare),
+                    Err(_) => return,
+                }
+            };
+            match result {
+                Ok(0) => {
+                    self.readable.set(false);
+                    self.peer_eof.set(true);
+                    self.callback(|h, c| h.peer_closed(c));
+                    self.advance_close();
+                    return;
+                }
+                Ok(n) => {
+                    let _ = buf.commit(n);
+                    self.read_size.set(if n == capacity {
+                        (capacity * 2).min(MAX_READ)
+                    } else {
+                        (capacity / 2).max(MIN_READ).max(n.next_power_of_two().min(MAX_READ))
+                    });
+                    self.callback(|h, c| h.receive(c, buf));
+                    if n < capacity {
+                        // A short read drained the socket; the next arrival is a new edge.
+                        self.readable.set(false);
+                        return;
+                    }
+                }
+                Err(Errno::AGAIN) => {
+                    self.readable.set(false);
+                    return;
+                }
+                Err(Errno::INTR) => {}
+                Err(e) => {
+                    self.finish(close_reason(e));
+                    return;
+                }
+            }
+        }
+        // Budget spent with data left: continue in a later event, after other work.
+        self.schedule_read();
+    }
+
+    fn schedule_read(self: &Rc<Self>) {
+        if self.read_scheduled.replace(true) {
+            return;
+        }
+        let conn = self.clone();
+        let _detached = event::spawn_local(async move {
+            conn.read_scheduled.set(false);
+            conn.read_some();
+        });
+    }
+}
+
+impl Source for Conn {
+    fn ready(self: Rc<Self>, flags: EventFlags) {
+        if self.state.get() == State::Connecting {
+            if !flags.intersects(EventFlags::OUT | EventFlags::ERR | EventFlags::HUP) {
+                return;
+            }
+            let error = self.fd.borrow().as_ref().map(rnet::sockopt::socket_error);
+            match error {
+                Some(Ok(Ok(()))) => self.state.set(State::Open),
+                Some(Ok(Err(e)) | Err(e)) => {
+                    self.state.set(State::ConnectFailed(error_kind(e)));
+                    if let Some(fd) = self.fd.borrow_mut().take() {
+                        if let Some(token) = self.token.take() {
+                            let _ = reactor::deregister(&fd, token);
+                        }
+                    }
+                }
+                None => {}
+            }
+            if let Some(waker) = self.connect_waker.borrow_mut().take() {
+                waker.wake();
+            }
+            if self.state.get() != State::Open {
+                return;
+            }
+        }
+        if flags.contains(EventFlags::ERR) {
+            let error = self.fd.borrow().as_ref().map(rnet::sockopt::socket_error);
+            if let Some(Ok(Err(e))) = error {
+                self.finish(close_reason(e));
+                return;
+            }
+        }
+        if flags.contains(EventFlags::OUT) {
+            self.writable.set(true);
+            let before = self.send_queue.borrow().len();
+            if before > 0 {
+                self.flush();
+                let after = self.send_queue.borrow().len();
+                if after < before && matches!(self.state.get(), State::Open) {
+                    self.callback(|h, c| h.send_window_increased(c));
+                }
+            }
+            self.advance_close();
+        }
+        if flags.intersects(EventFlags::IN | EventFlags::RDHUP | EventFlags::HUP | EventFlags::ERR) {
+            self.readable.set(true);
+            self.read_some();
+        }
+    }
+}
+
+impl TcpConn {
+    /// Installs the connection's handler (replacing any previous one). Data that arrived
+    /// before a handler was set is delivered to it.
+    pub fn set_handler(&self, handler: impl TcpHandler) {
+        *self.0.handler.borrow_mut() = Some(Box::new(handler));
+        if self.0.wants_to_read() {
+            self.0.schedule_read();
+        }
+    }
+
+    /// Whether the connection has ended.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.0.state.get(), State::Closed(_) | State::ConnectFailed(_))
+    }
+}
+
+impl TcpConnection for TcpConn {
+    fn send(&self, data: IOBufChain) -> Result<(), SendError> {
+        self.0.is_open_for_sending()?;
+        self.0.send_queue.borrow_mut().append(&mut { data });
+        self.0.flush();
+        match self.0.state.get() {
+            State::Closed(reason) => Err(SendError::Failed(reason)),
+            _ => Ok(()),
+        }
+    }
+
+    fn try_send(&self, mut data: IOBufChain) -> Result<IOBufChain, SendError> {
+        self.0.is_open_for_sending()?;
+        if !self.0.send_queue.borrow().is_empty() || self.0.state.get() == State::Connecting {
+            return Ok(data);
+        }
+        while !data.is_empty() {
+            let sent = {
+                let fd = self.0.fd.borrow();
+                let Some(fd) = fd.as_ref() else { return Err(SendError::Closed) };
+                let slices: Vec<IoSlice<'_>> = data.segments().take(MAX_IOVECS).map(IoSlice::new).collect();
+                rnet::sendmsg(fd, &slices, &mut SendAncillaryBuffer::default(), SendFlags::NOSIGNAL)
+            };
+            match sent {
+                Ok(n) => {
+                    let _ = data.trim_front(n);
+                }
+                Err(Errno::AGAIN) => {
+                    self.0.writable.set(false);
+                    break;
+                }
+                Err(Errno::INTR) => {}
+                Err(e) => {
+                    let reason = close_reason(e);
+                    self.0.finish(reason);
+                    return Err(SendError::Failed(reason));
+                }
+            }
+        }
+        Ok(data)
+    }
+
+    fn send_window(&self) -> usize {
+        // Linux does not expose the peer's window; the socket buffer is what `send` fills.
+        if self.0.writable.get() && self.0.send_queue.borrow().is_empty() && self.0.is_open_for_sending().is_ok() {
+            self.0.send_buffer
+        } else {
+            0
+        }
+    }
+
+    fn queued_bytes(&self) -> usize {
+        self.0.send_queue.borrow().len()
+    }
+
+    fn set_receive_window_open(&self, open: bool) {
+        let was = self.0.receive_open.replace(open);
+        if open && !was && self.0.wants_to_read() {
+            self.0.schedule_read();
+        }
+    }
+
+    fn close(&self) {
+        match self.0.state.get() {
+            State::Open => {
+                self.0.state.set(State::Closing);
+                self.0.flush();
+                self.0.advance_close();
+            }
+            State::Connecting => self.0.finish(CloseReason::Aborted),
+            _ => {}
+        }
+    }
+
+    fn abort(&self) {
+        self.0.finish(CloseReason::Aborted);
+    }
+
+    fn peer_addr(&self) -> SocketAddr {
+        self.0.peer
+    }
+
+    fn local_addr(&self) -> SocketAddr {
+        self.0.local
+    }
+}
+
+impl fmt::Debug for TcpConn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpConn")
+            .field("local", &self.0.local)
+            .field("peer", &self.0.peer)
+            .field("state", &self.0.state.get())
+            .field("queued", &self.0.send_queue.borrow().len())
+            .finish()
+    }
+}
+
+fn new_socket(addr: &SocketAddr) -> Result<OwnedFd, TcpErrorKind> {
+    let family = if addr.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
+    rnet::socket_with(family, SocketType::STREAM, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC, None)
+        .map_err(error_kind)
+}
+
+/// Connects to `addr`; the connection is owned by the calling core. On a core.
+pub async fn connect(addr: SocketAddr) -> Result<TcpConn, TcpErrorKind> {
+    let fd = new_socket(&addr)?;
+    let state = match rnet::connect(&fd, &addr) {
+        Ok(()) => State::Open,
+        Err(Errno::INPROGRESS) => State::Connecting,
+        Err(e) => return Err(error_kind(e)),
+    };
+    let conn = Conn::new(fd, state, Some(addr));
+    conn.register()?;
+    std::future::poll_fn(|cx| match conn.state.get() {
+        State::Connecting => {
+            *conn.connect_waker.borrow_mut() = Some(cx.waker().clone());
+            std::task::Poll::Pending
+        }
+        State::ConnectFailed(kind) => std::task::Poll::Ready(Err(kind)),
+        State::Closed(_) => std::task::Poll::Ready(Err(TcpErrorKind::ConnectionReset)),
+        _ => std::task::Poll::Ready(Ok(TcpConn(conn.clone()))),
+    })
+    .await
+}
+
+type AcceptFn = dyn Fn(TcpConn) + Send + Sync;
+
+struct ListenerShared {
+    closed: AtomicBool,
+}
+
+struct ListenSource {
+    fd: OwnedFd,
+    token: Cell<Option<Token>>,
+    on_accept: Arc<AcceptFn>,
+    shared: Arc<ListenerShared>,
+}
+
+thread_local! {
+    /// This core's listening sockets, so `Listener::close` can find them.
+    static LISTENERS: RefCell<Vec<Rc<ListenSource>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Source for ListenSource {
+    fn ready(self: Rc<Self>, _flags: EventFlags) {
+        loop {
+            if self.shared.closed.load(Ordering::Acquire) {
+                return;
+            }
+            match rnet::accept_with(&self.fd, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC) {
+                Ok(fd) => {
+                    let conn = Conn::new(fd, State::Open, None);
+                    match conn.register() {
+                        Ok(()) => (self.on_accept)(TcpConn(conn)),
+                        Err(kind) => log::warn!("dropping an accepted connection: {kind}"),
+                    }
+                }
+                Err(Errno::AGAIN) => return,
+                Err(Errno::INTR | Errno::CONNABORTED) => {}
+                Err(e) => {
+                    // Out of descriptors or memory: the pending connections wait in the
+                    // backlog until the next arrival re-triggers the edge.
+                    log::warn!("accept failed on {}: {e}", event::core_id());
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A listening port, served by every core.
+pub struct Listener {
+    addr: SocketAddr,
+    shared: Arc<ListenerShared>,
+    handle: Handle,
+}
+
+impl Listener {
+    /// The bound address (with the actual port when port 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting on every core. Established connections are not affected.
+    pub fn close(&self) {
+        self.shared.closed.store(true, Ordering::Release);
+        for core in 0..self.handle.num_cores() {
+            let shared = self.shared.clone();
+            let _ = self.handle.spawn_on(CoreId(core as u32), move || {
+                LISTENERS.with(|listeners| {
+                    listeners.borrow_mut().retain(|l| {
+                        let keep = !Arc::ptr_eq(&l.shared, &shared);
+                        if !keep {
+                            if let Some(token) = l.token.take() {
+                                let _ = reactor::deregister(&l.fd, token);
+                            }
+                        }
+                        keep
+                    })
+                })
+            });
+        }
+    }
+}
+
+impl fmt::Debug for Listener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Listener").field("addr", &self.addr).finish()
+    }
+}
+
+fn listening_socket(addr: &SocketAddr) -> Result<OwnedFd, TcpErrorKind> {
+    let fd = new_socket(addr)?;
+    rnet::sockopt::set_socket_reuseaddr(&fd, true).map_err(error_kind)?;
+    rnet::sockopt::set_socket_reuseport(&fd, true).map_err(error_kind)?;
+    rnet::bind(&fd, addr).map_err(error_kind)?;
+    rnet::listen(&fd, LISTEN_BACKLOG).map_err(error_kind)?;
+    Ok(fd)
+}
+
+/// Listens on `addr` on every core; `on_accept` runs on the core that accepted each
+/// connection, which owns it from then on. On a core.
+///
+/// Every core's socket is bound before this returns, so the port is fully open; each core
+/// starts accepting as soon as it processes its registration event.
+pub fn listen(
+    addr: SocketAddr,
+    on_accept: impl Fn(TcpConn) + Send + Sync + 'static,
+) -> Result<Listener, TcpErrorKind> {
+    let handle = Handle::current().ok_or(TcpErrorKind::Other(0))?;
+    let first = listening_socket(&addr)?;
+    let bound = sock_addr(rnet::getsockname(&first)).ok_or(TcpErrorKind::AddressNotAvailable)?;
+    let mut sockets = vec![first];
+    for _ in 1..handle.num_cores() {
+        sockets.push(listening_socket(&bound)?);
+    }
+    let shared = Arc::new(ListenerShared { closed: AtomicBool::new(false) });
+    let on_accept: Arc<AcceptFn> = Arc::new(on_accept);
+    for (core, fd) in sockets.into_iter().enumerate() {
+        let (on_accept, shared) = (on_accept.clone(), shared.clone());
+        handle
+            .spawn_on(CoreId(core as u32), move || {
+                let source = Rc::new(ListenSource { fd, token: Cell::new(None), on_accept, shared });
+                match reactor::register(&source.fd, EventFlags::IN, source.clone()) {
+                    Ok(token) => {
+                        source.token.set(Some(token));
+                        LISTENERS.with(|l| l.borrow_mut().push(source));
+                    }
+                    Err(e) => log::error!("{}: cannot watch listening socket: {e}", event::core_id()),
+                }
+            })
+            .map_err(|_| TcpErrorKind::Other(0))?;
+    }
+    Ok(Listener { addr: bound, shared, handle })
+}
