@@ -62,7 +62,10 @@ fn main() -> std::process::ExitCode {
     let addr = SocketAddr::new(args.addr, args.port);
     let result = ebb::run(config, move || async move {
         let listener = net::listen(addr, |conn| conn.set_handler(Echo))?;
-        println!("echo: listening on {} ({cores} cores)", listener.local_addr());
+        println!(
+            "echo: listening on {} ({cores} cores)",
+            listener.local_addr()
+        );
         let _ = std::io::stdout().flush();
         // Serve until the process is stopped.
         std::future::pending::<Result<(), net::TcpErrorKind>>().await

@@ -30,7 +30,9 @@ fn start_echo(cores: usize) -> Server {
         .spawn()
         .expect("spawn echo");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("banner");
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("banner");
     let addr = line
         .trim()
         .strip_prefix("echo: listening on ")
@@ -51,13 +53,21 @@ fn a_thousand_concurrent_connections_get_their_bytes_back() {
     let report = check_echo(server.addr, 1000, &sizes, Duration::from_secs(120))
         .unwrap_or_else(|e| panic!("echo check failed: {e}"));
     assert_eq!(report.connections_ok, 1000, "{report:?}");
-    assert_eq!(report.peak_open, 1000, "all connections were open at once: {report:?}");
+    assert_eq!(
+        report.peak_open, 1000,
+        "all connections were open at once: {report:?}"
+    );
 }
 
 #[test]
 fn one_core_serves_large_messages() {
     let server = start_echo(1);
-    let report = check_echo(server.addr, 8, &[16 * MIB, 3, 1 << 20], Duration::from_secs(120))
-        .unwrap_or_else(|e| panic!("echo check failed: {e}"));
+    let report = check_echo(
+        server.addr,
+        8,
+        &[16 * MIB, 3, 1 << 20],
+        Duration::from_secs(120),
+    )
+    .unwrap_or_else(|e| panic!("echo check failed: {e}"));
     assert_eq!(report.connections_ok, 8, "{report:?}");
 }

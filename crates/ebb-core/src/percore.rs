@@ -25,7 +25,9 @@ use core::ptr;
 pub const MAX_EBBS: usize = 4096;
 
 #[cfg(not(feature = "std"))]
-compile_error!("ebb-core needs a per-core backend: enable feature `std` (hosted) or add one for this target");
+compile_error!(
+    "ebb-core needs a per-core backend: enable feature `std` (hosted) or add one for this target"
+);
 
 #[cfg(feature = "std")]
 std::thread_local! {

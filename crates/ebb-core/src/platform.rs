@@ -58,7 +58,12 @@ impl fmt::Debug for Instant {
         if *self == Instant::FAR_FUTURE {
             f.write_str("Instant(never)")
         } else {
-            write!(f, "Instant({}.{:09}s)", self.0 / 1_000_000_000, self.0 % 1_000_000_000)
+            write!(
+                f,
+                "Instant({}.{:09}s)",
+                self.0 / 1_000_000_000,
+                self.0 % 1_000_000_000
+            )
         }
     }
 }

@@ -5,8 +5,8 @@
 //! [`TestPlatform::with_auto_advance`] — when every runnable thing is done and a core sleeps
 //! until a timer, in which case the clock jumps straight to that deadline (virtual time).
 
-use crate::platform::{Instant, Platform};
 use crate::CoreId;
+use crate::platform::{Instant, Platform};
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
@@ -74,7 +74,9 @@ impl TestPlatform {
         TestPlatform {
             clock: AtomicU64::new(0),
             auto_advance,
-            cores: (0..cores).map(|_| (Mutex::new(CoreState::default()), Condvar::new())).collect(),
+            cores: (0..cores)
+                .map(|_| (Mutex::new(CoreState::default()), Condvar::new()))
+                .collect(),
             log: Mutex::new(Vec::new()),
             hang_limit: Duration::from_secs(20),
         }
@@ -103,7 +105,11 @@ impl TestPlatform {
         self.log()
             .into_iter()
             .filter_map(|e| match e {
-                PlatformEvent::Wait { core: c, deadline, at } if c == core => Some((at, deadline)),
+                PlatformEvent::Wait {
+                    core: c,
+                    deadline,
+                    at,
+                } if c == core => Some((at, deadline)),
                 _ => None,
             })
             .collect()
@@ -134,7 +140,11 @@ impl Platform for TestPlatform {
         if deadline <= now {
             return 0;
         }
-        self.record(PlatformEvent::Wait { core, deadline, at: now });
+        self.record(PlatformEvent::Wait {
+            core,
+            deadline,
+            at: now,
+        });
         if guard.wake_pending {
             guard.wake_pending = false;
             return 0;

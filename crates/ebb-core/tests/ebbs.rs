@@ -5,8 +5,8 @@ use ebb_core::event::{Runtime, run_on, run_on_threads};
 use ebb_core::testing::TestPlatform;
 use ebb_core::{CoreId, Ebb, EbbRef};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn run<T: Send + 'static, F: std::future::Future<Output = T> + 'static>(
     cores: usize,
@@ -28,7 +28,10 @@ fn multicore_ebb_builds_one_rep_per_core_on_first_call_only() {
     let (sums, made) = run(2, || async {
         let counter = MulticoreEbb::create(|core| {
             MADE.fetch_add(1, Ordering::SeqCst);
-            Counter { core, hits: Cell::new(0) }
+            Counter {
+                core,
+                hits: Cell::new(0),
+            }
         })
         .unwrap();
         for _ in 0..10 {
@@ -44,7 +47,9 @@ fn multicore_ebb_builds_one_rep_per_core_on_first_call_only() {
         .await
         .unwrap();
         assert_eq!(other, (CoreId(1), true));
-        let sums = MulticoreEbb::gather(counter, |rep| (rep.core, rep.hits.get())).await.unwrap();
+        let sums = MulticoreEbb::gather(counter, |rep| (rep.core, rep.hits.get()))
+            .await
+            .unwrap();
         (sums, MADE.load(Ordering::SeqCst))
     });
     assert_eq!(sums, [(CoreId(0), 10), (CoreId(1), 5)]);
@@ -71,8 +76,14 @@ fn shared_ebb_gives_every_core_the_same_rep() {
 #[test]
 fn lookups_check_the_bound_type() {
     let shared = SharedEbb::create(5u32).unwrap();
-    assert_eq!(SharedEbb::<u32>::lookup(shared.id()).map(|r| r.id()), Ok(shared.id()));
-    assert_eq!(SharedEbb::<u64>::lookup(shared.id()).err(), Some(EbbError::WrongType(shared.id())));
+    assert_eq!(
+        SharedEbb::<u32>::lookup(shared.id()).map(|r| r.id()),
+        Ok(shared.id())
+    );
+    assert_eq!(
+        SharedEbb::<u64>::lookup(shared.id()).err(),
+        Some(EbbError::WrongType(shared.id()))
+    );
     assert_eq!(
         MulticoreEbb::<u32>::lookup(shared.id()).err(),
         Some(EbbError::WrongType(shared.id())),
@@ -90,10 +101,16 @@ fn static_ids_bind_once() {
     const ID: EbbId = EbbId::new_static(42);
     let first = SharedEbb::create_static(ID, "root").unwrap();
     assert_eq!(first.id(), ID);
-    assert_eq!(SharedEbb::create_static(ID, "again").err(), Some(EbbError::AlreadyBound(ID)));
+    assert_eq!(
+        SharedEbb::create_static(ID, "again").err(),
+        Some(EbbError::AlreadyBound(ID))
+    );
     let dynamic = SharedEbb::create(1u8).unwrap().id();
     assert!(!dynamic.is_static());
-    assert_eq!(SharedEbb::create_static(dynamic, 2u8).err(), Some(EbbError::NotStatic(dynamic)));
+    assert_eq!(
+        SharedEbb::create_static(dynamic, 2u8).err(),
+        Some(EbbError::NotStatic(dynamic))
+    );
 }
 
 /// A hand-written Ebb kind: the miss handler decides what each core gets.
@@ -123,7 +140,8 @@ fn custom_miss_handlers_run_per_core() {
 fn calling_an_unbound_ebb_panics_with_the_reason() {
     let ebb = MulticoreEbb::<u8>::create(|_| 0).unwrap();
     // SAFETY: a fresh static id never bound to anything, used only here.
-    let unbound: EbbRef<SharedEbb<u8>> = unsafe { EbbRef::from_id_unchecked(EbbId::new_static(200)) };
+    let unbound: EbbRef<SharedEbb<u8>> =
+        unsafe { EbbRef::from_id_unchecked(EbbId::new_static(200)) };
     let _ = ebb;
     let _ = *unbound.rep();
 }

@@ -1,8 +1,8 @@
 //! Event-loop behaviour on the test platform: ordering, sleeping, waking, timers, errors.
 
 use ebb_core::event::{
-    self, Elapsed, Handle, IdleStatus, Runtime, SpawnError, add_idle_handler, run_on, run_on_threads,
-    sleep, spawn_local, spawn_on, timeout,
+    self, Elapsed, Handle, IdleStatus, Runtime, SpawnError, add_idle_handler, run_on,
+    run_on_threads, sleep, spawn_local, spawn_on, timeout,
 };
 use ebb_core::platform::Instant;
 use ebb_core::testing::{PlatformEvent, TestPlatform};
@@ -30,9 +30,13 @@ fn main_output_is_returned_and_cores_stop() {
 
 #[test]
 fn spawn_on_a_core_that_does_not_exist_is_an_error() {
-    let err = run(TestPlatform::new(2), 2, || async { spawn_on(CoreId(2), || {}) });
+    let err = run(TestPlatform::new(2), 2, || async {
+        spawn_on(CoreId(2), || {})
+    });
     assert_eq!(err, Err(SpawnError::NoSuchCore(CoreId(2))));
-    let err = run(TestPlatform::new(1), 1, || async { run_on(CoreId(9), || ()).await });
+    let err = run(TestPlatform::new(1), 1, || async {
+        run_on(CoreId(9), || ()).await
+    });
     assert_eq!(err, Err(SpawnError::NoSuchCore(CoreId(9))));
 }
 
@@ -43,8 +47,14 @@ fn spawn_on_off_core_is_an_error_not_a_panic() {
 
 #[test]
 fn a_runtime_needs_a_sane_core_count() {
-    assert!(matches!(Runtime::new(TestPlatform::new(1), 0), Err(SpawnError::BadCoreCount(0))));
-    assert!(matches!(Runtime::new(TestPlatform::new(1), 100_000), Err(SpawnError::BadCoreCount(_))));
+    assert!(matches!(
+        Runtime::new(TestPlatform::new(1), 0),
+        Err(SpawnError::BadCoreCount(0))
+    ));
+    assert!(matches!(
+        Runtime::new(TestPlatform::new(1), 100_000),
+        Err(SpawnError::BadCoreCount(_))
+    ));
 }
 
 #[test]
@@ -87,8 +97,15 @@ fn one_synthetic_event_per_iteration_interleaved_with_idle_handlers() {
     assert_eq!(events, ["event 1", "event 2"]);
     let first = log.iter().position(|e| *e == "event 1").unwrap();
     let second = log.iter().position(|e| *e == "event 2").unwrap();
-    assert_eq!(log[first + 1], "idle", "idle handlers run after the event, in the same iteration: {log:?}");
-    assert!(second > first + 1, "one synthetic event per iteration: {log:?}");
+    assert_eq!(
+        log[first + 1],
+        "idle",
+        "idle handlers run after the event, in the same iteration: {log:?}"
+    );
+    assert!(
+        second > first + 1,
+        "one synthetic event per iteration: {log:?}"
+    );
 }
 
 #[test]
@@ -117,7 +134,9 @@ fn timers_fire_in_deadline_order() {
             let order = order.clone();
             handles.push(spawn_local(async move {
                 sleep(Duration::from_millis(ms)).await;
-                order.borrow_mut().push((ms, event::now().as_nanos() / 1_000_000));
+                order
+                    .borrow_mut()
+                    .push((ms, event::now().as_nanos() / 1_000_000));
             }));
         }
         for h in handles {
@@ -145,39 +164,49 @@ fn a_busy_core_is_never_kicked_and_a_sleeping_one_is() {
     let platform = TestPlatform::new(2);
     let runtime = Runtime::new(platform.clone(), 2).unwrap();
     let handle = runtime.handle();
-    let result = run_on_threads(runtime, |_| {}, move || async move {
-        // Make core 1 busy: an idle handler that keeps reporting work until told to stop.
-        let busy = Arc::new(AtomicBool::new(true));
-        let b = busy.clone();
-        run_on(CoreId(1), move || {
-            add_idle_handler(move || if b.load(Ordering::SeqCst) { IdleStatus::Busy } else { IdleStatus::Idle });
-        })
-        .await
-        .unwrap();
-        let kicks_before = handle.kicks(CoreId(1));
-        let ran = Arc::new(AtomicUsize::new(0));
-        for _ in 0..1000 {
-            let ran = ran.clone();
-            spawn_on(CoreId(1), move || {
-                ran.fetch_add(1, Ordering::SeqCst);
+    let result = run_on_threads(
+        runtime,
+        |_| {},
+        move || async move {
+            // Make core 1 busy: an idle handler that keeps reporting work until told to stop.
+            let busy = Arc::new(AtomicBool::new(true));
+            let b = busy.clone();
+            run_on(CoreId(1), move || {
+                add_idle_handler(move || {
+                    if b.load(Ordering::SeqCst) {
+                        IdleStatus::Busy
+                    } else {
+                        IdleStatus::Idle
+                    }
+                });
             })
+            .await
             .unwrap();
-        }
-        while ran.load(Ordering::SeqCst) < 1000 {
-            event::yield_now().await;
-        }
-        let busy_kicks = handle.kicks(CoreId(1)) - kicks_before;
-        busy.store(false, Ordering::SeqCst);
-        // Let core 1 fall asleep (it waits with no deadline), then send it one event.
-        let p = platform.clone();
-        while !p.log().iter().rev().take(50).any(|e| matches!(e, PlatformEvent::Wait { core: CoreId(1), deadline, .. } if *deadline == Instant::FAR_FUTURE)) {
+            let kicks_before = handle.kicks(CoreId(1));
+            let ran = Arc::new(AtomicUsize::new(0));
+            for _ in 0..1000 {
+                let ran = ran.clone();
+                spawn_on(CoreId(1), move || {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                })
+                .unwrap();
+            }
+            while ran.load(Ordering::SeqCst) < 1000 {
+                event::yield_now().await;
+            }
+            let busy_kicks = handle.kicks(CoreId(1)) - kicks_before;
+            busy.store(false, Ordering::SeqCst);
+            // Let core 1 fall asleep (it waits with no deadline), then send it one event.
+            let p = platform.clone();
+            while !p.log().iter().rev().take(50).any(|e| matches!(e, PlatformEvent::Wait { core: CoreId(1), deadline, .. } if *deadline == Instant::FAR_FUTURE)) {
             std::thread::sleep(Duration::from_millis(1));
             event::yield_now().await;
         }
-        let before = handle.kicks(CoreId(1));
-        run_on(CoreId(1), || ()).await.unwrap();
-        (busy_kicks, handle.kicks(CoreId(1)) - before)
-    });
+            let before = handle.kicks(CoreId(1));
+            run_on(CoreId(1), || ()).await.unwrap();
+            (busy_kicks, handle.kicks(CoreId(1)) - before)
+        },
+    );
     let (busy_kicks, sleeping_kicks) = result.unwrap();
     assert_eq!(busy_kicks, 0, "a running core must not be kicked");
     assert_eq!(sleeping_kicks, 1, "a sleeping core is kicked exactly once");
@@ -219,10 +248,14 @@ fn shutdown_drops_pending_tasks_on_their_own_core() {
 #[test]
 fn a_panicking_core_stops_the_runtime_and_reports_which() {
     let runtime = Runtime::new(TestPlatform::new(2), 2).unwrap();
-    let result = run_on_threads(runtime, |_| {}, || async {
-        spawn_on(CoreId(1), || panic!("boom on purpose")).unwrap();
-        std::future::pending::<()>().await;
-    });
+    let result = run_on_threads(
+        runtime,
+        |_| {},
+        || async {
+            spawn_on(CoreId(1), || panic!("boom on purpose")).unwrap();
+            std::future::pending::<()>().await;
+        },
+    );
     match result {
         Err(event::RunError::CorePanicked { core, message }) => {
             assert_eq!(core, CoreId(1));
@@ -249,15 +282,22 @@ fn a_handle_reaches_cores_from_outside_and_shuts_down() {
         }
     });
     let c = counter.clone();
-    let out = run_on_threads(runtime, |_| {}, move || async move {
-        while c.load(Ordering::SeqCst) < 100 {
-            event::yield_now().await;
-            std::thread::yield_now();
-        }
-        "done"
-    });
+    let out = run_on_threads(
+        runtime,
+        |_| {},
+        move || async move {
+            while c.load(Ordering::SeqCst) < 100 {
+                event::yield_now().await;
+                std::thread::yield_now();
+            }
+            "done"
+        },
+    );
     outside.join().unwrap();
     assert_eq!(out.unwrap(), "done");
     assert!(handle.is_shutting_down());
-    assert_eq!(handle.spawn_on(CoreId(0), || {}), Err(SpawnError::ShuttingDown));
+    assert_eq!(
+        handle.spawn_on(CoreId(0), || {}),
+        Err(SpawnError::ShuttingDown)
+    );
 }

@@ -29,11 +29,19 @@ impl HostedPlatform {
             .map(|_| -> io::Result<CoreFds> {
                 let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
                 let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
-                epoll::add(&epoll, &wake, epoll::EventData::new_u64(WAKE_TOKEN), epoll::EventFlags::IN)?;
+                epoll::add(
+                    &epoll,
+                    &wake,
+                    epoll::EventData::new_u64(WAKE_TOKEN),
+                    epoll::EventFlags::IN,
+                )?;
                 Ok(CoreFds { epoll, wake })
             })
             .collect::<io::Result<_>>()?;
-        Ok(HostedPlatform { cores, epoch: std::time::Instant::now() })
+        Ok(HostedPlatform {
+            cores,
+            epoch: std::time::Instant::now(),
+        })
     }
 
     pub(crate) fn epoll(&self, core: CoreId) -> &OwnedFd {
@@ -50,16 +58,26 @@ impl Platform for HostedPlatform {
         let fds = &self.cores[core.index()];
         let now = self.now();
         let timeout = if deadline <= now {
-            Some(Timespec { tv_sec: 0, tv_nsec: 0 })
+            Some(Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            })
         } else if deadline == Instant::FAR_FUTURE {
             None
         } else {
             let wait = deadline - now;
-            Some(Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: i64::from(wait.subsec_nanos()) })
+            Some(Timespec {
+                tv_sec: wait.as_secs() as i64,
+                tv_nsec: i64::from(wait.subsec_nanos()),
+            })
         };
         reactor::with_event_buffer(|events| {
             events.clear();
-            match epoll::wait(&fds.epoll, rustix::buffer::spare_capacity(events), timeout.as_ref()) {
+            match epoll::wait(
+                &fds.epoll,
+                rustix::buffer::spare_capacity(events),
+                timeout.as_ref(),
+            ) {
                 Ok(_) => {}
                 Err(Errno::INTR) => return 0,
                 Err(e) => panic!("epoll_wait failed on {core}: {e}"),

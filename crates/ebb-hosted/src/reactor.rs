@@ -38,7 +38,13 @@ thread_local! {
 /// Attaches the calling thread to `core`'s epoll instance (the runtime does this).
 pub(crate) fn enter(platform: &Arc<HostedPlatform>, core: CoreId) -> io::Result<()> {
     let epoll = platform.epoll(core).try_clone()?;
-    REACTOR.with(|r| *r.borrow_mut() = Some(CoreReactor { epoll, sources: Vec::new(), free: Vec::new() }));
+    REACTOR.with(|r| {
+        *r.borrow_mut() = Some(CoreReactor {
+            epoll,
+            sources: Vec::new(),
+            free: Vec::new(),
+        })
+    });
     Ok(())
 }
 
@@ -71,7 +77,12 @@ pub fn register(fd: impl AsFd, flags: EventFlags, source: Rc<dyn Source>) -> io:
             }
         };
         let token = slot as u64;
-        if let Err(e) = epoll::add(&reactor.epoll, fd, EventData::new_u64(token), flags | EventFlags::ET) {
+        if let Err(e) = epoll::add(
+            &reactor.epoll,
+            fd,
+            EventData::new_u64(token),
+            flags | EventFlags::ET,
+        ) {
             reactor.free.push(slot);
             return Err(e.into());
         }
@@ -103,7 +114,9 @@ pub fn registered() -> usize {
 
 pub(crate) fn dispatch(token: u64, flags: EventFlags) {
     let source = REACTOR.with(|r| {
-        r.borrow().as_ref().and_then(|reactor| reactor.sources.get(token as usize).cloned().flatten())
+        r.borrow()
+            .as_ref()
+            .and_then(|reactor| reactor.sources.get(token as usize).cloned().flatten())
     });
     // Called with no borrow held: the source may register or deregister others.
     if let Some(source) = source {

@@ -1,8 +1,8 @@
 //! Starting a hosted node: threads, pinning, and the main task.
 
 use crate::{HostedPlatform, reactor};
-use ebb_core::event::{RunError, Runtime, run_on_threads};
 use ebb_core::CoreId;
+use ebb_core::event::{RunError, Runtime, run_on_threads};
 use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
 use std::fmt;
 use std::future::Future;
@@ -19,14 +19,20 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { cores: allowed_cpus().len().max(1), pin: true }
+        Config {
+            cores: allowed_cpus().len().max(1),
+            pin: true,
+        }
     }
 }
 
 impl Config {
     /// The default configuration with `cores` cores.
     pub fn with_cores(cores: usize) -> Config {
-        Config { cores, ..Config::default() }
+        Config {
+            cores,
+            ..Config::default()
+        }
     }
 }
 
@@ -55,7 +61,9 @@ impl std::error::Error for ConfigError {}
 
 fn allowed_cpus() -> Vec<usize> {
     let set = sched_getaffinity(None).unwrap_or_default();
-    let cpus: Vec<usize> = (0..CpuSet::MAX_CPU).filter(|&cpu| set.is_set(cpu)).collect();
+    let cpus: Vec<usize> = (0..CpuSet::MAX_CPU)
+        .filter(|&cpu| set.is_set(cpu))
+        .collect();
     if cpus.is_empty() { vec![0] } else { cpus }
 }
 
@@ -75,7 +83,10 @@ where
             let mut set = CpuSet::new();
             set.set(cpus[core.index() % cpus.len()]);
             if let Err(e) = sched_setaffinity(None, &set) {
-                log::warn!("{core}: cannot pin to CPU {}: {e}", cpus[core.index() % cpus.len()]);
+                log::warn!(
+                    "{core}: cannot pin to CPU {}: {e}",
+                    cpus[core.index() % cpus.len()]
+                );
             }
         }
         if let Err(e) = reactor::enter(&platform, core) {

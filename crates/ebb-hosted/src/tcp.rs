@@ -14,20 +14,22 @@
 //! anything the callback causes (a close, a failure) is delivered after it returns.
 
 use crate::reactor::{self, Source, Token};
+use ebb_core::CoreId;
 use ebb_core::event::{self, Handle};
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, SendError, SocketAddr, TcpConnection, TcpErrorKind, TcpHandler};
-use ebb_core::CoreId;
 use rustix::event::epoll::EventFlags;
 use rustix::fd::OwnedFd;
 use rustix::io::Errno;
-use rustix::net::{self as rnet, AddressFamily, SendAncillaryBuffer, SendFlags, Shutdown, SocketFlags, SocketType};
+use rustix::net::{
+    self as rnet, AddressFamily, SendAncillaryBuffer, SendFlags, Shutdown, SocketFlags, SocketType,
+};
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::io::IoSlice;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Waker;
 
 /// Reads per readiness event before yielding to other connections.
@@ -105,7 +107,12 @@ impl Conn {
         let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
         let local = sock_addr(rnet::getsockname(&fd)).unwrap_or(unspecified);
         let peer = peer
-            .or_else(|| rnet::getpeername(&fd).ok().flatten().and_then(|a| SocketAddr::try_from(a).ok()))
+            .or_else(|| {
+                rnet::getpeername(&fd)
+                    .ok()
+                    .flatten()
+                    .and_then(|a| SocketAddr::try_from(a).ok())
+            })
             .unwrap_or(unspecified);
         let send_buffer = rnet::sockopt::socket_send_buffer_size(&fd).unwrap_or(16 * 1024);
         // Latency first: no Nagle. Batching is the application's choice (send a chain).
@@ -134,8 +141,11 @@ impl Conn {
         let flags = EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP;
         let fd = self.fd.borrow();
         let fd = fd.as_ref().ok_or(TcpErrorKind::ConnectionReset)?;
-        let token = reactor::register(fd, flags, self.clone() as Rc<dyn Source>)
-            .map_err(|e| e.raw_os_error().map_or(TcpErrorKind::Other(0), |c| error_kind(Errno::from_raw_os_error(c))))?;
+        let token = reactor::register(fd, flags, self.clone() as Rc<dyn Source>).map_err(|e| {
+            e.raw_os_error().map_or(TcpErrorKind::Other(0), |c| {
+                error_kind(Errno::from_raw_os_error(c))
+            })
+        })?;
         self.token.set(Some(token));
         Ok(())
     }
@@ -154,7 +164,9 @@ impl Conn {
         if self.in_callback.get() {
             return;
         }
-        let Some(mut handler) = self.handler.borrow_mut().take() else { return };
+        let Some(mut handler) = self.handler.borrow_mut().take() else {
+            return;
+        };
         self.in_callback.set(true);
         f(&mut *handler, &TcpConn(self.clone()));
         self.in_callback.set(false);
@@ -209,8 +221,17 @@ impl Conn {
                 }
                 let fd = self.fd.borrow();
                 let Some(fd) = fd.as_ref() else { return };
-                let slices: Vec<IoSlice<'_>> = queue.segments().take(MAX_IOVECS).map(IoSlice::new).collect();
-                rnet::sendmsg(fd, &slices, &mut SendAncillaryBuffer::default(), SendFlags::NOSIGNAL)
+                let slices: Vec<IoSlice<'_>> = queue
+                    .segments()
+                    .take(MAX_IOVECS)
+                    .map(IoSlice::new)
+                    .collect();
+                rnet::sendmsg(
+                    fd,
+                    &slices,
+                    &mut SendAncillaryBuffer::default(),
+                    SendFlags::NOSIGNAL,
+                )
             };
             match sent {
                 Ok(n) => {
@@ -249,7 +270,10 @@ impl Conn {
             && self.receive_open.get()
             && !self.peer_eof.get()
             && self.handler.borrow().is_some()
-            && matches!(self.state.get(), State::Open | State::Closing | State::WriteShut)
+            && matches!(
+                self.state.get(),
+                State::Open | State::Closing | State::WriteShut
+            )
     }
 
     /// Reads and delivers data while the window is open, up to a per-event budget.
@@ -281,7 +305,9 @@ impl Conn {
                     self.read_size.set(if n == capacity {
                         (capacity * 2).min(MAX_READ)
                     } else {
-                        (capacity / 2).max(MIN_READ).max(n.next_power_of_two().min(MAX_READ))
+                        (capacity / 2)
+                            .max(MIN_READ)
+                            .max(n.next_power_of_two().min(MAX_READ))
                     });
                     self.callback(|h, c| h.receive(c, buf));
                     if n < capacity {
@@ -362,7 +388,8 @@ impl Source for Conn {
             }
             self.advance_close();
         }
-        if flags.intersects(EventFlags::IN | EventFlags::RDHUP | EventFlags::HUP | EventFlags::ERR) {
+        if flags.intersects(EventFlags::IN | EventFlags::RDHUP | EventFlags::HUP | EventFlags::ERR)
+        {
             self.readable.set(true);
             self.read_some();
         }
@@ -381,7 +408,10 @@ impl TcpConn {
 
     /// Whether the connection has ended.
     pub fn is_closed(&self) -> bool {
-        matches!(self.0.state.get(), State::Closed(_) | State::ConnectFailed(_))
+        matches!(
+            self.0.state.get(),
+            State::Closed(_) | State::ConnectFailed(_)
+        )
     }
 }
 
@@ -404,9 +434,17 @@ impl TcpConnection for TcpConn {
         while !data.is_empty() {
             let sent = {
                 let fd = self.0.fd.borrow();
-                let Some(fd) = fd.as_ref() else { return Err(SendError::Closed) };
-                let slices: Vec<IoSlice<'_>> = data.segments().take(MAX_IOVECS).map(IoSlice::new).collect();
-                rnet::sendmsg(fd, &slices, &mut SendAncillaryBuffer::default(), SendFlags::NOSIGNAL)
+                let Some(fd) = fd.as_ref() else {
+                    return Err(SendError::Closed);
+                };
+                let slices: Vec<IoSlice<'_>> =
+                    data.segments().take(MAX_IOVECS).map(IoSlice::new).collect();
+                rnet::sendmsg(
+                    fd,
+                    &slices,
+                    &mut SendAncillaryBuffer::default(),
+                    SendFlags::NOSIGNAL,
+                )
             };
             match sent {
                 Ok(n) => {
@@ -429,7 +467,10 @@ impl TcpConnection for TcpConn {
 
     fn send_window(&self) -> usize {
         // Linux does not expose the peer's window; the socket buffer is what `send` fills.
-        if self.0.writable.get() && self.0.send_queue.borrow().is_empty() && self.0.is_open_for_sending().is_ok() {
+        if self.0.writable.get()
+            && self.0.send_queue.borrow().is_empty()
+            && self.0.is_open_for_sending().is_ok()
+        {
             self.0.send_buffer
         } else {
             0
@@ -484,9 +525,18 @@ impl fmt::Debug for TcpConn {
 }
 
 fn new_socket(addr: &SocketAddr) -> Result<OwnedFd, TcpErrorKind> {
-    let family = if addr.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
-    rnet::socket_with(family, SocketType::STREAM, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC, None)
-        .map_err(error_kind)
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    rnet::socket_with(
+        family,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(error_kind)
 }
 
 /// Connects to `addr`; the connection is owned by the calling core. On a core.
@@ -593,7 +643,9 @@ impl Listener {
 
 impl fmt::Debug for Listener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Listener").field("addr", &self.addr).finish()
+        f.debug_struct("Listener")
+            .field("addr", &self.addr)
+            .finish()
     }
 }
 
@@ -622,22 +674,35 @@ pub fn listen(
     for _ in 1..handle.num_cores() {
         sockets.push(listening_socket(&bound)?);
     }
-    let shared = Arc::new(ListenerShared { closed: AtomicBool::new(false) });
+    let shared = Arc::new(ListenerShared {
+        closed: AtomicBool::new(false),
+    });
     let on_accept: Arc<AcceptFn> = Arc::new(on_accept);
     for (core, fd) in sockets.into_iter().enumerate() {
         let (on_accept, shared) = (on_accept.clone(), shared.clone());
         handle
             .spawn_on(CoreId(core as u32), move || {
-                let source = Rc::new(ListenSource { fd, token: Cell::new(None), on_accept, shared });
+                let source = Rc::new(ListenSource {
+                    fd,
+                    token: Cell::new(None),
+                    on_accept,
+                    shared,
+                });
                 match reactor::register(&source.fd, EventFlags::IN, source.clone()) {
                     Ok(token) => {
                         source.token.set(Some(token));
                         LISTENERS.with(|l| l.borrow_mut().push(source));
                     }
-                    Err(e) => log::error!("{}: cannot watch listening socket: {e}", event::core_id()),
+                    Err(e) => {
+                        log::error!("{}: cannot watch listening socket: {e}", event::core_id())
+                    }
                 }
             })
             .map_err(|_| TcpErrorKind::Other(0))?;
     }
-    Ok(Listener { addr: bound, shared, handle })
+    Ok(Listener {
+        addr: bound,
+        shared,
+        handle,
+    })
 }

@@ -31,9 +31,9 @@
 
 pub use ebb_core::ebb::{EbbError, EbbId, MulticoreEbb, SharedEbb};
 pub use ebb_core::event::{
-    Elapsed, Handle, IdleId, IdleStatus, JoinHandle, SpawnError, add_idle_handler, at_core_exit, core_id,
-    now, num_cores, remove_idle_handler, run_on, shutdown, sleep, sleep_until, spawn_local, spawn_local_on,
-    spawn_on, timeout, yield_now,
+    Elapsed, Handle, IdleId, IdleStatus, JoinHandle, SpawnError, add_idle_handler, at_core_exit,
+    core_id, now, num_cores, remove_idle_handler, run_on, shutdown, sleep, sleep_until,
+    spawn_local, spawn_local_on, spawn_on, timeout, yield_now,
 };
 pub use ebb_core::iobuf::{self, Cursor, IOBuf, IOBufChain};
 pub use ebb_core::{CoreId, Ebb, EbbRef, Instant, future, rcu};

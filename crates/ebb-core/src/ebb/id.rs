@@ -18,7 +18,10 @@ impl EbbId {
     /// A static id, for one of the system's own Ebbs. Panics (at compile time in a `const`)
     /// if `n` is not below [`FIRST_DYNAMIC_ID`].
     pub const fn new_static(n: u32) -> EbbId {
-        assert!(n < FIRST_DYNAMIC_ID, "static Ebb ids are below FIRST_DYNAMIC_ID");
+        assert!(
+            n < FIRST_DYNAMIC_ID,
+            "static Ebb ids are below FIRST_DYNAMIC_ID"
+        );
         EbbId(n)
     }
 
@@ -64,14 +67,23 @@ pub struct EbbIdAllocator {
 impl EbbIdAllocator {
     /// An allocator for ids in `start..end` (clamped to the table size).
     pub const fn new(start: u32, end: u32) -> Self {
-        let end = if end as usize > MAX_EBBS { MAX_EBBS as u32 } else { end };
-        EbbIdAllocator { next: AtomicU32::new(start), end }
+        let end = if end as usize > MAX_EBBS {
+            MAX_EBBS as u32
+        } else {
+            end
+        };
+        EbbIdAllocator {
+            next: AtomicU32::new(start),
+            end,
+        }
     }
 
     /// A fresh id, or [`EbbError::IdsExhausted`].
     pub fn allocate(&self) -> Result<EbbId, EbbError> {
         self.next
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < self.end).then_some(n + 1))
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.end).then_some(n + 1)
+            })
             .map(EbbId)
             .map_err(|_| EbbError::IdsExhausted)
     }

@@ -14,7 +14,9 @@ pub struct LocalIdMap {
     roots: spin::RwLock<BTreeMap<EbbId, Root>>,
 }
 
-static LOCAL_ID_MAP: LocalIdMap = LocalIdMap { roots: spin::RwLock::new(BTreeMap::new()) };
+static LOCAL_ID_MAP: LocalIdMap = LocalIdMap {
+    roots: spin::RwLock::new(BTreeMap::new()),
+};
 
 /// This node's LocalIdMap.
 pub fn local_id_map() -> &'static LocalIdMap {

@@ -43,7 +43,10 @@ impl<R: 'static> Ebb for MulticoreEbb<R> {
     fn miss(id: EbbId) -> Result<&'static R, EbbError> {
         let root = local_id_map().get::<MulticoreRoot<R>>(id)?;
         let core = percore::current_core().ok_or(EbbError::NotOnCore)?;
-        let slot = root.reps.get(core.index()).ok_or(EbbError::CoreOutOfRange)?;
+        let slot = root
+            .reps
+            .get(core.index())
+            .ok_or(EbbError::CoreOutOfRange)?;
         let rep = slot.call_once(|| RepPtr(Box::leak(Box::new((root.make)(core)))));
         // SAFETY: the pointer came from `Box::leak` of an `R` made for this core and is never
         // freed; this core is its only user (or `R: Sync` visitors, which only share it).
@@ -58,7 +61,13 @@ impl<R: 'static> MulticoreEbb<R> {
     ) -> Result<EbbRef<Self>, EbbError> {
         let id = NODE_IDS.allocate()?;
         let reps = (0..MAX_CORES).map(|_| spin::Once::new()).collect();
-        local_id_map().bind(id, MulticoreRoot { make: Box::new(make), reps })?;
+        local_id_map().bind(
+            id,
+            MulticoreRoot {
+                make: Box::new(make),
+                reps,
+            },
+        )?;
         // SAFETY: `id` is fresh, so this is the only type it is bound to.
         Ok(unsafe { EbbRef::from_id_unchecked(id) })
     }
@@ -75,7 +84,9 @@ impl<R: 'static> MulticoreEbb<R> {
     where
         R: Sync,
     {
-        let Ok(root) = local_id_map().get::<MulticoreRoot<R>>(ebb.id()) else { return };
+        let Ok(root) = local_id_map().get::<MulticoreRoot<R>>(ebb.id()) else {
+            return;
+        };
         for (core, slot) in root.reps.iter().enumerate() {
             if let Some(rep) = slot.get() {
                 // SAFETY: leaked, never freed; `R: Sync` makes shared access from here fine.
@@ -91,11 +102,16 @@ impl<R: 'static> MulticoreEbb<R> {
         ebb: EbbRef<Self>,
         f: impl Fn(&R) -> U + Send + Sync + Clone + 'static,
     ) -> Result<Vec<U>, SpawnError> {
-        let cores = event::Handle::current().ok_or(SpawnError::NotOnCore)?.num_cores();
+        let cores = event::Handle::current()
+            .ok_or(SpawnError::NotOnCore)?
+            .num_cores();
         let calls = (0..cores).map(|core| {
             let f = f.clone();
             event::run_on(CoreId(core as u32), move || f(ebb.rep()))
         });
-        futures_util::future::join_all(calls).await.into_iter().collect()
+        futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .collect()
     }
 }

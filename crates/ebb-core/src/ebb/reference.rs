@@ -38,7 +38,10 @@ impl<T: Ebb> EbbRef<T> {
     /// Every `EbbRef` ever made for `id` must have the same `T`: the per-core tables store
     /// untyped pointers that this handle reinterprets as `&T::Rep`.
     pub const unsafe fn from_id_unchecked(id: EbbId) -> Self {
-        EbbRef { id, kind: PhantomData }
+        EbbRef {
+            id,
+            kind: PhantomData,
+        }
     }
 
     /// The Ebb's id.
@@ -124,6 +127,11 @@ impl<T: Ebb> Eq for EbbRef<T> {}
 
 impl<T: Ebb> fmt::Debug for EbbRef<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "EbbRef<{}>({})", core::any::type_name::<T>(), self.id.as_u32())
+        write!(
+            f,
+            "EbbRef<{}>({})",
+            core::any::type_name::<T>(),
+            self.id.as_u32()
+        )
     }
 }

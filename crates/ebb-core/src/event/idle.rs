@@ -124,6 +124,10 @@ mod tests {
         idle.run();
         assert_eq!(runs.get(), 1);
         idle.run();
-        assert_eq!(runs.get(), 101, "the removed handler did not run again; the new one did");
+        assert_eq!(
+            runs.get(),
+            101,
+            "the removed handler did not run again; the new one did"
+        );
     }
 }

@@ -31,10 +31,10 @@ pub use task::JoinHandle;
 pub use threads::{RunError, run_on_threads};
 pub use time::{Elapsed, Sleep, Timeout, sleep, sleep_until, timeout};
 
+use crate::CoreId;
 use crate::future::{PromiseFuture, promise};
 use crate::platform::{Instant, Platform};
 use crate::rcu::RcuDomain;
-use crate::CoreId;
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::fmt;
@@ -211,7 +211,11 @@ impl Handle {
     }
 
     /// Runs `f` on `core` as one synthetic event.
-    pub fn spawn_on(&self, core: CoreId, f: impl FnOnce() + Send + 'static) -> Result<(), SpawnError> {
+    pub fn spawn_on(
+        &self,
+        core: CoreId,
+        f: impl FnOnce() + Send + 'static,
+    ) -> Result<(), SpawnError> {
         self.shared.spawn_on(core, Box::new(f))
     }
 
@@ -248,6 +252,8 @@ impl Handle {
 
 impl fmt::Debug for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Handle").field("cores", &self.num_cores()).finish()
+        f.debug_struct("Handle")
+            .field("cores", &self.num_cores())
+            .finish()
     }
 }

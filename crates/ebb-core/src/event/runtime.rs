@@ -1,9 +1,9 @@
 //! The per-core event loop and the node-wide state the loops share.
 
+use super::SpawnError;
 use super::idle::IdleHandlers;
 use super::task::Task;
 use super::timer::TimerQueue;
-use super::SpawnError;
 use crate::platform::{Instant, Platform};
 use crate::rcu::RcuDomain;
 use crate::{CoreId, percore};
@@ -75,7 +75,8 @@ impl RuntimeShared {
         // Pairs with the fence in `CoreContext::sleep`: either the sleeper sees our push,
         // or we see its `may_sleep` (Dekker's pattern; both sides need a full fence).
         fence(Ordering::SeqCst);
-        if inbox.may_sleep.load(Ordering::Relaxed) && inbox.may_sleep.swap(false, Ordering::AcqRel) {
+        if inbox.may_sleep.load(Ordering::Relaxed) && inbox.may_sleep.swap(false, Ordering::AcqRel)
+        {
             inbox.kicks.fetch_add(1, Ordering::Relaxed);
             self.platform.wake(core);
         }
@@ -101,7 +102,8 @@ impl RuntimeShared {
     }
 
     pub(crate) fn kicks(&self, core: CoreId) -> u64 {
-        self.inbox(core).map_or(0, |i| i.kicks.load(Ordering::Relaxed))
+        self.inbox(core)
+            .map_or(0, |i| i.kicks.load(Ordering::Relaxed))
     }
 }
 
@@ -250,7 +252,11 @@ impl CoreContext {
             inbox.may_sleep.store(false, Ordering::Relaxed);
             return;
         }
-        let deadline = self.timers.borrow_mut().next_deadline().unwrap_or(Instant::FAR_FUTURE);
+        let deadline = self
+            .timers
+            .borrow_mut()
+            .next_deadline()
+            .unwrap_or(Instant::FAR_FUTURE);
         rcu.enter_idle(self.id);
         platform.poll_events(self.id, deadline);
         rcu.exit_idle(self.id);
@@ -313,8 +319,12 @@ impl Runtime {
             })
             .collect();
         let rcu = Arc::new(RcuDomain::new(num_cores));
-        let shared =
-            Arc::new(RuntimeShared { platform, inboxes, rcu, shutting_down: AtomicBool::new(false) });
+        let shared = Arc::new(RuntimeShared {
+            platform,
+            inboxes,
+            rcu,
+            shutting_down: AtomicBool::new(false),
+        });
         Ok(Runtime { shared })
     }
 
@@ -330,8 +340,14 @@ impl Runtime {
     ///
     /// If `core` is out of range or the thread is already running a core.
     pub fn run_core(&self, core: CoreId, init: impl FnOnce()) {
-        assert!(core.index() < self.shared.num_cores(), "{core} is not part of this runtime");
-        assert!(CoreContext::current().is_none(), "this thread already runs an Ebbflow core");
+        assert!(
+            core.index() < self.shared.num_cores(),
+            "{core} is not part of this runtime"
+        );
+        assert!(
+            CoreContext::current().is_none(),
+            "this thread already runs an Ebbflow core"
+        );
         let ctx = CoreContext {
             id: core,
             shared: self.shared.clone(),

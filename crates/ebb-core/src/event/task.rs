@@ -41,7 +41,11 @@ unsafe impl Send for Task {}
 unsafe impl Sync for Task {}
 
 impl Task {
-    pub(crate) fn new(owner: CoreId, runtime: Arc<RuntimeShared>, future: LocalFuture) -> Arc<Task> {
+    pub(crate) fn new(
+        owner: CoreId,
+        runtime: Arc<RuntimeShared>,
+        future: LocalFuture,
+    ) -> Arc<Task> {
         Arc::new(Task {
             owner,
             runtime,
@@ -67,7 +71,9 @@ impl Task {
         // touched, and no other borrow of it is live: a future's poll cannot re-enter the
         // event loop, so the task cannot be polled recursively.
         let future = unsafe { &mut *self.future.get() };
-        let Some(fut) = future.as_mut() else { return false };
+        let Some(fut) = future.as_mut() else {
+            return false;
+        };
         if fut.as_mut().poll(&mut cx).is_ready() {
             *future = None;
             ctx.forget_task(self.slot.get());
@@ -78,7 +84,11 @@ impl Task {
 
     /// Drops the future without completing it (the core is stopping). Owner core only.
     pub(crate) fn cancel(&self, ctx: &CoreContext) {
-        assert_eq!(ctx.id(), self.owner, "a task was cancelled off its owner core");
+        assert_eq!(
+            ctx.id(),
+            self.owner,
+            "a task was cancelled off its owner core"
+        );
         // SAFETY: owner core, and not inside this task's poll (called only by the loop's
         // shutdown path), so no other borrow of `future` exists.
         let future = unsafe { (*self.future.get()).take() };
@@ -129,7 +139,10 @@ impl<T> Future for JoinHandle<T> {
         match state.output.take() {
             Some(output) => Poll::Ready(output),
             None => {
-                assert!(!state.finished, "JoinHandle polled after it returned the output");
+                assert!(
+                    !state.finished,
+                    "JoinHandle polled after it returned the output"
+                );
                 state.waiter = Some(cx.waker().clone());
                 Poll::Pending
             }
@@ -142,7 +155,11 @@ pub(crate) fn with_join_handle<F>(future: F) -> (LocalFuture, JoinHandle<F::Outp
 where
     F: Future + 'static,
 {
-    let state = Rc::new(RefCell::new(JoinState { output: None, waiter: None, finished: false }));
+    let state = Rc::new(RefCell::new(JoinState {
+        output: None,
+        waiter: None,
+        finished: false,
+    }));
     let task_state = state.clone();
     let wrapped = Box::pin(async move {
         let output = future.await;

@@ -61,9 +61,9 @@ where
         let mut threads = Vec::with_capacity(cores);
         for i in 0..cores {
             let core = CoreId(i as u32);
-            let spawned = std::thread::Builder::new().name(std::format!("ebb-core-{i}")).spawn_scoped(
-                scope,
-                move || {
+            let spawned = std::thread::Builder::new()
+                .name(std::format!("ebb-core-{i}"))
+                .spawn_scoped(scope, move || {
                     runtime.run_core(core, || {
                         init_core(core);
                         if core.index() != 0 {
@@ -82,8 +82,7 @@ where
                             });
                         }
                     });
-                },
-            );
+                });
             match spawned {
                 Ok(t) => threads.push((core, t)),
                 Err(e) => {

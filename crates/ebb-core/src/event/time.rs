@@ -19,12 +19,20 @@ pub struct Sleep {
 
 /// Completes `duration` after its first poll. On a core.
 pub fn sleep(duration: Duration) -> Sleep {
-    Sleep { deadline: None, after: duration, key: None }
+    Sleep {
+        deadline: None,
+        after: duration,
+        key: None,
+    }
 }
 
 /// Completes once the platform clock reaches `deadline`. On a core.
 pub fn sleep_until(deadline: Instant) -> Sleep {
-    Sleep { deadline: Some(deadline), after: Duration::ZERO, key: None }
+    Sleep {
+        deadline: Some(deadline),
+        after: Duration::ZERO,
+        key: None,
+    }
 }
 
 impl Sleep {
@@ -74,7 +82,9 @@ impl Drop for Sleep {
 
 impl fmt::Debug for Sleep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Sleep").field("deadline", &self.deadline).finish()
+        f.debug_struct("Sleep")
+            .field("deadline", &self.deadline)
+            .finish()
     }
 }
 
@@ -102,7 +112,10 @@ pin_project_lite::pin_project! {
 
 /// Runs `future` for at most `duration`; resolves to its output or [`Elapsed`]. On a core.
 pub fn timeout<F: Future>(duration: Duration, future: F) -> Timeout<F> {
-    Timeout { future, sleep: sleep(duration) }
+    Timeout {
+        future,
+        sleep: sleep(duration),
+    }
 }
 
 impl<F: Future> Future for Timeout<F> {

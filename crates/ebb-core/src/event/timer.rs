@@ -46,14 +46,20 @@ impl TimerQueue {
             self.slots.push(Slot::default());
             self.slots.len() - 1
         });
-        self.slots[slot] = Slot { generation, waker: Some(waker), fired: false };
+        self.slots[slot] = Slot {
+            generation,
+            waker: Some(waker),
+            fired: false,
+        };
         self.heap.push(Reverse((deadline, generation, slot)));
         self.live += 1;
         TimerKey { slot, generation }
     }
 
     fn slot(&mut self, key: TimerKey) -> Option<&mut Slot> {
-        self.slots.get_mut(key.slot).filter(|s| s.generation == key.generation)
+        self.slots
+            .get_mut(key.slot)
+            .filter(|s| s.generation == key.generation)
     }
 
     /// Whether the timer has expired.
@@ -122,14 +128,18 @@ impl TimerQueue {
     }
 
     fn is_pending(&self, slot: usize, generation: u64) -> bool {
-        self.slots.get(slot).is_some_and(|s| s.generation == generation && !s.fired)
+        self.slots
+            .get(slot)
+            .is_some_and(|s| s.generation == generation && !s.fired)
     }
 
     fn compact_if_stale(&mut self) {
         if self.heap.len() > 2 * self.live + 64 {
             let slots = &self.slots;
             self.heap.retain(|Reverse((_, generation, slot))| {
-                slots.get(*slot).is_some_and(|s| s.generation == *generation && !s.fired)
+                slots
+                    .get(*slot)
+                    .is_some_and(|s| s.generation == *generation && !s.fired)
             });
         }
     }
@@ -207,7 +217,11 @@ mod tests {
             let k = q.insert(at(1_000 + i), w.clone());
             q.remove(k);
         }
-        assert!(q.heap_len() <= 64 + 1, "heap holds {} stale entries", q.heap_len());
+        assert!(
+            q.heap_len() <= 64 + 1,
+            "heap holds {} stale entries",
+            q.heap_len()
+        );
         assert!(q.is_empty());
     }
 }

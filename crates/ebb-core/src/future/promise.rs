@@ -45,8 +45,15 @@ pub struct PromiseFuture<T> {
 
 /// A new, unfulfilled promise and the future of its value.
 pub fn promise<T>() -> (Promise<T>, PromiseFuture<T>) {
-    let shared = Arc::new(Shared { state: spin::Mutex::new(State::Waiting(None)) });
-    (Promise { shared: shared.clone() }, PromiseFuture { shared })
+    let shared = Arc::new(Shared {
+        state: spin::Mutex::new(State::Waiting(None)),
+    });
+    (
+        Promise {
+            shared: shared.clone(),
+        },
+        PromiseFuture { shared },
+    )
 }
 
 impl<T> Promise<T> {
@@ -118,7 +125,9 @@ impl<T> Future for PromiseFuture<T> {
 
 impl<T> fmt::Debug for Promise<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Promise").field("canceled", &self.is_canceled()).finish()
+        f.debug_struct("Promise")
+            .field("canceled", &self.is_canceled())
+            .finish()
     }
 }
 
