@@ -130,13 +130,14 @@ run_set() {
   local b
   for b in "${BACKEND_LIST[@]}"; do
     : >"$OUT_DIR/$tag-$b.rps"; : >"$OUT_DIR/$tag-$b.p50"; : >"$OUT_DIR/$tag-$b.p99"
+    : >"$OUT_DIR/$tag-$b.cpu"
   done
 
   echo
   echo "## conns=$conns size=$SIZE duration=$DURATION warmup=$WARMUP (server on CPU 0, echo-load on CPU 1)"
   echo
-  echo "| run | backend | rps | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | errors | loadavg(1m) |"
-  echo "|----:|---------|----:|-------:|-------:|-------:|---------:|-------:|-------:|------------:|"
+  echo "| run | backend | rps | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | errors | server CPU ns/req | loadavg(1m) |"
+  echo "|----:|---------|----:|-------:|-------:|-------:|---------:|-------:|-------:|------------------:|------------:|"
 
   local r k name
   for ((r = 1; r <= REPEATS; r++)); do
@@ -146,12 +147,20 @@ run_set() {
       local load
       load=$(cut -d' ' -f1 /proc/loadavg)
       start_server "$name"
-      local json rc=0
+      local json rc=0 cpu0 cpu1
+      cpu0=$(cut -d' ' -f1 "/proc/$SERVER_PID/schedstat")
       json=$("$LOAD_BIN" --addr "127.0.0.1:$PORT" --conns "$conns" --size "$SIZE" \
         --duration "$DURATION" --warmup "$WARMUP" --pin-core 1 \
         2>"$OUT_DIR/load-$name-$RUN_ID.err") || rc=$?
+      cpu1=$(cut -d' ' -f1 "/proc/$SERVER_PID/schedstat")
       cleanup
-      echo "{\"config\":\"$tag\",\"run\":$r,\"backend\":\"$name\",\"loadavg\":$load,\"result\":${json:-null},\"rc\":$rc}" >>"$OUT_DIR/results.jsonl"
+      # Server CPU ns per request: on-CPU time over the whole load (warm-up
+      # included) / requests scaled to warm-up + measured time.
+      local cpu_ns
+      cpu_ns=$(awk -v c=$((cpu1 - cpu0)) -v n="$(json_field "$json" requests)" \
+        -v d="$(json_field "$json" duration_s)" -v w="$(json_field "$json" warmup_s)" \
+        'BEGIN { t = n * (d + w) / d; printf "%.0f", (t > 0) ? c / t : 0 }')
+      echo "{\"config\":\"$tag\",\"run\":$r,\"backend\":\"$name\",\"loadavg\":$load,\"server_cpu_ns_per_req\":$cpu_ns,\"result\":${json:-null},\"rc\":$rc}" >>"$OUT_DIR/results.jsonl"
       if [[ -z $json ]]; then
         cat "$OUT_DIR/load-$name-$RUN_ID.err" >&2
         die "echo-load against $name (run $r) failed (exit $rc)"
@@ -163,36 +172,41 @@ run_set() {
       json_field "$json" rps >>"$OUT_DIR/$tag-$name.rps"
       json_field "$json" p50_us >>"$OUT_DIR/$tag-$name.p50"
       json_field "$json" p99_us >>"$OUT_DIR/$tag-$name.p99"
-      printf '| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$r" "$name" \
+      echo "$cpu_ns" >>"$OUT_DIR/$tag-$name.cpu"
+      printf '| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$r" "$name" \
         "$(json_field "$json" rps)" "$(json_field "$json" p50_us)" \
         "$(json_field "$json" p90_us)" "$(json_field "$json" p99_us)" \
         "$(json_field "$json" p999_us)" "$(json_field "$json" max_us)" \
-        "$(json_field "$json" errors)" "$load"
+        "$(json_field "$json" errors)" "$cpu_ns" "$load"
     done
   done
 
   echo
   echo "### Summary conns=$conns ($REPEATS runs each; medians, spread = min–max; ratios = backend / epoll medians)"
   echo
-  echo "| backend | median rps | rps spread | median p50 µs | median p99 µs | p99 spread µs | rps ratio | p50 ratio | p99 ratio |"
-  echo "|---------|-----------:|-----------:|--------------:|--------------:|--------------:|----------:|----------:|----------:|"
-  local base_rps="" base_p50="" base_p99=""
+  echo "| backend | median rps | rps spread | median p50 µs | median p99 µs | p99 spread µs | median server CPU ns/req | CPU spread | rps ratio | p50 ratio | p99 ratio | CPU/req ratio |"
+  echo "|---------|-----------:|-----------:|--------------:|--------------:|--------------:|------------------:|-----------:|----------:|----------:|----------:|----------:|"
+  local base_rps="" base_p50="" base_p99="" base_cpu=""
   if [[ -s $OUT_DIR/$tag-epoll.rps ]]; then
     read -r base_rps _ _ < <(stats "$OUT_DIR/$tag-epoll.rps")
     read -r base_p50 _ _ < <(stats "$OUT_DIR/$tag-epoll.p50")
     read -r base_p99 _ _ < <(stats "$OUT_DIR/$tag-epoll.p99")
+    read -r base_cpu _ _ < <(stats "$OUT_DIR/$tag-epoll.cpu")
   fi
   for b in "${BACKEND_LIST[@]}"; do
-    local rm rmin rmax pm pmin pmax lm
+    local rm rmin rmax pm pmin pmax lm cm cmin cmax
+    read -r cm cmin cmax < <(stats "$OUT_DIR/$tag-$b.cpu")
     read -r rm rmin rmax < <(stats "$OUT_DIR/$tag-$b.rps")
     read -r pm pmin pmax < <(stats "$OUT_DIR/$tag-$b.p99")
     read -r lm _ _ < <(stats "$OUT_DIR/$tag-$b.p50")
     awk -v b="$b" -v rm="$rm" -v rmin="$rmin" -v rmax="$rmax" -v lm="$lm" -v pm="$pm" \
-      -v pmin="$pmin" -v pmax="$pmax" -v br="$base_rps" -v bl="$base_p50" -v bp="$base_p99" 'BEGIN {
+      -v pmin="$pmin" -v pmax="$pmax" -v br="$base_rps" -v bl="$base_p50" -v bp="$base_p99" \
+      -v cm="$cm" -v cmin="$cmin" -v cmax="$cmax" -v bc="$base_cpu" 'BEGIN {
       rr = (br > 0) ? sprintf("%.3f×", rm / br) : "–"
       lr = (bl > 0) ? sprintf("%.3f×", lm / bl) : "–"
       pr = (bp > 0) ? sprintf("%.3f×", pm / bp) : "–"
-      printf "| %s | %s | %s–%s | %s | %s | %s–%s | %s | %s | %s |\n", b, rm, rmin, rmax, lm, pm, pmin, pmax, rr, lr, pr }'
+      cr = (bc > 0) ? sprintf("%.3f×", cm / bc) : "–"
+      printf "| %s | %s | %s–%s | %s | %s | %s–%s | %.0f | %.0f–%.0f | %s | %s | %s | %s |\n", b, rm, rmin, rmax, lm, pm, pmin, pmax, cm, cmin, cmax, rr, lr, pr, cr }'
   done
 }
 

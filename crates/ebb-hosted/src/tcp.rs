@@ -98,6 +98,23 @@ fn close_reason(e: Errno) -> CloseReason {
     }
 }
 
+/// One `sendmsg` of the chain's first segments, gathered on the stack (no allocation);
+/// `MSG_NOSIGNAL` turns a closed peer into `EPIPE` instead of a process-killing `SIGPIPE`.
+fn send_segments(fd: &OwnedFd, chain: &IOBufChain) -> rustix::io::Result<usize> {
+    let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+    let mut count = 0;
+    for (slot, segment) in slices.iter_mut().zip(chain.segments()) {
+        *slot = IoSlice::new(segment);
+        count += 1;
+    }
+    rnet::sendmsg(
+        fd,
+        &slices[..count],
+        &mut SendAncillaryBuffer::default(),
+        SendFlags::NOSIGNAL,
+    )
+}
+
 fn sock_addr(addr: rustix::io::Result<rnet::SocketAddrAny>) -> Option<SocketAddr> {
     addr.ok().and_then(|a| SocketAddr::try_from(a).ok())
 }
@@ -221,17 +238,7 @@ impl Conn {
                 }
                 let fd = self.fd.borrow();
                 let Some(fd) = fd.as_ref() else { return };
-                let slices: Vec<IoSlice<'_>> = queue
-                    .segments()
-                    .take(MAX_IOVECS)
-                    .map(IoSlice::new)
-                    .collect();
-                rnet::sendmsg(
-                    fd,
-                    &slices,
-                    &mut SendAncillaryBuffer::default(),
-                    SendFlags::NOSIGNAL,
-                )
+                send_segments(fd, &queue)
             };
             match sent {
                 Ok(n) => {
@@ -437,14 +444,7 @@ impl TcpConnection for TcpConn {
                 let Some(fd) = fd.as_ref() else {
                     return Err(SendError::Closed);
                 };
-                let slices: Vec<IoSlice<'_>> =
-                    data.segments().take(MAX_IOVECS).map(IoSlice::new).collect();
-                rnet::sendmsg(
-                    fd,
-                    &slices,
-                    &mut SendAncillaryBuffer::default(),
-                    SendFlags::NOSIGNAL,
-                )
+                send_segments(fd, &data)
             };
             match sent {
                 Ok(n) => {

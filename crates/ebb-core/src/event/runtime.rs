@@ -133,11 +133,12 @@ impl CoreContext {
     #[inline]
     pub(crate) fn current() -> Option<&'static CoreContext> {
         let ptr = percore::context_ptr().cast::<CoreContext>();
-        // SAFETY: the pointer is set by `Runtime::run_core` to a `CoreContext` on that
+        // Soundness: the pointer is set by `Runtime::run_core` to a `CoreContext` on that
         // thread's stack and cleared before the context is dropped, and only the owning
         // thread can read its thread-local, so while non-null it points to a live context.
         // The `'static` lifetime is a white lie bounded by `run_core`, which outlives every
         // caller on this thread (all of them run inside its loop).
+        // SAFETY: by the argument just above.
         unsafe { ptr.as_ref() }
     }
 

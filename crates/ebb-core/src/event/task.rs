@@ -97,15 +97,59 @@ impl Task {
 }
 
 impl ArcWake for Task {
+    fn wake(self: Arc<Self>) {
+        Task::schedule(WakeRef::Owned(self));
+    }
+
     fn wake_by_ref(task: &Arc<Self>) {
-        if task.queued.swap(true, Ordering::AcqRel) {
-            return;
+        Task::schedule(WakeRef::Borrowed(task));
+    }
+}
+
+/// A waking reference: by value (no reference-count traffic) or borrowed (cloned if queued).
+enum WakeRef<'a> {
+    Owned(Arc<Task>),
+    Borrowed(&'a Arc<Task>),
+}
+
+impl WakeRef<'_> {
+    fn task(&self) -> &Arc<Task> {
+        match self {
+            WakeRef::Owned(task) => task,
+            WakeRef::Borrowed(task) => task,
         }
+    }
+
+    fn into_arc(self) -> Arc<Task> {
+        match self {
+            WakeRef::Owned(task) => task,
+            WakeRef::Borrowed(task) => task.clone(),
+        }
+    }
+}
+
+impl Task {
+    fn schedule(waking: WakeRef<'_>) {
+        let task = waking.task();
         match CoreContext::current() {
             Some(ctx) if ctx.id() == task.owner && ctx.belongs_to(&task.runtime) => {
-                ctx.push_ready(task.clone());
+                // On the owner core a plain load and store suffice: if another core sets
+                // the flag at the same moment, the task is queued twice and polled once
+                // more than needed, which futures must tolerate anyway.
+                if task.queued.load(Ordering::Relaxed) {
+                    return;
+                }
+                task.queued.store(true, Ordering::Relaxed);
+                ctx.push_ready(waking.into_arc());
             }
-            _ => task.runtime.push_remote_wake(task.owner, task.clone()),
+            _ => {
+                if task.queued.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+                let owner = task.owner;
+                let runtime = task.runtime.clone();
+                runtime.push_remote_wake(owner, waking.into_arc());
+            }
         }
     }
 }

@@ -94,10 +94,11 @@ impl<K, V> Drop for Table<K, V> {
         for head in self.buckets.iter_mut() {
             let mut next = *head.get_mut();
             while !next.is_null() {
-                // SAFETY: `next` is linked in this table, which owns it (module
+                // Soundness: `next` is linked in this table, which owns it (module
                 // invariant); the table is dropped either by the map's own drop
                 // (exclusive access, no readers) or by an RCU callback after a grace
                 // period (no readers left), and each node is visited once.
+                // SAFETY: by the argument just above.
                 let mut node = unsafe { Box::from_raw(next) };
                 next = *node.next.get_mut();
             }
@@ -118,13 +119,14 @@ impl<'r, K, V> Iterator for Chain<'r, K, V> {
         if self.next.is_null() {
             return None;
         }
-        // SAFETY: `self.next` was loaded (Acquire, so the node's contents are
+        // Soundness: `self.next` was loaded (Acquire, so the node's contents are
         // visible) during the read `'r` from a table or node that was alive then. A
         // node unlinked after that load is only freed after a grace period, which
         // cannot end before this read's core passes a quiescent state, and `'r` ends
         // before that: it is confined to a read closure run under a read guard (see
         // `RcuHashMap::read`). Without a guard the writer lock is held, so nothing is
         // unlinked at all.
+        // SAFETY: by the argument just above.
         let node = unsafe { &*self.next };
         self.next = node.next.load(Ordering::Acquire);
         Some(node)
@@ -238,11 +240,12 @@ impl<K, V, S> RcuHashMap<K, V, S> {
         // exclude writers instead. Nothing is unlinked, hence nothing freed, while we
         // hold the lock.
         let _lock = guard.is_none().then(|| self.writer.lock());
-        // SAFETY: the table pointer is never null, and a table is freed only after a
+        // Soundness: the table pointer is never null, and a table is freed only after a
         // grace period following its replacement (or by `Drop`, which has `&mut
         // self`). With a read guard, that grace period cannot end before this core's
         // next quiescent state, which cannot be reported while the guard lives and
         // the guard outlives `f`; without one we hold the writer lock.
+        // SAFETY: by the argument just above.
         let table = unsafe { &*self.table.load(Ordering::Acquire) };
         f(table)
     }
