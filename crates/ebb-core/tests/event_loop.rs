@@ -88,8 +88,8 @@ fn one_synthetic_event_per_iteration_interleaved_with_idle_handlers() {
             event::yield_now().await;
         }
         event::remove_idle_handler(id);
-        let v = shared.lock().unwrap().clone();
-        v
+
+        shared.lock().unwrap().clone()
     });
     // This task's own first poll happens in iteration 1 too; what matters is that the two
     // remote events land in different iterations, each followed by the idle round.
@@ -142,8 +142,8 @@ fn timers_fire_in_deadline_order() {
         for h in handles {
             h.await;
         }
-        let v = order.borrow().clone();
-        v
+
+        order.borrow().clone()
     });
     assert_eq!(order, [(10, 10), (20, 20), (30, 30)]);
 }

@@ -95,6 +95,6 @@ where
         // Sockets and their handlers are dropped on the core, while it is still one.
         ebb_core::event::at_core_exit(reactor::leave);
     };
-    let result = run_on_threads(runtime, enter_core, main).map_err(ConfigError::Run);
-    result
+
+    run_on_threads(runtime, enter_core, main).map_err(ConfigError::Run)
 }

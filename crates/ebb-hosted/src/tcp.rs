@@ -361,10 +361,10 @@ impl Source for Conn {
                 Some(Ok(Ok(()))) => self.state.set(State::Open),
                 Some(Ok(Err(e)) | Err(e)) => {
                     self.state.set(State::ConnectFailed(error_kind(e)));
-                    if let Some(fd) = self.fd.borrow_mut().take() {
-                        if let Some(token) = self.token.take() {
-                            let _ = reactor::deregister(&fd, token);
-                        }
+                    if let Some(fd) = self.fd.borrow_mut().take()
+                        && let Some(token) = self.token.take()
+                    {
+                        let _ = reactor::deregister(&fd, token);
                     }
                 }
                 None => {}
@@ -628,10 +628,8 @@ impl Listener {
                 LISTENERS.with(|listeners| {
                     listeners.borrow_mut().retain(|l| {
                         let keep = !Arc::ptr_eq(&l.shared, &shared);
-                        if !keep {
-                            if let Some(token) = l.token.take() {
-                                let _ = reactor::deregister(&l.fd, token);
-                            }
+                        if !keep && let Some(token) = l.token.take() {
+                            let _ = reactor::deregister(&l.fd, token);
                         }
                         keep
                     })

@@ -178,10 +178,10 @@ impl CoreContext {
 
     pub(crate) fn forget_task(&self, slot: usize) {
         let mut tasks = self.tasks.borrow_mut();
-        if let Some(entry) = tasks.slots.get_mut(slot) {
-            if entry.take().is_some() {
-                tasks.free.push(slot);
-            }
+        if let Some(entry) = tasks.slots.get_mut(slot)
+            && entry.take().is_some()
+        {
+            tasks.free.push(slot);
         }
     }
 

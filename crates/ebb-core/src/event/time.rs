@@ -71,10 +71,10 @@ impl Drop for Sleep {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
             // The core may be tearing down (context gone): then the heap goes too.
-            if let Some(ctx) = CoreContext::current() {
-                if let Ok(mut timers) = ctx.timers.try_borrow_mut() {
-                    timers.remove(key);
-                }
+            if let Some(ctx) = CoreContext::current()
+                && let Ok(mut timers) = ctx.timers.try_borrow_mut()
+            {
+                timers.remove(key);
             }
         }
     }

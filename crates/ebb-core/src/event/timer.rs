@@ -69,10 +69,10 @@ impl TimerQueue {
 
     /// Replaces the waker of a pending timer (a future polled from a new context).
     pub(crate) fn set_waker(&mut self, key: TimerKey, waker: &Waker) {
-        if let Some(slot) = self.slot(key) {
-            if !slot.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                slot.waker = Some(waker.clone());
-            }
+        if let Some(slot) = self.slot(key)
+            && !slot.waker.as_ref().is_some_and(|w| w.will_wake(waker))
+        {
+            slot.waker = Some(waker.clone());
         }
     }
 
