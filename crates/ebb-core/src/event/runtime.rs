@@ -224,12 +224,17 @@ impl CoreContext {
                 self.sleep(&*platform, &rcu);
             }
 
+            // `is_empty` first: it is two loads, while `pop` on an empty queue also fences.
             let inbox = self.inbox();
-            while let Some(task) = inbox.wakes.pop() {
-                self.push_ready(task);
+            if !inbox.wakes.is_empty() {
+                while let Some(task) = inbox.wakes.pop() {
+                    self.push_ready(task);
+                }
             }
-            if let Some(event) = inbox.events.pop() {
-                event();
+            if !inbox.events.is_empty() {
+                if let Some(event) = inbox.events.pop() {
+                    event();
+                }
             }
             let task = self.ready.borrow_mut().pop_front();
             if let Some(task) = task {
