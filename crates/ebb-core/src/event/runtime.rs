@@ -231,10 +231,10 @@ impl CoreContext {
                     self.push_ready(task);
                 }
             }
-            if !inbox.events.is_empty() {
-                if let Some(event) = inbox.events.pop() {
-                    event();
-                }
+            if !inbox.events.is_empty()
+                && let Some(event) = inbox.events.pop()
+            {
+                event();
             }
             let task = self.ready.borrow_mut().pop_front();
             if let Some(task) = task {
