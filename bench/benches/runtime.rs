@@ -5,8 +5,8 @@
 //! * `task_switch`: two tasks ping-ponging on one core through the executor vs two pthreads
 //!   ping-ponging on one core (futex condvar);
 //! * `spawn_on_round_trip`: `run_on(other core, || ())` from core 0 to core 1 and back, with
-//!   the target asleep between requests (adaptive: woken through its eventfd) and with both
-//!   cores polling (an idle handler keeps them busy).
+//!   idle cores sleeping at once (every hop an eventfd wake-up), polling 50 µs before
+//!   sleeping (the default), and kept busy by idle handlers.
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use ebb_core::ebb::MulticoreEbb;
@@ -32,6 +32,8 @@ impl Counter {
     }
 }
 
+const CALLS_PER_ITER: u64 = 100;
+
 fn ebb_call(c: &mut Criterion) {
     // Act as core 0 so reps are cached in this thread's table, as on a runtime core.
     percore::set_current_core(Some(CoreId(0)));
@@ -39,11 +41,21 @@ fn ebb_call(c: &mut Criterion) {
     ebb.add(0); // take the miss now
     let direct = Counter { hits: Cell::new(0) };
     let mut group = c.benchmark_group("ebb_call");
+    // 100 calls per iteration, so the timing loop's own cost does not swamp a ~1 ns call.
+    group.throughput(criterion::Throughput::Elements(CALLS_PER_ITER));
     group.bench_function("direct_call", |b| {
-        b.iter(|| black_box(&direct).add(black_box(1)))
+        b.iter(|| {
+            for _ in 0..CALLS_PER_ITER {
+                black_box(&direct).add(black_box(1));
+            }
+        })
     });
     group.bench_function("ebb_ref_call", |b| {
-        b.iter(|| black_box(ebb).rep().add(black_box(1)))
+        b.iter(|| {
+            for _ in 0..CALLS_PER_ITER {
+                black_box(ebb).rep().add(black_box(1));
+            }
+        })
     });
     group.finish();
     percore::set_current_core(None);
@@ -76,10 +88,7 @@ async fn player(me: u8, rounds: u64, baton: Rc<Baton>) {
 
 /// Runs `rounds` round trips between two tasks on one hosted core; returns the time spent.
 fn executor_pingpong(rounds: u64) -> Duration {
-    let config = ebb_hosted::Config {
-        cores: 1,
-        pin: true,
-    };
+    let config = ebb_hosted::Config::with_cores(1);
     ebb_hosted::run(config, move || async move {
         let baton = Rc::new(Baton {
             turn: Cell::new(0),
@@ -112,13 +121,27 @@ fn task_switch(c: &mut Criterion) {
 }
 
 /// Runs `rounds` `run_on` round trips from core 0 to core 1.
-fn spawn_on_round_trips(rounds: u64, polling: bool) -> Duration {
+/// How the two cores wait between round trips.
+#[derive(Clone, Copy)]
+enum Wake {
+    /// Idle cores sleep in epoll at once; every hop is an eventfd wake-up.
+    Sleeping,
+    /// The default: idle cores poll for 50 µs before sleeping (adaptive polling).
+    AdaptivePoll,
+    /// Idle handlers keep both cores spinning.
+    Busy,
+}
+
+fn spawn_on_round_trips(rounds: u64, mode: Wake) -> Duration {
     let config = ebb_hosted::Config {
-        cores: 2,
-        pin: true,
+        idle_poll: match mode {
+            Wake::Sleeping => Duration::ZERO,
+            _ => ebb_hosted::Config::default().idle_poll,
+        },
+        ..ebb_hosted::Config::with_cores(2)
     };
     ebb_hosted::run(config, move || async move {
-        if polling {
+        if matches!(mode, Wake::Busy) {
             // Keep both cores spinning in their loops instead of sleeping in epoll.
             run_on(CoreId(1), || {
                 event::add_idle_handler(|| IdleStatus::Busy);
@@ -139,11 +162,14 @@ fn spawn_on_round_trips(rounds: u64, polling: bool) -> Duration {
 fn spawn_on_round_trip(c: &mut Criterion) {
     let mut group = c.benchmark_group("spawn_on_round_trip");
     group.sample_size(20);
-    group.bench_function("target_sleeps", |b| {
-        b.iter_custom(|iters| spawn_on_round_trips(iters, false))
+    group.bench_function("idle_cores_sleep", |b| {
+        b.iter_custom(|iters| spawn_on_round_trips(iters, Wake::Sleeping))
     });
-    group.bench_function("both_cores_polling", |b| {
-        b.iter_custom(|iters| spawn_on_round_trips(iters, true))
+    group.bench_function("adaptive_poll_50us", |b| {
+        b.iter_custom(|iters| spawn_on_round_trips(iters, Wake::AdaptivePoll))
+    });
+    group.bench_function("both_cores_busy", |b| {
+        b.iter_custom(|iters| spawn_on_round_trips(iters, Wake::Busy))
     });
     group.finish();
 }

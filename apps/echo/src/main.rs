@@ -28,6 +28,9 @@ struct Args {
     /// Number of cores (event loops); default: every CPU the process may use.
     #[arg(long)]
     cores: Option<usize>,
+    /// Microseconds an idle core keeps polling its sockets before sleeping (0: sleep at once).
+    #[arg(long, default_value_t = 50)]
+    idle_poll_us: u64,
 }
 
 /// One connection's handler: echo, with back-pressure.
@@ -58,6 +61,7 @@ fn main() -> std::process::ExitCode {
     if let Some(cores) = args.cores {
         config.cores = cores;
     }
+    config.idle_poll = std::time::Duration::from_micros(args.idle_poll_us);
     let cores = config.cores;
     let addr = SocketAddr::new(args.addr, args.port);
     let result = ebb::run(config, move || async move {

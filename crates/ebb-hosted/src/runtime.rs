@@ -15,6 +15,9 @@ pub struct Config {
     pub cores: usize,
     /// Pin core `i` to the `i`-th CPU the process may run on (so `taskset` composes).
     pub pin: bool,
+    /// How long an idle core keeps polling its sockets before sleeping in `epoll_wait`
+    /// (adaptive polling). Zero: sleep at once. Default: 50 µs.
+    pub idle_poll: std::time::Duration,
 }
 
 impl Default for Config {
@@ -22,6 +25,7 @@ impl Default for Config {
         Config {
             cores: allowed_cpus().len().max(1),
             pin: true,
+            idle_poll: std::time::Duration::from_micros(50),
         }
     }
 }
@@ -75,7 +79,7 @@ where
     T: Send + 'static,
 {
     let platform = Arc::new(HostedPlatform::new(config.cores).map_err(ConfigError::Platform)?);
-    let runtime = Runtime::new(platform.clone(), config.cores)
+    let runtime = Runtime::with_idle_poll(platform.clone(), config.cores, config.idle_poll)
         .map_err(|_| ConfigError::BadCoreCount(config.cores))?;
     let cpus = allowed_cpus();
     let enter_core = |core: CoreId| {
