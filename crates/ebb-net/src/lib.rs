@@ -1,0 +1,24 @@
+//! # ebb-net — Ebbflow's TCP/IP stack
+//!
+//! A sans-IO network stack after EbbRT's: event driven, zero copy, per core. Time and
+//! devices are passed in, so the same code runs in tests, hosted over a TAP device, inside
+//! the monitor and natively.
+//!
+//! * [`wire`] — zero-copy views of packets with checked constructors, and `Repr`s that
+//!   parse and emit them (Ethernet II, ARP, IPv4, ICMPv4, UDP, TCP, DHCPv4), plus the
+//!   internet checksum. No accessor panics once a view is checked; malformed input is an
+//!   error value.
+//! * [`phy`] — the `NetDevice` trait drivers implement, an in-memory link joining two
+//!   stacks, and a seeded fault-injecting wrapper.
+//!
+//! The crate is `no_std` + `alloc`.
+
+#![no_std]
+#![warn(missing_docs)]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+pub mod phy;
+pub mod wire;
