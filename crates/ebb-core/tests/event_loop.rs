@@ -195,13 +195,20 @@ fn a_busy_core_is_never_kicked_and_a_sleeping_one_is() {
                 event::yield_now().await;
             }
             let busy_kicks = handle.kicks(CoreId(1)) - kicks_before;
+            // Only waits logged from now on count: core 1 also slept before it got busy.
+            let log_start = platform.log().len();
             busy.store(false, Ordering::SeqCst);
             // Let core 1 fall asleep (it waits with no deadline), then send it one event.
-            let p = platform.clone();
-            while !p.log().iter().rev().take(50).any(|e| matches!(e, PlatformEvent::Wait { core: CoreId(1), deadline, .. } if *deadline == Instant::FAR_FUTURE)) {
-            std::thread::sleep(Duration::from_millis(1));
-            event::yield_now().await;
-        }
+            let asleep = |p: &TestPlatform| {
+                p.log()[log_start..].iter().any(|e| {
+                    matches!(e, PlatformEvent::Wait { core: CoreId(1), deadline, .. }
+                        if *deadline == Instant::FAR_FUTURE)
+                })
+            };
+            while !asleep(&platform) {
+                std::thread::sleep(Duration::from_millis(1));
+                event::yield_now().await;
+            }
             let before = handle.kicks(CoreId(1));
             run_on(CoreId(1), || ()).await.unwrap();
             (busy_kicks, handle.kicks(CoreId(1)) - before)
@@ -299,5 +306,70 @@ fn a_handle_reaches_cores_from_outside_and_shuts_down() {
     assert_eq!(
         handle.spawn_on(CoreId(0), || {}),
         Err(SpawnError::ShuttingDown)
+    );
+}
+
+#[test]
+fn adaptive_polling_catches_an_event_without_sleeping() {
+    let platform = TestPlatform::new(1);
+    // Virtual time stands still, so the poll window never runs out: the core must spin,
+    // polling its devices, until the injected device event arrives.
+    let runtime = Runtime::with_idle_poll(platform.clone(), 1, Duration::from_secs(3600)).unwrap();
+    let (promise, arrived) = ebb_core::future::promise::<u32>();
+    let p = platform.clone();
+    let injector = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        p.inject_device_event(CoreId(0), move || {
+            promise.set(7).unwrap();
+        });
+    });
+    let got = run_on_threads(
+        runtime,
+        |_| {},
+        move || async move { arrived.await.unwrap() },
+    )
+    .unwrap();
+    injector.join().unwrap();
+    assert_eq!(got, 7);
+    assert!(
+        platform.waits(CoreId(0)).is_empty(),
+        "the core slept: {:?}",
+        platform.log()
+    );
+    assert!(
+        platform.log().iter().any(|e| matches!(
+            e,
+            PlatformEvent::Device {
+                core: CoreId(0),
+                count: 1
+            }
+        )),
+        "the device event was dispatched"
+    );
+}
+
+#[test]
+fn without_adaptive_polling_an_idle_core_sleeps_at_once() {
+    let platform = TestPlatform::new(1);
+    let runtime = Runtime::new(platform.clone(), 1).unwrap();
+    let (promise, arrived) = ebb_core::future::promise::<u32>();
+    let p = platform.clone();
+    let injector = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        p.inject_device_event(CoreId(0), move || {
+            promise.set(7).unwrap();
+        });
+    });
+    let got = run_on_threads(
+        runtime,
+        |_| {},
+        move || async move { arrived.await.unwrap() },
+    )
+    .unwrap();
+    injector.join().unwrap();
+    assert_eq!(got, 7);
+    assert_eq!(
+        platform.waits(CoreId(0)).first().map(|w| w.1),
+        Some(Instant::FAR_FUTURE)
     );
 }
