@@ -3,6 +3,7 @@
 //! * [`echo_check`]: a correctness checker for TCP echo servers (many concurrent
 //!   connections, large payloads, byte-exact verification, EOF handling).
 //! * [`pingpong`]: OS-thread context-switch cost (two threads on one core).
+//! * [`server`]: a server process under test, found through its banner.
 //! * [`sys`]: small Linux helpers (CPU pinning, fd limit).
 //!
 //! Binaries: `echo-load` (closed-loop load generator), `tokio-echo` (the tokio
@@ -10,6 +11,7 @@
 
 pub mod echo_check;
 pub mod pingpong;
+pub mod server;
 pub mod sys;
 
 use std::time::Duration;

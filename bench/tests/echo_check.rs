@@ -1,46 +1,22 @@
 //! Integration tests for `ebb_bench::echo_check` against the real `tokio-echo`
 //! binary and against deliberately broken echo servers.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use ebb_bench::echo_check::{EchoCheckError, Phase, check_echo, size_for};
+use ebb_bench::server::ServerProcess;
 
 const MIB: usize = 1024 * 1024;
 
-/// A running `tokio-echo`, killed on drop.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_tokio_echo(workers: usize) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tokio-echo"))
-        .args(["--port", "0", "--workers", &workers.to_string()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn tokio-echo");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .expect("read tokio-echo banner");
-    let addr = line
-        .trim()
-        .strip_prefix("tokio-echo: listening on ")
-        .unwrap_or_else(|| panic!("unexpected banner {line:?}"))
-        .parse()
-        .expect("parse address");
-    Server { child, addr }
+fn start_tokio_echo(workers: usize) -> ServerProcess {
+    ServerProcess::spawn(
+        env!("CARGO_BIN_EXE_tokio-echo"),
+        &["--port", "0", "--workers", &workers.to_string()],
+        "tokio-echo: listening on ",
+    )
 }
 
 #[test]

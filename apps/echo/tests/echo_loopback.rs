@@ -3,44 +3,17 @@
 //! buffers (which exercises back-pressure: the server stops reading while its queue drains).
 
 use ebb_bench::echo_check::check_echo;
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use ebb_bench::server::ServerProcess;
 use std::time::Duration;
 
 const MIB: usize = 1024 * 1024;
 
-/// A running `echo`, killed on drop.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_echo(cores: usize) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_echo"))
-        .args(["--port", "0", "--cores", &cores.to_string()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn echo");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("banner");
-    let addr = line
-        .trim()
-        .strip_prefix("echo: listening on ")
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("unexpected banner {line:?}"))
-        .parse()
-        .expect("address in banner");
-    Server { child, addr }
+fn start_echo(cores: usize) -> ServerProcess {
+    ServerProcess::spawn(
+        env!("CARGO_BIN_EXE_echo"),
+        &["--port", "0", "--cores", &cores.to_string()],
+        "echo: listening on ",
+    )
 }
 
 #[test]

@@ -230,32 +230,34 @@ impl Conn {
 
     /// Writes queued data until the queue is empty or the socket is full.
     fn flush(self: &Rc<Self>) {
-        loop {
-            let sent = {
-                let queue = self.send_queue.borrow();
-                if queue.is_empty() || !self.writable.get() {
-                    return;
-                }
-                let fd = self.fd.borrow();
-                let Some(fd) = fd.as_ref() else { return };
-                send_segments(fd, &queue)
-            };
-            match sent {
-                Ok(n) => {
-                    // `n` never exceeds the queued length, so trimming cannot fail.
-                    let _ = self.send_queue.borrow_mut().trim_front(n);
-                }
+        if !self.writable.get() {
+            return;
+        }
+        let written = self.write_from(&mut self.send_queue.borrow_mut());
+        if let Err(reason) = written {
+            self.finish(reason);
+        }
+    }
+
+    /// Writes from the front of `chain` until it is empty or the socket is full, trimming
+    /// what went out. Clears `writable` on a full socket; a failure is returned, not acted
+    /// on, so the caller can end the connection once it holds no borrows.
+    fn write_from(&self, chain: &mut IOBufChain) -> Result<(), CloseReason> {
+        let fd = self.fd.borrow();
+        let Some(fd) = fd.as_ref() else { return Ok(()) };
+        while !chain.is_empty() {
+            match send_segments(fd, chain) {
+                // `n` never exceeds the chain's length, so trimming cannot fail.
+                Ok(n) => drop(chain.trim_front(n)),
                 Err(Errno::AGAIN) => {
                     self.writable.set(false);
-                    return;
+                    break;
                 }
                 Err(Errno::INTR) => {}
-                Err(e) => {
-                    self.finish(close_reason(e));
-                    return;
-                }
+                Err(e) => return Err(close_reason(e)),
             }
         }
+        Ok(())
     }
 
     /// Sends FIN once a requested close has drained, and ends the connection once both
@@ -438,29 +440,12 @@ impl TcpConnection for TcpConn {
         if !self.0.send_queue.borrow().is_empty() || self.0.state.get() == State::Connecting {
             return Ok(data);
         }
-        while !data.is_empty() {
-            let sent = {
-                let fd = self.0.fd.borrow();
-                let Some(fd) = fd.as_ref() else {
-                    return Err(SendError::Closed);
-                };
-                send_segments(fd, &data)
-            };
-            match sent {
-                Ok(n) => {
-                    let _ = data.trim_front(n);
-                }
-                Err(Errno::AGAIN) => {
-                    self.0.writable.set(false);
-                    break;
-                }
-                Err(Errno::INTR) => {}
-                Err(e) => {
-                    let reason = close_reason(e);
-                    self.0.finish(reason);
-                    return Err(SendError::Failed(reason));
-                }
-            }
+        if self.0.fd.borrow().is_none() {
+            return Err(SendError::Closed);
+        }
+        if let Err(reason) = self.0.write_from(&mut data) {
+            self.0.finish(reason);
+            return Err(SendError::Failed(reason));
         }
         Ok(data)
     }
