@@ -66,6 +66,8 @@ struct Conn {
     writable: Cell<bool>,
     readable: Cell<bool>,
     peer_eof: Cell<bool>,
+    /// epoll reported the peer's FIN (RDHUP/HUP): reads must go on until they see it.
+    fin_pending: Cell<bool>,
     receive_open: Cell<bool>,
     read_scheduled: Cell<bool>,
     read_size: Cell<usize>,
@@ -146,6 +148,7 @@ impl Conn {
             writable: Cell::new(false),
             readable: Cell::new(false),
             peer_eof: Cell::new(false),
+            fin_pending: Cell::new(false),
             receive_open: Cell::new(true),
             read_scheduled: Cell::new(false),
             read_size: Cell::new(MIN_READ),
@@ -319,8 +322,10 @@ impl Conn {
                             .max(n.next_power_of_two().min(MAX_READ))
                     });
                     self.callback(|h, c| h.receive(c, buf));
-                    if n < capacity {
+                    if n < capacity && !self.fin_pending.get() {
                         // A short read drained the socket; the next arrival is a new edge.
+                        // Not so for a FIN that came with the data: its edge is this one,
+                        // so with `fin_pending` we read on until the read returns 0.
                         self.readable.set(false);
                         return;
                     }
@@ -399,6 +404,9 @@ impl Source for Conn {
         }
         if flags.intersects(EventFlags::IN | EventFlags::RDHUP | EventFlags::HUP | EventFlags::ERR)
         {
+            if flags.intersects(EventFlags::RDHUP | EventFlags::HUP) {
+                self.fin_pending.set(true);
+            }
             self.readable.set(true);
             self.read_some();
         }
