@@ -1,0 +1,67 @@
+//! The x86_64 instructions the runtime needs at CPL 3, each wrapped in a safe function.
+//!
+//! All of them are unprivileged here: `out` because the monitor starts every vCPU with
+//! IOPL 3, `rdtsc` because CR4.TSD is clear, `mov reg, gs:[0]` because the monitor points
+//! GS base at this core's per-core block before the first instruction.
+
+use crate::abi::PerCore;
+use core::arch::asm;
+
+/// This core's per-core block.
+pub fn percore() -> &'static PerCore {
+    let addr: u64;
+    // SAFETY: the monitor sets GS base to this core's PerCore block, whose first field is
+    // its own address; reading it has no side effects.
+    unsafe { asm!("mov {}, gs:[0]", out(reg) addr, options(nostack, readonly, preserves_flags)) };
+    // SAFETY: the address is the monitor's per-core block: mapped read-write for this
+    // core for the whole run, aligned, and initialized before the vCPU started. The
+    // runtime never creates a `&mut` to it.
+    unsafe { &*(addr as *const PerCore) }
+}
+
+/// Writes `value` to I/O port `port` (a hypercall or a kick). The monitor may read and
+/// write guest memory before this returns, so it is a compiler memory barrier.
+pub fn out32(port: u16, value: u32) {
+    // SAFETY: IOPL 3 makes `out` legal at CPL 3; the asm is not marked `nomem`, so the
+    // compiler assumes it reads and writes any memory (the monitor does).
+    unsafe {
+        asm!("out dx, eax", in("dx") port, in("eax") value, options(nostack, preserves_flags))
+    };
+}
+
+/// Reads the time-stamp counter.
+pub fn rdtsc() -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: rdtsc is unprivileged (CR4.TSD is clear) and has no memory effects.
+    unsafe {
+        asm!("rdtsc", out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags))
+    };
+    (u64::from(hi) << 32) | u64::from(lo)
+}
+
+/// The current privilege level (the low two bits of CS): 3 for the whole run.
+pub fn current_privilege_level() -> u8 {
+    let cs: u16;
+    // SAFETY: reading CS has no side effects.
+    unsafe { asm!("mov {0:x}, cs", out(reg) cs, options(nomem, nostack, preserves_flags)) };
+    (cs & 3) as u8
+}
+
+/// The current frame pointer (RBP); images are built with frame pointers.
+pub fn frame_pointer() -> u64 {
+    let rbp: u64;
+    // SAFETY: reading RBP has no side effects.
+    unsafe { asm!("mov {}, rbp", out(reg) rbp, options(nomem, nostack, preserves_flags)) };
+    rbp
+}
+
+/// Reads the `u64` at `addr` if it lies 8-aligned within `[low, high)` — for walking
+/// frames on this core's stack, whose bounds come from the per-core block.
+pub fn read_stack_word(addr: u64, low: u64, high: u64) -> Option<u64> {
+    if !addr.is_multiple_of(8) || addr < low || addr.checked_add(8)? > high {
+        return None;
+    }
+    // SAFETY: the address is aligned and inside this core's stack, which is mapped
+    // read-write for the whole run; a stale value is harmless (it is only printed).
+    Some(unsafe { core::ptr::read_volatile(addr as *const u64) })
+}

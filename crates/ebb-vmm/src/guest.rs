@@ -1,0 +1,120 @@
+//! Checked access to guest memory.
+//!
+//! Every read or write the monitor makes on the guest's behalf goes through [`GuestMem`],
+//! which checks the whole range `[addr, addr + len)` against the guest's size (with
+//! overflow checks) before vm-memory's own checked accessors touch it. A failed check is a
+//! `None`, which callers turn into an [`AbiError`](crate::hypercall::AbiError) naming the
+//! hypercall and the value.
+
+use std::sync::atomic::Ordering;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+/// Guest memory: one region from guest-physical address 0.
+#[derive(Debug)]
+pub struct GuestMem {
+    mem: GuestMemoryMmap,
+    size: u64,
+}
+
+impl GuestMem {
+    /// Wraps `mem`, which spans `[0, size)`.
+    pub fn new(mem: GuestMemoryMmap, size: u64) -> Self {
+        GuestMem { mem, size }
+    }
+
+    /// The vm-memory object (for registering it with KVM).
+    pub fn inner(&self) -> &GuestMemoryMmap {
+        &self.mem
+    }
+
+    /// Bytes of guest memory.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether `[addr, addr + len)` lies inside guest memory.
+    pub fn contains(&self, addr: u64, len: u64) -> bool {
+        addr.checked_add(len).is_some_and(|end| end <= self.size)
+    }
+
+    /// Reads a little-endian `u32`.
+    pub fn read_u32(&self, addr: u64) -> Option<u32> {
+        self.contains(addr, 4)
+            .then(|| self.mem.read_obj(GuestAddress(addr)).ok())
+            .flatten()
+    }
+
+    /// Reads a little-endian `u64`.
+    pub fn read_u64(&self, addr: u64) -> Option<u64> {
+        self.contains(addr, 8)
+            .then(|| self.mem.read_obj(GuestAddress(addr)).ok())
+            .flatten()
+    }
+
+    /// Writes a `u32`.
+    pub fn write_u32(&self, addr: u64, value: u32) -> Option<()> {
+        self.contains(addr, 4)
+            .then(|| self.mem.write_obj(value, GuestAddress(addr)).ok())
+            .flatten()
+    }
+
+    /// Writes a `u64`.
+    pub fn write_u64(&self, addr: u64, value: u64) -> Option<()> {
+        self.contains(addr, 8)
+            .then(|| self.mem.write_obj(value, GuestAddress(addr)).ok())
+            .flatten()
+    }
+
+    /// Copies `len` bytes out of the guest.
+    pub fn read_bytes(&self, addr: u64, len: u64) -> Option<Vec<u8>> {
+        if !self.contains(addr, len) {
+            return None;
+        }
+        let mut buf = vec![0u8; usize::try_from(len).ok()?];
+        self.mem.read_slice(&mut buf, GuestAddress(addr)).ok()?;
+        Some(buf)
+    }
+
+    /// Copies `bytes` into the guest.
+    pub fn write_bytes(&self, addr: u64, bytes: &[u8]) -> Option<()> {
+        if !self.contains(addr, bytes.len() as u64) {
+            return None;
+        }
+        self.mem.write_slice(bytes, GuestAddress(addr)).ok()
+    }
+
+    /// Atomically loads an aligned `u64` that the guest writes concurrently.
+    pub fn load_u64(&self, addr: u64, order: Ordering) -> Option<u64> {
+        (self.contains(addr, 8) && addr.is_multiple_of(8))
+            .then(|| self.mem.load(GuestAddress(addr), order).ok())
+            .flatten()
+    }
+
+    /// Atomically stores an aligned `u64` that the guest reads concurrently.
+    pub fn store_u64(&self, addr: u64, value: u64, order: Ordering) -> Option<()> {
+        (self.contains(addr, 8) && addr.is_multiple_of(8))
+            .then(|| self.mem.store(value, GuestAddress(addr), order).ok())
+            .flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_range_is_checked() {
+        let size = 1 << 20;
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), size)]).unwrap();
+        let g = GuestMem::new(mem, size as u64);
+        assert_eq!(g.write_u64(8, 7), Some(()));
+        assert_eq!(g.read_u64(8), Some(7));
+        assert_eq!(g.read_u64(size as u64 - 4), None);
+        assert_eq!(g.read_u32(u64::MAX - 1), None);
+        assert_eq!(g.read_bytes(16, u64::MAX), None);
+        assert_eq!(g.read_bytes(u64::MAX, 2), None);
+        assert_eq!(g.read_bytes(size as u64, 0), Some(vec![]));
+        assert_eq!(g.write_bytes(size as u64 - 1, &[1, 2]), None);
+        assert_eq!(g.load_u64(12, Ordering::Acquire), None, "misaligned");
+    }
+}

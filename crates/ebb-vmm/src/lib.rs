@@ -1,0 +1,48 @@
+//! # ebb-vmm — Ebbflow's KVM monitor
+//!
+//! Boots a native Ebbflow image — a static x86_64 ELF linked with `ebb-native` — in its own
+//! KVM VM, with the guest running **entirely at CPL 3** and the monitor doing everything
+//! privileged (see "Native runtime and monitor" in the architecture document: under the
+//! nested PVM KVM of our machines, CPL-0 guest code is emulated about 1,000× slower). The
+//! boot protocol and hypercall ABI are in [`ebb_native::abi`] and
+//! `docs/06-native-monitor.md`.
+//!
+//! Pipeline: [`image`] parses and validates the ELF → [`layout`] places image, stacks and
+//! boot structures → [`paging`] and [`cpu`] produce page tables, GDT and registers →
+//! [`vm::Vm::new`] writes them into guest memory and creates the vCPUs → [`vm::Vm::run`]
+//! runs one thread per vCPU ([`vcpu`]), serving [`hypercall`]s and draining the
+//! [`console`], until an [`Outcome`] ends it.
+//!
+//! ## Invariants
+//!
+//! * **Trust boundary.** Everything in guest memory is hostile input. The monitor reads
+//!   and writes guest memory only through [`guest::GuestMem`], which checks every range
+//!   (with overflow checks) against the guest's size; a malformed hypercall, a bad pointer
+//!   or length, an unexpected port or MMIO access ends *that VM* with an
+//!   [`hypercall::AbiError`] naming the hypercall and value. No guest input panics the
+//!   monitor.
+//! * **The monitor never hangs.** Every vCPU thread leaves `KVM_RUN` and its wait when the
+//!   VM ends (stop flag plus a repeated signal); `--timeout` bounds a runaway guest; the
+//!   main thread gives stuck vCPU threads a bounded grace period and reports them.
+//! * **The guest never runs at CPL 0.** Every vCPU starts at CPL 3 with IOPL 3 and there
+//!   is no IDT: any exception becomes a triple fault (or, under PVM, an internal error),
+//!   reported with registers and a symbolized RIP.
+//! * `unsafe` lives only in [`sys`] (three blocks, each with a `// SAFETY:` comment).
+
+#![forbid(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod console;
+pub mod cpu;
+pub mod guest;
+pub mod hypercall;
+pub mod image;
+pub mod layout;
+pub mod paging;
+pub mod report;
+mod sys;
+mod vcpu;
+pub mod vm;
+
+pub use report::Outcome;
+pub use vm::{Vm, VmConfig, VmError, kvm_usable};

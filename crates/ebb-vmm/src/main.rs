@@ -1,0 +1,106 @@
+//! `ebb-vmm IMAGE [--cpus N] [--mem SIZE] [--timeout S] [--pin] [-- ARGS...]`: boots a
+//! native Ebbflow image and exits with the guest's exit code (see `ebb_vmm::report` for
+//! the codes the monitor itself uses).
+
+use clap::Parser;
+use ebb_vmm::image::{self, Symbolizer};
+use ebb_vmm::{Vm, VmConfig};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Boot a native Ebbflow image (a static x86_64 ELF linked with ebb-native) under KVM.
+#[derive(Parser, Debug)]
+#[command(name = "ebb-vmm", version, args_override_self = true)]
+struct Args {
+    /// The ELF image.
+    image: PathBuf,
+    /// Number of vCPUs.
+    #[arg(long, default_value_t = 1)]
+    cpus: u32,
+    /// Guest memory: bytes, or with a K, M or G suffix (a multiple of 2M).
+    #[arg(long, default_value = "128M", value_parser = parse_size)]
+    mem: u64,
+    /// Kill the guest after this many seconds (fractions allowed) and report its registers.
+    #[arg(long, value_parser = parse_seconds)]
+    timeout: Option<Duration>,
+    /// Pin vCPU i to host CPU i.
+    #[arg(long)]
+    pin: bool,
+    /// Arguments for the guest, passed as its command line (joined with spaces).
+    #[arg(last = true)]
+    args: Vec<String>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let (digits, shift) = match s.as_bytes().last() {
+        Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
+        Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    let n: u64 = digits.parse().map_err(|e| format!("bad size {s:?}: {e}"))?;
+    n.checked_shl(shift)
+        .filter(|v| v >> shift == n)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s.parse().map_err(|e| format!("bad timeout {s:?}: {e}"))?;
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("bad timeout {s:?}: {e}"))
+}
+
+fn main() -> ExitCode {
+    let started = std::time::Instant::now();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format(move |buf, record| {
+            use std::io::Write;
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            writeln!(buf, "[{ms:8.3} ms {}] {}", record.level(), record.args())
+        })
+        .init();
+    log::debug!("monitor started");
+    let args = Args::parse();
+    let config = VmConfig {
+        mem_size: args.mem,
+        cpus: args.cpus,
+        cmdline: args.args.join(" "),
+        timeout: args.timeout,
+        pin: args.pin,
+    };
+    let bytes = match image::read(&args.image) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("ebb-vmm: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let outcome = match Vm::new(&bytes, config, Box::new(std::io::stdout())).and_then(Vm::run) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("ebb-vmm: {}: {e}", args.image.display());
+            return ExitCode::from(1);
+        }
+    };
+    let code = outcome.exit_code();
+    if code != 0 || !matches!(outcome, ebb_vmm::Outcome::Exited { .. }) {
+        eprint!("{}", outcome.report(&Symbolizer::new(&bytes)));
+    }
+    ExitCode::from(code as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("99999999999999G").is_err());
+        assert!(parse_size("x").is_err());
+        assert!(parse_seconds("-1").is_err());
+        assert_eq!(parse_seconds("0.5"), Ok(Duration::from_millis(500)));
+    }
+}

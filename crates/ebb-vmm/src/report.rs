@@ -1,0 +1,188 @@
+//! How a VM ended, and how the monitor reports it.
+//!
+//! [`Outcome::exit_code`] is the monitor's process exit code; [`Outcome::report`] is what it
+//! prints on stderr, with guest addresses symbolized from the image.
+
+use crate::hypercall::AbiError;
+use crate::image::Symbolizer;
+use kvm_bindings::{kvm_regs, kvm_sregs};
+use std::fmt::Write;
+use std::time::Duration;
+
+/// Exit code when the guest panicked.
+pub const EXIT_PANIC: i32 = 101;
+/// Exit code when the guest faulted (triple fault, failed entry, unexpected exit).
+pub const EXIT_FAULT: i32 = 102;
+/// Exit code when the guest broke the hypercall ABI.
+pub const EXIT_ABI_VIOLATION: i32 = 103;
+/// Exit code when the monitor itself failed while the VM ran.
+pub const EXIT_MONITOR_ERROR: i32 = 1;
+/// Exit code when `--timeout` expired (as GNU `timeout`).
+pub const EXIT_TIMEOUT: i32 = 124;
+
+/// A vCPU's registers when the VM ended.
+#[derive(Clone, Debug)]
+pub struct VcpuState {
+    /// General registers.
+    pub regs: kvm_regs,
+    /// Segment and control registers.
+    pub sregs: kvm_sregs,
+}
+
+impl VcpuState {
+    fn render(&self, sym: &Symbolizer, out: &mut String) {
+        let r = &self.regs;
+        let s = &self.sregs;
+        let _ = writeln!(out, "    rip    {}", sym.describe(r.rip));
+        let _ = writeln!(
+            out,
+            "    rsp    {:#018x}  rbp {:#018x}  rflags {:#x}",
+            r.rsp, r.rbp, r.rflags
+        );
+        let _ = writeln!(
+            out,
+            "    cr2    {:#018x}  cr3 {:#x}  cs {:#x} (CPL {})  gs.base {:#x}",
+            s.cr2,
+            s.cr3,
+            s.cs.selector,
+            s.cs.selector & 3,
+            s.gs.base
+        );
+        let _ = writeln!(
+            out,
+            "    rax {:#x} rbx {:#x} rcx {:#x} rdx {:#x} rsi {:#x} rdi {:#x}",
+            r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi
+        );
+    }
+}
+
+/// How a VM ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The guest made the exit hypercall.
+    Exited {
+        /// The guest's code.
+        code: u32,
+    },
+    /// The guest made the panic hypercall.
+    Panicked {
+        /// Core that panicked.
+        core: u32,
+        /// The panic message.
+        message: String,
+        /// Return addresses, innermost first.
+        backtrace: Vec<u64>,
+    },
+    /// The vCPU stopped in a way a healthy guest never does.
+    Fault {
+        /// Core.
+        core: u32,
+        /// What KVM reported.
+        reason: String,
+        /// Registers, if they could be read.
+        state: Option<VcpuState>,
+    },
+    /// The guest broke the ABI.
+    AbiViolation {
+        /// Core.
+        core: u32,
+        /// The violation.
+        error: AbiError,
+        /// Registers, if they could be read.
+        state: Option<VcpuState>,
+    },
+    /// `--timeout` expired.
+    Timeout {
+        /// The timeout.
+        after: Duration,
+        /// Each core's registers, if it stopped in time to read them.
+        states: Vec<Option<VcpuState>>,
+    },
+    /// The monitor failed (an ioctl error while running).
+    MonitorError {
+        /// Core.
+        core: u32,
+        /// The error.
+        message: String,
+    },
+}
+
+impl Outcome {
+    /// The monitor's exit code for this outcome.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Outcome::Exited { code } => (code & 0xff) as i32,
+            Outcome::Panicked { .. } => EXIT_PANIC,
+            Outcome::Fault { .. } => EXIT_FAULT,
+            Outcome::AbiViolation { .. } => EXIT_ABI_VIOLATION,
+            Outcome::Timeout { .. } => EXIT_TIMEOUT,
+            Outcome::MonitorError { .. } => EXIT_MONITOR_ERROR,
+        }
+    }
+
+    /// The report printed on stderr (empty for a clean exit with code 0..=255).
+    pub fn report(&self, sym: &Symbolizer) -> String {
+        let mut out = String::new();
+        match self {
+            Outcome::Exited { code } if *code > 0xff => {
+                let _ = writeln!(
+                    out,
+                    "ebb-vmm: guest exit code {code} truncated to {}",
+                    code & 0xff
+                );
+            }
+            Outcome::Exited { .. } => {}
+            Outcome::Panicked {
+                core,
+                message,
+                backtrace,
+            } => {
+                let _ = writeln!(out, "ebb-vmm: guest panicked on core {core}: {message}");
+                if !backtrace.is_empty() {
+                    let _ = writeln!(out, "  backtrace:");
+                    for (i, addr) in backtrace.iter().enumerate() {
+                        let _ = writeln!(out, "  {i:>4}: {}", sym.describe_return(*addr));
+                    }
+                }
+            }
+            Outcome::Fault {
+                core,
+                reason,
+                state,
+            } => {
+                let _ = writeln!(out, "ebb-vmm: guest fault on core {core}: {reason}");
+                match state {
+                    Some(s) => s.render(sym, &mut out),
+                    None => out.push_str("    (registers unavailable)\n"),
+                }
+            }
+            Outcome::AbiViolation { core, error, state } => {
+                let _ = writeln!(
+                    out,
+                    "ebb-vmm: guest on core {core} broke the hypercall ABI: {error}"
+                );
+                if let Some(s) = state {
+                    s.render(sym, &mut out);
+                }
+            }
+            Outcome::Timeout { after, states } => {
+                let _ = writeln!(
+                    out,
+                    "ebb-vmm: guest timed out after {:.3} s; vCPU registers:",
+                    after.as_secs_f64()
+                );
+                for (core, s) in states.iter().enumerate() {
+                    let _ = writeln!(out, "  core {core}:");
+                    match s {
+                        Some(s) => s.render(sym, &mut out),
+                        None => out.push_str("    (did not stop in time)\n"),
+                    }
+                }
+            }
+            Outcome::MonitorError { core, message } => {
+                let _ = writeln!(out, "ebb-vmm: monitor error on core {core}: {message}");
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,491 @@
+//! Building a VM from an image and running it to its [`Outcome`].
+//!
+//! Threads: the caller's thread builds the VM, then waits for the outcome while draining
+//! the console every [`DRAIN_INTERVAL`] and enforcing the timeout; one thread per vCPU runs
+//! [`crate::vcpu::run`]. The first outcome reported wins; the others are dropped. Ending
+//! the VM sets a stop flag and signals every vCPU thread (SIGRTMIN, a no-op handler) until
+//! each has left `KVM_RUN` or its wait, so the monitor never hangs on a busy guest.
+
+use crate::console::{Console, Sink};
+use crate::cpu;
+use crate::guest::GuestMem;
+use crate::image::{Image, ImageError};
+use crate::layout::{Layout, LayoutError};
+use crate::paging::{PageTables, PagingError};
+use crate::report::{Outcome, VcpuState};
+use crate::sys;
+use ebb_native::abi::{
+    BOOT_INFO_ADDR, BOOT_MAGIC, BOOT_VERSION, BootInfo, CMDLINE_ADDR, GDT_ADDR, HYPERCALL_PORT,
+    KICK_PORT, MAX_MEM_REGIONS, MemRegion, PAGE_TABLES_ADDR, PERCORE_ADDR, PERCORE_STRIDE, PerCore,
+    TSS_ADDR,
+};
+use kvm_bindings::KVM_MAX_CPUID_ENTRIES;
+use kvm_ioctls::{IoEventAddress, Kvm, VcpuFd, VmFd};
+use std::mem::{offset_of, size_of};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Once};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use vm_memory::{GuestAddress, GuestMemoryMmap};
+use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
+use vmm_sys_util::signal::{Killable, SIGRTMIN, register_signal_handler};
+
+/// How often the main thread drains the console rings.
+pub const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+/// How long the monitor waits for vCPU threads to stop once the VM has ended.
+const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// What to boot and how.
+#[derive(Clone, Debug)]
+pub struct VmConfig {
+    /// Bytes of guest memory (a multiple of 2 MiB).
+    pub mem_size: u64,
+    /// Number of vCPUs.
+    pub cpus: u32,
+    /// Command line handed to the guest.
+    pub cmdline: String,
+    /// End the guest after this long.
+    pub timeout: Option<Duration>,
+    /// Pin vCPU `i` to host CPU `i` (modulo the host's CPU count).
+    pub pin: bool,
+}
+
+impl Default for VmConfig {
+    fn default() -> Self {
+        VmConfig {
+            mem_size: 128 << 20,
+            cpus: 1,
+            cmdline: String::new(),
+            timeout: None,
+            pin: false,
+        }
+    }
+}
+
+/// Why a VM could not be built or started.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    /// `/dev/kvm` could not be opened.
+    #[error("cannot open /dev/kvm: {0}")]
+    OpenKvm(kvm_ioctls::Error),
+    /// KVM refused to create a VM.
+    #[error("KVM_CREATE_VM failed: {0}")]
+    CreateVm(kvm_ioctls::Error),
+    /// The image is not loadable.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The image and stacks do not fit the memory size.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// The page tables do not fit their area.
+    #[error(transparent)]
+    Paging(#[from] PagingError),
+    /// Guest memory could not be allocated.
+    #[error("cannot allocate {size:#x} bytes of guest memory: {detail}")]
+    Memory {
+        /// Bytes requested.
+        size: u64,
+        /// The error.
+        detail: String,
+    },
+    /// A KVM ioctl failed while setting up.
+    #[error("{what} failed: {source}")]
+    Kvm {
+        /// The ioctl.
+        what: &'static str,
+        /// The error.
+        source: kvm_ioctls::Error,
+    },
+    /// A boot structure did not fit guest memory (a layout bug).
+    #[error("cannot write {0} into guest memory")]
+    GuestWrite(&'static str),
+    /// An OS resource could not be created.
+    #[error("{what}: {source}")]
+    Os {
+        /// What was being created.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+fn kvm_err(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmError {
+    move |source| VmError::Kvm { what, source }
+}
+
+/// Checks that this process can create a KVM VM; the error says why not.
+pub fn kvm_usable() -> Result<(), VmError> {
+    let kvm = Kvm::new().map_err(VmError::OpenKvm)?;
+    kvm.create_vm().map_err(VmError::CreateVm)?;
+    Ok(())
+}
+
+/// VM-wide state shared by the vCPU threads and the main thread.
+pub struct Shared {
+    /// Guest memory.
+    pub mem: GuestMem,
+    /// The console rings.
+    pub console: Console,
+    /// When the VM was started (the monotonic clock's zero).
+    pub started: Instant,
+    stop: AtomicBool,
+    outcome: Mutex<Option<Outcome>>,
+    changed: Condvar,
+    states: Mutex<Vec<Option<VcpuState>>>,
+    stopped: AtomicU32,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// Ends the VM with `outcome`, unless another outcome came first.
+    pub fn finish(&self, outcome: Outcome) {
+        let mut slot = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Some(outcome);
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        self.changed.notify_all();
+    }
+
+    /// Whether the VM is ending.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Records that core `core`'s thread stopped, with its registers.
+    pub fn vcpu_stopped(&self, core: u32, state: Option<VcpuState>) {
+        let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = states.get_mut(core as usize) {
+            *s = state;
+        }
+        self.stopped.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Sleeps until `kick` is signalled (true) or `timeout` passes (false); returns early,
+    /// as a timeout, when the VM is ending.
+    pub fn wait(&self, kick: &EventFd, timeout: Option<Duration>) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            if self.stopping() {
+                return false;
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let ts = left.map(|l| Timespec {
+                tv_sec: l.as_secs() as i64,
+                tv_nsec: i64::from(l.subsec_nanos()),
+            });
+            let fd = sys::borrow_eventfd(kick);
+            let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+            match poll(&mut fds, ts.as_ref()) {
+                Ok(0) => return false,
+                Ok(_) => {
+                    // Consume every pending kick: one wake-up serves them all.
+                    let _ = kick.read();
+                    return true;
+                }
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+extern "C" fn on_stop_signal(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // Nothing to do: the signal's only job is to make KVM_RUN or poll return EINTR.
+}
+
+fn install_stop_signal() -> Result<(), VmError> {
+    static ONCE: Once = Once::new();
+    let mut result = Ok(());
+    ONCE.call_once(|| {
+        result = register_signal_handler(SIGRTMIN(), on_stop_signal).map_err(|e| VmError::Os {
+            what: "installing the vCPU stop signal handler",
+            source: std::io::Error::from_raw_os_error(e.errno()),
+        });
+    });
+    result
+}
+
+/// A VM ready to run.
+pub struct Vm {
+    _kvm: Kvm,
+    _vm: VmFd,
+    shared: Arc<Shared>,
+    vcpus: Vec<(VcpuFd, EventFd)>,
+    config: VmConfig,
+}
+
+impl std::fmt::Debug for Vm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vm").field("config", &self.config).finish()
+    }
+}
+
+impl Vm {
+    /// Builds a VM for the ELF image `bytes`: validates and loads it, writes the boot
+    /// structures and creates the vCPUs. Console output goes to `sink`.
+    pub fn new(bytes: &[u8], config: VmConfig, sink: Sink) -> Result<Self, VmError> {
+        let image = Image::parse(bytes)?;
+        let layout = Layout::new(config.mem_size, config.cpus, image.start, image.end)?;
+        if config.cmdline.len() as u64 > ebb_native::abi::CMDLINE_MAX {
+            return Err(LayoutError::CmdlineTooLong(config.cmdline.len()).into());
+        }
+        let tables = PageTables::build(&layout.page_map(), layout.mem_size)?;
+
+        let kvm = Kvm::new().map_err(VmError::OpenKvm)?;
+        let vm = kvm.create_vm().map_err(VmError::CreateVm)?;
+        log::debug!("VM created");
+        let size = layout.mem_size;
+        let mmap = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), size as usize)])
+            .map_err(|e| VmError::Memory {
+                size,
+                detail: e.to_string(),
+            })?;
+        sys::register_memory(&vm, &mmap).map_err(kvm_err("KVM_SET_USER_MEMORY_REGION"))?;
+        let mem = GuestMem::new(mmap, size);
+
+        for seg in &image.segments {
+            mem.write_bytes(seg.addr, seg.data)
+                .ok_or(VmError::GuestWrite("an image segment"))?;
+        }
+        mem.write_bytes(GDT_ADDR, &cpu::gdt_page())
+            .ok_or(VmError::GuestWrite("the GDT"))?;
+        mem.write_bytes(TSS_ADDR, &cpu::tss())
+            .ok_or(VmError::GuestWrite("the TSS"))?;
+        mem.write_bytes(PAGE_TABLES_ADDR, &tables.to_bytes())
+            .ok_or(VmError::GuestWrite("the page tables"))?;
+        mem.write_bytes(CMDLINE_ADDR, config.cmdline.as_bytes())
+            .ok_or(VmError::GuestWrite("the command line"))?;
+
+        log::debug!("guest memory written");
+        let cpuid = kvm
+            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+            .map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
+        let mut vcpus = Vec::new();
+        let mut tsc_khz = 0;
+        for core in 0..layout.cpus {
+            let vcpu = vm
+                .create_vcpu(u64::from(core))
+                .map_err(kvm_err("KVM_CREATE_VCPU"))?;
+            vcpu.set_cpuid2(&cpuid).map_err(kvm_err("KVM_SET_CPUID2"))?;
+            let mut sregs = vcpu.get_sregs().map_err(kvm_err("KVM_GET_SREGS"))?;
+            cpu::setup_sregs(&mut sregs, layout.percore(core));
+            vcpu.set_sregs(&sregs).map_err(kvm_err("KVM_SET_SREGS"))?;
+            let (_, stack_top) = layout.stack(core);
+            let regs = cpu::initial_regs(image.entry, stack_top, BOOT_INFO_ADDR, core);
+            vcpu.set_regs(&regs).map_err(kvm_err("KVM_SET_REGS"))?;
+            if core == 0 {
+                tsc_khz = vcpu.get_tsc_khz().unwrap_or(0);
+            }
+            let kick = EventFd::new(EFD_NONBLOCK).map_err(|source| VmError::Os {
+                what: "creating a kick eventfd",
+                source,
+            })?;
+            vm.register_ioevent(&kick, &IoEventAddress::Pio(u64::from(KICK_PORT)), core)
+                .map_err(kvm_err("KVM_IOEVENTFD"))?;
+            write_percore(&mem, &layout, core)?;
+            vcpus.push((vcpu, kick));
+        }
+        log::debug!("vCPUs created");
+        write_boot_info(&mem, &layout, &config, tsc_khz)?;
+        let console =
+            Console::new(&mem, &layout, sink).ok_or(VmError::GuestWrite("the console rings"))?;
+
+        let shared = Arc::new(Shared {
+            mem,
+            console,
+            started: Instant::now(),
+            stop: AtomicBool::new(false),
+            outcome: Mutex::new(None),
+            changed: Condvar::new(),
+            states: Mutex::new(vec![None; layout.cpus as usize]),
+            stopped: AtomicU32::new(0),
+        });
+        Ok(Vm {
+            _kvm: kvm,
+            _vm: vm,
+            shared,
+            vcpus,
+            config,
+        })
+    }
+
+    /// Runs the VM until it ends, and says how.
+    pub fn run(self) -> Result<Outcome, VmError> {
+        install_stop_signal()?;
+        let shared = self.shared;
+        // Only read when pinning: it parses cgroup files, which costs boot time.
+        let host_cpus = if self.config.pin {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            1
+        };
+        let mut threads: Vec<JoinHandle<()>> = Vec::new();
+        for (core, (vcpu, kick)) in self.vcpus.into_iter().enumerate() {
+            let shared2 = Arc::clone(&shared);
+            let pin = self.config.pin.then_some(core % host_cpus);
+            let spawned = std::thread::Builder::new()
+                .name(format!("vcpu{core}"))
+                .spawn(move || {
+                    if let Some(cpu) = pin {
+                        let mut set = rustix::thread::CpuSet::new();
+                        set.set(cpu);
+                        if let Err(e) = rustix::thread::sched_setaffinity(None, &set) {
+                            log::warn!("cannot pin vcpu{core} to host cpu {cpu}: {e}");
+                        }
+                    }
+                    crate::vcpu::run(shared2, vcpu, core as u32, kick);
+                });
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(source) => {
+                    shared.finish(Outcome::MonitorError {
+                        core: core as u32,
+                        message: format!("cannot spawn the vCPU thread: {source}"),
+                    });
+                    break;
+                }
+            }
+        }
+
+        let deadline = self
+            .config
+            .timeout
+            .and_then(|t| shared.started.checked_add(t));
+        loop {
+            {
+                let slot = shared.outcome.lock().unwrap_or_else(|e| e.into_inner());
+                if slot.is_some() {
+                    break;
+                }
+                let _ = shared
+                    .changed
+                    .wait_timeout(slot, DRAIN_INTERVAL)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            if let Err(error) = shared.console.drain_all(&shared.mem) {
+                let core = match &error {
+                    crate::hypercall::AbiError::ConsoleCorrupt { core, .. } => *core,
+                    _ => 0,
+                };
+                shared.finish(Outcome::AbiViolation {
+                    core,
+                    error,
+                    state: None,
+                });
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                shared.finish(Outcome::Timeout {
+                    after: self.config.timeout.unwrap_or_default(),
+                    states: Vec::new(),
+                });
+            }
+        }
+
+        log::debug!("VM ended");
+        // Stop every vCPU thread: signal until each has left KVM_RUN (a signal that lands
+        // just before KVM_RUN is lost, hence the repetition).
+        shared.stop.store(true, Ordering::SeqCst);
+        let give_up = Instant::now() + STOP_GRACE;
+        while (shared.stopped.load(Ordering::SeqCst) as usize) < threads.len()
+            && Instant::now() < give_up
+        {
+            for t in &threads {
+                if !t.is_finished() {
+                    let _ = t.kill(SIGRTMIN());
+                }
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        log::debug!("vCPU threads stopped");
+        // The guest is stopped (or lost): what is left in the rings is final.
+        let _ = shared.console.drain_all(&shared.mem);
+        let mut outcome = shared
+            .outcome
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or(Outcome::MonitorError {
+                core: 0,
+                message: "the VM ended without an outcome".into(),
+            });
+        if let Outcome::Timeout { states, .. } = &mut outcome {
+            *states = shared
+                .states
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+        }
+        Ok(outcome)
+    }
+}
+
+fn write_percore(mem: &GuestMem, layout: &Layout, core: u32) -> Result<(), VmError> {
+    let base = PERCORE_ADDR + u64::from(core) * PERCORE_STRIDE;
+    let (bottom, top) = layout.stack(core);
+    let put = |off: usize, v: u64| mem.write_u64(base + off as u64, v);
+    put(offset_of!(PerCore, self_addr), base)
+        .and_then(|()| mem.write_u32(base + offset_of!(PerCore, core_id) as u64, core))
+        .and_then(|()| put(offset_of!(PerCore, boot_info), BOOT_INFO_ADDR))
+        .and_then(|()| put(offset_of!(PerCore, stack_bottom), bottom))
+        .and_then(|()| put(offset_of!(PerCore, stack_top), top))
+        .and_then(|()| put(offset_of!(PerCore, console), layout.console(core)))
+        .ok_or(VmError::GuestWrite("a per-core block"))
+}
+
+fn write_boot_info(
+    mem: &GuestMem,
+    layout: &Layout,
+    config: &VmConfig,
+    tsc_khz: u32,
+) -> Result<(), VmError> {
+    let b = BOOT_INFO_ADDR;
+    let u64_at = |off: usize, v: u64| mem.write_u64(b + off as u64, v);
+    let u32_at = |off: usize, v: u32| mem.write_u32(b + off as u64, v);
+    let map = layout.memory_map();
+    debug_assert!(map.len() <= MAX_MEM_REGIONS);
+    let mut ok = u64_at(offset_of!(BootInfo, magic), BOOT_MAGIC)
+        .and_then(|()| u32_at(offset_of!(BootInfo, version), BOOT_VERSION))
+        .and_then(|()| u32_at(offset_of!(BootInfo, size), size_of::<BootInfo>() as u32))
+        .and_then(|()| u32_at(offset_of!(BootInfo, cpu_count), layout.cpus))
+        .and_then(|()| {
+            mem.write_bytes(
+                b + offset_of!(BootInfo, hypercall_port) as u64,
+                &HYPERCALL_PORT.to_le_bytes(),
+            )
+        })
+        .and_then(|()| {
+            mem.write_bytes(
+                b + offset_of!(BootInfo, kick_port) as u64,
+                &KICK_PORT.to_le_bytes(),
+            )
+        })
+        .and_then(|()| u64_at(offset_of!(BootInfo, tsc_khz), u64::from(tsc_khz)))
+        .and_then(|()| u64_at(offset_of!(BootInfo, mem_size), layout.mem_size))
+        .and_then(|()| u64_at(offset_of!(BootInfo, cmdline_addr), CMDLINE_ADDR))
+        .and_then(|()| {
+            u64_at(
+                offset_of!(BootInfo, cmdline_len),
+                config.cmdline.len() as u64,
+            )
+        })
+        .and_then(|()| u64_at(offset_of!(BootInfo, percore_addr), PERCORE_ADDR))
+        .and_then(|()| u64_at(offset_of!(BootInfo, percore_stride), PERCORE_STRIDE))
+        .and_then(|()| u64_at(offset_of!(BootInfo, image_start), layout.image_start))
+        .and_then(|()| u64_at(offset_of!(BootInfo, image_end), layout.image_end))
+        .and_then(|()| u32_at(offset_of!(BootInfo, region_count), map.len() as u32));
+    for (i, r) in map.iter().take(MAX_MEM_REGIONS).enumerate() {
+        let at = offset_of!(BootInfo, regions) + i * size_of::<MemRegion>();
+        ok = ok
+            .and_then(|()| u64_at(at + offset_of!(MemRegion, start), r.start))
+            .and_then(|()| u64_at(at + offset_of!(MemRegion, len), r.len))
+            .and_then(|()| u32_at(at + offset_of!(MemRegion, kind), r.kind));
+    }
+    ok.ok_or(VmError::GuestWrite("the boot info"))
+}

@@ -1,0 +1,316 @@
+//! Boots the test guests of `tests/guests` under the `ebb-vmm` binary and checks their
+//! output, exit codes and the monitor's reports.
+//!
+//! The guest images are built by this test itself: the first test to need them runs
+//! `cargo build --release --target x86_64-unknown-none` on the `tests/guests` workspace
+//! (with the same `cargo` that runs the tests, into `<target>/guests`), once per test
+//! process. A build script was the alternative; it would run a nested cargo for another
+//! target on every host build of ebb-vmm, even when no test runs, and hide its errors.
+//!
+//! When `/dev/kvm` cannot be used each test prints `SKIPPED: <test>: /dev/kvm unusable:
+//! <reason>` and returns.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+mod host_workload {
+    #![allow(dead_code)]
+    include!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/guests/src/workload.rs"
+    ));
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Builds the guest images once; the directory holding them.
+fn guests() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../guests");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = Command::new(cargo)
+            .current_dir(repo_root()) // for .cargo/config.toml's target rustflags
+            .args(["build", "--release", "--target", "x86_64-unknown-none"])
+            .arg("--manifest-path")
+            .arg(repo_root().join("tests/guests/Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target_dir)
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("CARGO_BUILD_RUSTFLAGS")
+            .env_remove("CARGO_BUILD_TARGET")
+            .env_remove("CARGO_TARGET_DIR")
+            .output()
+            .expect("run cargo to build the test guests");
+        assert!(
+            out.status.success(),
+            "building tests/guests failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        target_dir.join("x86_64-unknown-none/release")
+    })
+}
+
+/// `Some(())` when KVM works; otherwise prints the SKIPPED line for `test`.
+fn kvm(test: &str) -> Option<()> {
+    match ebb_vmm::kvm_usable() {
+        Ok(()) => Some(()),
+        Err(e) => {
+            println!("SKIPPED: {test}: /dev/kvm unusable: {e}");
+            None
+        }
+    }
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+/// Runs `ebb-vmm <guest> <args...>`; every run has a timeout so no test can hang.
+fn boot(guest: &str, args: &[&str]) -> Run {
+    let start = Instant::now();
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(env!("CARGO_BIN_EXE_ebb-vmm"))
+        .arg(guests().join(guest))
+        .args(["--timeout", "30"])
+        .args(args)
+        .output()
+        .expect("run ebb-vmm");
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        elapsed: start.elapsed(),
+    }
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit code {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+#[test]
+fn hello_prints_from_ring_3_and_exits_0() {
+    let Some(()) = kvm("hello_prints_from_ring_3_and_exits_0") else {
+        return;
+    };
+    let run = boot("hello", &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout
+            .starts_with("hello from ring 3 (CPL 3, 1 cpus, 128 MiB"),
+        "{run:?}"
+    );
+    assert!(run.stderr.is_empty(), "{run:?}");
+}
+
+#[test]
+fn exit_code_becomes_the_monitors() {
+    let Some(()) = kvm("exit_code_becomes_the_monitors") else {
+        return;
+    };
+    let run = boot("exit_code", &[]);
+    assert_eq!(run.code, 42, "{run:?}");
+}
+
+#[test]
+fn panic_reports_message_and_symbolized_backtrace() {
+    let Some(()) = kvm("panic_reports_message_and_symbolized_backtrace") else {
+        return;
+    };
+    let run = boot("panic", &[]);
+    assert_eq!(run.code, ebb_vmm::report::EXIT_PANIC, "{run:?}");
+    assert_eq!(run.stdout, "about to panic\n", "{run:?}");
+    assert!(
+        run.stderr
+            .contains("guest panicked on core 0: deliberate panic: 6 * 7 = 42 at src/bin/panic.rs"),
+        "{run:?}"
+    );
+    assert!(run.stderr.contains("<panic::deeper+0x"), "{run:?}");
+    assert!(run.stderr.contains("<__ebb_native_main+0x"), "{run:?}");
+}
+
+#[test]
+fn page_fault_reports_rip_and_cr2() {
+    let Some(()) = kvm("page_fault_reports_rip_and_cr2") else {
+        return;
+    };
+    let run = boot("page_fault", &[]);
+    assert_eq!(run.code, ebb_vmm::report::EXIT_FAULT, "{run:?}");
+    assert!(run.stderr.contains("guest fault on core 0"), "{run:?}");
+    assert!(
+        run.stderr.contains("<page_fault::read_unmapped+0x"),
+        "{run:?}"
+    );
+    assert!(run.stderr.contains("cr2    0x00000deadb000000"), "{run:?}");
+}
+
+#[test]
+fn hostile_guests_end_only_their_vm_with_a_clear_error() {
+    let Some(()) = kvm("hostile_guests_end_only_their_vm_with_a_clear_error") else {
+        return;
+    };
+    use ebb_vmm::report::{EXIT_ABI_VIOLATION as ABI, EXIT_FAULT as FAULT};
+    let cases: &[(&str, i32, &str)] = &[
+        (
+            "bad-pointer",
+            ABI,
+            "PANIC: message 0x4000000000+0x10 lies outside guest memory",
+        ),
+        (
+            "huge-length",
+            ABI,
+            "PANIC: message length 0x7fffffffffffffff is over the limit",
+        ),
+        ("unknown-hypercall", ABI, "unknown hypercall number 30583"),
+        (
+            "block-outside",
+            ABI,
+            "argument block 0xfffffff8+0x8 lies outside guest memory",
+        ),
+        ("misaligned", ABI, "0x200003 is not 8-byte aligned"),
+        ("bad-port", ABI, "write of unexpected I/O port 0x80"),
+        ("bad-kick", ABI, "kick of core 99, which does not exist"),
+        ("corrupt-console", ABI, "console ring of core 0 is corrupt"),
+        ("cli", FAULT, "triple fault"),
+        ("hlt", FAULT, "triple fault"),
+        ("mov-cr3", FAULT, "triple fault"),
+        ("wild-jump", FAULT, "rip    0x10 <unknown>"),
+    ];
+    for &(case, code, message) in cases {
+        let run = boot("hostile", &["--", case]);
+        assert_eq!(run.code, code, "{case}: {run:?}");
+        assert!(run.stderr.contains(message), "{case}: {run:?}");
+        assert!(run.stderr.contains("rip"), "{case}: registers: {run:?}");
+        assert!(
+            !run.stdout.contains("let"),
+            "{case}: the guest went on: {run:?}"
+        );
+    }
+}
+
+#[test]
+fn timeout_stops_a_spinning_guest_with_its_registers() {
+    let Some(()) = kvm("timeout_stops_a_spinning_guest_with_its_registers") else {
+        return;
+    };
+    let run = boot("hostile", &["--timeout", "0.5", "--", "spin"]);
+    assert_eq!(run.code, ebb_vmm::report::EXIT_TIMEOUT, "{run:?}");
+    assert!(
+        run.stderr.contains("guest timed out after 0.500 s"),
+        "{run:?}"
+    );
+    assert!(run.stderr.contains("<__ebb_native_main+0x"), "{run:?}");
+    assert!(run.elapsed < Duration::from_secs(5), "{run:?}");
+}
+
+#[test]
+fn two_cpus_wait_kick_and_clock() {
+    let Some(()) = kvm("two_cpus_wait_kick_and_clock") else {
+        return;
+    };
+    let run = boot("smp", &["--cpus", "2"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("smp: core 1 answered 101"), "{run:?}");
+    let run = boot("hello", &["--cpus", "2", "--mem", "64M"]);
+    assert!(
+        run.stdout
+            .starts_with("hello from ring 3 (CPL 3, 2 cpus, 64 MiB"),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn bad_images_and_options_are_refused_clearly() {
+    // No KVM needed: the image is checked before the VM is created.
+    let run = Command::new(env!("CARGO_BIN_EXE_ebb-vmm"))
+        .arg(repo_root().join("Cargo.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("not a valid ELF file"));
+    // The monitor binary itself: a host executable, not a native image.
+    let run = Command::new(env!("CARGO_BIN_EXE_ebb-vmm"))
+        .arg(env!("CARGO_BIN_EXE_ebb-vmm"))
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("not a static executable") || stderr.contains("outside the loadable"),
+        "{stderr}"
+    );
+    let run = Command::new(env!("CARGO_BIN_EXE_ebb-vmm"))
+        .arg("/nonexistent/image")
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("cannot read image"));
+}
+
+#[test]
+fn bad_memory_sizes_are_refused_clearly() {
+    let Some(()) = kvm("bad_memory_sizes_are_refused_clearly") else {
+        return;
+    };
+    let run = boot("hello", &["--mem", "3M"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("not a multiple of 2 MiB"), "{run:?}");
+    let run = boot("hello", &["--cpus", "65"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("65 vCPUs requested"), "{run:?}");
+}
+
+fn rdtsc() -> u64 {
+    // SAFETY: rdtsc has no preconditions and no memory effects.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+#[test]
+fn compute_loop_runs_at_native_speed_in_ring_3() {
+    let Some(()) = kvm("compute_loop_runs_at_native_speed_in_ring_3") else {
+        return;
+    };
+    use host_workload::{ITERATIONS, ROUNDS, workload};
+    // Best of several runs on each side: noise only ever makes a run slower.
+    let mut guest = u64::MAX;
+    for _ in 0..3 {
+        let run = boot("compute", &[]);
+        assert_eq!(run.code, 0, "{run:?}");
+        let cycles: u64 = run
+            .stdout
+            .trim()
+            .strip_prefix("compute: ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no compute line: {run:?}"));
+        guest = guest.min(cycles);
+    }
+    let mut host = u64::MAX;
+    for _ in 0..3 * ROUNDS {
+        let t0 = rdtsc();
+        std::hint::black_box(workload(std::hint::black_box(ITERATIONS)));
+        host = host.min(rdtsc() - t0);
+    }
+    let ratio = guest as f64 / host as f64;
+    println!(
+        "compute loop, {ITERATIONS} iterations: guest {guest} cycles, Linux process {host} \
+         cycles, ratio {ratio:.3}"
+    );
+    assert!(ratio < 1.5, "guest is {ratio:.2}x slower than Linux");
+}

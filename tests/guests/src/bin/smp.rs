@@ -1,0 +1,45 @@
+//! Two cores: core 1 sleeps in the wait hypercall until core 0 kicks it, answers through
+//! shared memory, and core 0 reports the round trip. Also checks the clock hypercall.
+#![no_std]
+#![no_main]
+
+use core::sync::atomic::{AtomicU32, Ordering};
+use ebb_native::{boot_info, hypercall, println};
+
+static ANSWER: AtomicU32 = AtomicU32::new(0);
+static READY: AtomicU32 = AtomicU32::new(0);
+
+fn main() -> i32 {
+    if boot_info().cpu_count < 2 {
+        println!("smp: needs 2 cpus");
+        return 2;
+    }
+    let (real, mono) = hypercall::clock();
+    println!(
+        "smp: clock realtime {} s, monotonic {} us",
+        real / 1_000_000_000,
+        mono / 1000
+    );
+    // A short wait with no kick must time out.
+    if hypercall::wait(1_000_000) {
+        println!("smp: wait without a kick reported a kick");
+        return 3;
+    }
+    while READY.load(Ordering::Acquire) == 0 {
+        core::hint::spin_loop();
+    }
+    hypercall::kick(1);
+    while ANSWER.load(Ordering::Acquire) == 0 {
+        core::hint::spin_loop();
+    }
+    println!("smp: core 1 answered {}", ANSWER.load(Ordering::Relaxed));
+    0
+}
+
+fn secondary(core: u32) {
+    READY.store(1, Ordering::Release);
+    let kicked = hypercall::wait(u64::MAX);
+    ANSWER.store(if kicked { 100 + core } else { 1 }, Ordering::Release);
+}
+
+ebb_native::entry!(main, secondary);
