@@ -92,35 +92,8 @@ server_cmd() {
   esac
 }
 
-# start_server BACKEND ; sets SERVER_PID and PORT
-start_server() {
-  local name=$1
-  local log=$OUT_DIR/server-$name-$RUN_ID.log
-  server_cmd "$name"
-  : >"$log"
-  taskset -c 0 "${CMD[@]}" >"$log" 2>&1 &
-  SERVER_PID=$!
-  PORT=""
-  local i
-  for ((i = 0; i < 200; i++)); do
-    PORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' "$log" | head -n1)
-    [[ -n $PORT ]] && return 0
-    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$log" >&2; die "$name server exited before listening"; }
-    sleep 0.05
-  done
-  cat "$log" >&2
-  die "$name server did not print 'listening on 127.0.0.1:PORT' within 10s"
-}
-
-json_field() { sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" <<<"$1"; }
-
-# stats FILE -> "median min max"
-stats() {
-  sort -g "$1" | awk '{ v[NR] = $1 } END {
-    if (NR == 0) { print "nan nan nan"; exit }
-    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf "%.1f %.1f %.1f\n", m, v[1], v[NR] }'
-}
+# shellcheck source=bench/lib.sh
+source bench/lib.sh # (the script runs from the repo root)
 
 FAILED=0
 
@@ -146,7 +119,8 @@ run_set() {
       RUN_ID="$tag-$r"
       local load
       load=$(cut -d' ' -f1 /proc/loadavg)
-      start_server "$name"
+      server_cmd "$name"
+      start_server "$name" 0 "${CMD[@]}"
       local json rc=0 cpu0 cpu1
       cpu0=$(cut -d' ' -f1 "/proc/$SERVER_PID/schedstat")
       json=$("$LOAD_BIN" --addr "127.0.0.1:$PORT" --conns "$conns" --size "$SIZE" \

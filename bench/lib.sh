@@ -1,0 +1,34 @@
+# Shared helpers of the bench scripts (sourced, not run). Callers set OUT_DIR and RUN_ID
+# and define `die`.
+
+# start_server NAME CPUS BIN ARGS... ; starts BIN pinned to CPUS, waits for its
+# 'listening on 127.0.0.1:PORT' banner; sets SERVER_PID and PORT
+start_server() {
+  local name=$1 cpus=$2 bin=$3
+  shift 3
+  local log=$OUT_DIR/server-$name-$RUN_ID.log
+  : >"$log" # exists before the background child opens it (no race with sed)
+  taskset -c "$cpus" "$bin" "$@" >"$log" 2>&1 &
+  SERVER_PID=$!
+  PORT=""
+  local i
+  for ((i = 0; i < 200; i++)); do
+    PORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' "$log" | head -n1)
+    [[ -n $PORT ]] && return 0
+    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$log" >&2; die "$name server exited before listening"; }
+    sleep 0.05
+  done
+  cat "$log" >&2
+  die "$name server did not print 'listening on 127.0.0.1:PORT' within 10s"
+}
+
+# json_field JSON KEY -> number
+json_field() { sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" <<<"$1"; }
+
+# stats FILE -> "median min max" of the numbers in FILE (one per line)
+stats() {
+  sort -g "$1" | awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "nan nan nan"; exit }
+    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "%.1f %.1f %.1f\n", m, v[1], v[NR] }'
+}
