@@ -1,1 +1,271 @@
-//! Devices (being written).
+//! Devices: the [`NetDevice`] trait drivers implement, an in-memory [`Link`] joining two
+//! stacks in one process, and a seeded [`FaultInjector`] that wraps any device.
+//!
+//! # Design
+//!
+//! * **Sans-IO and batched.** A device never reads a clock, blocks or calls back into the
+//!   stack. The stack passes the time in and moves frames in batches:
+//!   [`NetDevice::receive`] appends up to `max` received frames to a caller-owned `Vec`
+//!   (reused from poll to poll, so the steady state allocates nothing), and
+//!   [`NetDevice::transmit`] takes frames off the front of a caller-owned `VecDeque`.
+//!   Owned batches rather than callbacks or smoltcp-style tokens: the stack holds no
+//!   borrow of the device while it processes what it received, so it may transmit
+//!   replies on the same device at once, and frames are owned `IOBuf`s it can hand to the
+//!   application without a copy.
+//! * **Received frames are [`IOBuf`]s.** A NIC writes each frame into one receive buffer,
+//!   and the `wire` views parse contiguous bytes.
+//! * **Transmitted frames are [`IOBufChain`]s.** The stack prepends its headers into the
+//!   headroom of one buffer when it can (a one-segment chain), but the payload of a TCP
+//!   segment is the application's own data, often several IOBufs it may still hold for
+//!   retransmission: a chain sends header + payload without copying, as a gather list
+//!   for virtio-net descriptors or a `writev` on a TAP device. A device that needs one
+//!   contiguous frame copies only multi-segment chains.
+//! * **Back-pressure, never silent drops.** `transmit` takes only what the device can
+//!   accept now and leaves the rest in the queue for the next call. A frame the device
+//!   does take and then cannot deliver (an oversized frame, a full receive ring at the far
+//!   end of a link, a fault the injector was told to cause) is counted in
+//!   [`DeviceCounters`] under its [`DropReason`].
+//! * **Device timers through `poll_at`.** A device that holds frames until a later time
+//!   (the fault injector's delays) reports its earliest deadline from
+//!   [`NetDevice::poll_at`]; the stack then calls `receive` and `transmit` (with an empty
+//!   queue if it has nothing to send) at or after that instant.
+//! * **One `NetDevice` is one queue pair.** A multi-queue NIC gives each core its own
+//!   `NetDevice` for its queue; [`DeviceCapabilities::queues`] says how many there are.
+//!
+//! # Invariants
+//!
+//! * Nothing here panics on any frame content or length, and nothing uses `unsafe`.
+//! * Every frame a device takes from `transmit`'s queue is either sent (counted in
+//!   `tx_frames`), held for later (the injector's delays and reorders), or dropped and
+//!   counted; every frame that arrives is delivered (`rx_frames`), held, or dropped and
+//!   counted. For a [`Link`]: frames sent by one end = frames received by the other +
+//!   its `rx_dropped.queue_full` + frames still in its queue.
+//! * Devices never write storage another `IOBuf` can see: the injector copies a frame
+//!   before corrupting it, so a sender's retransmission copy stays intact.
+//! * Given the same seed and the same calls (frames and instants), a [`FaultInjector`]
+//!   makes the same faults.
+
+mod counters;
+mod fault;
+mod link;
+mod rng;
+
+use alloc::boxed::Box;
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+
+use ebb_core::{IOBuf, IOBufChain, Instant};
+
+pub use counters::{DeviceCounters, DropCounters, DropReason};
+pub use fault::{FaultConfig, FaultCounts, FaultInjector, FaultStats, Probability};
+pub use link::{Link, LinkEnd};
+
+/// Length of an Ethernet II header (destination, source, EtherType), which frames carry
+/// on top of the [MTU](DeviceCapabilities::mtu). Frames carry no frame check sequence.
+pub const ETHERNET_HEADER_LEN: usize = 14;
+
+/// A network device queue pair, as the stack sees it: what a driver implements.
+///
+/// Frames are whole Ethernet frames without the frame check sequence. All methods take
+/// the current time from the caller; none blocks.
+pub trait NetDevice {
+    /// What the device can do; constant for the device's lifetime.
+    fn capabilities(&self) -> DeviceCapabilities;
+
+    /// Appends up to `max` received frames to `out`, oldest first, and returns how many.
+    ///
+    /// `out` is not cleared: the caller owns it and reuses its allocation.
+    fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize;
+
+    /// Takes frames from the front of `frames`, as many as the device can accept now, and
+    /// returns how many it took. Frames it could not take stay in `frames`, in order, for
+    /// a later call (back-pressure).
+    ///
+    /// A frame taken is sent, held (to be sent later, see [`poll_at`](Self::poll_at)), or
+    /// dropped and counted in [`counters`](Self::counters) — never dropped silently.
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize;
+
+    /// The earliest instant at which the device has work of its own to do (a held frame
+    /// to release), or `None` if it has none. An instant in the past means "now".
+    ///
+    /// The stack calls [`receive`](Self::receive) and [`transmit`](Self::transmit) (with
+    /// an empty queue if it has nothing to send) at or after that instant.
+    fn poll_at(&self) -> Option<Instant> {
+        None
+    }
+
+    /// What the device has done so far: frames and bytes each way, drops by reason.
+    fn counters(&self) -> DeviceCounters;
+}
+
+impl<D: NetDevice + ?Sized> NetDevice for &mut D {
+    fn capabilities(&self) -> DeviceCapabilities {
+        (**self).capabilities()
+    }
+    fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+        (**self).receive(now, out, max)
+    }
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+        (**self).transmit(now, frames)
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        (**self).poll_at()
+    }
+    fn counters(&self) -> DeviceCounters {
+        (**self).counters()
+    }
+}
+
+impl<D: NetDevice + ?Sized> NetDevice for Box<D> {
+    fn capabilities(&self) -> DeviceCapabilities {
+        (**self).capabilities()
+    }
+    fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+        (**self).receive(now, out, max)
+    }
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+        (**self).transmit(now, frames)
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        (**self).poll_at()
+    }
+    fn counters(&self) -> DeviceCounters {
+        (**self).counters()
+    }
+}
+
+/// What a device can do. Build one from [`Default`] and set the fields that differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct DeviceCapabilities {
+    /// The largest IP packet a frame carries (1500 on standard Ethernet): frames up to
+    /// `mtu + ETHERNET_HEADER_LEN` bytes are sent and received; see
+    /// [`max_frame_len`](Self::max_frame_len).
+    pub mtu: usize,
+    /// The most frames one `receive` or `transmit` call moves: a hint for sizing batches.
+    /// At least 1.
+    pub max_burst: usize,
+    /// Which checksums the device verifies on receive and fills on transmit.
+    pub checksum: ChecksumCapabilities,
+    /// How many queue pairs the device has (one `NetDevice` each). At least 1.
+    pub queues: usize,
+}
+
+impl DeviceCapabilities {
+    /// Standard Ethernet: MTU 1500, bursts of 32, no checksum offload, one queue.
+    pub const ETHERNET: DeviceCapabilities = DeviceCapabilities {
+        mtu: 1500,
+        max_burst: 32,
+        checksum: ChecksumCapabilities::NONE,
+        queues: 1,
+    };
+
+    /// The largest frame, header included: `mtu + ETHERNET_HEADER_LEN` (saturating).
+    pub const fn max_frame_len(&self) -> usize {
+        self.mtu.saturating_add(ETHERNET_HEADER_LEN)
+    }
+}
+
+impl Default for DeviceCapabilities {
+    fn default() -> Self {
+        Self::ETHERNET
+    }
+}
+
+/// One contiguous buffer with `frame`'s bytes: its only segment, without a copy, or a
+/// fresh copy of a multi-segment chain (what a NIC's gather DMA does).
+pub(crate) fn coalesce(mut frame: IOBufChain) -> IOBuf {
+    if frame.segment_count() <= 1 {
+        return frame.pop_front().unwrap_or_default();
+    }
+    IOBuf::from_vec(frame.to_vec())
+}
+
+/// Checksum offload, per protocol.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ChecksumCapabilities {
+    /// The IPv4 header checksum.
+    pub ipv4: ChecksumOffload,
+    /// The TCP checksum.
+    pub tcp: ChecksumOffload,
+    /// The UDP checksum.
+    pub udp: ChecksumOffload,
+    /// The ICMPv4 checksum.
+    pub icmpv4: ChecksumOffload,
+}
+
+impl ChecksumCapabilities {
+    /// No offload: the stack verifies and fills every checksum.
+    pub const NONE: ChecksumCapabilities = ChecksumCapabilities {
+        ipv4: ChecksumOffload::NONE,
+        tcp: ChecksumOffload::NONE,
+        udp: ChecksumOffload::NONE,
+        icmpv4: ChecksumOffload::NONE,
+    };
+
+    /// Every checksum verified and filled by the device (or by nobody, on a trusted
+    /// in-memory wire, like Linux's veth).
+    pub const ALL: ChecksumCapabilities = ChecksumCapabilities {
+        ipv4: ChecksumOffload::BOTH,
+        tcp: ChecksumOffload::BOTH,
+        udp: ChecksumOffload::BOTH,
+        icmpv4: ChecksumOffload::BOTH,
+    };
+
+    /// The same capabilities with every `rx_verified` flag cleared.
+    pub const fn without_rx(self) -> Self {
+        Self {
+            ipv4: self.ipv4.without_rx(),
+            tcp: self.tcp.without_rx(),
+            udp: self.udp.without_rx(),
+            icmpv4: self.icmpv4.without_rx(),
+        }
+    }
+
+    /// The same capabilities with every `tx_filled` flag cleared.
+    pub const fn without_tx(self) -> Self {
+        Self {
+            ipv4: self.ipv4.without_tx(),
+            tcp: self.tcp.without_tx(),
+            udp: self.udp.without_tx(),
+            icmpv4: self.icmpv4.without_tx(),
+        }
+    }
+}
+
+/// Offload of one protocol's checksum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ChecksumOffload {
+    /// The device verifies this checksum on received frames and delivers none where it
+    /// is wrong, so the stack need not verify it.
+    pub rx_verified: bool,
+    /// The device fills this checksum on transmitted frames, so the stack leaves it.
+    pub tx_filled: bool,
+}
+
+impl ChecksumOffload {
+    /// The stack verifies and fills the checksum itself.
+    pub const NONE: ChecksumOffload = ChecksumOffload {
+        rx_verified: false,
+        tx_filled: false,
+    };
+    /// The device verifies and fills the checksum.
+    pub const BOTH: ChecksumOffload = ChecksumOffload {
+        rx_verified: true,
+        tx_filled: true,
+    };
+
+    const fn without_rx(self) -> Self {
+        Self {
+            rx_verified: false,
+            tx_filled: self.tx_filled,
+        }
+    }
+
+    const fn without_tx(self) -> Self {
+        Self {
+            rx_verified: self.rx_verified,
+            tx_filled: false,
+        }
+    }
+}
