@@ -1,0 +1,204 @@
+//! The internet checksum (RFC 1071) and checksum offload capabilities.
+//!
+//! The checksum is the one's-complement of the one's-complement sum of 16-bit big-endian
+//! words. [`data`] computes the folded sum (not yet complemented) of a slice; sums of
+//! pieces [`combine`] into the sum of their concatenation (each piece but the last must
+//! have even length); [`pseudo_header`] is the IPv4 pseudo-header sum that TCP and UDP
+//! include. The value written into a header is `!sum`. A buffer whose stored checksum is
+//! correct sums to `0xffff`.
+
+use core::net::Ipv4Addr;
+
+/// The folded one's-complement sum of `bytes` as big-endian 16-bit words; an odd final
+/// byte is padded with zero.
+pub fn data(bytes: &[u8]) -> u16 {
+    // Accumulate into 64 bits, 32 bits at a time: carries cannot overflow for any slice
+    // shorter than 2^32 words, and end-around carries are folded at the end.
+    let mut sum: u64 = 0;
+    let mut words = bytes.chunks_exact(4);
+    for w in &mut words {
+        sum += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
+    }
+    let mut rest = words.remainder();
+    if rest.len() >= 2 {
+        sum += u64::from(u16::from_be_bytes([rest[0], rest[1]]));
+        rest = &rest[2..];
+    }
+    if let [last] = rest {
+        sum += u64::from(*last) << 8;
+    }
+    fold(sum)
+}
+
+/// Folds a wide one's-complement accumulator into 16 bits.
+fn fold(mut sum: u64) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// Combines partial sums (from [`data`] over consecutive even-length pieces, or
+/// [`pseudo_header`]) into the sum of the whole.
+pub fn combine(sums: &[u16]) -> u16 {
+    fold(sums.iter().map(|&s| u64::from(s)).sum())
+}
+
+/// The sum of the IPv4 pseudo-header for a TCP or UDP segment of `length` bytes (header
+/// plus payload) carried with IP protocol `protocol`.
+pub fn pseudo_header(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, length: u16) -> u16 {
+    let mut words = [0u8; 12];
+    words[0..4].copy_from_slice(&src.octets());
+    words[4..8].copy_from_slice(&dst.octets());
+    words[9] = protocol;
+    words[10..12].copy_from_slice(&length.to_be_bytes());
+    data(&words)
+}
+
+/// Who handles a protocol's checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Checksum {
+    /// Software verifies it on receive and fills it on transmit.
+    #[default]
+    Both,
+    /// Software verifies on receive only; the device fills it on transmit.
+    Rx,
+    /// Software fills on transmit only; the device has verified it on receive.
+    Tx,
+    /// The device does both (full offload); software neither verifies nor fills.
+    None,
+}
+
+impl Checksum {
+    /// Whether software must verify received checksums.
+    pub fn rx(self) -> bool {
+        matches!(self, Checksum::Both | Checksum::Rx)
+    }
+
+    /// Whether software must fill transmitted checksums.
+    pub fn tx(self) -> bool {
+        matches!(self, Checksum::Both | Checksum::Tx)
+    }
+}
+
+/// Per-protocol checksum duties, usually from the device's offload features. The default
+/// is software for everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ChecksumCapabilities {
+    /// The IPv4 header checksum.
+    pub ipv4: Checksum,
+    /// ICMPv4 message checksums.
+    pub icmpv4: Checksum,
+    /// UDP checksums.
+    pub udp: Checksum,
+    /// TCP checksums.
+    pub tcp: Checksum,
+}
+
+impl ChecksumCapabilities {
+    /// Software neither verifies nor fills any checksum: a device that offloads them all,
+    /// or a test or fuzzer that wants to reach past checksums.
+    pub fn ignored() -> Self {
+        ChecksumCapabilities {
+            ipv4: Checksum::None,
+            icmpv4: Checksum::None,
+            udp: Checksum::None,
+            tcp: Checksum::None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::vec::Vec;
+
+    /// The reference: one 16-bit word at a time, exactly as RFC 1071 describes it.
+    fn naive(bytes: &[u8]) -> u16 {
+        let mut sum: u32 = 0;
+        for pair in bytes.chunks(2) {
+            let word = u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)]);
+            sum += u32::from(word);
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        sum as u16
+    }
+
+    #[test]
+    fn rfc1071_example() {
+        // RFC 1071 section 3: the sum of these bytes is ddf2.
+        let bytes = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(data(&bytes), 0xddf2);
+        assert_eq!(!data(&bytes), 0x220d);
+    }
+
+    #[test]
+    fn known_ipv4_header() {
+        // A captured IPv4 header (checksum 0xb861 in place) sums to 0xffff.
+        let header = [
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8,
+            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
+        ];
+        assert_eq!(data(&header), 0xffff);
+        let mut zeroed = header;
+        zeroed[10] = 0;
+        zeroed[11] = 0;
+        assert_eq!(!data(&zeroed), 0xb861);
+    }
+
+    #[test]
+    fn odd_lengths_and_empty() {
+        assert_eq!(data(&[]), 0);
+        assert_eq!(data(&[0xab]), 0xab00);
+        assert_eq!(data(&[0x12, 0x34, 0x56]), 0x1234 + 0x5600);
+        assert_eq!(data(&[0xff; 7]), naive(&[0xff; 7]));
+    }
+
+    #[test]
+    fn pseudo_header_matches_bytes() {
+        let src = Ipv4Addr::new(10, 0, 0, 1);
+        let dst = Ipv4Addr::new(192, 168, 7, 200);
+        let bytes = [10, 0, 0, 1, 192, 168, 7, 200, 0, 6, 0x05, 0xdc];
+        assert_eq!(pseudo_header(src, dst, 6, 1500), data(&bytes));
+    }
+
+    #[test]
+    fn capabilities() {
+        assert!(Checksum::Both.rx() && Checksum::Both.tx());
+        assert!(Checksum::Rx.rx() && !Checksum::Rx.tx());
+        assert!(!Checksum::Tx.rx() && Checksum::Tx.tx());
+        assert!(!Checksum::None.rx() && !Checksum::None.tx());
+        assert_eq!(ChecksumCapabilities::default().tcp, Checksum::Both);
+        assert_eq!(ChecksumCapabilities::ignored().udp, Checksum::None);
+    }
+
+    proptest! {
+        #[test]
+        fn matches_naive(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            prop_assert_eq!(data(&bytes), naive(&bytes));
+        }
+
+        #[test]
+        fn combine_is_concatenation(
+            a in proptest::collection::vec(any::<u8>(), 0..100),
+            b in proptest::collection::vec(any::<u8>(), 0..100),
+        ) {
+            let mut a = a;
+            if a.len() % 2 == 1 { a.pop(); }
+            let whole: Vec<u8> = a.iter().chain(b.iter()).copied().collect();
+            // One's-complement zero has two forms; compare modulo 0xffff.
+            let lhs = combine(&[data(&a), data(&b)]) % 0xffff;
+            prop_assert_eq!(lhs, data(&whole) % 0xffff);
+        }
+
+        #[test]
+        fn filled_checksum_verifies(mut bytes in proptest::collection::vec(any::<u8>(), 2..200)) {
+            bytes[0] = 0;
+            bytes[1] = 0;
+            let c = !data(&bytes);
+            bytes[0..2].copy_from_slice(&c.to_be_bytes());
+            prop_assert_eq!(data(&bytes), 0xffff);
+        }
+    }
+}
