@@ -16,16 +16,16 @@
 //! | [`PAGE_TABLES_ADDR`]`..`[`PAGE_TABLES_END`] | page tables | not mapped |
 //! | [`BOOT_INFO_ADDR`] (4 KiB) | [`BootInfo`] | user, read-only |
 //! | [`CMDLINE_ADDR`] ([`CMDLINE_MAX`]) | command line, UTF-8, not NUL-terminated | user, read-only |
-//! | [`PERCORE_ADDR`] + core × [`PERCORE_STRIDE`] | [`PerCore`] blocks | user, read-write |
 //! | [`CONSOLE_ADDR`] + core × [`CONSOLE_STRIDE`] | [`ConsoleRing`] per core | user, read-write |
 //! | [`IMAGE_BASE`]`..image_end` | the ELF image's segments | user, read-write, executable |
-//! | after the image | per-core stacks, each below a 4 KiB guard page | user, read-write |
+//! | `percore_addr` = `image_end` + core × [`PERCORE_STRIDE`] | per-core blocks ([`PerCore`] header, then the runtime's part) | user, read-write |
+//! | after the per-core blocks | per-core stacks, each below a 4 KiB guard page | user, read-write |
 //! | the rest up to `mem_size` | free ([`MemKind::Usable`]) | user, read-write |
 
 /// `BootInfo::magic`: "EBBFLOW1" in little-endian byte order.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"EBBFLOW1");
 /// Version of this protocol; the guest refuses a block with another one.
-pub const BOOT_VERSION: u32 = 1;
+pub const BOOT_VERSION: u32 = 2;
 
 /// GDT page.
 pub const GDT_ADDR: u64 = 0x1000;
@@ -49,10 +49,12 @@ pub const BOOT_INFO_ADDR: u64 = 0x8_0000;
 pub const CMDLINE_ADDR: u64 = 0x8_1000;
 /// Longest command line, in bytes.
 pub const CMDLINE_MAX: u64 = 0x1000;
-/// First per-core block; core `i`'s is at `PERCORE_ADDR + i * PERCORE_STRIDE`.
-pub const PERCORE_ADDR: u64 = 0x9_0000;
-/// Distance between per-core blocks (one page each).
-pub const PERCORE_STRIDE: u64 = 0x1000;
+/// Size of, and distance between, per-core blocks: one page for the [`PerCore`] header
+/// and the runtime's per-core words, then 32 KiB for ebb-core's Ebb translation table
+/// (`ebb_core::percore::MAX_EBBS` pointers; the guest runtime checks at compile time that
+/// ebb-core's GS layout fits). The blocks follow the image, core `i`'s at
+/// `BootInfo::percore_addr + i * PERCORE_STRIDE`; each vCPU's GS base points at its own.
+pub const PERCORE_STRIDE: u64 = 0x9000;
 /// First console ring; core `i`'s is at `CONSOLE_ADDR + i * CONSOLE_STRIDE`.
 pub const CONSOLE_ADDR: u64 = 0x10_0000;
 /// Distance between console rings (header and data).
@@ -158,6 +160,8 @@ pub enum MemKind {
     Stacks = 3,
     /// Free memory for the guest's allocators.
     Usable = 4,
+    /// The per-core blocks (GS bases).
+    PerCore = 5,
 }
 
 /// One core's block; the vCPU's GS base points at it, so `gs:[0]` is its own address.
@@ -180,7 +184,8 @@ pub struct PerCore {
     pub console: u64,
 }
 
-/// Offset in a per-core page from which the runtime may keep its own per-core data.
+/// Offset in a per-core block from which the runtime keeps its own per-core data (the
+/// monitor zero-fills it; bytes below belong to [`PerCore`]).
 pub const PERCORE_RUNTIME_OFFSET: u64 = 256;
 
 /// Header of a console ring: a single-producer (the guest core) single-consumer (the
@@ -300,4 +305,5 @@ const _: () = {
     assert!(core::mem::offset_of!(BootInfo, regions) == 96);
     assert!(core::mem::size_of::<BootInfo>() as u64 <= CMDLINE_ADDR - BOOT_INFO_ADDR);
     assert!(core::mem::size_of::<PerCore>() as u64 <= PERCORE_RUNTIME_OFFSET);
+    assert!(PERCORE_STRIDE.is_multiple_of(0x1000));
 };

@@ -7,6 +7,18 @@
 //!   builds everywhere; the monitor depends on it);
 //! * `entry!` — declares the image's main function; `_start` validates the boot info and
 //!   runs it on core 0 (other cores run an optional secondary function, then park);
+//! * `runtime_entry!` / `runtime` — runs **ebb-core's runtime** on every vCPU: core 0
+//!   builds the `Runtime`, publishes it in a static (the other vCPUs spin until it is
+//!   there), every vCPU runs its event loop, `async fn main() -> i32` runs as core 0's
+//!   first task, and its result becomes the VM's exit code. ebb-core's executor, timers,
+//!   Ebbs and RCU run unchanged;
+//! * `platform` — `NativePlatform`, ebb-core's `Platform` here: the clock is the TSC
+//!   scaled by the boot-info frequency (anchored to the monitor's monotonic clock); an idle
+//!   core makes the WAIT hypercall with its next timer deadline; `wake` is the kick
+//!   (ioeventfd), which ebb-core sends only to a core that may be asleep;
+//! * `heap` — the interim `#[global_allocator]` (power-of-two classes with free lists,
+//!   bump-allocated from the largest usable region; feature `global-allocator`, on by
+//!   default, until ebb-mem's allocator replaces it);
 //! * `hypercall` — typed wrappers around the port-I/O hypercalls (exit, clock, wait,
 //!   kick, console flush, panic);
 //! * `console` — `print!`/`println!` into this core's shared-memory console ring: no exit
@@ -15,21 +27,39 @@
 //!   panic hypercall.
 //!
 //! Everything but [`abi`] exists only when building for `target_os = "none"`; on the host
-//! this crate is the ABI alone, so `cargo test --workspace` builds it harmlessly.
+//! this crate is the ABI alone, so `cargo test --workspace` builds it harmlessly (ebb-core
+//! is a dependency only for that target, without its `std` feature, which selects its
+//! GS-based per-core backend).
+//!
+//! ## The per-core block
+//!
+//! Each vCPU's GS base points at its own block of [`abi::PERCORE_STRIDE`] bytes (36 KiB),
+//! placed by the monitor after the image: the monitor's [`abi::PerCore`] header below
+//! [`abi::PERCORE_RUNTIME_OFFSET`], then, zero-filled, ebb-core's words (`ebb_core::
+//! percore::gs_layout`: core id + 1 and the event-loop context at 256 and 264, the Ebb
+//! translation table at 4 KiB, `MAX_EBBS` × 8 bytes). A compile-time check in `runtime`
+//! fails the build if ebb-core's layout ever outgrows the block. An Ebb rep lookup is one
+//! `mov reg, gs:[TABLE + id * 8]` and one branch.
 //!
 //! ## Invariants
 //!
-//! * The code runs at CPL 3 with IOPL 3 and never executes a privileged instruction.
+//! * The code runs at CPL 3 with IOPL 3 and never executes a privileged instruction (no
+//!   `hlt`: an idle core sleeps in the WAIT hypercall).
 //! * GS base points at this core's [`abi::PerCore`] block for the whole run; `gs:[0]` is
-//!   the block's own address.
+//!   the block's own address. Bytes from [`abi::PERCORE_RUNTIME_OFFSET`] on belong to
+//!   ebb-core and are touched only by this core.
 //! * Each core writes only its own console ring (single producer); the boot info is never
 //!   written.
-//! * `unsafe` lives in `arch` (instructions) and `console` (the ring in shared memory),
-//!   each block with a `// SAFETY:` comment.
+//! * `unsafe` lives in `arch` (instructions), `console` (the ring in shared memory) and
+//!   `heap` (the allocator and its free-list links), each block with a `// SAFETY:`
+//!   comment.
 
 #![no_std]
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+
+#[cfg(target_os = "none")]
+extern crate alloc;
 
 pub mod abi;
 
@@ -40,10 +70,18 @@ pub mod console;
 #[cfg(target_os = "none")]
 mod entry;
 #[cfg(target_os = "none")]
+pub mod heap;
+#[cfg(target_os = "none")]
 pub mod hypercall;
 #[cfg(target_os = "none")]
 mod panic;
+#[cfg(target_os = "none")]
+pub mod platform;
+#[cfg(target_os = "none")]
+pub mod runtime;
 
+#[cfg(target_os = "none")]
+pub use ebb_core;
 #[cfg(target_os = "none")]
 pub use entry::{boot_info, cmdline, core_id, park};
 
@@ -66,6 +104,20 @@ macro_rules! entry {
             let secondary: fn(u32) = $secondary;
             secondary(core)
         }
+    };
+}
+
+/// Declares an image whose `main` runs on ebb-core's runtime: `runtime_entry!(main)` with
+/// `async fn main() -> i32` (or any `fn() -> impl Future<Output = i32>`) builds the runtime
+/// on core 0, runs an event loop on every vCPU, runs `main` as core 0's first task and
+/// exits the VM with its result. See [`runtime::run`].
+#[macro_export]
+macro_rules! runtime_entry {
+    ($main:path) => {
+        fn __ebb_native_runtime_main() -> i32 {
+            $crate::runtime::run($main)
+        }
+        $crate::entry!(__ebb_native_runtime_main, $crate::runtime::secondary);
     };
 }
 

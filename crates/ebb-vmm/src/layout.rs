@@ -7,7 +7,7 @@
 
 use ebb_native::abi::{
     BOOT_INFO_ADDR, CMDLINE_ADDR, CMDLINE_MAX, CONSOLE_ADDR, CONSOLE_STRIDE, GDT_ADDR, IMAGE_BASE,
-    MAX_CPUS, MemKind, MemRegion, PERCORE_ADDR, PERCORE_STRIDE, STACK_SIZE, TSS_ADDR, TSS_SIZE,
+    MAX_CPUS, MemKind, MemRegion, PERCORE_STRIDE, STACK_SIZE, TSS_ADDR, TSS_SIZE,
 };
 
 /// 4 KiB.
@@ -85,7 +85,10 @@ pub struct Layout {
     pub image_start: u64,
     /// End of the image (page-aligned up), BSS included.
     pub image_end: u64,
-    /// Start of the stack area (the first guard page).
+    /// Core 0's per-core block (right after the image); core `i`'s is
+    /// [`PERCORE_STRIDE`] × `i` further.
+    pub percore_start: u64,
+    /// Start of the stack area (the first guard page), right after the per-core blocks.
     pub stacks_start: u64,
     /// End of the stack area; free memory starts here.
     pub stacks_end: u64,
@@ -123,7 +126,11 @@ impl Layout {
         };
         let image_start = image_start.max(IMAGE_BASE) & !(PAGE_SIZE - 1);
         let image_end = align_up(image_end, PAGE_SIZE).ok_or(too_small(u64::MAX))?;
-        let stacks_start = image_end;
+        let percore_start = image_end;
+        let stacks_start = u64::from(cpus)
+            .checked_mul(PERCORE_STRIDE)
+            .and_then(|s| s.checked_add(percore_start))
+            .ok_or(too_small(u64::MAX))?;
         let stacks_end = u64::from(cpus)
             .checked_mul(PAGE_SIZE + STACK_SIZE)
             .and_then(|s| s.checked_add(stacks_start))
@@ -137,6 +144,7 @@ impl Layout {
             cpus,
             image_start,
             image_end,
+            percore_start,
             stacks_start,
             stacks_end,
         })
@@ -150,7 +158,7 @@ impl Layout {
 
     /// Address of core `core`'s per-core block.
     pub fn percore(&self, core: u32) -> u64 {
-        PERCORE_ADDR + u64::from(core) * PERCORE_STRIDE
+        self.percore_start + u64::from(core) * PERCORE_STRIDE
     }
 
     /// Address of core `core`'s console ring.
@@ -169,6 +177,7 @@ impl Layout {
         vec![
             region(0, IMAGE_BASE, MemKind::Monitor),
             region(IMAGE_BASE, self.image_end, MemKind::Image),
+            region(self.percore_start, self.stacks_start, MemKind::PerCore),
             region(self.stacks_start, self.stacks_end, MemKind::Stacks),
             region(self.stacks_end, self.mem_size, MemKind::Usable),
         ]
@@ -192,16 +201,12 @@ impl Layout {
                 PageKind::UserReadOnly,
             ),
             r(
-                PERCORE_ADDR,
-                PERCORE_ADDR + cpus * PERCORE_STRIDE,
-                PageKind::UserData,
-            ),
-            r(
                 CONSOLE_ADDR,
                 CONSOLE_ADDR + cpus * CONSOLE_STRIDE,
                 PageKind::UserData,
             ),
             r(IMAGE_BASE, self.image_end, PageKind::UserCode),
+            r(self.percore_start, self.stacks_start, PageKind::UserData),
         ];
         for core in 0..self.cpus {
             let (bottom, top) = self.stack(core);

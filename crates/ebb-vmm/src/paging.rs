@@ -134,7 +134,7 @@ impl PageTables {
 mod tests {
     use super::*;
     use crate::layout::Layout;
-    use ebb_native::abi::{BOOT_INFO_ADDR, GDT_ADDR, IMAGE_BASE, PERCORE_ADDR};
+    use ebb_native::abi::{BOOT_INFO_ADDR, GDT_ADDR, IMAGE_BASE, PERCORE_STRIDE};
 
     #[test]
     fn maps_layout_like_the_page_map() {
@@ -153,9 +153,14 @@ mod tests {
         assert_eq!(f & USER, 0, "GDT is supervisor-only");
         let (_, f) = pt.translate(BOOT_INFO_ADDR).unwrap();
         assert_eq!(f & (USER | WRITABLE), USER, "boot info is user read-only");
-        let (_, f) = pt.translate(PERCORE_ADDR + 0x1000).unwrap();
+        let (_, f) = pt.translate(l.percore(1) + PERCORE_STRIDE - 8).unwrap();
         assert_eq!(f & (USER | WRITABLE), USER | WRITABLE);
-        assert_eq!(pt.translate(PERCORE_ADDR + 0x2000), None, "only 2 cores");
+        assert_eq!(l.percore(1) + PERCORE_STRIDE, l.stacks_start);
+        assert_eq!(
+            pt.translate(l.stacks_start),
+            None,
+            "the first stack guard follows the per-core blocks"
+        );
         let (_, f) = pt.translate(IMAGE_BASE + 0x100).unwrap();
         assert_eq!(f & NO_EXECUTE, 0, "image is executable");
         let (bottom, top) = l.stack(1);

@@ -16,8 +16,7 @@ use crate::report::{Outcome, VcpuState};
 use crate::sys;
 use ebb_native::abi::{
     BOOT_INFO_ADDR, BOOT_MAGIC, BOOT_VERSION, BootInfo, CMDLINE_ADDR, GDT_ADDR, HYPERCALL_PORT,
-    KICK_PORT, MAX_MEM_REGIONS, MemRegion, PAGE_TABLES_ADDR, PERCORE_ADDR, PERCORE_STRIDE, PerCore,
-    TSS_ADDR,
+    KICK_PORT, MAX_MEM_REGIONS, MemRegion, PAGE_TABLES_ADDR, PERCORE_STRIDE, PerCore, TSS_ADDR,
 };
 use kvm_bindings::KVM_MAX_CPUID_ENTRIES;
 use kvm_ioctls::{IoEventAddress, Kvm, VcpuFd, VmFd};
@@ -427,7 +426,7 @@ impl Vm {
 }
 
 fn write_percore(mem: &GuestMem, layout: &Layout, core: u32) -> Result<(), VmError> {
-    let base = PERCORE_ADDR + u64::from(core) * PERCORE_STRIDE;
+    let base = layout.percore(core);
     let (bottom, top) = layout.stack(core);
     let put = |off: usize, v: u64| mem.write_u64(base + off as u64, v);
     put(offset_of!(PerCore, self_addr), base)
@@ -475,7 +474,7 @@ fn write_boot_info(
                 config.cmdline.len() as u64,
             )
         })
-        .and_then(|()| u64_at(offset_of!(BootInfo, percore_addr), PERCORE_ADDR))
+        .and_then(|()| u64_at(offset_of!(BootInfo, percore_addr), layout.percore_start))
         .and_then(|()| u64_at(offset_of!(BootInfo, percore_stride), PERCORE_STRIDE))
         .and_then(|()| u64_at(offset_of!(BootInfo, image_start), layout.image_start))
         .and_then(|()| u64_at(offset_of!(BootInfo, image_end), layout.image_end))

@@ -1,0 +1,124 @@
+//! Running ebb-core's event loops on every vCPU.
+//!
+//! [`run`] (core 0) builds the node's [`Runtime`] over a [`NativePlatform`], publishes it
+//! in a static and runs core 0's loop with the application's `main` as its first task;
+//! [`secondary`] (every other core) spins until the runtime is published, then runs its
+//! own loop. When `main` completes, its result is kept, the runtime shuts down (every loop
+//! returns) and `run` returns the result, which `_start` hands to the EXIT hypercall.
+//!
+//! [`runtime_entry!`](crate::runtime_entry) wires both into an image.
+
+use crate::abi::{PERCORE_RUNTIME_OFFSET, PERCORE_STRIDE};
+use crate::entry::boot_info;
+use crate::platform::NativePlatform;
+use alloc::sync::Arc;
+use core::future::Future;
+use core::sync::atomic::{AtomicI32, Ordering};
+use core::time::Duration;
+use ebb_core::CoreId;
+use ebb_core::event::{self, Handle, Runtime};
+
+// ebb-core keeps its per-core data (core id, loop context, Ebb table) at fixed offsets from
+// the GS base: it must lie in the runtime's part of the monitor's per-core block.
+const _: () = {
+    use ebb_core::percore::gs_layout;
+    assert!(gs_layout::BASE as u64 >= PERCORE_RUNTIME_OFFSET);
+    assert!(gs_layout::END as u64 <= PERCORE_STRIDE);
+};
+
+/// How the runtime is set up.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// How long an idle core keeps polling before it makes the WAIT hypercall (adaptive
+    /// polling; see `ebb_core::event::Runtime::with_idle_poll`).
+    pub idle_poll: Duration,
+    /// Timed WAITs end this long before their deadline and the loop polls the rest (see
+    /// [`NativePlatform::with_wait_early`]); zero waits right up to the deadline.
+    pub wait_early: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            idle_poll: Duration::from_micros(50),
+            wait_early: Duration::ZERO,
+        }
+    }
+}
+
+struct Node {
+    runtime: Runtime,
+    platform: Arc<NativePlatform>,
+}
+
+static NODE: spin::Once<Node> = spin::Once::new();
+static EXIT_CODE: AtomicI32 = AtomicI32::new(0);
+
+/// Runs the node with the default [`Config`]; see [`run_with`].
+pub fn run<F, Fut>(main: F) -> i32
+where
+    F: FnOnce() -> Fut + 'static,
+    Fut: Future<Output = i32> + 'static,
+{
+    run_with(Config::default(), main)
+}
+
+/// On core 0: builds the runtime over every vCPU, runs core 0's event loop with `main()`
+/// as its first task, and returns `main`'s result once it completes and the loops stop.
+///
+/// # Panics
+///
+/// If called on another core, or twice.
+pub fn run_with<F, Fut>(config: Config, main: F) -> i32
+where
+    F: FnOnce() -> Fut + 'static,
+    Fut: Future<Output = i32> + 'static,
+{
+    assert_eq!(
+        crate::core_id(),
+        0,
+        "ebb_native::runtime::run runs on core 0"
+    );
+    assert!(!NODE.is_completed(), "the runtime is already running");
+    let info = boot_info();
+    let platform = Arc::new(NativePlatform::with_wait_early(info, config.wait_early));
+    let runtime = match Runtime::with_idle_poll(
+        platform.clone(),
+        info.cpu_count as usize,
+        config.idle_poll,
+    ) {
+        Ok(runtime) => runtime,
+        Err(e) => panic!("cannot build the runtime: {e}"),
+    };
+    // Publishing (release) lets the secondary cores in.
+    let node = NODE.call_once(|| Node { runtime, platform });
+    node.runtime.run_core(CoreId(0), move || {
+        let _main = event::spawn_local(async move {
+            EXIT_CODE.store(main().await, Ordering::Relaxed);
+            event::shutdown();
+        });
+    });
+    EXIT_CODE.load(Ordering::Relaxed)
+}
+
+/// On every core but 0: waits for core 0 to build the runtime, then runs this core's loop
+/// until the runtime shuts down.
+pub fn secondary(core: u32) {
+    let node = loop {
+        if let Some(node) = NODE.get() {
+            break node;
+        }
+        core::hint::spin_loop();
+    };
+    node.runtime.run_core(CoreId(core), || {});
+}
+
+/// The running node's platform (`None` before [`run`] built it).
+pub fn platform() -> Option<&'static NativePlatform> {
+    NODE.get().map(|n| &*n.platform)
+}
+
+/// A handle to the running node's runtime (`None` before [`run`] built it).
+pub fn handle() -> Option<Handle> {
+    NODE.get().map(|n| n.runtime.handle())
+}
