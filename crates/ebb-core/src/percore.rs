@@ -184,10 +184,11 @@ mod gs {
     #[inline(always)]
     pub(super) fn load_slot(index: usize) -> *const () {
         let rep: *const ();
-        // SAFETY: by the module contract GS points at this vCPU's block and
+        // Soundness: by the module contract GS points at this vCPU's block and
         // `TABLE + index * 8` lies inside it (callers mask `index` below MAX_EBBS). A plain
         // read of memory only this vCPU writes; `pure, readonly` lets the compiler merge
         // repeated lookups, and the writers below are not `readonly`, so none is skipped.
+        // SAFETY: by the argument just above.
         unsafe {
             asm!(
                 "mov {rep}, qword ptr gs:[{index} * 8 + {table}]",

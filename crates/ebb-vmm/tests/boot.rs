@@ -10,10 +10,11 @@
 //! When `/dev/kvm` cannot be used each test prints `SKIPPED: <test>: /dev/kvm unusable:
 //! <reason>` and returns.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+mod common;
+
+use common::{boot, kvm, repo_root};
+use std::process::Command;
+use std::time::Duration;
 
 mod host_workload {
     #![allow(dead_code)]
@@ -21,88 +22,6 @@ mod host_workload {
         env!("CARGO_MANIFEST_DIR"),
         "/../../tests/guests/src/workload.rs"
     ));
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Builds the guest images once; the directory holding them.
-fn guests() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../guests");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(cargo)
-            .current_dir(repo_root()) // for .cargo/config.toml's target rustflags
-            .args(["build", "--release", "--target", "x86_64-unknown-none"])
-            .arg("--manifest-path")
-            .arg(repo_root().join("tests/guests/Cargo.toml"))
-            .arg("--target-dir")
-            .arg(&target_dir)
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_ENCODED_RUSTFLAGS")
-            .env_remove("CARGO_BUILD_RUSTFLAGS")
-            .env_remove("CARGO_BUILD_TARGET")
-            .env_remove("CARGO_TARGET_DIR")
-            .output()
-            .expect("run cargo to build the test guests");
-        assert!(
-            out.status.success(),
-            "building tests/guests failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        target_dir.join("x86_64-unknown-none/release")
-    })
-}
-
-/// `Some(())` when KVM works; otherwise prints the SKIPPED line for `test`.
-fn kvm(test: &str) -> Option<()> {
-    match ebb_vmm::kvm_usable() {
-        Ok(()) => Some(()),
-        Err(e) => {
-            println!("SKIPPED: {test}: /dev/kvm unusable: {e}");
-            None
-        }
-    }
-}
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-    elapsed: Duration,
-}
-
-/// Runs `ebb-vmm <guest> <args...>`; every run has a timeout so no test can hang.
-fn boot(guest: &str, args: &[&str]) -> Run {
-    let start = Instant::now();
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = Command::new(env!("CARGO_BIN_EXE_ebb-vmm"))
-        .arg(guests().join(guest))
-        .args(["--timeout", "30"])
-        .args(args)
-        .output()
-        .expect("run ebb-vmm");
-    Run {
-        code: status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-        elapsed: start.elapsed(),
-    }
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit code {}\n--- stdout\n{}--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
 }
 
 #[test]

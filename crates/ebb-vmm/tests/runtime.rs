@@ -7,88 +7,17 @@
 //! `/dev/kvm` cannot be used each test prints `SKIPPED: <test>: /dev/kvm unusable:
 //! <reason>` and returns.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::OnceLock;
+mod common;
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Builds the guest images once; the directory holding them.
-fn guests() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../guests");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(cargo)
-            .current_dir(repo_root()) // for .cargo/config.toml's target rustflags
-            .args(["build", "--release", "--target", "x86_64-unknown-none"])
-            .arg("--manifest-path")
-            .arg(repo_root().join("tests/guests/Cargo.toml"))
-            .arg("--target-dir")
-            .arg(&target_dir)
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_ENCODED_RUSTFLAGS")
-            .env_remove("CARGO_BUILD_RUSTFLAGS")
-            .env_remove("CARGO_BUILD_TARGET")
-            .env_remove("CARGO_TARGET_DIR")
-            .output()
-            .expect("run cargo to build the test guests");
-        assert!(
-            out.status.success(),
-            "building tests/guests failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        target_dir.join("x86_64-unknown-none/release")
-    })
-}
-
-/// `Some(())` when KVM works; otherwise prints the SKIPPED line for `test`.
-fn kvm(test: &str) -> Option<()> {
-    match ebb_vmm::kvm_usable() {
-        Ok(()) => Some(()),
-        Err(e) => {
-            println!("SKIPPED: {test}: /dev/kvm unusable: {e}");
-            None
-        }
-    }
-}
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit code {}\n--- stdout\n{}--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
-}
+use common::{Run, boot, kvm};
 
 /// Runs `ebb-vmm <guest> --cpus N <args...>` with a timeout, echoes its output, and
 /// checks it exited 0 with `<guest>: ok` and nothing on stderr.
 fn boot_ok(guest: &str, cpus: u32, args: &[&str]) -> Run {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = Command::new(env!("CARGO_BIN_EXE_ebb-vmm"))
-        .arg(guests().join(guest))
-        .args(["--timeout", "60", "--cpus", &cpus.to_string()])
-        .args(args)
-        .output()
-        .expect("run ebb-vmm");
-    let run = Run {
-        code: status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    };
+    let cpus_arg = cpus.to_string();
+    let mut all = vec!["--timeout", "60", "--cpus", cpus_arg.as_str()];
+    all.extend_from_slice(args);
+    let run = boot(guest, &all);
     println!("--- {guest} --cpus {cpus} {args:?}\n{}", run.stdout);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.stdout.contains(&format!("{guest}: ok")), "{run:?}");

@@ -127,11 +127,12 @@ impl<const N: usize> CoreSlots<N> {
             pages,
         };
         let _guard = (slot == OFF_CORE).then(|| self.off_core_lock.lock());
-        // SAFETY: `slot` is the calling thread's own slot (every caller passes
+        // Soundness: `slot` is the calling thread's own slot (every caller passes
         // `current_slot()`, or has `&mut self`), so no other thread touches these caches
         // concurrently, and for the shared off-core slot we hold its lock. Nothing inside
         // `f` re-enters the allocator (pages come from the page allocator, which does not
         // allocate), so this is the only reference.
+        // SAFETY: by the argument just above.
         let cache = unsafe { &mut (*s.caches.get())[class] };
         f(cache, &ctx)
     }
