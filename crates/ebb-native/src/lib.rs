@@ -16,9 +16,9 @@
 //!   scaled by the boot-info frequency (anchored to the monitor's monotonic clock); an idle
 //!   core makes the WAIT hypercall with its next timer deadline; `wake` is the kick
 //!   (ioeventfd), which ebb-core sends only to a core that may be asleep;
-//! * `heap` — the interim `#[global_allocator]` (power-of-two classes with free lists,
-//!   bump-allocated from the largest usable region; feature `global-allocator`, on by
-//!   default, until ebb-mem's allocator replaces it);
+//! * `heap` — the `#[global_allocator]`: ebb-mem's general-purpose allocator (per-core
+//!   slabs with remote frees over a buddy page allocator) fed every usable region of the
+//!   boot memory map on first use (feature `global-allocator`, on by default);
 //! * `hypercall` — typed wrappers around the port-I/O hypercalls (exit, clock, wait,
 //!   kick, console flush, panic);
 //! * `console` — `print!`/`println!` into this core's shared-memory console ring: no exit
@@ -51,7 +51,7 @@
 //! * Each core writes only its own console ring (single producer); the boot info is never
 //!   written.
 //! * `unsafe` lives in `arch` (instructions), `console` (the ring in shared memory) and
-//!   `heap` (the allocator and its free-list links), each block with a `// SAFETY:`
+//!   `heap` (handing the memory map to the allocator), each block with a `// SAFETY:`
 //!   comment.
 
 #![no_std]

@@ -103,7 +103,7 @@ async fn main() -> i32 {
     if map.len() != 500 {
         return 8;
     }
-    println!("rt_multicore: ok (heap: {:?})", ebb_native::heap::stats());
+    println!("rt_multicore: ok (heap: {})", ebb_native::heap::report());
     0
 }
 
