@@ -38,10 +38,11 @@ impl Heap {
                 .iter()
                 .filter(|r| r.kind == MemKind::Usable as u32)
             {
-                // SAFETY: the monitor reports this range as usable guest memory that
+                // Soundness: the monitor reports this range as usable guest memory that
                 // nothing else uses (the image, stacks, per-core blocks and rings are other
                 // kinds), identity-mapped and writable, for the whole run; it is handed to
                 // the allocator exactly once (under this `Once`).
+                // SAFETY: by the argument just above.
                 let result = unsafe {
                     self.gpa
                         .add_region(region.start as *mut u8, region.len as usize)
