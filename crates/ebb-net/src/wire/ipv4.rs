@@ -58,19 +58,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(WireError::Truncated);
         }
         let header_len = usize::from(self.header_len());
-        if header_len < HEADER_LEN {
-            return Err(WireError::Malformed);
-        }
-        if header_len > len {
-            return Err(WireError::Truncated);
-        }
+        super::check_declared_len(header_len, HEADER_LEN, len)?;
         let total_len = usize::from(self.total_len());
-        if total_len < header_len {
-            return Err(WireError::Malformed);
-        }
-        if total_len > len {
-            return Err(WireError::Truncated);
-        }
+        super::check_declared_len(total_len, header_len, len)?;
         Ok(())
     }
 

@@ -83,6 +83,18 @@ impl core::error::Error for WireError {}
 /// Result of parsing wire data.
 pub type Result<T> = core::result::Result<T, WireError>;
 
+/// Checks a length that a header declares (a header length, a datagram length): below
+/// `min` the header is malformed, beyond the `available` bytes the packet is truncated.
+pub(crate) fn check_declared_len(declared: usize, min: usize, available: usize) -> Result<()> {
+    if declared < min {
+        Err(WireError::Malformed)
+    } else if declared > available {
+        Err(WireError::Truncated)
+    } else {
+        Ok(())
+    }
+}
+
 /// Defines a protocol number enum with named values and an `Unknown(raw)` catch-all,
 /// convertible both ways without loss.
 macro_rules! wire_enum {

@@ -38,12 +38,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(WireError::Truncated);
         }
         let field = usize::from(self.len());
-        if field < HEADER_LEN {
-            return Err(WireError::Malformed);
-        }
-        if field > len {
-            return Err(WireError::Truncated);
-        }
+        super::check_declared_len(field, HEADER_LEN, len)?;
         Ok(())
     }
 
