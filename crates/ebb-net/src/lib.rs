@@ -10,6 +10,7 @@
 //!   error value.
 //! * [`phy`] — the `NetDevice` trait drivers implement, an in-memory link joining two
 //!   stacks, and a seeded fault-injecting wrapper.
+//! * [`transport`] — the seam between the IP layer and TCP (zero copy both ways).
 //!
 //! The crate is `no_std` + `alloc`.
 
@@ -21,4 +22,5 @@ extern crate alloc;
 extern crate std;
 
 pub mod phy;
+pub mod transport;
 pub mod wire;
