@@ -1,33 +1,58 @@
 //! # ebb — the Ebbflow facade
 //!
 //! What an application depends on. It re-exports the object model, event loop, futures,
-//! IOBufs and RCU from `ebb-core`, and picks the runtime the application runs on. Today that
-//! is the hosted runtime (a Linux process, one pinned event loop per core); the native
-//! runtime will slot in behind the same names.
+//! IOBufs and RCU from `ebb-core`, and picks the runtime the application runs on **by
+//! target**: built for Linux it links the hosted runtime (`ebb-hosted`: a process, one
+//! pinned event loop per core); built for `x86_64-unknown-none` it links the native runtime
+//! (`ebb-native`: a ring-3 image booted by `ebb-vmm`, one event loop per vCPU). Cargo
+//! resolves the two dependency sets per target, so neither build sees the other's.
 //!
-//! ```no_run
-//! use ebb::net::{self, TcpConnection, TcpHandler, IOBuf, CloseReason};
+//! ## Writing an app once
 //!
-//! struct Echo;
-//! impl TcpHandler for Echo {
-//!     fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
-//!         let _ = conn.send(data.into());
-//!     }
-//!     fn closed(&mut self, _reason: CloseReason) {}
+//! An app that should build both ways uses only what this crate offers in both worlds —
+//! the entry macro [`main!`], [`println!`]/[`print!`], [`args`] and everything re-exported
+//! from `ebb-core` (`spawn_on`, `run_on`, `sleep`, `timeout`, `core_id`, `num_cores`, Ebbs,
+//! RCU, ...) — and opens with the only target-specific lines it needs:
+//!
+//! ```ignore
+//! #![cfg_attr(target_os = "none", no_std, no_main)]
+//! extern crate alloc;
+//!
+//! async fn app_main() -> i32 {
+//!     ebb::println!("hello from core {} of {}", ebb::core_id().0, ebb::num_cores());
+//!     0
 //! }
 //!
-//! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     ebb::run(ebb::Config::default(), || async {
-//!         let listener = net::listen("127.0.0.1:7000".parse().unwrap(), |conn| conn.set_handler(Echo))?;
-//!         println!("listening on {}", listener.local_addr());
-//!         std::future::pending::<Result<(), net::TcpErrorKind>>().await
-//!     })??;
-//!     Ok(())
-//! }
+//! ebb::main!(app_main);
 //! ```
+//!
+//! `cargo build -p APP` gives a Linux executable; `cargo build -p APP --target
+//! x86_64-unknown-none` (from the repository root, whose `.cargo/config.toml` adds the
+//! linker script) gives a native image for `ebb-vmm`. The `ebb` command (`crates/ebb-cli`)
+//! does both and picks one to run.
+//!
+//! The hosted-only API stays as it was: [`run`] with a [`Config`], and [`net`] (TCP over
+//! Linux sockets; native networking is not built yet), as `apps/echo` uses them.
+//!
+//! ## Invariants
+//!
+//! * Exactly one runtime is linked: `ebb-hosted` when `target_os != "none"`, `ebb-native`
+//!   when `target_os = "none"`. The crate is `no_std` + `alloc` in the second case.
+//! * [`main!`] runs the app's `async fn() -> i32` as core 0's first task on every core's
+//!   event loop, and the process (hosted) or VM (native) exits with its result.
+//! * No `unsafe` here.
 
+#![cfg_attr(target_os = "none", no_std)]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+extern crate alloc;
+
+mod app;
+
+pub use app::args;
+#[cfg(not(target_os = "none"))]
+pub use app::{CPUS_ENV, CoresError, hosted_cores};
 
 pub use ebb_core::ebb::{EbbError, EbbId, MulticoreEbb, SharedEbb};
 pub use ebb_core::event::{
@@ -37,11 +62,83 @@ pub use ebb_core::event::{
 };
 pub use ebb_core::iobuf::{self, Cursor, IOBuf, IOBufChain};
 pub use ebb_core::{CoreId, Ebb, EbbRef, Instant, future, rcu};
+#[cfg(not(target_os = "none"))]
 pub use ebb_hosted::{Config, ConfigError as RunError, run};
 
-/// Networking: EbbRT's event-driven TCP interface.
+/// Networking: EbbRT's event-driven TCP interface (hosted only for now).
+#[cfg(not(target_os = "none"))]
 pub mod net {
     pub use ebb_core::iobuf::{IOBuf, IOBufChain};
     pub use ebb_core::net::*;
     pub use ebb_hosted::tcp::{Listener, TcpConn, connect, listen};
+}
+
+/// What the macros expand to; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::app::print;
+    #[cfg(not(target_os = "none"))]
+    pub use crate::app::run_main;
+    #[cfg(target_os = "none")]
+    pub use ebb_native;
+}
+
+/// Declares the app's entry point: `ebb::main!(app_main);` with `async fn app_main() -> i32`
+/// (any `fn() -> impl Future<Output = i32> + 'static` will do; it must not be called `main`).
+///
+/// * Hosted, it defines `fn main()`: the hosted runtime starts with one pinned event loop
+///   per core — [`CPUS_ENV`] (`EBB_CPUS`) cores if that variable is set, else every CPU the
+///   process may run on — `app_main` runs as core 0's first task, and the process exits
+///   with its result once it completes (every loop stops). A bad `EBB_CPUS` exits with 2,
+///   a panic on a core with 101 (the monitor's code for a guest panic), another runtime
+///   failure with 1.
+/// * Native, it is `ebb_native::runtime_entry!(app_main)`: an event loop on every vCPU,
+///   `app_main` as core 0's first task, the VM's exit code is its result.
+#[macro_export]
+macro_rules! main {
+    ($main:path) => {
+        $crate::__entry!($main);
+    };
+}
+
+#[cfg(not(target_os = "none"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __entry {
+    ($main:path) => {
+        fn main() {
+            $crate::__private::run_main($main)
+        }
+    };
+}
+
+#[cfg(target_os = "none")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __entry {
+    ($main:path) => {
+        $crate::__private::ebb_native::runtime_entry!($main);
+    };
+}
+
+/// Prints to standard output (hosted) or this core's console ring (native).
+#[macro_export]
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::__private::print(::core::format_args!($($arg)*))
+    };
+}
+
+/// Prints a line to standard output (hosted) or this core's console ring (native).
+#[macro_export]
+macro_rules! println {
+    () => {
+        $crate::print!("\n")
+    };
+    ($($arg:tt)*) => {
+        $crate::__private::print(::core::format_args!(
+            "{}\n",
+            ::core::format_args!($($arg)*)
+        ))
+    };
 }

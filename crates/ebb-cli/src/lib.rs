@@ -1,0 +1,248 @@
+//! # ebb-cli — the `ebb` command
+//!
+//! Builds Ebbflow apps for either runtime and runs them, natively under KVM when it can:
+//!
+//! ```text
+//! ebb build [--native|--hosted] APP          # prints the executable's path; default native
+//! ebb run APP|IMAGE [--cpus N] [--mem SIZE] [--timeout S] [--native|--hosted] [-- ARGS]
+//! ```
+//!
+//! * [`workspace`] finds the workspace (from the current directory upwards, or
+//!   `--manifest-path`) and its apps (the packages under `apps/`);
+//! * [`cargo`] runs `cargo build --release -p APP` (plus `--target x86_64-unknown-none`
+//!   for native) from the workspace root and reads the executable's path from cargo's
+//!   JSON messages; it recognises a missing native target;
+//! * [`launch`] picks the runtime (one stderr line says which and why), boots images in
+//!   this process through the `ebb-vmm` library, or starts the hosted executable with
+//!   `EBB_CPUS` set;
+//! * [`error`] is every failure as a value, with the message the user sees.
+//!
+//! ## Invariants
+//!
+//! * `ebb run` exits with the app's exit code; its own failures print `ebb: error: ...`
+//!   and exit with [`EXIT_CLI_ERROR`] (clap's usage errors exit with 2).
+//! * Nothing is built when `APP` names an existing file: the file is run as it is (what a
+//!   boot benchmark times).
+//! * No `unsafe`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod cargo;
+pub mod error;
+pub mod launch;
+pub mod workspace;
+
+pub use error::CliError;
+
+use crate::cargo::{Cargo, Flavour};
+use crate::launch::{Requested, RunOptions};
+use crate::workspace::Workspace;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Exit code of `ebb` when it fails itself (as ebb-vmm's for its own errors).
+pub const EXIT_CLI_ERROR: i32 = 1;
+
+/// Build and run Ebbflow apps, hosted or native.
+#[derive(Parser, Debug)]
+#[command(name = "ebb", version)]
+pub struct Cli {
+    /// The workspace's Cargo.toml (default: found from the current directory upwards).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub manifest_path: Option<PathBuf>,
+    /// Cargo's target directory (default: $CARGO_TARGET_DIR, else cargo's own).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub target_dir: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `ebb`'s subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Build an app (default: a native image) and print the executable's path.
+    Build {
+        /// The app: a package under apps/.
+        app: String,
+        /// Which runtime to build for.
+        #[command(flatten)]
+        runtime: RuntimeFlags,
+    },
+    /// Build an app if needed and run it: natively when /dev/kvm is usable, else hosted.
+    Run {
+        /// A package under apps/, or the path of an image to boot as it is.
+        app: String,
+        /// Cores: vCPUs natively, EBB_CPUS hosted (default: this machine's CPU count).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=255))]
+        cpus: Option<u32>,
+        /// Guest memory, native only: bytes or with a K, M or G suffix (a multiple of 2M).
+        #[arg(long, default_value = "128M", value_parser = parse_size)]
+        mem: u64,
+        /// End the app after this many seconds (fractions allowed).
+        #[arg(long, value_parser = parse_seconds)]
+        timeout: Option<Duration>,
+        /// Which runtime to run on (default: native if /dev/kvm is usable, else hosted).
+        #[command(flatten)]
+        runtime: RuntimeFlags,
+        /// Arguments for the app (natively: its command line, joined with spaces).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+}
+
+/// `--native` / `--hosted`.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct RuntimeFlags {
+    /// The native runtime: an image booted under KVM.
+    #[arg(long, conflicts_with = "hosted")]
+    pub native: bool,
+    /// The hosted runtime: a Linux process.
+    #[arg(long)]
+    pub hosted: bool,
+}
+
+impl RuntimeFlags {
+    fn requested(self) -> Requested {
+        match (self.native, self.hosted) {
+            (true, _) => Requested::Native,
+            (_, true) => Requested::Hosted,
+            _ => Requested::Auto,
+        }
+    }
+}
+
+/// Parses a memory size: bytes, or with a K, M or G suffix.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let (digits, shift) = match s.as_bytes().last() {
+        Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
+        Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    let n: u64 = digits.parse().map_err(|e| format!("bad size {s:?}: {e}"))?;
+    n.checked_shl(shift)
+        .filter(|v| v >> shift == n)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+/// Parses a duration in seconds (fractions allowed).
+pub fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s.parse().map_err(|e| format!("bad timeout {s:?}: {e}"))?;
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("bad timeout {s:?}: {e}"))
+}
+
+impl Cli {
+    /// Runs the command; the process's exit code (the app's, for `run`).
+    pub fn execute(self) -> Result<i32, CliError> {
+        let cargo = Cargo::from_env(self.target_dir.clone());
+        let manifest_path = self.manifest_path.clone();
+        let workspace = move || match &manifest_path {
+            Some(path) => Workspace::from_manifest(path),
+            None => {
+                let here = std::env::current_dir().map_err(|e| {
+                    CliError::BadArgument(format!("cannot read the current directory: {e}"))
+                })?;
+                Workspace::find_from(&here)
+            }
+        };
+        match self.command {
+            Command::Build { app, runtime } => {
+                let flavour = if runtime.hosted {
+                    Flavour::Hosted
+                } else {
+                    Flavour::Native
+                };
+                let path = launch::build(&workspace()?, &app, flavour, &cargo)?;
+                println!("{}", path.display());
+                Ok(0)
+            }
+            Command::Run {
+                app,
+                cpus,
+                mem,
+                timeout,
+                runtime,
+                args,
+            } => {
+                let cpus = match cpus {
+                    Some(n) => n,
+                    None => std::thread::available_parallelism()
+                        .map_or(1, |n| u32::try_from(n.get()).unwrap_or(255).min(255)),
+                };
+                let options = RunOptions {
+                    cpus,
+                    mem,
+                    timeout,
+                    args,
+                };
+                launch::run(&app, runtime.requested(), &options, workspace, &cargo)
+            }
+        }
+    }
+}
+
+/// The `ebb` command: parses the arguments, runs, prints any error; the exit code.
+pub fn main() -> i32 {
+    match Cli::parse().execute() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ebb: error: {e}");
+            EXIT_CLI_ERROR
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_arguments_parse() {
+        let cli = Cli::try_parse_from([
+            "ebb",
+            "run",
+            "hello",
+            "--cpus",
+            "2",
+            "--mem",
+            "64M",
+            "--timeout",
+            "1.5",
+            "--hosted",
+            "--",
+            "a",
+            "--b",
+        ])
+        .expect("parses");
+        let Command::Run {
+            app,
+            cpus,
+            mem,
+            timeout,
+            runtime,
+            args,
+        } = cli.command
+        else {
+            panic!("not run");
+        };
+        assert_eq!(app, "hello");
+        assert_eq!(cpus, Some(2));
+        assert_eq!(mem, 64 << 20);
+        assert_eq!(timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(runtime.requested(), Requested::Hosted);
+        assert_eq!(args, ["a", "--b"]);
+        assert!(Cli::try_parse_from(["ebb", "run", "x", "--native", "--hosted"]).is_err());
+        assert!(Cli::try_parse_from(["ebb", "run", "x", "--cpus", "0"]).is_err());
+        assert!(parse_size("99999999999999G").is_err());
+        assert!(parse_seconds("-1").is_err());
+    }
+}

@@ -1,0 +1,164 @@
+//! The parts of an app that differ between the runtimes, behind one set of names: starting
+//! the runtime ([`run_main`], what `ebb::main!` expands to), printing ([`print`]) and the
+//! app's arguments ([`args`]).
+//!
+//! Hosted, the arguments are the process's; native, they are the command line the monitor
+//! passed (`ebb-vmm IMAGE -- ARGS` joins `ARGS` with spaces), split on spaces. An argument
+//! that contains a space therefore arrives natively as several: apps that must run both ways
+//! should not rely on one.
+
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
+#[cfg(not(target_os = "none"))]
+use core::future::Future;
+
+/// The app's arguments, without the program name: hosted `std::env::args().skip(1)`
+/// (arguments that are not valid Unicode are replaced lossily), native the boot command
+/// line split on spaces (empty pieces dropped).
+pub fn args() -> Vec<String> {
+    #[cfg(not(target_os = "none"))]
+    {
+        std::env::args_os()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+    #[cfg(target_os = "none")]
+    {
+        split_cmdline(ebb_native::cmdline())
+    }
+}
+
+/// Splits a native command line into arguments (on spaces; empty pieces dropped).
+#[cfg_attr(not(target_os = "none"), allow(dead_code))]
+fn split_cmdline(cmdline: &str) -> Vec<String> {
+    cmdline
+        .split(' ')
+        .filter(|a| !a.is_empty())
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// Writes formatted text: hosted to standard output (an error such as a closed pipe is
+/// ignored: printing never takes an app down), native into this core's console ring.
+pub fn print(args: fmt::Arguments<'_>) {
+    #[cfg(not(target_os = "none"))]
+    {
+        use std::io::Write;
+        let _ = std::io::stdout().lock().write_fmt(args);
+    }
+    #[cfg(target_os = "none")]
+    {
+        ebb_native::print!("{}", args);
+    }
+}
+
+/// The environment variable that sets a hosted app's core count.
+#[cfg(not(target_os = "none"))]
+pub const CPUS_ENV: &str = "EBB_CPUS";
+
+/// `EBB_CPUS` is set but is not a core count.
+#[cfg(not(target_os = "none"))]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoresError {
+    /// The variable's value.
+    pub value: String,
+}
+
+#[cfg(not(target_os = "none"))]
+impl fmt::Display for CoresError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{CPUS_ENV}={:?} is not a core count (a whole number from 1)",
+            self.value
+        )
+    }
+}
+
+#[cfg(not(target_os = "none"))]
+impl std::error::Error for CoresError {}
+
+/// How many cores a hosted app runs on: `EBB_CPUS` if set, else every CPU the process may
+/// run on (the hosted runtime's default).
+#[cfg(not(target_os = "none"))]
+pub fn hosted_cores() -> Result<usize, CoresError> {
+    match std::env::var_os(CPUS_ENV) {
+        None => Ok(ebb_hosted::Config::default().cores),
+        Some(value) => parse_cores(&value.to_string_lossy()),
+    }
+}
+
+#[cfg(not(target_os = "none"))]
+fn parse_cores(value: &str) -> Result<usize, CoresError> {
+    match value.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(CoresError {
+            value: value.to_string(),
+        }),
+    }
+}
+
+/// Hosted exit code when `EBB_CPUS` is malformed.
+#[cfg(not(target_os = "none"))]
+const EXIT_BAD_CPUS: i32 = 2;
+/// Hosted exit code when a core panicked (the same as the monitor's for a guest panic).
+#[cfg(not(target_os = "none"))]
+const EXIT_PANIC: i32 = 101;
+/// Hosted exit code when the runtime could not start or failed otherwise.
+#[cfg(not(target_os = "none"))]
+const EXIT_RUNTIME: i32 = 1;
+
+/// Hosted: runs `main` on the hosted runtime ([`hosted_cores`] cores, pinned) and exits
+/// the process with its result.
+#[cfg(not(target_os = "none"))]
+pub fn run_main<F, Fut>(main: F) -> !
+where
+    F: FnOnce() -> Fut + Send,
+    Fut: Future<Output = i32> + 'static,
+{
+    use std::io::Write;
+    let code = match hosted_cores() {
+        Err(e) => {
+            eprintln!("ebb: {e}");
+            EXIT_BAD_CPUS
+        }
+        Ok(cores) => match ebb_hosted::run(ebb_hosted::Config::with_cores(cores), main) {
+            Ok(code) => code,
+            Err(ebb_hosted::ConfigError::Run(
+                e @ ebb_core::event::RunError::CorePanicked { .. },
+            )) => {
+                eprintln!("ebb: {e}");
+                EXIT_PANIC
+            }
+            Err(e) => {
+                eprintln!("ebb: cannot run the hosted runtime with {cores} cores: {e}");
+                EXIT_RUNTIME
+            }
+        },
+    };
+    let _ = std::io::stdout().flush();
+    std::process::exit(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cmdline_splits_on_spaces() {
+        assert_eq!(split_cmdline(""), Vec::<String>::new());
+        assert_eq!(split_cmdline("a  b c "), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn cores_parse() {
+        assert_eq!(parse_cores("2"), Ok(2));
+        assert_eq!(parse_cores(" 3\n"), Ok(3));
+        assert!(parse_cores("0").is_err());
+        assert!(parse_cores("two").is_err());
+        let message = parse_cores("x").unwrap_err().to_string();
+        assert!(message.contains("EBB_CPUS"), "{message}");
+    }
+}
