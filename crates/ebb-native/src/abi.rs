@@ -2,7 +2,9 @@
 //!
 //! This module is the single source of truth for both sides: the monitor writes these
 //! structures into guest memory field by field (at `core::mem::offset_of!` offsets), the
-//! guest reads them through `#[repr(C)]` references. Everything here is plain data, builds
+//! guest reads them through `#[repr(C)]` references. Under a standard hypervisor the
+//! image's own PVH stub (`pvh::boot`) writes the same structures at the same addresses
+//! and sets [`BootInfo::host`] to [`HOST_PVH`]. Everything here is plain data, builds
 //! on any target and has no `unsafe`. `docs/06-native-monitor.md` describes the protocol in
 //! prose; change both together and bump [`BOOT_VERSION`].
 //!
@@ -24,8 +26,9 @@
 
 /// `BootInfo::magic`: "EBBFLOW1" in little-endian byte order.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"EBBFLOW1");
-/// Version of this protocol; the guest refuses a block with another one.
-pub const BOOT_VERSION: u32 = 2;
+/// Version of this protocol; the guest refuses a block with another one. Version 3 added
+/// [`BootInfo::host`] (who built the block: the monitor or the PVH entry stub).
+pub const BOOT_VERSION: u32 = 3;
 
 /// GDT page.
 pub const GDT_ADDR: u64 = 0x1000;
@@ -128,7 +131,25 @@ pub struct BootInfo {
     pub reserved: u32,
     /// The memory map: non-overlapping, sorted by `start`.
     pub regions: [MemRegion; MAX_MEM_REGIONS],
+    /// Who booted the image: [`HOST_EBB_VMM`] (hypercalls go to the monitor) or
+    /// [`HOST_PVH`] (a standard hypervisor: serial console, `isa-debug-exit`, no monitor).
+    pub host: u32,
+    /// Reserved, zero.
+    pub reserved2: u32,
 }
+
+/// [`BootInfo::host`]: `ebb-vmm` built the block and serves the hypercalls.
+pub const HOST_EBB_VMM: u32 = 0;
+/// [`BootInfo::host`]: the image's own PVH entry stub built the block under a standard
+/// hypervisor (QEMU `-kernel`); there is no monitor: the console is the serial port
+/// [`PVH_SERIAL_PORT`], EXIT writes [`PVH_DEBUG_EXIT_PORT`], WAIT polls the TSC.
+pub const HOST_PVH: u32 = 1;
+/// Under [`HOST_PVH`]: the 16550 UART (COM1) the console writes to.
+pub const PVH_SERIAL_PORT: u16 = 0x3f8;
+/// Under [`HOST_PVH`]: QEMU's `isa-debug-exit` device (`-device
+/// isa-debug-exit,iobase=0xf4,iosize=0x04`). A 32-bit write of `code` makes QEMU exit with
+/// status `(code << 1) | 1`, so codes 0..=127 survive the 8-bit process status.
+pub const PVH_DEBUG_EXIT_PORT: u16 = 0xf4;
 
 /// Capacity of [`BootInfo::regions`].
 pub const MAX_MEM_REGIONS: usize = 8;
@@ -284,6 +305,34 @@ pub const WAIT_KICKED: u32 = 1;
 /// [`HcWait::woken_by`]: the timeout passed without a kick.
 pub const WAIT_TIMED_OUT: u32 = 2;
 
+/// Offset of the I/O permission bitmap in the TSS (right after the 104-byte TSS proper).
+pub const TSS_IO_BITMAP_OFFSET: u16 = 104;
+/// Entries (8 bytes each) of [`gdt_entries`]; the TSS descriptor takes the last two.
+pub const GDT_ENTRIES: usize = 7;
+
+/// The GDT both boot paths install (the monitor writes it, the PVH stub builds it): null,
+/// ring-0 code and data, ring-3 code and data, and a 64-bit TSS descriptor at
+/// [`selectors::TSS`] for a TSS of [`TSS_SIZE`] bytes at [`TSS_ADDR`].
+pub const fn gdt_entries() -> [u64; GDT_ENTRIES] {
+    /// A flat descriptor from its access byte and flags nibble.
+    const fn flat(access: u64, flags: u64) -> u64 {
+        0xffff | (access << 40) | (0xf << 48) | (flags << 52)
+    }
+    let tss_low = (TSS_SIZE - 1)
+        | ((TSS_ADDR & 0xff_ffff) << 16)
+        | (0x8b << 40) // present, DPL 0, type 11 = busy 64-bit TSS
+        | (((TSS_ADDR >> 24) & 0xff) << 56);
+    [
+        0,
+        flat(0x9b, 0xa), // ring-0 code: present, S, exec/read, accessed; L, G
+        flat(0x93, 0xc), // ring-0 data: present, S, read/write, accessed; D/B, G
+        flat(0xfb, 0xa), // ring-3 code: as ring-0 with DPL 3
+        flat(0xf3, 0xc), // ring-3 data: as ring-0 with DPL 3
+        tss_low,
+        TSS_ADDR >> 32,
+    ]
+}
+
 /// Selectors in the monitor's GDT.
 pub mod selectors {
     /// Ring-0 64-bit code (present for completeness; the guest never runs at CPL 0).
@@ -306,4 +355,5 @@ const _: () = {
     assert!(core::mem::size_of::<BootInfo>() as u64 <= CMDLINE_ADDR - BOOT_INFO_ADDR);
     assert!(core::mem::size_of::<PerCore>() as u64 <= PERCORE_RUNTIME_OFFSET);
     assert!(PERCORE_STRIDE.is_multiple_of(0x1000));
+    assert!(core::mem::offset_of!(BootInfo, host) == 96 + 24 * MAX_MEM_REGIONS);
 };

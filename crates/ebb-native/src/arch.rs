@@ -1,8 +1,9 @@
 //! The x86_64 instructions the runtime needs at CPL 3, each wrapped in a safe function.
 //!
-//! All of them are unprivileged here: `out` because the monitor starts every vCPU with
-//! IOPL 3, `rdtsc` because CR4.TSD is clear, `mov reg, gs:[0]` because the monitor points
-//! GS base at this core's per-core block before the first instruction.
+//! All of them are unprivileged here: `in`/`out` because every vCPU starts with IOPL 3 and
+//! an all-zero TSS I/O bitmap (set by the monitor, or by the PVH stub in `pvh::boot`),
+//! `rdtsc` because CR4.TSD is clear, `mov reg, gs:[0]` because the GS base points at this
+//! core's per-core block before the first instruction.
 
 use crate::abi::PerCore;
 use core::arch::asm;
@@ -27,6 +28,25 @@ pub fn out32(port: u16, value: u32) {
     unsafe {
         asm!("out dx, eax", in("dx") port, in("eax") value, options(nostack, preserves_flags))
     };
+}
+
+/// Writes the byte `value` to I/O port `port` (the serial port and `isa-debug-exit` under a
+/// standard hypervisor; see [`crate::abi::HOST_PVH`]).
+pub fn out8(port: u16, value: u8) {
+    // SAFETY: IOPL 3 (and the all-zero TSS I/O bitmap) make `out` legal at CPL 3; like
+    // `out32`, not `nomem`, so it also orders memory accesses around it.
+    unsafe { asm!("out dx, al", in("dx") port, in("al") value, options(nostack, preserves_flags)) };
+}
+
+/// Reads a byte from I/O port `port` (the serial port's status register).
+pub fn in8(port: u16) -> u8 {
+    let value: u8;
+    // SAFETY: IOPL 3 (and the all-zero TSS I/O bitmap) make `in` legal at CPL 3; reading
+    // the ports this runtime uses has no effect on memory.
+    unsafe {
+        asm!("in al, dx", in("dx") port, out("al") value, options(nomem, nostack, preserves_flags))
+    };
+    value
 }
 
 /// Reads the time-stamp counter.

@@ -1,6 +1,7 @@
 //! This core's console: bytes go into its shared-memory [`ConsoleRing`], which the monitor
 //! drains. Printing never leaves the guest unless the ring is full (then one flush
-//! hypercall empties it).
+//! hypercall empties it). Under a standard hypervisor (PVH boot) they go to the serial
+//! port instead.
 
 use crate::abi::{CONSOLE_CAPACITY, ConsoleRing};
 use crate::{arch, hypercall};
@@ -9,6 +10,10 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 /// Appends `bytes` to this core's ring, flushing through the monitor when it is full.
 pub fn write_bytes(mut bytes: &[u8]) {
+    if crate::pvh::active() {
+        crate::pvh::serial_write(bytes);
+        return;
+    }
     let ring = arch::percore().console as *mut ConsoleRing;
     // SAFETY: the per-core block names this core's ring, mapped read-write for the whole
     // run. `head` and `tail` are 8-aligned u64s accessed only atomically (the monitor

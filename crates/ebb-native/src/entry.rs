@@ -1,4 +1,5 @@
-//! `_start`: the first instruction each vCPU runs, at CPL 3 on the stack the monitor set.
+//! `_start`: the first instruction each vCPU runs, at CPL 3 on the stack the monitor (or
+//! the PVH stub, `pvh::boot`) set.
 
 use crate::abi::{BOOT_MAGIC, BOOT_VERSION, BootInfo};
 use crate::{arch, hypercall};
@@ -37,6 +38,7 @@ extern "C" fn native_entry(boot_info: *mut BootInfo, core: u64) -> ! {
     }
     BOOT_INFO.store(boot_info, Ordering::Release);
     if core == 0 {
+        crate::pvh::init(info.host);
         // SAFETY: `entry!` defines this symbol with exactly this signature; an image
         // without `entry!` does not link.
         let code = unsafe { __ebb_native_main() };

@@ -24,7 +24,11 @@
 //! * `console` — `print!`/`println!` into this core's shared-memory console ring: no exit
 //!   per line, the monitor drains the ring;
 //! * a `#[panic_handler]` that sends the message and a frame-pointer backtrace through the
-//!   panic hypercall.
+//!   panic hypercall;
+//! * `pvh` — the same image under a standard hypervisor (`qemu-system-x86_64 -kernel
+//!   IMAGE`): a PVH ELF note and a short ring-0 stub build what the monitor builds and
+//!   enter `_start` at CPL 3; then the console is the serial port, EXIT is QEMU's
+//!   `isa-debug-exit`, WAIT polls the TSC (one vCPU).
 //!
 //! Everything but [`abi`] exists only when building for `target_os = "none"`; on the host
 //! this crate is the ABI alone, so `cargo test --workspace` builds it harmlessly (ebb-core
@@ -44,15 +48,17 @@
 //! ## Invariants
 //!
 //! * The code runs at CPL 3 with IOPL 3 and never executes a privileged instruction (no
-//!   `hlt`: an idle core sleeps in the WAIT hypercall).
+//!   `hlt`: an idle core sleeps in the WAIT hypercall). The one exception is the PVH stub
+//!   (`pvh::boot`), which runs at CPL 0 before `_start`, and only under a standard
+//!   hypervisor.
 //! * GS base points at this core's [`abi::PerCore`] block for the whole run; `gs:[0]` is
 //!   the block's own address. Bytes from [`abi::PERCORE_RUNTIME_OFFSET`] on belong to
 //!   ebb-core and are touched only by this core.
 //! * Each core writes only its own console ring (single producer); the boot info is never
 //!   written.
-//! * `unsafe` lives in `arch` (instructions), `console` (the ring in shared memory) and
-//!   `heap` (handing the memory map to the allocator), each block with a `// SAFETY:`
-//!   comment.
+//! * `unsafe` lives in `arch` (instructions), `console` (the ring in shared memory),
+//!   `heap` (handing the memory map to the allocator) and `pvh` (the ring-0 stub), each
+//!   block with a `// SAFETY:` comment.
 
 #![no_std]
 #![forbid(unsafe_op_in_unsafe_fn)]
@@ -77,6 +83,8 @@ pub mod hypercall;
 mod panic;
 #[cfg(target_os = "none")]
 pub mod platform;
+#[cfg(target_os = "none")]
+pub mod pvh;
 #[cfg(target_os = "none")]
 pub mod runtime;
 

@@ -4,11 +4,11 @@
 //! Pure data: the caller ([`crate::vm`]) writes [`gdt_page`] into guest memory and hands the
 //! register sets to KVM.
 
-use ebb_native::abi::{GDT_ADDR, PAGE_TABLES_ADDR, TSS_ADDR, TSS_SIZE, selectors};
+use ebb_native::abi::{
+    GDT_ADDR, GDT_ENTRIES, PAGE_TABLES_ADDR, TSS_ADDR, TSS_IO_BITMAP_OFFSET, TSS_SIZE, gdt_entries,
+    selectors,
+};
 use kvm_bindings::{kvm_regs, kvm_segment, kvm_sregs};
-
-/// Size of the TSS proper; the I/O permission bitmap starts right after it.
-const TSS_HEADER: u64 = 104;
 
 const CR0_PE: u64 = 1 << 0;
 const CR0_MP: u64 = 1 << 1;
@@ -26,31 +26,12 @@ const EFER_NXE: u64 = 1 << 11;
 /// RFLAGS: bit 1 is always set; IOPL = 3 lets CPL 3 run `in`/`out` (the hypercalls).
 pub const RFLAGS_INITIAL: u64 = 0x2 | (3 << 12);
 
-/// A flat descriptor from its access byte and flags nibble.
-const fn descriptor(access: u64, flags: u64) -> u64 {
-    0xffff | (access << 40) | (0xf << 48) | (flags << 52)
-}
-
-/// The GDT page's bytes: null, ring-0 code and data, ring-3 code and data, and a 64-bit
-/// TSS descriptor at [`selectors::TSS`] for the TSS at [`TSS_ADDR`].
+/// The GDT page's bytes: [`gdt_entries`] (null, ring-0 code and data, ring-3 code and
+/// data, and a 64-bit TSS descriptor at [`selectors::TSS`] for the TSS at [`TSS_ADDR`]),
+/// shared with the PVH entry stub, then zeros.
 pub fn gdt_page() -> Vec<u8> {
-    let tss_base = TSS_ADDR;
-    let tss_low = (TSS_SIZE - 1)
-        | ((tss_base & 0xff_ffff) << 16)
-        | (0x8b << 40) // present, DPL 0, type 11 = busy 64-bit TSS
-        | (((tss_base >> 24) & 0xff) << 56);
-    let tss_high = tss_base >> 32;
-    let entries: [u64; 7] = [
-        0,
-        descriptor(0x9b, 0xa), // ring-0 code: present, S, exec/read, accessed; L, G
-        descriptor(0x93, 0xc), // ring-0 data: present, S, read/write, accessed; D/B, G
-        descriptor(0xfb, 0xa), // ring-3 code: as ring-0 with DPL 3
-        descriptor(0xf3, 0xc), // ring-3 data: as ring-0 with DPL 3
-        tss_low,
-        tss_high,
-    ];
     let mut page = vec![0u8; 0x1000];
-    for (i, e) in entries.iter().enumerate() {
+    for (i, e) in gdt_entries().iter().enumerate() {
         page[i * 8..i * 8 + 8].copy_from_slice(&e.to_le_bytes());
     }
     page
@@ -62,7 +43,7 @@ pub fn gdt_page() -> Vec<u8> {
 /// all-ones byte.
 pub fn tss() -> Vec<u8> {
     let mut tss = vec![0u8; TSS_SIZE as usize];
-    tss[102..104].copy_from_slice(&(TSS_HEADER as u16).to_le_bytes());
+    tss[102..104].copy_from_slice(&TSS_IO_BITMAP_OFFSET.to_le_bytes());
     tss[TSS_SIZE as usize - 1] = 0xff;
     tss
 }
@@ -123,7 +104,7 @@ pub fn setup_sregs(sregs: &mut kvm_sregs, gs_base: u64) {
         ..Default::default()
     };
     sregs.gdt.base = GDT_ADDR;
-    sregs.gdt.limit = (7 * 8 - 1) as u16;
+    sregs.gdt.limit = (GDT_ENTRIES * 8 - 1) as u16;
     // No IDT: any exception at CPL 3 escalates to a triple fault, which the monitor reports.
     sregs.idt.base = 0;
     sregs.idt.limit = 0;

@@ -83,12 +83,20 @@ pub struct Image<'a> {
     pub end: u64,
 }
 
-/// Reads an image file.
-pub fn read(path: &Path) -> Result<Vec<u8>, ImageError> {
-    std::fs::read(path).map_err(|source| ImageError::Read {
+/// An image file's bytes (`Deref<Target = [u8]>`): the file mapped read-only, so its
+/// pages are read from the page cache only as the parser touches them (most of an image
+/// is debug information that a boot never reads: copying a 1.8 MB `hello` into fresh
+/// memory took ≈ 1.5 ms here).
+pub use crate::sys::MappedFile as ImageBytes;
+
+/// Opens and maps an image file.
+pub fn read(path: &Path) -> Result<ImageBytes, ImageError> {
+    let error = |source| ImageError::Read {
         path: path.display().to_string(),
         source,
-    })
+    };
+    let file = std::fs::File::open(path).map_err(error)?;
+    crate::sys::MappedFile::new(&file).map_err(error)
 }
 
 impl<'a> Image<'a> {

@@ -27,7 +27,7 @@
 //! * **The guest never runs at CPL 0.** Every vCPU starts at CPL 3 with IOPL 3 and there
 //!   is no IDT: any exception becomes a triple fault (or, under PVM, an internal error),
 //!   reported with registers and a symbolized RIP.
-//! * `unsafe` lives only in [`sys`] (three blocks, each with a `// SAFETY:` comment).
+//! * `unsafe` lives only in [`sys`], each block with a `// SAFETY:` comment.
 
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -45,4 +45,4 @@ mod vcpu;
 pub mod vm;
 
 pub use report::Outcome;
-pub use vm::{Vm, VmConfig, VmError, kvm_usable};
+pub use vm::{Remains, Vm, VmConfig, VmError, kvm_usable};

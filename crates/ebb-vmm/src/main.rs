@@ -75,18 +75,21 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let outcome = match Vm::new(&bytes, config, Box::new(std::io::stdout())).and_then(Vm::run) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("ebb-vmm: {}: {e}", args.image.display());
-            return ExitCode::from(1);
-        }
-    };
+    let (outcome, remains) =
+        match Vm::new(&bytes, config, Box::new(std::io::stdout())).and_then(Vm::run_keeping_vm) {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("ebb-vmm: {}: {e}", args.image.display());
+                return ExitCode::from(1);
+            }
+        };
     let code = outcome.exit_code();
     if code != 0 || !matches!(outcome, ebb_vmm::Outcome::Exited { .. }) {
         eprint!("{}", outcome.report(&Symbolizer::new(&bytes)));
     }
-    ExitCode::from(code as u8)
+    log::debug!("exiting");
+    // The guest is done and its output is out: exit without waiting for KVM's teardown.
+    remains.exit_process(code as u8)
 }
 
 #[cfg(test)]

@@ -1,10 +1,13 @@
 //! The monitor's only `unsafe` code: registering guest memory with KVM, borrowing an
-//! eventfd for `poll`, and reading the internal-error union of `kvm_run`.
+//! eventfd for `poll`, reading the internal-error union of `kvm_run`, and handing the VM's
+//! teardown to a background process at exit ([`release_in_background`]).
 
 use kvm_bindings::{kvm_run, kvm_userspace_memory_region};
 use kvm_ioctls::VmFd;
 use rustix::fd::BorrowedFd;
 use std::os::fd::AsRawFd;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI32, Ordering as AtomicOrdering};
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -42,4 +45,178 @@ pub fn internal_error(run: &kvm_run) -> (u32, Vec<u64>) {
     let internal = unsafe { run.__bindgen_anon_1.internal };
     let n = (internal.ndata as usize).min(internal.data.len());
     (internal.suberror, internal.data[..n].to_vec())
+}
+
+/// The VM file descriptor the teardown process keeps, and the monitor's pid: written once
+/// by [`release_in_background`] before the process exists, read only by it.
+static REAPER_KEEP_FD: AtomicI32 = AtomicI32::new(-1);
+static REAPER_PARENT: AtomicI32 = AtomicI32::new(0);
+
+/// The teardown process's stack (it runs a few system calls, nothing else).
+#[repr(C, align(16))]
+struct ReaperStack([u8; 16 * 1024]);
+static REAPER_STACK: Mutex<ReaperStack> = Mutex::new(ReaperStack([0; 16 * 1024]));
+
+/// A raw system call with up to three arguments: no libc, so no `errno` (the teardown
+/// process shares the monitor's memory, including the thread-local `errno`).
+///
+/// # Safety
+///
+/// `nr` and its arguments must be a system call that does not touch memory the caller
+/// does not own.
+unsafe fn raw_syscall3(nr: libc::c_long, a: u64, b: u64, c: u64) -> i64 {
+    let ret: i64;
+    // SAFETY: the caller's duty; `syscall` clobbers RCX and R11 only.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => ret,
+            in("rdi") a,
+            in("rsi") b,
+            in("rdx") c,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        )
+    };
+    ret
+}
+
+/// The teardown process: keeps only the VM descriptor and waits for the monitor to die.
+extern "C" fn reaper(_: *mut libc::c_void) -> libc::c_int {
+    let keep = REAPER_KEEP_FD.load(AtomicOrdering::SeqCst) as u64;
+    let parent = REAPER_PARENT.load(AtomicOrdering::SeqCst) as i64;
+    // SAFETY: prctl, getppid, close_range, pause and exit take no pointers, and
+    // sched_setscheduler only reads a `sched_param` on this process's own stack; closing
+    // this process's own copies of the descriptors does not affect the monitor's (no
+    // CLONE_FILES).
+    unsafe {
+        raw_syscall3(
+            libc::SYS_prctl,
+            libc::PR_SET_PDEATHSIG as u64,
+            libc::SIGKILL as u64,
+            0,
+        );
+        // The teardown runs in this process when it dies: at idle priority, so that it
+        // does not compete with whatever the caller runs next (say, the next boot).
+        let idle = libc::sched_param { sched_priority: 0 };
+        raw_syscall3(
+            libc::SYS_sched_setscheduler,
+            0,
+            libc::SCHED_IDLE as u64,
+            &raw const idle as u64,
+        );
+        // The monitor may have exited before PDEATHSIG was armed.
+        if raw_syscall3(libc::SYS_getppid, 0, 0, 0) == parent {
+            if keep > 0 {
+                raw_syscall3(libc::SYS_close_range, 0, keep - 1, 0);
+            }
+            raw_syscall3(libc::SYS_close_range, keep + 1, u64::from(u32::MAX), 0);
+            loop {
+                raw_syscall3(libc::SYS_pause, 0, 0, 0);
+            }
+        }
+        raw_syscall3(libc::SYS_exit, 0, 0, 0);
+    }
+    0
+}
+
+/// Hands the last reference to the VM `vm` to a background process, so that this process
+/// can exit without waiting for KVM to destroy the VM (≈ 10 ms on our nested PVM hosts,
+/// most of the monitor's run time). The process shares this one's memory (`CLONE_VM`:
+/// nothing is copied, and the guest memory's unmapping is deferred too), gets its own
+/// copy of the descriptor table and closes everything but `vm` in it (so stdout's reader
+/// sees end-of-file when the monitor exits), asks to be killed when the monitor dies
+/// (`PR_SET_PDEATHSIG`), drops to `SCHED_IDLE` (the teardown then yields to other work)
+/// and waits. The caller must exit soon after and must not unmap
+/// guest memory or touch the VM before it does: call this last.
+pub fn release_in_background(vm: &VmFd) -> std::io::Result<()> {
+    let mut stack = REAPER_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    if REAPER_KEEP_FD.swap(vm.as_raw_fd(), AtomicOrdering::SeqCst) != -1 {
+        return Err(std::io::Error::other(
+            "the VM teardown was already handed off",
+        ));
+    }
+    REAPER_PARENT.store(std::process::id() as i32, AtomicOrdering::SeqCst);
+    let top = stack.0.as_mut_ptr_range().end as *mut libc::c_void;
+    // SAFETY: `reaper` runs on REAPER_STACK (16 KiB, 16-byte aligned at its top, held
+    // locked for the rest of the process and never used by anything else), reads two
+    // atomics written above and makes raw system calls only: it touches no memory this
+    // process is using. Without CLONE_THREAD it is a process of its own; exit signal 0 (no
+    // SIGCHLD for us: init reaps it).
+    let pid = unsafe { libc::clone(reaper, top, libc::CLONE_VM, std::ptr::null_mut()) };
+    std::mem::forget(stack);
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A file mapped read-only into memory (`MAP_PRIVATE`): its pages come from the page
+/// cache as they are touched, instead of being copied into fresh anonymous memory.
+pub struct MappedFile {
+    addr: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: the mapping is read-only and owned by this value; sharing `&[u8]` views of it
+// between threads is as safe as sharing any immutable byte slice.
+unsafe impl Send for MappedFile {}
+// SAFETY: as above.
+unsafe impl Sync for MappedFile {}
+
+impl MappedFile {
+    /// Maps all of `file` (an empty file maps as an empty slice).
+    pub fn new(file: &std::fs::File) -> std::io::Result<MappedFile> {
+        let len = usize::try_from(file.metadata()?.len())
+            .map_err(|_| std::io::Error::other("file too large to map"))?;
+        if len == 0 {
+            return Ok(MappedFile {
+                addr: std::ptr::null_mut(),
+                len: 0,
+            });
+        }
+        // SAFETY: a fresh read-only private mapping chosen by the kernel: it aliases no
+        // Rust object. The descriptor may be closed afterwards; the mapping stays.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(MappedFile { addr, len })
+    }
+}
+
+impl std::ops::Deref for MappedFile {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // Soundness: `addr..addr + len` is a live read-only mapping owned by `self`. The
+        // bytes can change only if another process truncates or rewrites the file while
+        // it is mapped (truncation would raise SIGBUS on access); build tools replace
+        // outputs with new files rather than rewriting them in place, and the monitor
+        // parses and copies what it needs right after mapping.
+        // SAFETY: by the argument just above.
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        if self.len != 0 {
+            // SAFETY: unmaps exactly the mapping this value owns; no slice of it outlives
+            // `self` (they borrow it).
+            unsafe { libc::munmap(self.addr, self.len) };
+        }
+    }
 }
