@@ -13,7 +13,7 @@
 #   BEFORE_VMM, BEFORE_IMAGE
 #                       optional: another monitor binary and image (e.g. built from an
 #                       older commit) measured in the same run, for before/after
-#   SKIP_BUILD [0]      1: use the binaries already built
+#   SKIP_BUILD [0]      1: use the binaries already built (ebb-vmm, ebb, the images)
 #   OUT_DIR             raw results [target/boot-compare/YYYYmmdd-HHMMSS]
 #
 # Every command is first run once and checked: ebb-vmm must exit 0 and print the
@@ -45,7 +45,11 @@ if [[ $SKIP_BUILD != 1 ]]; then
   cargo build --release -p ebb-vmm >&2
   cargo build --release --target x86_64-unknown-none \
     --manifest-path tests/guests/Cargo.toml --target-dir "$TARGET/guests" >&2
+  cargo build --release -p ebb-cli >&2
+  "$TARGET/release/ebb" build --native hello >&2
 fi
+EBB=$TARGET/release/ebb
+APP_IMAGE=$TARGET/x86_64-unknown-none/release/hello
 [[ -x $VMM ]] || die "no monitor at $VMM"
 [[ -f $IMAGE ]] || die "no image at $IMAGE"
 
@@ -72,6 +76,11 @@ check() {
 }
 
 check "ebb-vmm" 0 "$VMM" "$IMAGE"
+# The user's command: `ebb run` on the apps/hello image (given as a file, so no cargo
+# call is timed; `ebb run hello` adds cargo's up-to-date check, ≈ 0.1 s).
+if [[ -x $EBB && -f $APP_IMAGE ]]; then
+  check "ebb run hello" 0 "$EBB" run "$APP_IMAGE"
+fi
 if [[ -n ${BEFORE_VMM:-} && -n ${BEFORE_IMAGE:-} ]]; then
   check "ebb-vmm before" 0 "$BEFORE_VMM" "$BEFORE_IMAGE"
 fi
