@@ -16,9 +16,11 @@ use std::time::Instant as StdInstant;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod ebb;
 mod smol;
 
 /// The benchmark's one clock.
+#[derive(Clone, Copy)]
 pub struct Clock(StdInstant);
 
 impl Clock {
@@ -39,6 +41,29 @@ impl Clock {
 /// size, so a misplaced segment shows).
 pub fn pattern_byte(offset: usize) -> u8 {
     (offset % 251) as u8
+}
+
+/// Checks received bytes against the pattern with `memcmp`-speed slice comparisons, so
+/// the check costs both stacks little and the same.
+pub struct PatternCheck {
+    pattern: Vec<u8>,
+}
+
+impl PatternCheck {
+    /// 64 KiB plus one period: any run up to 64 KiB starting anywhere in the period fits.
+    pub fn new() -> PatternCheck {
+        PatternCheck {
+            pattern: (0..(64 << 10) + 251).map(pattern_byte).collect(),
+        }
+    }
+
+    /// Whether `data` is the pattern from stream offset `offset` on.
+    pub fn matches(&self, offset: usize, data: &[u8]) -> bool {
+        data.chunks(64 << 10).enumerate().all(|(i, chunk)| {
+            let start = (offset + (i << 16)) % 251;
+            chunk == &self.pattern[start..start + chunk.len()]
+        })
+    }
 }
 
 /// What one stream run measured.
@@ -122,6 +147,7 @@ pub enum Workload {
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
 enum Stack {
+    Ebb,
     Smoltcp,
 }
 
@@ -139,6 +165,7 @@ fn main() {
     let args = Args::parse();
     let clock = Clock::new();
     let line = match args.stack {
+        Stack::Ebb => ebb::run(&args.workload, &clock),
         Stack::Smoltcp => smol::run(&args.workload, &clock),
     };
     println!("stack={:?} {line}", args.stack);

@@ -1,0 +1,253 @@
+//! Ebbflow's side: two ebb-net [`Stack`]s (interface + TCP) joined by `phy::Link`, driven
+//! in one thread exactly like the smoltcp pair.
+//!
+//! Configured to match the smoltcp side: Nagle off (ebb-net's default), delayed ACK off,
+//! 256 KiB receive window, MTU 1500, 1024-frame queues, software checksums both ways. The
+//! application API is the EbbRT one: data arrives as `IOBuf`s in `receive` callbacks and
+//! is sent as chains of slices of one shared pattern buffer (zero copy, which is the point
+//! of the design — smoltcp copies into and out of its socket rings).
+
+use std::cell::{Cell, RefCell};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::rc::Rc;
+
+use ebb_core::Instant;
+use ebb_core::iobuf::{IOBuf, IOBufChain};
+use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
+use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
+use ebb_net::phy::{Link, LinkEnd};
+use ebb_net::stack::Stack;
+use ebb_net::tcp::{TcpConfig, TcpLayer};
+use ebb_net::wire::EthernetAddress;
+
+use crate::{Clock, PatternCheck, PingPongReport, StreamReport, Workload, pattern_byte};
+
+const QUEUE_FRAMES: usize = 1024;
+const PORT: u16 = 5000;
+const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const SERVER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+/// 4,096 pattern periods (~1 MiB): slices of it are the stream's data.
+const PATTERN_LEN: usize = 251 * 4096;
+
+type Node = Stack<LinkEnd, TcpLayer>;
+
+fn node(device: LinkEnd, mac: u8, ip: Ipv4Addr, tcp: TcpLayer) -> Node {
+    let cidr = Ipv4Cidr::new(ip, 24).expect("a /24 is valid");
+    let config = InterfaceConfig::new_static(EthernetAddress([2, 0, 0, 0, 0, mac]), cidr, None);
+    Stack::new(device, config, tcp)
+}
+
+fn layer(seed: u64) -> TcpLayer {
+    TcpLayer::new(TcpConfig {
+        isn_seed: [seed, !seed],
+        delayed_ack: None,
+        ..TcpConfig::default()
+    })
+}
+
+fn now(clock: &Clock) -> Instant {
+    Instant::from_nanos(clock.nanos())
+}
+
+/// Two stacks, the server listening; the caller connects.
+fn pair() -> (Node, Node, TcpLayer, TcpLayer) {
+    let (a, b) = Link::new().with_capacity(QUEUE_FRAMES).connect();
+    let (client_tcp, server_tcp) = (layer(1), layer(2));
+    let client = node(a, 1, CLIENT, client_tcp.clone());
+    let server = node(b, 2, SERVER, server_tcp.clone());
+    (client, server, client_tcp, server_tcp)
+}
+
+fn poll_both(client: &mut Node, server: &mut Node, clock: &Clock) {
+    let t = now(clock);
+    client.poll(t);
+    server.poll(t);
+}
+
+/// Receives the stream and checks every byte against the pattern.
+struct StreamReceiver {
+    received: Rc<Cell<usize>>,
+    check: PatternCheck,
+}
+
+impl TcpHandler for StreamReceiver {
+    fn receive(&mut self, _conn: &dyn TcpConnection, data: IOBuf) {
+        let base = self.received.get();
+        assert!(
+            self.check.matches(base, data.as_slice()),
+            "ebb-net corrupted the stream"
+        );
+        self.received.set(base + data.len());
+    }
+    fn closed(&mut self, _reason: CloseReason) {}
+}
+
+/// Offers the stream as the send window opens: slices of `pattern`, never copied.
+struct StreamSender {
+    pattern: IOBuf,
+    total: usize,
+    sent: usize,
+}
+
+impl StreamSender {
+    /// Offers the next slice; what the window does not take comes back and is offered
+    /// again after `send_window_increased` (which a handed-back rest arms).
+    fn pump(&mut self, conn: &dyn TcpConnection) {
+        while self.sent < self.total {
+            let offset = self.sent % PATTERN_LEN;
+            let n = (self.total - self.sent).min(PATTERN_LEN - offset);
+            let mut slice = self.pattern.clone();
+            slice.trim_front(offset).expect("offset within pattern");
+            slice.trim_back(slice.len() - n).expect("n within pattern");
+            match conn.try_send(IOBufChain::from(slice)) {
+                Ok(rest) => {
+                    self.sent += n - rest.len();
+                    if !rest.is_empty() {
+                        return;
+                    }
+                }
+                Err(e) => panic!("send failed: {e}"),
+            }
+        }
+    }
+}
+
+impl TcpHandler for StreamSender {
+    fn receive(&mut self, _conn: &dyn TcpConnection, _data: IOBuf) {}
+    fn send_window_increased(&mut self, conn: &dyn TcpConnection) {
+        self.pump(conn);
+    }
+    fn closed(&mut self, _reason: CloseReason) {}
+}
+
+/// Bulk: the client streams `bytes`, the server checks them.
+pub fn stream(bytes: usize, clock: &Clock) -> StreamReport {
+    let (mut client, mut server, client_tcp, server_tcp) = pair();
+    let received: Rc<Cell<usize>> = Rc::default();
+    let r = received.clone();
+    server_tcp
+        .listen(SocketAddrV4::new(SERVER, PORT), 4, move |conn| {
+            conn.set_handler(StreamReceiver {
+                received: r.clone(),
+                check: PatternCheck::new(),
+            })
+        })
+        .expect("listen");
+    let pattern = IOBuf::from_vec((0..PATTERN_LEN).map(pattern_byte).collect());
+    let started: Rc<Cell<u64>> = Rc::default();
+    let (s, c) = (started.clone(), *clock);
+    client_tcp
+        .connect(
+            SocketAddrV4::new(CLIENT, 0),
+            SocketAddrV4::new(SERVER, PORT),
+            move |result| {
+                let conn = result.expect("connected");
+                s.set(c.micros());
+                let mut sender = StreamSender {
+                    pattern,
+                    total: bytes,
+                    sent: 0,
+                };
+                sender.pump(&conn);
+                conn.set_handler(sender);
+            },
+        )
+        .expect("connect");
+    while received.get() < bytes {
+        poll_both(&mut client, &mut server, clock);
+    }
+    StreamReport {
+        bytes,
+        micros: clock.micros() - started.get(),
+    }
+}
+
+/// Echoes everything back.
+struct Echo;
+
+impl TcpHandler for Echo {
+    fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
+        conn.send(data.into()).expect("echo");
+    }
+    fn closed(&mut self, _reason: CloseReason) {}
+}
+
+/// Sends a message, waits for all of it to come back, records the round trip, repeats.
+struct PingPongClient {
+    clock: Clock,
+    message: IOBuf,
+    echoed: usize,
+    began: u64,
+    round_trips: Rc<RefCell<Vec<u64>>>,
+    rounds: usize,
+}
+
+impl PingPongClient {
+    fn ping(&mut self, conn: &dyn TcpConnection) {
+        self.began = self.clock.nanos();
+        self.echoed = 0;
+        conn.send(self.message.clone().into()).expect("window open");
+    }
+}
+
+impl TcpHandler for PingPongClient {
+    fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
+        self.echoed += data.len();
+        if self.echoed < self.message.len() {
+            return;
+        }
+        let mut trips = self.round_trips.borrow_mut();
+        trips.push(self.clock.nanos() - self.began);
+        let more = trips.len() < self.rounds;
+        drop(trips);
+        if more {
+            self.ping(conn);
+        }
+    }
+    fn closed(&mut self, _reason: CloseReason) {}
+}
+
+/// Ping-pong: `rounds` round trips of `size` bytes.
+pub fn ping_pong(rounds: usize, size: usize, clock: &Clock) -> PingPongReport {
+    let (mut client, mut server, client_tcp, server_tcp) = pair();
+    server_tcp
+        .listen(SocketAddrV4::new(SERVER, PORT), 4, |conn| {
+            conn.set_handler(Echo)
+        })
+        .expect("listen");
+    let round_trips: Rc<RefCell<Vec<u64>>> = Rc::new(RefCell::new(Vec::with_capacity(rounds)));
+    let (trips, c) = (round_trips.clone(), *clock);
+    let message = IOBuf::from_vec((0..size).map(pattern_byte).collect());
+    client_tcp
+        .connect(
+            SocketAddrV4::new(CLIENT, 0),
+            SocketAddrV4::new(SERVER, PORT),
+            move |result| {
+                let conn = result.expect("connected");
+                let mut client = PingPongClient {
+                    clock: c,
+                    message,
+                    echoed: 0,
+                    began: 0,
+                    round_trips: trips,
+                    rounds,
+                };
+                client.ping(&conn);
+                conn.set_handler(client);
+            },
+        )
+        .expect("connect");
+    while round_trips.borrow().len() < rounds {
+        poll_both(&mut client, &mut server, clock);
+    }
+    let trips = round_trips.take();
+    PingPongReport::new(size, trips)
+}
+
+/// Runs one workload on the ebb-net pair.
+pub fn run(workload: &Workload, clock: &Clock) -> String {
+    match *workload {
+        Workload::Stream { bytes } => stream(bytes, clock).to_string(),
+        Workload::PingPong { rounds, size } => ping_pong(rounds, size, clock).to_string(),
+    }
+}
