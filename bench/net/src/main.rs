@@ -51,7 +51,7 @@ pub struct PatternCheck {
 
 impl PatternCheck {
     /// 64 KiB plus one period: any run up to 64 KiB starting anywhere in the period fits.
-    pub fn new() -> PatternCheck {
+    fn new() -> PatternCheck {
         PatternCheck {
             pattern: (0..(64 << 10) + 251).map(pattern_byte).collect(),
         }
