@@ -69,8 +69,9 @@ enum Route {
 fn route(layout: Layout) -> Route {
     let (size, align) = (layout.size(), layout.align());
     if size <= MAX_SMALL && align <= MAX_SLAB_ALIGN {
-        // Cannot overflow: size ≤ 2048, a multiple of every align ≤ 64.
-        let rounded = size.next_multiple_of(align);
+        // Cannot overflow: size ≤ 2048 and align ≤ 64. `Layout` guarantees a power-of-two
+        // align, so a mask rounds up (`next_multiple_of` compiles to a `div` here).
+        let rounded = (size + align - 1) & !(align - 1);
         let mut class = CLASS_OF[rounded.div_ceil(8)] as usize;
         while class < NCLASSES {
             if CLASS_PARAMS[class].align >= align {
