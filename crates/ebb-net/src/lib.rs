@@ -11,6 +11,8 @@
 //! * [`phy`] — the `NetDevice` trait drivers implement, an in-memory link joining two
 //!   stacks, and a seeded fault-injecting wrapper.
 //! * [`transport`] — the seam between the IP layer and TCP (zero copy both ways).
+//! * [`iface`] — the IP layer: Ethernet, ARP, IPv4, ICMP echo, UDP sockets, DHCPv4 client.
+//! * [`stack`] — the driver a runtime polls: device, interface and TCP, one `poll(now)`.
 //!
 //! The crate is `no_std` + `alloc`.
 
@@ -21,6 +23,9 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
+pub mod iface;
 pub mod phy;
+pub mod stack;
+pub mod tcp;
 pub mod transport;
 pub mod wire;

@@ -1,0 +1,343 @@
+//! [`IpOutput`]: the sending half of the interface — our addresses, routing, the
+//! IPv4 header, ARP (see [`super::arp`]) and the bounded transmit queue — and the
+//! [`TcpOutput`] TCP sends through.
+//!
+//! Every packet leaves as one [`IOBufChain`]: a single fresh buffer holding the
+//! Ethernet, IPv4 and transport headers, followed by the payload buffers the sender
+//! gave, never copied. Checksums over such a chain are computed piece by piece
+//! ([`chain_sum`]).
+//!
+//! Invariants: the transmit queue never holds more than
+//! [`Limits::tx_queue_frames`](super::Limits::tx_queue_frames) frames; every packet that
+//! is not queued (or parked in ARP's wait queue) is counted in
+//! [`InterfaceCounters::tx_dropped`] exactly once, where the failure is found.
+
+use alloc::collections::VecDeque;
+use alloc::vec;
+use core::net::Ipv4Addr;
+
+use ebb_core::{IOBuf, IOBufChain, Instant};
+
+use super::arp::ArpCache;
+use super::config::{ArpConfig, Ipv4Cidr, Limits};
+use super::counters::{InterfaceCounters, TxDropReason, bump};
+use crate::transport::{OutputError, TcpOutput, TcpSegment};
+use crate::wire::{
+    self, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, IpProtocol, Ipv4Packet,
+    Ipv4Repr, TcpPacket, checksum,
+};
+
+/// Ethernet II header length.
+pub(super) const ETH_LEN: usize = 14;
+/// IPv4 header length as we emit it (no options).
+pub(super) const IPV4_LEN: usize = 20;
+/// Ethernet + IPv4 headers.
+pub(super) const ETH_IPV4_LEN: usize = ETH_LEN + IPV4_LEN;
+/// TTL of every packet we originate.
+pub(super) const DEFAULT_TTL: u8 = 64;
+
+/// Where a frame goes on the link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum NextHop {
+    /// To every station (`ff:ff:ff:ff:ff:ff`).
+    Broadcast,
+    /// To the station with this IPv4 address, resolved by ARP.
+    Unicast(Ipv4Addr),
+}
+
+/// The addresses and next hop of one outgoing IPv4 packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Route {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub next_hop: NextHop,
+}
+
+/// Spaces out ICMP error messages: at most `per_second` in any one-second window.
+#[derive(Debug)]
+pub(super) struct IcmpRateLimiter {
+    window_start: Instant,
+    sent_in_window: u32,
+}
+
+impl IcmpRateLimiter {
+    fn new() -> Self {
+        Self {
+            window_start: Instant::ZERO,
+            sent_in_window: 0,
+        }
+    }
+
+    /// Whether one more error may be sent at `now`; counts it if so.
+    pub(super) fn allow(&mut self, now: Instant, per_second: u32) -> bool {
+        if now.saturating_duration_since(self.window_start).as_secs() >= 1 {
+            self.window_start = now;
+            self.sent_in_window = 0;
+        }
+        if self.sent_in_window < per_second {
+            self.sent_in_window += 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The sending half of the interface (see the module docs).
+#[derive(Debug)]
+pub struct IpOutput {
+    pub(super) mac: EthernetAddress,
+    pub(super) cidr: Option<Ipv4Cidr>,
+    pub(super) gateway: Option<Ipv4Addr>,
+    pub(super) mtu: usize,
+    pub(super) caps: wire::ChecksumCapabilities,
+    pub(super) limits: Limits,
+    pub(super) arp_config: ArpConfig,
+    pub(super) arp: ArpCache,
+    pub(super) icmp_limiter: IcmpRateLimiter,
+    pub(super) counters: InterfaceCounters,
+    pub(super) tx: VecDeque<IOBufChain>,
+    /// The time of the latest call into the interface: `send_tcp` is not given one, and
+    /// ARP timers started from it need it.
+    pub(super) now: Instant,
+    ident: u16,
+}
+
+impl IpOutput {
+    pub(super) fn new(
+        mac: EthernetAddress,
+        mtu: usize,
+        caps: wire::ChecksumCapabilities,
+        limits: Limits,
+        arp_config: ArpConfig,
+        seed: u64,
+    ) -> Self {
+        Self {
+            mac,
+            cidr: None,
+            gateway: None,
+            mtu,
+            caps,
+            limits,
+            arp_config,
+            arp: ArpCache::default(),
+            icmp_limiter: IcmpRateLimiter::new(),
+            counters: InterfaceCounters::default(),
+            tx: VecDeque::with_capacity(limits.tx_queue_frames.min(1024)),
+            now: Instant::ZERO,
+            ident: seed as u16,
+        }
+    }
+
+    /// Our IPv4 address, if we have one.
+    pub fn address(&self) -> Option<Ipv4Addr> {
+        self.cidr.map(|c| c.address())
+    }
+
+    /// Whether `addr` is a broadcast we accept: the limited broadcast, or our subnet's.
+    pub(super) fn is_broadcast(&self, addr: Ipv4Addr) -> bool {
+        addr.is_broadcast() || self.cidr.and_then(|c| c.broadcast()) == Some(addr)
+    }
+
+    /// Counts a packet not sent for `error`, and returns it.
+    pub(super) fn fail(&mut self, error: OutputError) -> OutputError {
+        let reason = match error {
+            OutputError::Unreachable => TxDropReason::Unreachable,
+            OutputError::Pending => TxDropReason::ArpQueueFull,
+            OutputError::Busy => TxDropReason::TxQueueFull,
+            OutputError::TooLarge => TxDropReason::TooLarge,
+        };
+        self.counters.tx_dropped.record(reason);
+        error
+    }
+
+    /// The route from our address to `dst`: straight to it on our subnet (or as a
+    /// broadcast), else through the gateway. Counts the failure if there is none.
+    pub(super) fn route_to(&mut self, dst: Ipv4Addr) -> Result<Route, OutputError> {
+        let Some(cidr) = self.cidr else {
+            return Err(self.fail(OutputError::Unreachable));
+        };
+        let next_hop = if self.is_broadcast(dst) {
+            NextHop::Broadcast
+        } else if dst == cidr.address() || dst.is_unspecified() || dst.is_multicast() {
+            // No loopback, no multicast routing.
+            return Err(self.fail(OutputError::Unreachable));
+        } else if cidr.contains(dst) {
+            NextHop::Unicast(dst)
+        } else if let Some(gateway) = self.gateway {
+            NextHop::Unicast(gateway)
+        } else {
+            return Err(self.fail(OutputError::Unreachable));
+        };
+        Ok(Route {
+            src: cidr.address(),
+            dst,
+            next_hop,
+        })
+    }
+
+    /// Sends one IPv4 packet: the headers, `l4_len` bytes of transport header that
+    /// `fill` writes (it sees them and the payload, to compute a checksum), then
+    /// `payload` chained behind without a copy.
+    pub(super) fn send_datagram(
+        &mut self,
+        route: Route,
+        protocol: IpProtocol,
+        l4_len: usize,
+        mut payload: IOBufChain,
+        fill: impl FnOnce(&mut [u8], &IOBufChain),
+    ) -> Result<(), OutputError> {
+        let ip_payload_len = l4_len.saturating_add(payload.len());
+        if IPV4_LEN.saturating_add(ip_payload_len) > self.mtu.min(usize::from(u16::MAX)) {
+            return Err(self.fail(OutputError::TooLarge));
+        }
+        let mut head = vec![0u8; ETH_IPV4_LEN + l4_len];
+        self.write_eth_ipv4(&mut head, route.src, route.dst, protocol, ip_payload_len);
+        fill(&mut head[ETH_IPV4_LEN..], &payload);
+        let mut frame = IOBufChain::from(IOBuf::from_vec(head));
+        frame.append(&mut payload);
+        self.dispatch(route.next_hop, frame)
+    }
+
+    /// Writes an Ethernet header (destination left zero for [`dispatch`](Self::dispatch)
+    /// to fill) and an IPv4 header into the first [`ETH_IPV4_LEN`] bytes of `buf`.
+    fn write_eth_ipv4(
+        &mut self,
+        buf: &mut [u8],
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        protocol: IpProtocol,
+        payload_len: usize,
+    ) {
+        EthernetRepr {
+            src_addr: self.mac,
+            dst_addr: EthernetAddress([0; 6]),
+            ethertype: EtherType::Ipv4,
+        }
+        .emit(&mut EthernetFrame::new_unchecked(&mut buf[..ETH_LEN]));
+        self.ident = self.ident.wrapping_add(1);
+        Ipv4Repr {
+            src_addr: src,
+            dst_addr: dst,
+            protocol,
+            payload_len,
+            ttl: DEFAULT_TTL,
+            ident: self.ident,
+            dont_frag: true,
+        }
+        .emit(
+            &mut Ipv4Packet::new_unchecked(&mut buf[ETH_LEN..ETH_IPV4_LEN]),
+            &self.caps,
+        );
+    }
+
+    /// Sends a frame whose Ethernet destination is still to be filled: broadcast at
+    /// once, unicast once ARP knows the next hop (waiting in ARP's queue until then).
+    pub(super) fn dispatch(
+        &mut self,
+        next_hop: NextHop,
+        mut frame: IOBufChain,
+    ) -> Result<(), OutputError> {
+        match next_hop {
+            NextHop::Broadcast => {
+                set_dst_mac(&mut frame, EthernetAddress::BROADCAST);
+                self.enqueue_tx(frame)
+            }
+            NextHop::Unicast(ip) => self.resolve_and_send(ip, frame),
+        }
+    }
+
+    /// Queues a finished frame for the device, or counts it dropped if the queue is full.
+    pub(super) fn enqueue_tx(&mut self, frame: IOBufChain) -> Result<(), OutputError> {
+        if self.tx.len() >= self.limits.tx_queue_frames {
+            return Err(self.fail(OutputError::Busy));
+        }
+        bump(&mut self.counters.tx_frames);
+        self.tx.push_back(frame);
+        Ok(())
+    }
+}
+
+/// Writes `mac` as the Ethernet destination of `frame` (its first segment holds the
+/// header). The header buffer is ours and unshared, so this normally writes in place;
+/// should it be shared after all, the header is copied first.
+pub(super) fn set_dst_mac(frame: &mut IOBufChain, mac: EthernetAddress) {
+    let Some(mut head) = frame.front_mut() else {
+        return;
+    };
+    if head.len() < ETH_LEN {
+        return;
+    }
+    if let Ok(bytes) = head.as_mut_slice() {
+        bytes[..6].copy_from_slice(&mac.0);
+    } else {
+        let mut copy = head.to_vec();
+        copy[..6].copy_from_slice(&mac.0);
+        *head = IOBuf::from_vec(copy);
+    }
+}
+
+/// The folded one's-complement sum of a chain's bytes, as if they were contiguous and
+/// started at an odd offset when `starts_odd`. A piece that starts at an odd offset
+/// contributes its own sum byte-swapped (RFC 1071 §2(B)), so nothing is copied.
+pub(super) fn chain_sum(starts_odd: bool, chain: &IOBufChain) -> u16 {
+    let mut acc: u64 = 0;
+    let mut odd = starts_odd;
+    for piece in chain.segments() {
+        let sum = checksum::data(piece);
+        acc += u64::from(if odd { sum.swap_bytes() } else { sum });
+        if piece.len() % 2 == 1 {
+            odd = !odd;
+        }
+    }
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
+}
+
+/// Checksum duties for emitting a header whose checksum we fill ourselves afterwards.
+const NO_CHECKSUMS: wire::ChecksumCapabilities = wire::ChecksumCapabilities {
+    ipv4: wire::checksum::Checksum::None,
+    icmpv4: wire::checksum::Checksum::None,
+    udp: wire::checksum::Checksum::None,
+    tcp: wire::checksum::Checksum::None,
+};
+
+impl TcpOutput for IpOutput {
+    fn send_tcp(&mut self, segment: TcpSegment) -> Result<(), OutputError> {
+        let route = self.route_to(segment.dst)?;
+        if route.src != segment.src {
+            // A connection bound to an address we no longer have (a DHCP change).
+            return Err(self.fail(OutputError::Unreachable));
+        }
+        let header = segment.header;
+        // `header.payload` is normally empty; if TCP put bytes there, they go inline.
+        let l4_len = header.buffer_len();
+        let fill_checksum = self.caps.tcp.tx();
+        let (src, dst) = (route.src, route.dst);
+        self.send_datagram(
+            route,
+            IpProtocol::Tcp,
+            l4_len,
+            segment.payload,
+            |l4, payload| {
+                let mut packet = TcpPacket::new_unchecked(&mut l4[..]);
+                header.emit(&mut packet, src, dst, &NO_CHECKSUMS);
+                if fill_checksum {
+                    let len = (l4_len + payload.len()) as u16;
+                    let sum = checksum::combine(&[
+                        checksum::pseudo_header(src, dst, IpProtocol::Tcp.into(), len),
+                        checksum::data(l4),
+                        chain_sum(l4_len % 2 == 1, payload),
+                    ]);
+                    TcpPacket::new_unchecked(&mut l4[..]).set_checksum(!sum);
+                }
+            },
+        )
+    }
+
+    fn max_segment_size(&self, _dst: Ipv4Addr) -> usize {
+        self.mtu.saturating_sub(IPV4_LEN + 20)
+    }
+}

@@ -1,0 +1,367 @@
+//! [`Stack`]: the driver a runtime polls. It owns one device queue, the [`Interface`]
+//! on it and the TCP layer, and moves frames between them in [`Stack::poll`].
+//!
+//! One `poll(now)`:
+//!
+//! 1. receives up to [`StackConfig::rx_batches`] batches of
+//!    [`max_burst`](crate::phy::DeviceCapabilities::max_burst) frames from the device and
+//!    hands each to the interface (which hands TCP segments to TCP);
+//! 2. runs the interface's timers (ARP, DHCP) and TCP's (`TcpInput::poll`, when frames
+//!    arrived or its `poll_at` is due — which TCP makes `ZERO` after the application
+//!    acted on a connection);
+//! 3. gives the transmit queue to the device, which takes what it can;
+//! 4. returns when it wants to be called again: the earliest of the interface's, TCP's
+//!    and the device's deadlines, or `now` if work is left over (more frames waiting
+//!    in the device, frames the device could not take yet).
+//!
+//! A runtime calls it from an idle handler (busy polling) or when the device's fd is
+//! readable, and at the deadline it returns. The receive `Vec` is reused from poll to
+//! poll, so the steady state allocates nothing here.
+//!
+//! Generic over the device and over TCP, so it runs with the real TCP layer and with a
+//! test double.
+
+use alloc::vec::Vec;
+
+use ebb_core::{IOBuf, Instant};
+
+use crate::iface::{Interface, InterfaceConfig};
+use crate::phy::NetDevice;
+use crate::transport::TcpInput;
+
+/// How much one [`Stack::poll`] does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StackConfig {
+    /// Receive batches per poll before timers and transmission get their turn (at
+    /// least 1); more waiting makes `poll` return `now`.
+    pub rx_batches: usize,
+}
+
+impl Default for StackConfig {
+    fn default() -> Self {
+        Self { rx_batches: 4 }
+    }
+}
+
+/// A device, the interface on it and the TCP layer: see the module docs.
+#[derive(Debug)]
+pub struct Stack<D: NetDevice, T: TcpInput> {
+    device: D,
+    iface: Interface,
+    tcp: T,
+    rx: Vec<IOBuf>,
+    config: StackConfig,
+}
+
+impl<D: NetDevice, T: TcpInput> Stack<D, T> {
+    /// A stack on `device` with an interface configured by `config` and `tcp` above it.
+    pub fn new(device: D, config: InterfaceConfig, tcp: T) -> Self {
+        let caps = device.capabilities();
+        Self {
+            iface: Interface::new(config, caps),
+            rx: Vec::with_capacity(caps.max_burst.max(1)),
+            device,
+            tcp,
+            config: StackConfig::default(),
+        }
+    }
+
+    /// The same stack with `config`.
+    pub fn with_config(self, config: StackConfig) -> Self {
+        Self { config, ..self }
+    }
+
+    /// The interface (addresses, counters, UDP sockets, DHCP state).
+    pub fn iface(&self) -> &Interface {
+        &self.iface
+    }
+
+    /// The interface, mutably (to bind and use UDP sockets).
+    pub fn iface_mut(&mut self) -> &mut Interface {
+        &mut self.iface
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// The device, mutably.
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+
+    /// The TCP layer.
+    pub fn tcp(&self) -> &T {
+        &self.tcp
+    }
+
+    /// The TCP layer, mutably.
+    pub fn tcp_mut(&mut self) -> &mut T {
+        &mut self.tcp
+    }
+
+    /// The TCP layer and the interface's output together, for acting on a connection
+    /// outside `poll` (the application sending data) without waiting for the next poll.
+    pub fn tcp_and_output(&mut self) -> (&mut T, &mut crate::iface::IpOutput) {
+        (&mut self.tcp, self.iface.output())
+    }
+
+    /// Does everything due at `now` (see the module docs) and returns when to call
+    /// again (`None`: only when the device has frames).
+    pub fn poll(&mut self, now: Instant) -> Option<Instant> {
+        let burst = self.device.capabilities().max_burst.max(1);
+        let mut more_rx = false;
+        let mut received = 0;
+        for _ in 0..self.config.rx_batches.max(1) {
+            let n = self.device.receive(now, &mut self.rx, burst);
+            received += n;
+            self.iface.receive_batch(now, &mut self.rx, &mut self.tcp);
+            more_rx = n >= burst;
+            if !more_rx {
+                break;
+            }
+        }
+        self.iface.poll(now);
+        // TCP's poll scans its connections: only after input or when it asked for it.
+        if received > 0 || self.tcp.poll_at().is_some_and(|at| at <= now) {
+            self.tcp.poll(now, self.iface.output());
+        }
+        self.device.transmit(now, self.iface.transmit_queue());
+
+        if more_rx || !self.iface.transmit_queue().is_empty() {
+            return Some(now);
+        }
+        [
+            self.iface.poll_at(),
+            self.tcp.poll_at(),
+            self.device.poll_at(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Two stacks joined by an in-memory link (directly and through a fault injector),
+    //! with a TCP double: ARP, ping and UDP both ways.
+
+    use core::net::{Ipv4Addr, SocketAddrV4};
+    use core::time::Duration;
+
+    use ebb_core::{IOBuf, IOBufChain, Instant};
+
+    use super::*;
+    use crate::iface::Ipv4Cidr;
+    use crate::phy::{FaultConfig, FaultInjector, Link, Probability};
+    use crate::transport::TcpOutput;
+    use crate::wire::EthernetAddress;
+
+    const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xa]);
+    const MAC_B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xb]);
+    const IP_A: Ipv4Addr = Ipv4Addr::new(192, 168, 7, 1);
+    const IP_B: Ipv4Addr = Ipv4Addr::new(192, 168, 7, 2);
+
+    /// TCP that only counts what it is given.
+    #[derive(Default)]
+    struct CountingTcp {
+        segments: usize,
+        polls: usize,
+    }
+
+    impl TcpInput for CountingTcp {
+        fn receive(
+            &mut self,
+            _: Instant,
+            _: Ipv4Addr,
+            _: Ipv4Addr,
+            _: IOBuf,
+            _: &mut dyn TcpOutput,
+        ) {
+            self.segments += 1;
+        }
+        fn poll(&mut self, _: Instant, _: &mut dyn TcpOutput) {
+            self.polls += 1;
+        }
+        fn poll_at(&self) -> Option<Instant> {
+            None
+        }
+    }
+
+    fn config(mac: EthernetAddress, ip: Ipv4Addr) -> InterfaceConfig {
+        InterfaceConfig::new_static(mac, Ipv4Cidr::new(ip, 24).unwrap(), None)
+    }
+
+    fn stacks<D: NetDevice>(a: D, b: D) -> (Stack<D, CountingTcp>, Stack<D, CountingTcp>) {
+        (
+            Stack::new(a, config(MAC_A, IP_A), CountingTcp::default()),
+            Stack::new(b, config(MAC_B, IP_B), CountingTcp::default()),
+        )
+    }
+
+    /// Polls both stacks every millisecond from `*now` for `ms` milliseconds.
+    fn run<D: NetDevice>(
+        a: &mut Stack<D, CountingTcp>,
+        b: &mut Stack<D, CountingTcp>,
+        now: &mut Instant,
+        ms: u64,
+    ) {
+        for _ in 0..ms {
+            a.poll(*now);
+            b.poll(*now);
+            *now = *now + Duration::from_millis(1);
+        }
+    }
+
+    /// Pings `to` from `from` once every 50 ms until a reply arrives (at most 100
+    /// tries); returns the tries it took.
+    fn ping_until_answered<D: NetDevice>(
+        from: &mut Stack<D, CountingTcp>,
+        to: &mut Stack<D, CountingTcp>,
+        dst: Ipv4Addr,
+        now: &mut Instant,
+    ) -> u16 {
+        for seq in 1..=100u16 {
+            // Unresolved next hop with a full wait queue: try again later.
+            let _ = from
+                .iface_mut()
+                .send_ping(*now, dst, 7, seq, b"ebbflow ping");
+            run(from, to, now, 50);
+            while let Some(reply) = from.iface_mut().next_echo_reply() {
+                if reply.src == dst && reply.ident == 7 {
+                    return seq;
+                }
+            }
+        }
+        panic!("no echo reply from {dst} in 100 tries");
+    }
+
+    #[test]
+    fn arp_then_ping_both_ways() {
+        let (a, b) = Link::new().connect();
+        let (mut a, mut b) = stacks(a, b);
+        let mut now = Instant::ZERO;
+        run(&mut a, &mut b, &mut now, 1);
+        assert_eq!(a.iface().counters().tx_arp_gratuitous, 1);
+
+        assert_eq!(ping_until_answered(&mut a, &mut b, IP_B, &mut now), 1);
+        assert_eq!(a.iface().arp_lookup(IP_B), Some(MAC_B));
+        assert_eq!(
+            b.iface().arp_lookup(IP_A),
+            Some(MAC_A),
+            "learnt from the request"
+        );
+        assert_eq!(ping_until_answered(&mut b, &mut a, IP_A, &mut now), 1);
+        assert_eq!(b.iface().counters().tx_arp_requests, 0, "already known");
+        for s in [&a, &b] {
+            let c = s.iface().counters();
+            assert_eq!(c.rx_dropped.total(), 0, "{c:?}");
+            assert_eq!(c.tx_dropped.total(), 0, "{c:?}");
+            assert_eq!((c.tx_icmp_echo_replies, c.rx_icmp_echo_replies), (1, 1));
+            assert!(s.tcp().polls > 0, "TCP is polled after input");
+        }
+        // Idle: the next deadline is the ARP entries' expiry, a minute after learning.
+        let next = a.poll(now).unwrap();
+        assert!(next > now && next <= now + Duration::from_secs(60));
+    }
+
+    #[test]
+    fn udp_datagrams_both_ways() {
+        let (a, b) = Link::new().connect();
+        let (mut a, mut b) = stacks(a, b);
+        let sa = a.iface_mut().udp_bind(0).unwrap();
+        let sb = b.iface_mut().udp_bind(5000).unwrap();
+        let port_a = a.iface_mut().udp_local_port(sa).unwrap();
+        let mut now = Instant::ZERO;
+        let payload: IOBufChain = [
+            IOBuf::copy_from_slice(b"request "),
+            IOBuf::copy_from_slice(b"in two pieces"),
+        ]
+        .into_iter()
+        .collect();
+        a.iface_mut()
+            .udp_send_to(now, sa, SocketAddrV4::new(IP_B, 5000), payload)
+            .unwrap();
+        run(&mut a, &mut b, &mut now, 5);
+        let got = b.iface_mut().udp_recv(sb).unwrap().expect("delivered");
+        assert_eq!(got.payload.as_slice(), b"request in two pieces");
+        assert_eq!(got.src, SocketAddrV4::new(IP_A, port_a));
+        // The reply goes back to where the request came from.
+        let reply = IOBufChain::from(IOBuf::copy_from_slice(b"reply"));
+        b.iface_mut().udp_send_to(now, sb, got.src, reply).unwrap();
+        run(&mut a, &mut b, &mut now, 5);
+        let back = a
+            .iface_mut()
+            .udp_recv(sa)
+            .unwrap()
+            .expect("reply delivered");
+        assert_eq!(back.payload.as_slice(), b"reply");
+        assert_eq!(back.src, SocketAddrV4::new(IP_B, 5000));
+        assert_eq!(a.tcp().segments + b.tcp().segments, 0);
+    }
+
+    #[test]
+    fn ping_and_udp_through_a_lossy_link() {
+        let faults = FaultConfig::NONE
+            .with_drop(Probability::from_percent(20))
+            .with_corrupt(Probability::from_percent(10))
+            .with_duplicate(Probability::from_percent(5))
+            .with_delay(
+                Probability::from_percent(30),
+                Duration::from_millis(1),
+                Duration::from_millis(20),
+            )
+            .with_reorder(Probability::from_percent(10), Duration::from_millis(5));
+        let (a, b) = Link::new().connect();
+        let a = FaultInjector::new(a, 1).with_rx_faults(faults);
+        let b = FaultInjector::new(b, 2).with_rx_faults(faults);
+        let (mut a, mut b) = stacks(a, b);
+        let mut now = Instant::ZERO;
+        ping_until_answered(&mut a, &mut b, IP_B, &mut now);
+        ping_until_answered(&mut b, &mut a, IP_A, &mut now);
+
+        let sa = a.iface_mut().udp_bind(4000).unwrap();
+        let sb = b.iface_mut().udp_bind(5000).unwrap();
+        let mut delivered = [false; 2];
+        for _ in 0..100 {
+            if !delivered[0] {
+                let msg = IOBufChain::from(IOBuf::copy_from_slice(b"to b"));
+                let _ = a
+                    .iface_mut()
+                    .udp_send_to(now, sa, SocketAddrV4::new(IP_B, 5000), msg);
+            }
+            if !delivered[1] {
+                let msg = IOBufChain::from(IOBuf::copy_from_slice(b"to a"));
+                let _ = b
+                    .iface_mut()
+                    .udp_send_to(now, sb, SocketAddrV4::new(IP_A, 4000), msg);
+            }
+            run(&mut a, &mut b, &mut now, 30);
+            while let Some(d) = b.iface_mut().udp_recv(sb).unwrap() {
+                assert_eq!(
+                    d.payload.as_slice(),
+                    b"to b",
+                    "corruption caught by checksums"
+                );
+                delivered[0] = true;
+            }
+            while let Some(d) = a.iface_mut().udp_recv(sa).unwrap() {
+                assert_eq!(
+                    d.payload.as_slice(),
+                    b"to a",
+                    "corruption caught by checksums"
+                );
+                delivered[1] = true;
+            }
+            if delivered == [true, true] {
+                break;
+            }
+        }
+        assert_eq!(delivered, [true, true]);
+        let injected = a.device().stats().rx.dropped + b.device().stats().rx.dropped;
+        assert!(injected > 0, "the link did drop frames");
+    }
+}

@@ -1,0 +1,191 @@
+//! The receive side's out-of-order store and the SACK blocks it reports (RFC 2018).
+//!
+//! In-order data never lands here: it goes straight to the application as slices of the
+//! received frames. A segment that arrives ahead of `RCV.NXT` is kept, as the same zero-copy
+//! slice, until the hole before it fills.
+//!
+//! Invariants: blocks are sorted by sequence number, never overlap and are never empty;
+//! `bytes` is the sum of their lengths and never exceeds the bound passed to
+//! [`Reassembly::insert`] (what does not fit is dropped and reported).
+
+use alloc::vec::Vec;
+
+use ebb_core::iobuf::IOBuf;
+
+use crate::wire::tcp::{MAX_SACK_BLOCKS, SackBlocks, SeqNumber};
+
+/// Out-of-order segments of one connection.
+#[derive(Debug, Default)]
+pub(crate) struct Reassembly {
+    blocks: Vec<(SeqNumber, IOBuf)>,
+    bytes: usize,
+    /// Start of the most recently stored piece: its block is reported first (RFC 2018 §4).
+    latest: Option<SeqNumber>,
+}
+
+impl Reassembly {
+    /// Bytes held.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether nothing is held.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// Stores the parts of `data` (starting at `seq`, which is after `RCV.NXT`) not held
+    /// already, as long as the total stays within `max_bytes`. Returns how many bytes did
+    /// not fit and were dropped.
+    pub(crate) fn insert(&mut self, seq: SeqNumber, data: IOBuf, max_bytes: usize) -> usize {
+        let end = seq + data.len();
+        // The gaps in [seq, end) not covered by stored blocks.
+        let mut gaps: Vec<(SeqNumber, SeqNumber)> = Vec::new();
+        let mut cursor = seq;
+        for (start, buf) in &self.blocks {
+            let block_end = *start + buf.len();
+            if block_end <= cursor {
+                continue;
+            }
+            if *start >= end {
+                break;
+            }
+            if *start > cursor {
+                gaps.push((cursor, *start));
+            }
+            cursor = cursor.max(block_end);
+        }
+        if cursor < end {
+            gaps.push((cursor, end));
+        }
+        let mut dropped = 0;
+        for (gap_start, gap_end) in gaps {
+            let len = (gap_end - gap_start) as usize;
+            if self.bytes + len > max_bytes {
+                dropped += len;
+                continue;
+            }
+            let mut piece = data.clone();
+            let front = (gap_start - seq) as usize;
+            let back = (end - gap_end) as usize;
+            if piece.trim_front(front).is_err() || piece.trim_back(back).is_err() {
+                continue; // Unreachable: the gap lies inside `data`.
+            }
+            let at = self.blocks.partition_point(|(s, _)| *s < gap_start);
+            self.blocks.insert(at, (gap_start, piece));
+            self.bytes += len;
+            self.latest = Some(gap_start);
+        }
+        dropped
+    }
+
+    /// Takes the block that starts at or before `rcv_nxt`, trimmed to start there, if any.
+    /// Blocks wholly before `rcv_nxt` are discarded.
+    pub(crate) fn pop_ready(&mut self, rcv_nxt: SeqNumber) -> Option<IOBuf> {
+        while let Some((start, _)) = self.blocks.first() {
+            if *start > rcv_nxt {
+                return None;
+            }
+            let (start, mut buf) = self.blocks.remove(0);
+            self.bytes -= buf.len();
+            let stale = (rcv_nxt - start) as usize;
+            if stale >= buf.len() {
+                continue;
+            }
+            if buf.trim_front(stale).is_ok() {
+                return Some(buf);
+            }
+        }
+        None
+    }
+
+    /// The SACK blocks to report: contiguous held ranges, the one holding the latest
+    /// arrival first, then the others in sequence order.
+    pub(crate) fn sack_blocks(&self) -> SackBlocks {
+        let mut ranges: Vec<(SeqNumber, SeqNumber)> = Vec::new();
+        for (start, buf) in &self.blocks {
+            let end = *start + buf.len();
+            match ranges.last_mut() {
+                Some((_, last_end)) if *last_end == *start => *last_end = end,
+                _ => ranges.push((*start, end)),
+            }
+        }
+        if let Some(latest) = self.latest
+            && let Some(i) = ranges.iter().position(|(s, e)| *s <= latest && latest < *e)
+        {
+            let first = ranges.remove(i);
+            ranges.insert(0, first);
+        }
+        let mut blocks: SackBlocks = [None; MAX_SACK_BLOCKS];
+        for (slot, range) in blocks.iter_mut().zip(ranges) {
+            *slot = Some(range);
+        }
+        blocks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec;
+
+    fn buf(seq: u32, len: usize) -> IOBuf {
+        IOBuf::from_vec((0..len).map(|i| (seq as usize + i) as u8).collect())
+    }
+
+    #[test]
+    fn overlapping_inserts_keep_one_copy_and_pop_in_order() {
+        let mut r = Reassembly::default();
+        assert_eq!(r.insert(SeqNumber(200), buf(200, 100), 10_000), 0);
+        assert_eq!(r.insert(SeqNumber(150), buf(150, 200), 10_000), 0);
+        assert_eq!(r.bytes(), 200, "150..350 held once");
+        assert!(r.pop_ready(SeqNumber(100)).is_none(), "hole at 100..150");
+        let first = r
+            .pop_ready(SeqNumber(160))
+            .expect("block at 150 trimmed to 160");
+        assert_eq!(first.as_slice(), buf(160, 40).as_slice());
+        let second = r.pop_ready(SeqNumber(200)).expect("block at 200");
+        assert_eq!(second.len(), 100);
+        let third = r.pop_ready(SeqNumber(300)).expect("block at 300");
+        assert_eq!(third.as_slice(), buf(300, 50).as_slice());
+        assert!(r.is_empty());
+        assert_eq!(r.bytes(), 0);
+    }
+
+    #[test]
+    fn bound_drops_what_does_not_fit() {
+        let mut r = Reassembly::default();
+        assert_eq!(r.insert(SeqNumber(1000), buf(0, 600), 1000), 0);
+        assert_eq!(r.insert(SeqNumber(2000), buf(0, 600), 1000), 600);
+        assert_eq!(r.bytes(), 600);
+    }
+
+    #[test]
+    fn sack_blocks_latest_first_and_merged() {
+        let mut r = Reassembly::default();
+        r.insert(SeqNumber(100), buf(0, 10), 10_000);
+        r.insert(SeqNumber(110), buf(0, 10), 10_000);
+        r.insert(SeqNumber(300), buf(0, 10), 10_000);
+        r.insert(SeqNumber(200), buf(0, 10), 10_000);
+        let blocks = r.sack_blocks();
+        assert_eq!(
+            blocks,
+            [
+                Some((SeqNumber(200), SeqNumber(210))),
+                Some((SeqNumber(100), SeqNumber(120))),
+                Some((SeqNumber(300), SeqNumber(310))),
+                None
+            ]
+        );
+        let _ = vec![0u8];
+    }
+
+    #[test]
+    fn wraps_around_sequence_space() {
+        let mut r = Reassembly::default();
+        r.insert(SeqNumber(u32::MAX - 4), buf(0, 10), 10_000);
+        let got = r.pop_ready(SeqNumber(u32::MAX - 4)).expect("ready");
+        assert_eq!(got.len(), 10);
+    }
+}

@@ -1,0 +1,678 @@
+//! The data path: reassembly and SACK, window scaling, the receive-window switch,
+//! send/try_send back-pressure, fast retransmit and NewReno recovery, Nagle, and the
+//! callback discipline.
+
+use super::*;
+use crate::tcp::State;
+use core::cell::Cell;
+use ebb_core::iobuf::IOBufChain;
+use ebb_core::net::SendError;
+
+const fn pattern<const N: usize>() -> [u8; N] {
+    let mut a = [0u8; N];
+    let mut i = 0;
+    while i < N {
+        a[i] = (i * 7 + i / 251) as u8;
+        i += 1;
+    }
+    a
+}
+
+static DATA: [u8; 3000] = pattern::<3000>();
+
+fn chain(n: usize) -> IOBufChain {
+    IOBufChain::from(IOBuf::from_vec(alloc::vec![9u8; n]))
+}
+
+#[test]
+fn out_of_order_segments_are_reassembled_with_sack_and_zero_copy() {
+    let mut h = Harness::quick_acks();
+    let received: Rc<RefCell<Vec<IOBuf>>> = Rc::default();
+    let sink = received.clone();
+    let iss = {
+        h.layer
+            .listen(SocketAddrV4::new(US, US_PORT), 8, move |conn| {
+                let sink = sink.clone();
+                let mut handler = FnHandler::new();
+                handler.on_receive = Box::new(move |_, buf| sink.borrow_mut().push(buf));
+                conn.set_handler(handler);
+            })
+            .expect("listen");
+        h.input(peer_syn());
+        let iss = h.take_one().header.seq_number.0;
+        h.input(peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, &[]));
+        iss
+    };
+    let base = PEER_ISS + 1;
+    let second = bytes_of(&peer_seg(
+        base + 1000,
+        Some(iss + 1),
+        Control::None,
+        &DATA[1000..2000],
+    ));
+    h.input_buf(second.clone());
+    let ack = h.take_one();
+    check(&ack, Control::None, iss + 1, Some(base), 0);
+    assert_eq!(
+        ack.header.sack_ranges,
+        [
+            Some((SeqNumber(base + 1000), SeqNumber(base + 2000))),
+            None,
+            None,
+            None
+        ]
+    );
+    h.input(peer_seg(
+        base + 2000,
+        Some(iss + 1),
+        Control::None,
+        &DATA[2000..3000],
+    ));
+    let ack = h.take_one();
+    check(&ack, Control::None, iss + 1, Some(base), 0);
+    assert_eq!(
+        ack.header.sack_ranges[0],
+        Some((SeqNumber(base + 1000), SeqNumber(base + 3000))),
+        "adjacent blocks merge"
+    );
+    assert!(received.borrow().is_empty(), "nothing in order yet");
+    h.input(peer_seg(base, Some(iss + 1), Control::None, &DATA[..1000]));
+    let ack = h.take_one();
+    check(&ack, Control::None, iss + 1, Some(base + 3000), 0);
+    assert_eq!(ack.header.sack_ranges, [None; 4], "no holes left");
+    let got: Vec<u8> = received
+        .borrow()
+        .iter()
+        .flat_map(|b| b.as_slice().to_vec())
+        .collect();
+    assert_eq!(got, DATA);
+    assert!(
+        received.borrow()[1].shares_storage_with(&second),
+        "delivered data is a slice of the received frame"
+    );
+}
+
+#[test]
+fn out_of_order_bound_drops_and_counts() {
+    let mut h = Harness::new(TcpConfig {
+        delayed_ack: None,
+        max_out_of_order_bytes: 1000,
+        ..TcpConfig::default()
+    });
+    let iss = h.accept_connection();
+    let base = PEER_ISS + 1;
+    h.input(peer_seg(
+        base + 1000,
+        Some(iss + 1),
+        Control::None,
+        &DATA[1000..2000],
+    ));
+    h.take_one();
+    h.input(peer_seg(
+        base + 2000,
+        Some(iss + 1),
+        Control::None,
+        &DATA[2000..3000],
+    ));
+    let ack = h.take_one();
+    assert_eq!(
+        ack.header.sack_ranges[0],
+        Some((SeqNumber(base + 1000), SeqNumber(base + 2000))),
+        "the third segment was not kept"
+    );
+    assert_eq!(h.layer.counters().dropped_out_of_order_bound, 1);
+    h.input(peer_seg(base, Some(iss + 1), Control::None, &DATA[..1000]));
+    check(&h.take_one(), Control::None, iss + 1, Some(base + 2000), 0);
+}
+
+#[test]
+fn out_of_order_fin_completes_when_the_hole_fills() {
+    let mut h = Harness::quick_acks();
+    let iss = h.accept_connection();
+    let base = PEER_ISS + 1;
+    h.input(peer_seg(
+        base + 1000,
+        Some(iss + 1),
+        Control::Fin,
+        &DATA[1000..2000],
+    ));
+    h.take_one();
+    assert_eq!(h.conn().state(), State::Established);
+    h.input(peer_seg(base, Some(iss + 1), Control::None, &DATA[..1000]));
+    check(&h.take_one(), Control::None, iss + 1, Some(base + 2001), 0);
+    assert_eq!(h.conn().state(), State::CloseWait);
+    let events = h.events();
+    assert_eq!(events.last(), Some(&Ev::PeerClosed));
+    assert_eq!(events.len(), 3);
+}
+
+#[test]
+fn window_scaling_both_ways() {
+    let mut h = Harness::quick_acks();
+    let iss = h.accept_connection();
+    let conn = h.conn();
+    // The peer offered shift 7: a window field of 10 means 1280 bytes.
+    h.input(Repr {
+        window_len: 10,
+        ..peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, &[])
+    });
+    assert_eq!(conn.send_window(), 1280);
+    // Our 256 KiB window with our shift 7: a field of 2048.
+    h.input(peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, b"x"));
+    let ack = h.take_one();
+    assert_eq!(ack.header.window_len, ((256 * 1024) >> 7) as u16);
+}
+
+#[test]
+fn no_window_scale_without_the_peers_option() {
+    let mut h = Harness::quick_acks();
+    h.listen(8);
+    h.input(Repr {
+        window_len: 5000,
+        ..peer_seg(PEER_ISS, None, Control::Syn, &[])
+    });
+    let iss = h.take_one().header.seq_number.0;
+    h.input(Repr {
+        window_len: 5000,
+        ..peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, &[])
+    });
+    let conn = h.conn();
+    assert_eq!(conn.send_window(), 5000, "min(5000 window, 10 x 536 cwnd)");
+    h.input(peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, b"x"));
+    assert_eq!(
+        h.take_one().header.window_len,
+        65535,
+        "unscaled: capped at 64 KiB - 1"
+    );
+}
+
+#[test]
+fn receive_window_close_holds_data_and_reopen_sends_an_update() {
+    let mut h = Harness::new(TcpConfig {
+        delayed_ack: None,
+        receive_window: 3000,
+        max_receive_window: 3000,
+        ..TcpConfig::default()
+    });
+    let iss = h.accept_connection();
+    let conn = h.conn();
+    let base = PEER_ISS + 1;
+    conn.set_receive_window_open(false);
+    h.input(peer_seg(base, Some(iss + 1), Control::None, &DATA[..1000]));
+    let ack = h.take_one();
+    check(&ack, Control::None, iss + 1, Some(base + 1000), 0);
+    assert_eq!(
+        ack.header.window_len, 2000,
+        "the right edge stays; nothing new opens"
+    );
+    h.input(peer_seg(
+        base + 1000,
+        Some(iss + 1),
+        Control::None,
+        &DATA[1000..3000],
+    ));
+    assert_eq!(h.take_one().header.window_len, 0, "closed");
+    assert!(h.events().is_empty(), "no receive calls while closed");
+    // Beyond the window: not accepted.
+    h.input(peer_seg(base + 3000, Some(iss + 1), Control::None, b"more"));
+    check(&h.take_one(), Control::None, iss + 1, Some(base + 3000), 0);
+    conn.set_receive_window_open(true);
+    assert!(h.layer.needs_poll());
+    h.poll();
+    let update = h.take_one();
+    check(&update, Control::None, iss + 1, Some(base + 3000), 0);
+    assert_eq!(update.header.window_len, 3000, "window update on reopening");
+    let got: Vec<u8> = h
+        .events()
+        .into_iter()
+        .flat_map(|e| match e {
+            Ev::Receive(d) => d,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(got, DATA);
+}
+
+/// A passive open from a peer without options (MSS 536) and a window of two segments.
+fn accept_small_window(h: &mut Harness) -> u32 {
+    h.listen(8);
+    h.input(Repr {
+        window_len: 1072,
+        ..peer_seg(PEER_ISS, None, Control::Syn, &[])
+    });
+    let iss = h.take_one().header.seq_number.0;
+    h.input(Repr {
+        window_len: 1072,
+        ..peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, &[])
+    });
+    iss
+}
+
+fn peer_ack(ack: u32) -> Repr<'static> {
+    Repr {
+        window_len: 1072,
+        ..peer_seg(PEER_ISS + 1, Some(ack), Control::None, &[])
+    }
+}
+
+#[test]
+fn try_send_takes_the_window_and_send_queues_the_rest() {
+    let mut h = Harness::quick_acks();
+    let iss = accept_small_window(&mut h);
+    let conn = h.conn();
+    assert_eq!(conn.send_window(), 1072);
+    let rest = conn.try_send(chain(3000)).expect("open");
+    assert_eq!(rest.len(), 1928, "what the window did not take comes back");
+    assert_eq!((conn.send_window(), conn.queued_bytes()), (0, 1072));
+    h.poll();
+    let segments = h.take();
+    assert_eq!(segments.len(), 2);
+    check(
+        &segments[0],
+        Control::None,
+        iss + 1,
+        Some(PEER_ISS + 1),
+        536,
+    );
+    check(
+        &segments[1],
+        Control::None,
+        iss + 537,
+        Some(PEER_ISS + 1),
+        536,
+    );
+    assert_eq!(conn.queued_bytes(), 0);
+    // `send` never refuses: it queues.
+    conn.send(rest).expect("send");
+    assert_eq!((conn.send_window(), conn.queued_bytes()), (0, 1928));
+    h.poll();
+    assert!(h.take().is_empty());
+    h.input(peer_ack(iss + 1073));
+    assert_eq!(
+        h.take().iter().map(|s| s.payload.len()).sum::<usize>(),
+        1072
+    );
+    assert!(
+        h.events().is_empty(),
+        "no room yet: the queue fills the window"
+    );
+    h.input(peer_ack(iss + 2145));
+    assert_eq!(h.take().iter().map(|s| s.payload.len()).sum::<usize>(), 856);
+    assert_eq!(
+        h.events(),
+        [Ev::WindowIncreased],
+        "the queue drained and room opened"
+    );
+    assert_eq!(conn.send_window(), 1072 - 856);
+    h.input(peer_ack(iss + 3001));
+    assert!(h.events().is_empty(), "told once per back-pressure episode");
+    assert_eq!(conn.send_window(), 1072);
+}
+
+#[test]
+fn fast_retransmit_and_newreno_partial_acks() {
+    let mut h = Harness::quick_acks();
+    let iss = h.accept_connection();
+    let conn = h.conn();
+    let m = MSS as u32;
+    conn.send(chain(10 * MSS)).expect("send");
+    h.poll();
+    assert_eq!(h.take().len(), 10, "initial window: 10 segments");
+    let a = iss + 1;
+    h.input(peer_seg(PEER_ISS + 1, Some(a + m), Control::None, &[]));
+    assert!(h.take().is_empty());
+    for _ in 0..2 {
+        h.input(peer_seg(PEER_ISS + 1, Some(a + m), Control::None, &[]));
+        assert!(h.take().is_empty(), "fewer than three duplicates");
+    }
+    h.input(peer_seg(PEER_ISS + 1, Some(a + m), Control::None, &[]));
+    check(&h.take_one(), Control::None, a + m, Some(PEER_ISS + 1), MSS);
+    assert_eq!(h.layer.counters().fast_retransmits, 1);
+    // A partial ACK: the next hole is resent at once, no new duplicates needed.
+    h.input(peer_seg(PEER_ISS + 1, Some(a + 4 * m), Control::None, &[]));
+    check(
+        &h.take_one(),
+        Control::None,
+        a + 4 * m,
+        Some(PEER_ISS + 1),
+        MSS,
+    );
+    // The full ACK ends recovery; no further retransmission.
+    h.input(peer_seg(PEER_ISS + 1, Some(a + 10 * m), Control::None, &[]));
+    assert!(h.take().is_empty());
+    assert_eq!(h.layer.counters().retransmissions, 2);
+    assert_eq!(h.layer.poll_at(), None);
+}
+
+#[test]
+fn nagle_when_asked_for() {
+    let mut h = Harness::quick_acks();
+    let iss = h.accept_connection();
+    let conn = h.conn();
+    conn.set_nodelay(false);
+    conn.send(chain(100)).expect("send");
+    h.poll();
+    check(
+        &h.take_one(),
+        Control::None,
+        iss + 1,
+        Some(PEER_ISS + 1),
+        100,
+    );
+    conn.send(chain(100)).expect("send");
+    conn.send(chain(100)).expect("send");
+    h.poll();
+    assert!(
+        h.take().is_empty(),
+        "a small segment is in flight: coalesce"
+    );
+    h.input(peer_seg(PEER_ISS + 1, Some(iss + 101), Control::None, &[]));
+    check(
+        &h.take_one(),
+        Control::None,
+        iss + 101,
+        Some(PEER_ISS + 1),
+        200,
+    );
+    // The default: no delay.
+    let mut h = Harness::quick_acks();
+    let iss = h.accept_connection();
+    let conn = h.conn();
+    conn.send(chain(100)).expect("send");
+    h.poll();
+    conn.send(chain(100)).expect("send");
+    h.poll();
+    let segments = h.take();
+    assert_eq!(segments.len(), 2);
+    check(
+        &segments[1],
+        Control::None,
+        iss + 101,
+        Some(PEER_ISS + 1),
+        100,
+    );
+}
+
+#[test]
+fn refused_output_is_a_loss() {
+    let mut h = Harness::quick_acks();
+    let iss = h.accept_connection();
+    h.out.refuse = true;
+    h.conn().send(chain(10)).expect("send");
+    h.poll();
+    assert_eq!(h.layer.counters().output_errors, 1);
+    h.out.refuse = false;
+    let due = h.layer.poll_at().expect("retransmission timer");
+    h.advance_to(due);
+    check(
+        &h.take_one(),
+        Control::None,
+        iss + 1,
+        Some(PEER_ISS + 1),
+        10,
+    );
+}
+
+#[test]
+fn callbacks_are_not_reentrant_and_methods_work_inside_them() {
+    let mut h = Harness::quick_acks();
+    let order: Rc<RefCell<Vec<&'static str>>> = Rc::default();
+    let inside = Rc::new(Cell::new(false));
+    let (o1, o2, i1, i2) = (order.clone(), order.clone(), inside.clone(), inside.clone());
+    h.layer
+        .listen(SocketAddrV4::new(US, US_PORT), 8, move |conn| {
+            let (o1, o2, i1, i2) = (o1.clone(), o2.clone(), i1.clone(), i2.clone());
+            let mut handler = FnHandler::new();
+            handler.on_receive = Box::new(move |conn, data| {
+                assert!(!i1.replace(true), "receive entered re-entrantly");
+                o1.borrow_mut().push("receive");
+                // Every method is callable here, and none calls back into us.
+                conn.send(IOBufChain::from(data)).expect("echo");
+                let _ = conn.send_window();
+                let _ = conn.queued_bytes();
+                conn.set_receive_window_open(false);
+                conn.set_receive_window_open(true);
+                conn.abort();
+                assert_eq!(
+                    conn.send(IOBufChain::new()),
+                    Err(SendError::Failed(CloseReason::Aborted))
+                );
+                o1.borrow_mut().push("receive returns");
+                i1.set(false);
+            });
+            handler.on_closed = Box::new(move |reason| {
+                assert!(!i2.get(), "closed delivered inside another callback");
+                assert_eq!(reason, CloseReason::Aborted);
+                o2.borrow_mut().push("closed");
+            });
+            conn.set_handler(handler);
+        })
+        .expect("listen");
+    h.input(peer_syn());
+    let iss = h.take_one().header.seq_number.0;
+    h.input(peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, &[]));
+    h.input(peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, b"hi"));
+    assert_eq!(*order.borrow(), ["receive", "receive returns", "closed"]);
+    h.take();
+    h.poll();
+    check(&h.take_one(), Control::Rst, iss + 1, Some(PEER_ISS + 3), 0);
+}
+
+#[test]
+fn echo_from_inside_receive_goes_out_on_the_next_poll() {
+    let mut h = Harness::quick_acks();
+    h.layer
+        .listen(SocketAddrV4::new(US, US_PORT), 8, |conn| {
+            let mut handler = FnHandler::new();
+            handler.on_receive = Box::new(|conn, data| {
+                conn.send(IOBufChain::from(data)).expect("echo");
+            });
+            conn.set_handler(handler);
+        })
+        .expect("listen");
+    h.input(peer_syn());
+    let iss = h.take_one().header.seq_number.0;
+    h.input(peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, &[]));
+    h.input(peer_seg(
+        PEER_ISS + 1,
+        Some(iss + 1),
+        Control::None,
+        b"ping",
+    ));
+    let ack = h.take_one();
+    check(&ack, Control::None, iss + 1, Some(PEER_ISS + 5), 0);
+    assert_eq!(
+        h.layer.poll_at(),
+        Some(Instant::ZERO),
+        "the application acted"
+    );
+    h.poll();
+    let echo = h.take_one();
+    check(&echo, Control::None, iss + 1, Some(PEER_ISS + 5), 4);
+    assert_eq!(echo.payload.to_vec(), b"ping");
+}
+
+#[test]
+fn limited_transmit_and_sack_guided_recovery() {
+    let mut h = Harness::quick_acks();
+    let iss = h.accept_connection(); // The peer offered SACK.
+    let conn = h.conn();
+    let m = MSS as u32;
+    let a = iss + 1;
+    conn.send(chain(12 * MSS)).expect("send");
+    h.poll();
+    assert_eq!(h.take().len(), 10, "initial window");
+    // Segments 0 and 3 are lost; the peer reports what it holds.
+    let dup = |blocks: &[(u32, u32)]| {
+        let mut sack = [None; 4];
+        for (slot, &(l, r)) in sack.iter_mut().zip(blocks) {
+            *slot = Some((SeqNumber(a + l * m), SeqNumber(a + r * m)));
+        }
+        Repr {
+            sack_ranges: sack,
+            ..peer_seg(PEER_ISS + 1, Some(a), Control::None, &[])
+        }
+    };
+    h.input(dup(&[(1, 2)]));
+    check(
+        &h.take_one(),
+        Control::None,
+        a + 10 * m,
+        Some(PEER_ISS + 1),
+        MSS,
+    );
+    h.input(dup(&[(1, 3)]));
+    check(
+        &h.take_one(),
+        Control::None,
+        a + 11 * m,
+        Some(PEER_ISS + 1),
+        MSS,
+    );
+    // The third duplicate: fast retransmit of the first hole.
+    h.input(dup(&[(1, 3), (4, 5)]));
+    check(&h.take_one(), Control::None, a, Some(PEER_ISS + 1), MSS);
+    // The next duplicate goes to the next hole SACK revealed, not to new data.
+    h.input(dup(&[(1, 3), (4, 6)]));
+    check(
+        &h.take_one(),
+        Control::None,
+        a + 3 * m,
+        Some(PEER_ISS + 1),
+        MSS,
+    );
+    h.input(dup(&[(1, 3), (4, 7)]));
+    assert!(h.take().is_empty(), "no holes left below the SACKed data");
+    h.input(peer_seg(PEER_ISS + 1, Some(a + 12 * m), Control::None, &[]));
+    assert!(h.take().is_empty());
+    let c = h.layer.counters();
+    assert_eq!(
+        (c.fast_retransmits, c.retransmissions, c.timeouts),
+        (1, 2, 0)
+    );
+}
+
+#[test]
+fn layer_calls_from_inside_callbacks() {
+    let mut h = Harness::quick_acks();
+    let layer = h.layer.clone();
+    let outcome: Rc<RefCell<Vec<Result<(), TcpErrorKind>>>> = Rc::default();
+    let record = outcome.clone();
+    h.layer
+        .listen(SocketAddrV4::new(US, US_PORT), 8, move |conn| {
+            conn.set_handler(Logger(Log::default()));
+            // Open a second connection and a second listener from inside the callback.
+            let record = record.clone();
+            layer
+                .connect(
+                    SocketAddrV4::new(US, 0),
+                    SocketAddrV4::new(PEER, 9),
+                    move |r| record.borrow_mut().push(r.map(|_| ())),
+                )
+                .expect("connect inside a callback");
+            layer
+                .listen(SocketAddrV4::new(US, 81), 1, |_| {})
+                .expect("listen inside a callback");
+        })
+        .expect("listen");
+    h.accept_connection_on_existing_listener();
+    assert!(h.layer.needs_poll());
+    h.poll();
+    let syn = h.take_one();
+    assert_eq!((syn.header.control, syn.header.dst_port), (Control::Syn, 9));
+    assert!(outcome.borrow().is_empty(), "still connecting");
+}
+
+#[test]
+fn early_retransmit_when_everything_after_the_hole_is_sacked() {
+    let mut h = Harness::quick_acks();
+    let iss = h.accept_connection();
+    let m = MSS as u32;
+    let a = iss + 1;
+    h.conn().send(chain(3 * MSS)).expect("send");
+    h.poll();
+    assert_eq!(h.take().len(), 3);
+    // Segment 0 lost; 1 and 2 arrived: nothing more will come to make three duplicates.
+    h.input(Repr {
+        sack_ranges: [
+            Some((SeqNumber(a + m), SeqNumber(a + 3 * m))),
+            None,
+            None,
+            None,
+        ],
+        ..peer_seg(PEER_ISS + 1, Some(a), Control::None, &[])
+    });
+    check(&h.take_one(), Control::None, a, Some(PEER_ISS + 1), MSS);
+    assert_eq!(h.layer.counters().fast_retransmits, 1);
+}
+
+#[test]
+fn new_sack_information_makes_a_duplicate_even_if_the_window_moved() {
+    let mut h = Harness::quick_acks();
+    let iss = h.accept_connection();
+    let m = MSS as u32;
+    let a = iss + 1;
+    h.conn().send(chain(10 * MSS)).expect("send");
+    h.poll();
+    assert_eq!(h.take().len(), 10);
+    for (i, window) in [(2u32, 600u16), (3, 601), (4, 602)] {
+        h.input(Repr {
+            window_len: window, // Linux moves its window as its application reads.
+            sack_ranges: [
+                Some((SeqNumber(a + m), SeqNumber(a + i * m))),
+                None,
+                None,
+                None,
+            ],
+            ..peer_seg(PEER_ISS + 1, Some(a), Control::None, &[])
+        });
+    }
+    check(&h.take_one(), Control::None, a, Some(PEER_ISS + 1), MSS);
+    assert_eq!(h.layer.counters().fast_retransmits, 1);
+}
+
+#[test]
+fn fast_retransmit_never_carries_bytes_not_sent_before() {
+    let mut h = Harness::quick_acks();
+    h.listen(8);
+    let tiny = |r: Repr<'static>| Repr {
+        window_len: 100,
+        ..r
+    };
+    h.input(tiny(peer_seg(PEER_ISS, None, Control::Syn, &[])));
+    let iss = h.take_one().header.seq_number.0;
+    h.input(tiny(peer_seg(
+        PEER_ISS + 1,
+        Some(iss + 1),
+        Control::None,
+        &[],
+    )));
+    let conn = h.conn();
+    conn.send(chain(100)).expect("send");
+    h.poll();
+    check(
+        &h.take_one(),
+        Control::None,
+        iss + 1,
+        Some(PEER_ISS + 1),
+        100,
+    );
+    conn.send(chain(1000)).expect("send"); // Queued: the window is full.
+    h.poll();
+    assert!(h.take().is_empty());
+    for _ in 0..3 {
+        h.input(tiny(peer_seg(
+            PEER_ISS + 1,
+            Some(iss + 1),
+            Control::None,
+            &[],
+        )));
+    }
+    check(
+        &h.take_one(),
+        Control::None,
+        iss + 1,
+        Some(PEER_ISS + 1),
+        100,
+    );
+}
