@@ -1,0 +1,92 @@
+//! `httpd`: a small HTTP/1.1 responder on Ebbflow (see the library docs for what it
+//! answers), over Linux sockets (default, one event loop per core) or over ebb-net on a
+//! TAP device (`--tap NAME --ip A/P` or `--dhcp`, optionally `--faults SPEC`; one core).
+//! Prints `httpd: listening on ADDR` when ready.
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, SocketAddrV4};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use ebb_core::event;
+use httpd::Http;
+use sink::net_args::NetArgs;
+
+#[derive(Parser, Debug)]
+#[command(about = "HTTP/1.1 responder on the Ebbflow hosted runtime")]
+struct Args {
+    /// Address to listen on (Linux sockets; ebb-net listens on its interface address).
+    #[arg(long, default_value = "127.0.0.1")]
+    addr: IpAddr,
+    /// Port to listen on (Linux sockets: 0 picks a free one).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Cores for the Linux-socket backend (ebb-net runs on one).
+    #[arg(long)]
+    cores: Option<usize>,
+    #[command(flatten)]
+    net: NetArgs,
+}
+
+async fn serve_linux(args: Args) -> Result<(), String> {
+    let addr = SocketAddr::new(args.addr, args.port);
+    let listener = ebb_hosted::tcp::listen(addr, |conn| conn.set_handler(Http::default()))
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    println!("httpd: listening on {}", listener.local_addr());
+    let _ = std::io::stdout().flush();
+    std::future::pending::<Result<(), String>>().await
+}
+
+async fn serve_tap(args: Args, config: ebb_hosted::netstack::NetStackConfig) -> Result<(), String> {
+    let stack = ebb_hosted::netstack::NetStack::start(config)
+        .map_err(|e| format!("cannot start ebb-net: {e}"))?;
+    let cidr = event::timeout(Duration::from_secs(60), stack.wait_for_address())
+        .await
+        .map_err(|_| "no address within 60 s".to_string())?
+        .map_err(|e| e.to_string())?;
+    stack
+        .listen(args.port, |conn| conn.set_handler(Http::default()))
+        .map_err(|e| format!("cannot listen: {e}"))?;
+    println!(
+        "httpd: listening on {} (ebb-net on {})",
+        SocketAddrV4::new(cidr.address(), args.port),
+        stack.tap_name().unwrap_or_default()
+    );
+    let _ = std::io::stdout().flush();
+    std::future::pending::<Result<(), String>>().await
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let tap = match args.net.netstack_config() {
+        Ok(tap) => tap,
+        Err(e) => {
+            eprintln!("httpd: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut config = ebb_hosted::Config::default();
+    if tap.is_some() {
+        config.cores = 1;
+    } else if let Some(cores) = args.cores {
+        config.cores = cores;
+    }
+    let result = ebb_hosted::run(config, move || async move {
+        match tap {
+            Some(tap) => serve_tap(args, tap).await,
+            None => serve_linux(args).await,
+        }
+    });
+    match result {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            eprintln!("httpd: {e}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("httpd: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

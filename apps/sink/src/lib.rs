@@ -1,0 +1,210 @@
+//! Byte-stream endpoints written once against `ebb_core::net`, so they run over Linux
+//! sockets (`ebb_hosted::tcp`) and over ebb-net on a TAP device
+//! (`ebb_hosted::netstack`) unchanged:
+//!
+//! * [`pattern`] — the deterministic byte stream both apps serve and check: one 1 MiB
+//!   pseudo-random block, repeated; payloads are zero-copy slices of that one block;
+//! * [`Sink`] — counts and SHA-256s everything received, reports when the connection
+//!   ends;
+//! * [`PatternSender`] — sends N bytes of the pattern, respecting back-pressure
+//!   (`try_send` what the window takes, continue on `send_window_increased`), then closes;
+//! * [`net_args`] — the command-line choice between Linux sockets and ebb-net on TAP
+//!   shared by `sink` and `httpd`.
+//!
+//! Invariant: handlers never block and never queue more than one send window of data
+//! beyond what the connection accepted, so memory stays bounded for any transfer size.
+
+pub mod net_args;
+pub mod pattern;
+
+use std::fmt::Write as _;
+
+use ebb_core::IOBuf;
+use ebb_core::net::{CloseReason, SocketAddr, TcpConnection, TcpHandler};
+use sha2::{Digest, Sha256};
+
+use pattern::Pattern;
+
+/// The lowercase hex form of a digest.
+pub fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// What one connection moved, reported when it ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamReport {
+    /// Bytes received ([`Sink`]) or sent ([`PatternSender`]).
+    pub bytes: u64,
+    /// SHA-256 of those bytes, lowercase hex.
+    pub sha256: String,
+    /// The other end.
+    pub peer: SocketAddr,
+    /// How the connection ended.
+    pub reason: CloseReason,
+}
+
+/// Where a handler delivers its report (a callback: print it, or hand it to a test).
+pub type ReportFn = Box<dyn FnOnce(StreamReport)>;
+
+/// Counts and hashes everything received; closes when the peer does.
+pub struct Sink {
+    peer: SocketAddr,
+    bytes: u64,
+    hasher: Sha256,
+    report: Option<ReportFn>,
+}
+
+impl Sink {
+    /// A sink for a connection from `peer`; `report` gets the totals when it ends.
+    pub fn new(peer: SocketAddr, report: ReportFn) -> Self {
+        Self {
+            peer,
+            bytes: 0,
+            hasher: Sha256::new(),
+            report: Some(report),
+        }
+    }
+}
+
+impl TcpHandler for Sink {
+    fn receive(&mut self, _conn: &dyn TcpConnection, data: IOBuf) {
+        self.bytes += data.len() as u64;
+        self.hasher.update(data.as_slice());
+    }
+
+    fn closed(&mut self, reason: CloseReason) {
+        let hasher = std::mem::take(&mut self.hasher);
+        if let Some(report) = self.report.take() {
+            report(StreamReport {
+                bytes: self.bytes,
+                sha256: hex(&hasher.finalize()),
+                peer: self.peer,
+                reason,
+            });
+        }
+    }
+}
+
+/// Sends `total` bytes of the [`Pattern`], then closes; reports what it sent.
+pub struct PatternSender {
+    pattern: Pattern,
+    peer: SocketAddr,
+    offset: u64,
+    total: u64,
+    /// `close` was called after the last byte.
+    closed_ours: bool,
+    hasher: Sha256,
+    report: Option<ReportFn>,
+}
+
+/// Largest chain offered to `try_send` at once.
+const SEND_CHUNK: usize = 256 * 1024;
+
+impl PatternSender {
+    /// A sender of `total` pattern bytes to `peer`. Call [`PatternSender::start`] with
+    /// the connection, then install it as the connection's handler.
+    pub fn new(pattern: Pattern, peer: SocketAddr, total: u64, report: ReportFn) -> Self {
+        Self {
+            pattern,
+            peer,
+            offset: 0,
+            total,
+            closed_ours: false,
+            hasher: Sha256::new(),
+            report: Some(report),
+        }
+    }
+
+    /// The first sends: a new connection has no event that would start them. Call it
+    /// outside any callback, before installing the sender as the handler (events it
+    /// causes wait for the handler).
+    pub fn start(&mut self, conn: &dyn TcpConnection) {
+        self.fill(conn);
+    }
+
+    /// Offers the connection as much as it takes; closes once all is sent.
+    fn fill(&mut self, conn: &dyn TcpConnection) {
+        let before = self.offset;
+        let done = send_pattern(conn, &self.pattern, &mut self.offset, self.total);
+        for segment in self
+            .pattern
+            .slice(before, (self.offset - before) as usize)
+            .segments()
+        {
+            self.hasher.update(segment);
+        }
+        if done && !self.closed_ours {
+            self.closed_ours = true;
+            conn.close();
+        }
+    }
+}
+
+/// Sends pattern bytes `[*offset, end)` as the connection takes them, advancing
+/// `*offset` past what it accepted; true once everything is accepted.
+///
+/// Back-pressure, portably across backends: `try_send` what the window takes, and when
+/// something is left (or the window is shut) hand one chunk to `send`, which queues it
+/// and guarantees a later `send_window_increased` on every backend. So at most one chunk
+/// waits on the connection, and memory stays bounded. If that chunk went out at once
+/// (nothing queued), go on.
+pub fn send_pattern(
+    conn: &dyn TcpConnection,
+    pattern: &Pattern,
+    offset: &mut u64,
+    end: u64,
+) -> bool {
+    while *offset < end {
+        let chunk = (end - *offset).min(SEND_CHUNK as u64) as usize;
+        let window = conn.send_window();
+        if window == 0 {
+            if conn.send(pattern.slice(*offset, chunk)).is_err() {
+                return false; // failing: `closed` follows
+            }
+            *offset += chunk as u64;
+        } else {
+            let len = chunk.min(window);
+            let Ok(rest) = conn.try_send(pattern.slice(*offset, len)) else {
+                return false;
+            };
+            *offset += len as u64;
+            if rest.is_empty() {
+                continue;
+            }
+            if conn.send(rest).is_err() {
+                return false;
+            }
+        }
+        if conn.queued_bytes() > 0 {
+            return *offset >= end;
+        }
+    }
+    true
+}
+
+impl TcpHandler for PatternSender {
+    fn receive(&mut self, _conn: &dyn TcpConnection, _data: IOBuf) {}
+
+    /// A half-close: the peer sends no more, but we finish sending (then close).
+    fn peer_closed(&mut self, _conn: &dyn TcpConnection) {}
+
+    fn send_window_increased(&mut self, conn: &dyn TcpConnection) {
+        self.fill(conn);
+    }
+
+    fn closed(&mut self, reason: CloseReason) {
+        let hasher = std::mem::take(&mut self.hasher);
+        if let Some(report) = self.report.take() {
+            report(StreamReport {
+                bytes: self.offset,
+                sha256: hex(&hasher.finalize()),
+                peer: self.peer,
+                reason,
+            });
+        }
+    }
+}

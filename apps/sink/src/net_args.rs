@@ -1,0 +1,133 @@
+//! The command-line choice of network backend, shared by `sink` and `httpd`: Linux
+//! sockets by default, or ebb-net on a TAP device with `--tap NAME` and either
+//! `--ip A/P [--gateway G]` or `--dhcp`, optionally with `--faults SPEC`.
+//!
+//! A fault spec is a comma-separated list of `KIND=FRACTION` with KIND one of `drop`,
+//! `duplicate`, `corrupt`, `reorder`, `delay`, and `seed=N` (default 1); for example
+//! `drop=0.01,reorder=0.01,duplicate=0.005,corrupt=0.001,seed=7`. Faults apply to both
+//! directions; reordered frames wait at most 1 ms for the next one, delayed frames 1–5 ms.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use clap::Args;
+use ebb_hosted::netstack::{AddressConfig, FaultSetting, NetStackConfig};
+use ebb_net::iface::Ipv4Cidr;
+use ebb_net::phy::{FaultConfig, Probability};
+
+/// Network backend options (flatten into an app's arguments).
+#[derive(Args, Debug, Clone, Default)]
+pub struct NetArgs {
+    /// Run ebb-net on this TAP device (created by the app) instead of Linux sockets.
+    #[arg(long, value_name = "NAME")]
+    pub tap: Option<String>,
+    /// Static address and prefix on the TAP device, e.g. 10.0.0.2/24.
+    #[arg(long, value_name = "A/P", requires = "tap", conflicts_with = "dhcp")]
+    pub ip: Option<String>,
+    /// Default gateway with --ip.
+    #[arg(long, value_name = "G", requires = "ip")]
+    pub gateway: Option<Ipv4Addr>,
+    /// Get the address by DHCP.
+    #[arg(long, requires = "tap")]
+    pub dhcp: bool,
+    /// Inject faults on the TAP device (see the module docs of `sink::net_args`).
+    #[arg(long, value_name = "SPEC", requires = "tap")]
+    pub faults: Option<String>,
+    /// IP MTU of the TAP device.
+    #[arg(long, default_value_t = 1500, requires = "tap")]
+    pub mtu: usize,
+}
+
+/// A bad backend option.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum NetArgsError {
+    /// `--tap` without `--ip` or `--dhcp`.
+    #[error("--tap needs --ip A/P or --dhcp")]
+    NoAddress,
+    /// `--ip` is not `A.B.C.D/P`.
+    #[error("bad --ip {0:?}: expected A.B.C.D/P with P at most 32")]
+    BadCidr(String),
+    /// A fault spec item is not `KIND=VALUE` with a known kind and a fraction in [0, 1].
+    #[error("bad fault {0:?}: expected drop|duplicate|corrupt|reorder|delay=FRACTION or seed=N")]
+    BadFault(String),
+}
+
+impl NetArgs {
+    /// The ebb-net configuration, or `None` for Linux sockets.
+    pub fn netstack_config(&self) -> Result<Option<NetStackConfig>, NetArgsError> {
+        let Some(tap) = &self.tap else {
+            return Ok(None);
+        };
+        let address = match (&self.ip, self.dhcp) {
+            (Some(ip), _) => AddressConfig::Static {
+                cidr: parse_cidr(ip)?,
+                gateway: self.gateway,
+            },
+            (None, true) => AddressConfig::Dhcp,
+            (None, false) => return Err(NetArgsError::NoAddress),
+        };
+        let mut config = NetStackConfig::new(tap.clone(), address);
+        config.tap.mtu = self.mtu;
+        config.faults = self.faults.as_deref().map(parse_faults).transpose()?;
+        Ok(Some(config))
+    }
+}
+
+/// `A.B.C.D/P`.
+pub fn parse_cidr(s: &str) -> Result<Ipv4Cidr, NetArgsError> {
+    let bad = || NetArgsError::BadCidr(s.to_string());
+    let (addr, prefix) = s.split_once('/').ok_or_else(bad)?;
+    let addr: Ipv4Addr = addr.parse().map_err(|_| bad())?;
+    let prefix: u8 = prefix.parse().map_err(|_| bad())?;
+    Ipv4Cidr::new(addr, prefix).ok_or_else(bad)
+}
+
+/// A fault spec (see the module docs).
+pub fn parse_faults(spec: &str) -> Result<FaultSetting, NetArgsError> {
+    let mut config = FaultConfig::NONE;
+    let mut seed = 1;
+    for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let bad = || NetArgsError::BadFault(item.to_string());
+        let (kind, value) = item.split_once('=').ok_or_else(bad)?;
+        if kind == "seed" {
+            seed = value.parse().map_err(|_| bad())?;
+            continue;
+        }
+        let fraction: f64 = value.parse().map_err(|_| bad())?;
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(bad());
+        }
+        let p = Probability::from_ppm((fraction * 1e6).round() as u32);
+        config = match kind {
+            "drop" => config.with_drop(p),
+            "duplicate" => config.with_duplicate(p),
+            "corrupt" => config.with_corrupt(p),
+            "reorder" => config.with_reorder(p, Duration::from_millis(1)),
+            "delay" => config.with_delay(p, Duration::from_millis(1), Duration::from_millis(5)),
+            _ => return Err(bad()),
+        };
+    }
+    Ok(FaultSetting { config, seed })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_specs_parse_and_bad_ones_are_refused() {
+        let f =
+            parse_faults("drop=0.01,reorder=0.01,duplicate=0.005,corrupt=0.001,seed=7").unwrap();
+        assert_eq!(f.seed, 7);
+        assert_eq!(f.config.drop, Probability::from_ppm(10_000));
+        assert_eq!(f.config.duplicate, Probability::from_ppm(5_000));
+        assert_eq!(f.config.corrupt, Probability::from_ppm(1_000));
+        assert_eq!(f.config.reorder, Probability::from_ppm(10_000));
+        assert!(parse_faults("drop=2").is_err());
+        assert!(parse_faults("lose=0.1").is_err());
+        assert!(parse_faults("drop").is_err());
+        assert_eq!(parse_cidr("10.0.0.2/24").unwrap().prefix_len(), 24);
+        assert!(parse_cidr("10.0.0.2/33").is_err());
+        assert!(parse_cidr("10.0.0.2").is_err());
+    }
+}

@@ -1,0 +1,682 @@
+//! [`NetStack`]: ebb-net's own TCP/IP stack running on the calling core of the hosted
+//! runtime, over a TAP device (optionally through a seeded fault injector).
+//!
+//! The same application code runs over Linux sockets ([`crate::tcp`]) or over ebb-net:
+//! [`NetStack::listen`] and [`NetStack::connect`] have the shape of [`crate::tcp::listen`]
+//! and [`crate::tcp::connect`], and connections implement `ebb_core::net::TcpConnection`
+//! with `ebb_core::net::TcpHandler`s, so handlers are written once.
+//!
+//! # How the stack is driven
+//!
+//! `ebb_net::stack::Stack::poll(now)` does all the stack's work and returns when it wants
+//! to be called again. Three event sources call it, all on the core that started the
+//! stack, and none of them spins when there is nothing to do:
+//!
+//! * **the TAP descriptor**, registered with the core's [`reactor`] edge-triggered for
+//!   reading and writing. A readable edge polls at once. A writable edge polls only when
+//!   the device pushed back on transmit (frames left in the interface's queue): then the
+//!   driver stops polling from the idle handler and waits for that edge instead of
+//!   retrying in a loop (with a 1 ms timer as a backstop, since the fault injector can
+//!   hold frames back without the descriptor being full);
+//! * **a timer task** (`spawn_local` + `sleep_until`) sleeping until the stack's next
+//!   deadline (TCP retransmission, delayed ACK, ARP, DHCP, the fault injector's held
+//!   frames). After every poll the driver records the new deadline and wakes the task if
+//!   it is earlier than the one it sleeps on; a later one is picked up when it fires
+//!   (an early poll is harmless: it finds nothing due and re-arms);
+//! * **an idle handler** that polls when the application acted on a connection outside a
+//!   stack call (TCP's *polling contract*: `TcpLayer::needs_poll()`), and when the last
+//!   poll left work (a receive burst longer than one poll takes). It reports
+//!   [`IdleStatus::Busy`] only while such work remains, so an idle core sleeps in epoll.
+//!
+//! # Invariants
+//!
+//! * Everything lives on one core: the stack, its connections and every callback. The
+//!   handle is `!Send`.
+//! * The `Stack` is borrowed only inside the driver's poll (and the short accessors
+//!   below). Application callbacks run inside `poll` (TCP delivers events at the end of
+//!   its calls), so they must not call methods that need the stack borrowed — they get
+//!   [`NetStackError::Busy`] (counters) instead of a panic. `listen`, `connect` and every
+//!   connection method go through a separate `TcpLayer` handle and are always allowed.
+//! * A poll runs at most [`MAX_ROUNDS`] rounds back to back; work left after that is
+//!   picked up by the idle handler on the next loop iteration, so other tasks and
+//!   devices on the core still get their turn.
+//! * After [`NetStack::shutdown`] the descriptor is deregistered, the idle handler
+//!   removed and the timer task finished; the device closes when the `NetStack` drops.
+//!
+//! # Not done
+//!
+//! One queue on one core (the TAP device is single-queue here); UDP and ping are reached
+//! through [`NetStack::with_interface`], without their own futures.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::AsFd;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use ebb_core::event::{self, IdleId, IdleStatus, Sleep};
+use ebb_core::future::{Promise, promise};
+use ebb_core::net::TcpErrorKind;
+use ebb_core::{IOBuf, IOBufChain, Instant};
+use ebb_net::iface::{Interface, InterfaceConfig, InterfaceCounters, Ipv4Cidr};
+use ebb_net::phy::{
+    DeviceCapabilities, DeviceCounters, FaultConfig, FaultInjector, FaultStats, NetDevice,
+};
+use ebb_net::stack::Stack;
+use ebb_net::tcp::{TcpConfig, TcpCounters, TcpLayer};
+use ebb_net::wire::EthernetAddress;
+use rustix::event::epoll::EventFlags;
+
+use crate::reactor::{self, Source, Token};
+use crate::tap::{TapConfig, TapDevice, TapError};
+
+pub use ebb_net::tcp::TcpConn;
+
+/// Back-to-back `Stack::poll` rounds in one driver poll before yielding to the loop.
+pub const MAX_ROUNDS: usize = 8;
+
+/// While transmission is blocked, poll again after this long even without a writable
+/// edge: the push-back may come from the fault injector holding frames rather than from
+/// the descriptor, and then no edge would come.
+const TX_BLOCKED_RETRY: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Connections that may wait for a handler per listener (the `backlog` of
+/// `TcpLayer::listen`).
+const LISTEN_BACKLOG: usize = 128;
+
+/// How the interface gets its IPv4 address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddressConfig {
+    /// A fixed address and prefix, and optionally a default gateway.
+    Static {
+        /// Our address and subnet.
+        cidr: Ipv4Cidr,
+        /// The default gateway, if any.
+        gateway: Option<Ipv4Addr>,
+    },
+    /// A lease from a DHCP server (see [`NetStack::wait_for_address`]).
+    Dhcp,
+}
+
+/// Seeded fault injection on the TAP device: `config` applies to both directions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultSetting {
+    /// The faults, on received and on transmitted frames alike.
+    pub config: FaultConfig,
+    /// Fixes every random choice: the same seed and traffic make the same faults.
+    pub seed: u64,
+}
+
+/// Everything [`NetStack::start`] needs.
+#[derive(Clone, Debug)]
+pub struct NetStackConfig {
+    /// The TAP device to create (name, MTU).
+    pub tap: TapConfig,
+    /// Our MAC address on the link.
+    pub mac: EthernetAddress,
+    /// Static address or DHCP.
+    pub address: AddressConfig,
+    /// Faults to inject, if any.
+    pub faults: Option<FaultSetting>,
+    /// TCP settings. [`NetStackConfig::new`] puts a fresh random ISN seed in.
+    pub tcp: TcpConfig,
+}
+
+impl NetStackConfig {
+    /// TAP device `tap_name` (MTU 1500), the MAC `02:eb:b0:00:00:01`, `address`, no
+    /// faults, default TCP settings with a random ISN seed.
+    pub fn new(tap_name: impl Into<String>, address: AddressConfig) -> Self {
+        let tcp = TcpConfig {
+            isn_seed: random_seed(),
+            ..TcpConfig::default()
+        };
+        Self {
+            tap: TapConfig::new(tap_name),
+            mac: EthernetAddress([0x02, 0xeb, 0xb0, 0, 0, 1]),
+            address,
+            faults: None,
+            tcp,
+        }
+    }
+}
+
+/// Two unpredictable words from the standard library's per-process random hash keys
+/// (the ISN secret RFC 6528 asks for; ebb-net, being `no_std`, cannot make one).
+fn random_seed() -> [u64; 2] {
+    let state = std::collections::hash_map::RandomState::new();
+    let mut a = state.build_hasher();
+    a.write_u64(0x6562_625f_6973_6e30);
+    let mut b = state.build_hasher();
+    b.write_u64(0x6562_625f_6973_6e31);
+    [a.finish(), b.finish()]
+}
+
+/// Why the network stack could not start or answer.
+#[derive(Debug, thiserror::Error)]
+pub enum NetStackError {
+    /// The TAP device could not be created.
+    #[error(transparent)]
+    Tap(#[from] TapError),
+    /// Not called on a hosted Ebbflow core, or epoll refused the descriptor.
+    #[error("cannot watch the TAP device: {0}")]
+    Reactor(#[source] std::io::Error),
+    /// Called from inside a connection callback, while the stack is being polled.
+    #[error("the stack is being polled (called from inside a callback)")]
+    Busy,
+    /// The stack was shut down before the address was configured.
+    #[error("the network stack was shut down")]
+    ShutDown,
+}
+
+/// The TAP device, directly or through the fault injector.
+enum TapLink {
+    Plain(TapDevice),
+    // Boxed: the injector is four times the size of the device.
+    Faulty(Box<FaultInjector<TapDevice>>),
+}
+
+impl TapLink {
+    fn tap(&self) -> &TapDevice {
+        match self {
+            TapLink::Plain(tap) => tap,
+            TapLink::Faulty(injector) => injector.inner(),
+        }
+    }
+
+    fn fault_stats(&self) -> Option<FaultStats> {
+        match self {
+            TapLink::Plain(_) => None,
+            TapLink::Faulty(injector) => Some(injector.stats()),
+        }
+    }
+}
+
+impl NetDevice for TapLink {
+    fn capabilities(&self) -> DeviceCapabilities {
+        match self {
+            TapLink::Plain(d) => d.capabilities(),
+            TapLink::Faulty(d) => d.capabilities(),
+        }
+    }
+    fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+        match self {
+            TapLink::Plain(d) => d.receive(now, out, max),
+            TapLink::Faulty(d) => d.receive(now, out, max),
+        }
+    }
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+        match self {
+            TapLink::Plain(d) => d.transmit(now, frames),
+            TapLink::Faulty(d) => d.transmit(now, frames),
+        }
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        match self {
+            TapLink::Plain(d) => d.poll_at(),
+            TapLink::Faulty(d) => d.poll_at(),
+        }
+    }
+    fn counters(&self) -> DeviceCounters {
+        match self {
+            TapLink::Plain(d) => d.counters(),
+            TapLink::Faulty(d) => d.counters(),
+        }
+    }
+}
+
+/// How often each event source drove the stack: shows that an idle stack sleeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverCounters {
+    /// `Stack::poll` calls.
+    pub polls: u64,
+    /// Readable edges on the TAP descriptor.
+    pub readable_events: u64,
+    /// Writable edges that found transmission blocked (and polled).
+    pub writable_events: u64,
+    /// Timer expiries.
+    pub timer_fires: u64,
+    /// Polls from the idle handler (application acted, or work was left over).
+    pub idle_polls: u64,
+    /// Polls after which the device pushed back on transmit.
+    pub tx_blocked: u64,
+}
+
+/// A snapshot of every counter of the stack.
+#[derive(Clone, Debug)]
+pub struct NetStackCounters {
+    /// The IP layer: frames per protocol, drops by reason.
+    pub interface: InterfaceCounters,
+    /// TCP: segments, retransmissions, connections.
+    pub tcp: TcpCounters,
+    /// The device (with injected drops when faults are on).
+    pub device: DeviceCounters,
+    /// What the fault injector did, when it is on.
+    pub faults: Option<FaultStats>,
+    /// Reads and writes on the TAP descriptor that failed unexpectedly.
+    pub tap_io_errors: u64,
+    /// How the stack was driven.
+    pub driver: DriverCounters,
+}
+
+/// The shared state of the three event sources; see the module docs.
+struct Driver {
+    stack: RefCell<Stack<TapLink, TcpLayer>>,
+    /// A second handle on the stack's TCP layer, usable while the stack is borrowed.
+    tcp: TcpLayer,
+    /// The last poll left work to do now (not counting blocked transmission).
+    work_left: Cell<bool>,
+    /// The device refused frames: wait for a writable edge.
+    tx_blocked: Cell<bool>,
+    /// When the stack next wants a poll (strictly in the future when set).
+    deadline: Cell<Option<Instant>>,
+    /// The timer task, to wake when the deadline moves earlier (or at shutdown).
+    timer_waker: RefCell<Option<Waker>>,
+    /// The deadline the timer task sleeps on.
+    timer_armed: Cell<Option<Instant>>,
+    /// The address once configured (static, or leased).
+    address: Cell<Option<Ipv4Cidr>>,
+    address_waiters: RefCell<Vec<Promise<Result<Ipv4Cidr, NetStackError>>>>,
+    stopped: Cell<bool>,
+    counters: Cell<DriverCounters>,
+}
+
+impl Driver {
+    fn count(&self, f: impl FnOnce(&mut DriverCounters)) {
+        let mut c = self.counters.get();
+        f(&mut c);
+        self.counters.set(c);
+    }
+
+    /// Polls the stack until it has nothing due now (at most [`MAX_ROUNDS`] rounds),
+    /// then records what is left and arms the timer.
+    fn poll_now(&self) {
+        if self.stopped.get() {
+            return;
+        }
+        let Ok(mut stack) = self.stack.try_borrow_mut() else {
+            // Re-entered from a callback inside `poll`: the running poll covers it.
+            return;
+        };
+        let mut rounds = 0;
+        let (now, next, tx_blocked) = loop {
+            let now = event::now();
+            let next = stack.poll(now);
+            rounds += 1;
+            self.count(|c| c.polls += 1);
+            let tx_blocked = !stack.iface_mut().transmit_queue().is_empty();
+            let due_now = next.is_some_and(|at| at <= now);
+            if !due_now || tx_blocked || rounds >= MAX_ROUNDS {
+                break (now, next, tx_blocked);
+            }
+        };
+        // The address comes from the interface itself (static, bound, renewed, dropped);
+        // DHCP events are drained so they do not pile up.
+        while stack.iface_mut().next_dhcp_event().is_some() {}
+        let address = stack.iface().ipv4_cidr();
+        drop(stack);
+
+        self.tx_blocked.set(tx_blocked);
+        if tx_blocked {
+            self.count(|c| c.tx_blocked += 1);
+        }
+        self.work_left
+            .set(!tx_blocked && next.is_some_and(|at| at <= now));
+        let next = if tx_blocked {
+            Some(now + TX_BLOCKED_RETRY)
+        } else {
+            next.filter(|&at| at > now)
+        };
+        self.arm(next);
+        self.address.set(address);
+        if let Some(cidr) = address {
+            for waiter in self.address_waiters.take() {
+                let _ = waiter.set(Ok(cidr));
+            }
+        }
+    }
+
+    /// Records the next deadline; wakes the timer task if it must wake earlier.
+    fn arm(&self, deadline: Option<Instant>) {
+        self.deadline.set(deadline);
+        let Some(at) = deadline else { return };
+        if self.timer_armed.get().is_none_or(|armed| at < armed)
+            && let Some(waker) = self.timer_waker.borrow().as_ref()
+        {
+            waker.wake_by_ref();
+        }
+    }
+
+    /// The idle handler: poll when the application acted or work was left.
+    fn idle(&self) -> IdleStatus {
+        if self.stopped.get() || self.tx_blocked.get() {
+            // Blocked transmission waits for the writable edge, not a spin.
+            return IdleStatus::Idle;
+        }
+        if self.work_left.get() || self.tcp.needs_poll() {
+            self.count(|c| c.idle_polls += 1);
+            self.poll_now();
+        }
+        if !self.tx_blocked.get() && (self.work_left.get() || self.tcp.needs_poll()) {
+            IdleStatus::Busy
+        } else {
+            IdleStatus::Idle
+        }
+    }
+
+    fn counters(&self) -> Result<NetStackCounters, NetStackError> {
+        let stack = self.stack.try_borrow().map_err(|_| NetStackError::Busy)?;
+        Ok(NetStackCounters {
+            interface: stack.iface().counters(),
+            tcp: self.tcp.counters(),
+            device: stack.device().counters(),
+            faults: stack.device().fault_stats(),
+            tap_io_errors: stack.device().tap().io_errors(),
+            driver: self.counters.get(),
+        })
+    }
+}
+
+impl Source for Driver {
+    fn ready(self: Rc<Self>, flags: EventFlags) {
+        let readable = flags.intersects(EventFlags::IN | EventFlags::ERR | EventFlags::HUP);
+        let writable = flags.contains(EventFlags::OUT) && self.tx_blocked.get();
+        if readable {
+            self.count(|c| c.readable_events += 1);
+        }
+        if writable {
+            self.count(|c| c.writable_events += 1);
+        }
+        if readable || writable {
+            self.poll_now();
+        }
+    }
+}
+
+/// The timer task's future: sleeps until the driver's deadline, polls, repeats; ends at
+/// shutdown.
+struct DeadlineTimer {
+    driver: Rc<Driver>,
+    sleep: Option<Sleep>,
+}
+
+impl Future for DeadlineTimer {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        loop {
+            let driver = &this.driver;
+            if driver.stopped.get() {
+                driver.timer_waker.take();
+                return Poll::Ready(());
+            }
+            *driver.timer_waker.borrow_mut() = Some(cx.waker().clone());
+            let Some(want) = driver.deadline.get() else {
+                this.sleep = None;
+                driver.timer_armed.set(None);
+                return Poll::Pending;
+            };
+            let armed = driver.timer_armed.get();
+            if this.sleep.is_none() || armed.is_none_or(|armed| want < armed) {
+                this.sleep = Some(event::sleep_until(want));
+                driver.timer_armed.set(Some(want));
+            }
+            let Some(sleep) = this.sleep.as_mut() else {
+                return Poll::Pending;
+            };
+            match Pin::new(sleep).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(()) => {
+                    this.sleep = None;
+                    driver.timer_armed.set(None);
+                    driver.deadline.set(None);
+                    driver.count(|c| c.timer_fires += 1);
+                    driver.poll_now();
+                }
+            }
+        }
+    }
+}
+
+/// A listening port on the ebb-net stack.
+#[derive(Debug)]
+pub struct NetListener {
+    addr: SocketAddrV4,
+    tcp: TcpLayer,
+}
+
+impl NetListener {
+    /// The address listened on (`0.0.0.0:port`: every address of the interface).
+    pub fn local_addr(&self) -> SocketAddrV4 {
+        self.addr
+    }
+
+    /// Stops accepting. Established connections are not affected.
+    pub fn close(&self) {
+        self.tcp.unlisten(self.addr);
+    }
+}
+
+/// ebb-net on a TAP device, driven by the calling core's event loop: see the module docs.
+pub struct NetStack {
+    driver: Rc<Driver>,
+    token: Token,
+    idle: IdleId,
+}
+
+impl NetStack {
+    /// Creates the TAP device and starts the stack on the calling core (which must be a
+    /// hosted Ebbflow core). The Linux side of the device still has to be configured
+    /// (`ip link set NAME up`, an address, or moved into a namespace).
+    pub fn start(config: NetStackConfig) -> Result<NetStack, NetStackError> {
+        let tap = TapDevice::open(&config.tap)?;
+        let device = match config.faults {
+            None => TapLink::Plain(tap),
+            Some(faults) => TapLink::Faulty(Box::new(
+                FaultInjector::new(tap, faults.seed)
+                    .with_rx_faults(faults.config)
+                    .with_tx_faults(faults.config),
+            )),
+        };
+        let iface = match config.address {
+            AddressConfig::Static { cidr, gateway } => {
+                InterfaceConfig::new_static(config.mac, cidr, gateway)
+            }
+            AddressConfig::Dhcp => InterfaceConfig::new_dhcp(config.mac),
+        };
+        let tcp = TcpLayer::new(config.tcp);
+        let driver = Rc::new(Driver {
+            stack: RefCell::new(Stack::new(device, iface, tcp.clone())),
+            tcp,
+            work_left: Cell::new(true),
+            tx_blocked: Cell::new(false),
+            deadline: Cell::new(None),
+            timer_waker: RefCell::new(None),
+            timer_armed: Cell::new(None),
+            address: Cell::new(None),
+            address_waiters: RefCell::new(Vec::new()),
+            stopped: Cell::new(false),
+            counters: Cell::new(DriverCounters::default()),
+        });
+        let token = {
+            let stack = driver.stack.borrow();
+            reactor::register(
+                stack.device().tap().as_fd(),
+                EventFlags::IN | EventFlags::OUT,
+                driver.clone(),
+            )
+            .map_err(NetStackError::Reactor)?
+        };
+        let idle_driver = driver.clone();
+        let idle = event::add_idle_handler(move || idle_driver.idle());
+        drop(event::spawn_local(DeadlineTimer {
+            driver: driver.clone(),
+            sleep: None,
+        }));
+        // The first poll sends the gratuitous ARP (static) or the DHCP DISCOVER.
+        driver.poll_now();
+        Ok(NetStack {
+            driver,
+            token,
+            idle,
+        })
+    }
+
+    /// The TAP device's interface name.
+    pub fn tap_name(&self) -> Result<String, NetStackError> {
+        let stack = self
+            .driver
+            .stack
+            .try_borrow()
+            .map_err(|_| NetStackError::Busy)?;
+        Ok(stack.device().tap().name().to_string())
+    }
+
+    /// Our address, once configured.
+    pub fn address(&self) -> Option<Ipv4Cidr> {
+        self.driver.address.get()
+    }
+
+    /// Resolves with our address: at once for a static one, when the lease is bound with
+    /// DHCP (wrap it in `ebb_core::event::timeout` to bound the wait).
+    pub fn wait_for_address(
+        &self,
+    ) -> impl Future<Output = Result<Ipv4Cidr, NetStackError>> + 'static {
+        let known = self.driver.address.get();
+        let waiting = known.is_none().then(|| {
+            let (tx, rx) = promise();
+            self.driver.address_waiters.borrow_mut().push(tx);
+            rx
+        });
+        async move {
+            match (known, waiting) {
+                (Some(cidr), _) => Ok(cidr),
+                (None, Some(rx)) => rx.await.unwrap_or(Err(NetStackError::ShutDown)),
+                (None, None) => Err(NetStackError::ShutDown),
+            }
+        }
+    }
+
+    /// Listens on `port` of every address of the interface; `on_accept` gets each
+    /// connection once its handshake completes and installs its handler
+    /// (`conn.set_handler(..)`), as with [`crate::tcp::listen`].
+    pub fn listen(
+        &self,
+        port: u16,
+        on_accept: impl FnMut(TcpConn) + 'static,
+    ) -> Result<NetListener, TcpErrorKind> {
+        let addr = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
+        self.driver.tcp.listen(addr, LISTEN_BACKLOG, on_accept)?;
+        Ok(NetListener {
+            addr,
+            tcp: self.driver.tcp.clone(),
+        })
+    }
+
+    /// Connects to `remote` from our address and an ephemeral port. Resolves with the
+    /// established connection, or `ConnectionRefused`, `TimedOut`; `AddressNotAvailable`
+    /// while we have no address.
+    pub fn connect(
+        &self,
+        remote: SocketAddrV4,
+    ) -> impl Future<Output = Result<TcpConn, TcpErrorKind>> + 'static {
+        let started = match self.driver.address.get() {
+            None => Err(TcpErrorKind::AddressNotAvailable),
+            Some(cidr) => {
+                let (tx, rx) = promise();
+                self.driver
+                    .tcp
+                    .connect(
+                        SocketAddrV4::new(cidr.address(), 0),
+                        remote,
+                        move |result| {
+                            let _ = tx.set(result);
+                        },
+                    )
+                    .map(|()| rx)
+            }
+        };
+        async move {
+            // A dropped promise means the stack dropped the connection attempt unanswered.
+            started?.await.unwrap_or(Err(TcpErrorKind::Other(0)))
+        }
+    }
+
+    /// The TCP layer itself (its configuration, connection count, `listen` with an exact
+    /// address).
+    pub fn tcp(&self) -> &TcpLayer {
+        &self.driver.tcp
+    }
+
+    /// Runs `f` on the interface (UDP sockets, ping, ARP cache), then polls so whatever
+    /// it queued is sent. Not from inside a connection callback ([`NetStackError::Busy`]).
+    pub fn with_interface<R>(
+        &self,
+        f: impl FnOnce(Instant, &mut Interface) -> R,
+    ) -> Result<R, NetStackError> {
+        let result = {
+            let mut stack = self
+                .driver
+                .stack
+                .try_borrow_mut()
+                .map_err(|_| NetStackError::Busy)?;
+            f(event::now(), stack.iface_mut())
+        };
+        self.driver.poll_now();
+        Ok(result)
+    }
+
+    /// Every counter: interface, TCP, device, faults, driver. Not from inside a
+    /// connection callback ([`NetStackError::Busy`]).
+    pub fn counters(&self) -> Result<NetStackCounters, NetStackError> {
+        self.driver.counters()
+    }
+
+    /// How the stack was driven so far (always available).
+    pub fn driver_counters(&self) -> DriverCounters {
+        self.driver.counters.get()
+    }
+
+    /// Stops the stack in order: no more accepting, one last poll to send what is
+    /// queued (FINs, ACKs), then the descriptor leaves the reactor and the idle handler
+    /// and the timer task end (the TAP device closes when the `NetStack` is dropped; the
+    /// counters can still be read until then). Connections still open are
+    /// abandoned without a reset: close them and wait for `closed` first for a clean
+    /// end. Returns the final counters.
+    /// Call it once, not from inside a connection callback ([`NetStackError::Busy`],
+    /// and nothing is stopped); a second call returns [`NetStackError::ShutDown`].
+    pub fn shutdown(&self) -> Result<NetStackCounters, NetStackError> {
+        let driver = &self.driver;
+        if driver.stopped.get() {
+            return Err(NetStackError::ShutDown);
+        }
+        driver.poll_now();
+        let counters = driver.counters()?;
+        driver.stopped.set(true);
+        {
+            let stack = driver.stack.borrow();
+            let _ = reactor::deregister(stack.device().tap().as_fd(), self.token);
+        }
+        event::remove_idle_handler(self.idle);
+        if let Some(waker) = driver.timer_waker.take() {
+            waker.wake();
+        }
+        for waiter in driver.address_waiters.take() {
+            let _ = waiter.set(Err(NetStackError::ShutDown));
+        }
+        Ok(counters)
+    }
+}
+
+impl std::fmt::Debug for NetStack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetStack")
+            .field("address", &self.driver.address.get())
+            .field("driver", &self.driver.counters.get())
+            .finish()
+    }
+}

@@ -1,0 +1,321 @@
+//! [`TapDevice`]: a Linux TAP device as an `ebb_net` [`NetDevice`], so the ebb-net stack
+//! runs in a hosted process and talks to the host (or a network namespace) over a
+//! virtual Ethernet link.
+//!
+//! The device is opened from `/dev/net/tun` with `IFF_TAP | IFF_NO_PI` (plain Ethernet
+//! frames, no packet-info header) and is **non-blocking**: `receive` reads frames until
+//! the kernel has none (`EAGAIN`), `transmit` writes until the kernel pushes back
+//! (`EAGAIN` leaves the rest queued). Each frame is written with one `writev`, a slice
+//! per chain segment, so a header buffer and the application's payload buffers go out
+//! without being copied together. [`TapDevice::as_fd`] gives the descriptor for the
+//! reactor's epoll.
+//!
+//! The device lives as long as the `TapDevice` (it is not made persistent). Creating
+//! one needs `CAP_NET_ADMIN` (root); a missing `/dev/net/tun` or a refusal is reported
+//! as its own [`TapError`]. No offload: the stack computes every checksum.
+//!
+//! The one `unsafe` call — the `TUNSETIFF` ioctl, which `rustix` does not wrap — is
+//! fenced in the private `sys` module below.
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+use ebb_core::{IOBuf, IOBufChain, Instant};
+use ebb_net::phy::{DeviceCapabilities, DeviceCounters, DropReason, NetDevice};
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+
+/// Longest interface name Linux accepts (`IFNAMSIZ` − 1).
+pub const MAX_NAME_LEN: usize = 15;
+
+/// Chain segments written with one `writev` before a frame is coalesced instead.
+const MAX_IOVECS: usize = 16;
+
+/// What TAP device to create.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TapConfig {
+    /// The interface name, e.g. `ebb0`; a `%d` in it lets the kernel pick a number.
+    pub name: String,
+    /// The IP MTU the stack uses (frames are up to 14 bytes longer). Set the Linux side
+    /// to the same (`ip link set NAME mtu N`); 1500 is Linux's default.
+    pub mtu: usize,
+}
+
+impl TapConfig {
+    /// A device called `name` with MTU 1500.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            mtu: 1500,
+        }
+    }
+}
+
+/// Why a TAP device could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum TapError {
+    /// `/dev/net/tun` does not exist.
+    #[error(
+        "/dev/net/tun does not exist: load the tun module (`modprobe tun`) or run where TAP devices are available"
+    )]
+    NoTunDevice,
+    /// Not allowed to open `/dev/net/tun` or to create the device.
+    #[error("permission denied creating TAP device {name:?}: needs root or CAP_NET_ADMIN")]
+    PermissionDenied {
+        /// The name asked for.
+        name: String,
+    },
+    /// The name is empty, too long or has a NUL byte.
+    #[error("bad TAP device name {0:?}: 1 to 15 bytes, no NUL")]
+    BadName(String),
+    /// Another system error.
+    #[error("creating TAP device {name:?}: {source}")]
+    Io {
+        /// The name asked for.
+        name: String,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A TAP device: see the module docs.
+#[derive(Debug)]
+pub struct TapDevice {
+    fd: OwnedFd,
+    name: String,
+    caps: DeviceCapabilities,
+    counters: DeviceCounters,
+    io_errors: u64,
+    /// A receive buffer allocated and not yet filled.
+    spare: Option<IOBuf>,
+}
+
+impl TapDevice {
+    /// Creates the TAP device `config.name` and opens it, non-blocking.
+    pub fn open(config: &TapConfig) -> Result<Self, TapError> {
+        let name = config.name.clone();
+        if name.is_empty() || name.len() > MAX_NAME_LEN || name.contains('\0') {
+            return Err(TapError::BadName(name));
+        }
+        let fd = rustix::fs::open(
+            "/dev/net/tun",
+            OFlags::RDWR | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            Errno::NOENT | Errno::NODEV | Errno::NXIO => TapError::NoTunDevice,
+            Errno::ACCESS | Errno::PERM => TapError::PermissionDenied { name: name.clone() },
+            e => TapError::Io {
+                name: name.clone(),
+                source: e.into(),
+            },
+        })?;
+        let actual = sys::set_tap_iff(&fd, &name).map_err(|e| match e {
+            Errno::PERM | Errno::ACCESS => TapError::PermissionDenied { name: name.clone() },
+            e => TapError::Io {
+                name: name.clone(),
+                source: e.into(),
+            },
+        })?;
+        let mut caps = DeviceCapabilities::ETHERNET;
+        caps.mtu = config.mtu;
+        Ok(Self {
+            fd,
+            name: actual,
+            caps,
+            counters: DeviceCounters::default(),
+            io_errors: 0,
+            spare: None,
+        })
+    }
+
+    /// The interface name the kernel gave the device.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Reads and writes that failed with an unexpected error (the frame written was
+    /// dropped and counted in `tx_dropped.queue_full`; a failed read ends the batch).
+    pub fn io_errors(&self) -> u64 {
+        self.io_errors
+    }
+}
+
+impl AsFd for TapDevice {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl AsRawFd for TapDevice {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl NetDevice for TapDevice {
+    fn capabilities(&self) -> DeviceCapabilities {
+        self.caps
+    }
+
+    fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+        let max_frame = self.caps.max_frame_len();
+        let mut received = 0;
+        while received < max {
+            // One byte more than the largest frame, to tell an oversized frame (which
+            // the kernel would cut to fit) from one that fits exactly. A buffer no
+            // frame was read into is kept for the next call: polling an idle device
+            // allocates nothing.
+            let mut buf = self
+                .spare
+                .take()
+                .unwrap_or_else(|| IOBuf::with_capacity(max_frame + 1));
+            let Ok(space) = buf.spare_capacity_mut() else {
+                break;
+            };
+            match rustix::io::read(&self.fd, space) {
+                Ok(0) => {
+                    self.spare = Some(buf);
+                    break;
+                }
+                Ok(len) if len > max_frame => {
+                    self.counters.rx_dropped.record(DropReason::Oversized);
+                    self.spare = Some(buf);
+                }
+                Ok(len) => {
+                    if buf.commit(len).is_err() {
+                        break;
+                    }
+                    self.counters.record_rx(len);
+                    out.push(buf);
+                    received += 1;
+                }
+                Err(Errno::INTR) => self.spare = Some(buf),
+                Err(Errno::AGAIN) => {
+                    self.spare = Some(buf);
+                    break;
+                }
+                Err(_) => {
+                    self.io_errors += 1;
+                    self.spare = Some(buf);
+                    break;
+                }
+            }
+        }
+        received
+    }
+
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+        let max_frame = self.caps.max_frame_len();
+        let mut taken = 0;
+        while let Some(frame) = frames.front() {
+            let len = frame.len();
+            if len > max_frame {
+                frames.pop_front();
+                self.counters.tx_dropped.record(DropReason::Oversized);
+                taken += 1;
+                continue;
+            }
+            let result = if frame.segment_count() <= MAX_IOVECS {
+                let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+                for (slot, segment) in slices.iter_mut().zip(frame.segments()) {
+                    *slot = IoSlice::new(segment);
+                }
+                rustix::io::writev(&self.fd, &slices[..frame.segment_count()])
+            } else {
+                rustix::io::write(&self.fd, &frame.to_vec())
+            };
+            match result {
+                Err(Errno::AGAIN) => break,
+                Err(Errno::INTR) => continue,
+                Ok(_) => self.counters.record_tx(len),
+                Err(_) => {
+                    // The interface is down, or gone: nobody will take this frame.
+                    self.io_errors += 1;
+                    self.counters.tx_dropped.record(DropReason::QueueFull);
+                }
+            }
+            frames.pop_front();
+            taken += 1;
+        }
+        taken
+    }
+
+    fn counters(&self) -> DeviceCounters {
+        self.counters
+    }
+}
+
+/// The `TUNSETIFF` ioctl: the only `unsafe` code in this crate.
+#[allow(unsafe_code)]
+mod sys {
+    use std::os::fd::{AsRawFd, OwnedFd};
+
+    use rustix::io::Errno;
+
+    /// `struct ifreq` with the flags member of its union (40 bytes on Linux).
+    #[repr(C)]
+    struct IfReqFlags {
+        name: [u8; libc::IFNAMSIZ],
+        flags: libc::c_short,
+        _pad: [u8; 22],
+    }
+
+    /// Attaches `fd` (an open `/dev/net/tun`) to a new TAP device `name`
+    /// (`IFF_TAP | IFF_NO_PI`) and returns the name the kernel gave it.
+    pub(super) fn set_tap_iff(fd: &OwnedFd, name: &str) -> Result<String, Errno> {
+        let mut req = IfReqFlags {
+            name: [0; libc::IFNAMSIZ],
+            flags: (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short,
+            _pad: [0; 22],
+        };
+        // The caller checked the length; the last byte stays NUL.
+        let bytes = name.as_bytes();
+        let n = bytes.len().min(libc::IFNAMSIZ - 1);
+        req.name[..n].copy_from_slice(&bytes[..n]);
+        // SAFETY: `fd` is an open descriptor we own; TUNSETIFF reads and writes one
+        // `struct ifreq` (40 bytes) through the pointer, and `req` is a live, writable
+        // 40-byte `repr(C)` value laid out like it (name, then the flags union member).
+        let rc =
+            unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReqFlags) };
+        if rc < 0 {
+            return Err(Errno::from_raw_os_error(
+                std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO),
+            ));
+        }
+        let end = req
+            .name
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(req.name.len());
+        Ok(String::from_utf8_lossy(&req.name[..end]).into_owned())
+    }
+
+    const _: () = assert!(core::mem::size_of::<IfReqFlags>() == 40);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_names_are_refused_before_any_system_call() {
+        for name in ["", "a-name-too-long-for-linux", "nul\0name"] {
+            let err = TapDevice::open(&TapConfig::new(name)).unwrap_err();
+            assert!(matches!(err, TapError::BadName(_)), "{name:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn errors_say_what_to_do() {
+        assert!(TapError::NoTunDevice.to_string().contains("modprobe tun"));
+        let denied = TapError::PermissionDenied {
+            name: "ebb0".into(),
+        };
+        assert!(denied.to_string().contains("CAP_NET_ADMIN"));
+    }
+}

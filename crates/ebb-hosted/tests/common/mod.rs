@@ -1,0 +1,109 @@
+//! Helpers shared by the tests that run ebb-net against Linux in a network namespace
+//! (`tap.rs`, `interop.rs`): tool detection, the `SKIPPED:` line, `ip` commands, a
+//! namespace deleted on drop and a child process killed and reaped on drop.
+//!
+//! Not every test file uses every helper.
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Prints the line that says a test could not run here, and why.
+pub fn skipped(test: &str, reason: &str) {
+    println!("SKIPPED: {test}: {reason}");
+}
+
+/// Whether `program` is on the `PATH`.
+pub fn have(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The first of `tools` that is not installed, if any.
+pub fn missing_tool<'a>(tools: &[&'a str]) -> Option<&'a str> {
+    tools.iter().copied().find(|tool| !have(tool))
+}
+
+/// Runs `ip ARGS`, panicking with its output if it fails.
+pub fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A name unique to this process and call: `{prefix}{pid}{n}` (keep the prefix short,
+/// interface names have at most 15 bytes).
+pub fn unique_name(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}{}{n}", std::process::id())
+}
+
+/// A network namespace, deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    /// Creates namespace `name` (with its loopback up), or says why it cannot.
+    pub fn create(name: String) -> Result<Netns, String> {
+        let created = Command::new("ip")
+            .args(["netns", "add", &name])
+            .output()
+            .map_err(|e| format!("cannot run ip: {e}"))?;
+        if !created.status.success() {
+            return Err(format!(
+                "cannot create a network namespace: {}",
+                String::from_utf8_lossy(&created.stderr).trim()
+            ));
+        }
+        let ns = Netns { name };
+        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+        Ok(ns)
+    }
+
+    /// Moves interface `dev` into the namespace, gives it `cidr` and brings it up.
+    pub fn adopt(&self, dev: &str, cidr: &str) {
+        adopt(&self.name, dev, cidr);
+    }
+
+    /// `ip netns exec NS args...`
+    pub fn exec(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name]).args(args);
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Moves interface `dev` into namespace `ns`, gives it `cidr` and brings it up.
+pub fn adopt(ns: &str, dev: &str, cidr: &str) {
+    ip(&["link", "set", dev, "netns", ns]);
+    ip(&["-n", ns, "addr", "add", cidr, "dev", dev]);
+    ip(&["-n", ns, "link", "set", dev, "up"]);
+}
+
+/// A child process killed and reaped on drop.
+pub struct Reaped(pub Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
