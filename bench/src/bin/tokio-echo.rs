@@ -9,7 +9,7 @@ use std::io::Write as _;
 
 use clap::Parser;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpSocket, TcpStream};
 
 #[derive(Debug, Parser)]
 #[command(version, about = "Idiomatic tokio TCP echo server (benchmark peer)")]
@@ -34,7 +34,13 @@ fn main() -> std::io::Result<()> {
 }
 
 async fn serve(port: u16) -> std::io::Result<()> {
-    let listener = TcpListener::bind(("127.0.0.1", port)).await?;
+    // The same accept backlog as ebb-hosted's listeners (4096). tokio's `bind` uses 1024,
+    // and 1,000 simultaneous connects under load then trip Linux's SYN-flood cookies
+    // (seen as resets in the echo checker's 1,000-connection test).
+    let socket = TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.bind(std::net::SocketAddr::from(([127, 0, 0, 1], port)))?;
+    let listener = socket.listen(4096)?;
     let addr = listener.local_addr()?;
     {
         let mut out = std::io::stdout().lock();
