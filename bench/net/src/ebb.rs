@@ -2,7 +2,8 @@
 //! in one thread exactly like the smoltcp pair.
 //!
 //! Configured to match the smoltcp side: Nagle off (ebb-net's default), delayed ACK off,
-//! 256 KiB receive window, MTU 1500, 1024-frame queues, software checksums both ways. The
+//! 256 KiB receive window, MTU 1500, 1024-frame queues, software checksums both ways
+//! (or, with `--checksum-offload`, none on either stack). The
 //! application API is the EbbRT one: data arrives as `IOBuf`s in `receive` callbacks and
 //! is sent as chains of slices of one shared pattern buffer (zero copy, which is the point
 //! of the design — smoltcp copies into and out of its socket rings).
@@ -15,7 +16,7 @@ use ebb_core::Instant;
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
-use ebb_net::phy::{Link, LinkEnd};
+use ebb_net::phy::{ChecksumCapabilities, Link, LinkEnd};
 use ebb_net::stack::Stack;
 use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::wire::EthernetAddress;
@@ -49,9 +50,18 @@ fn now(clock: &Clock) -> Instant {
     Instant::from_nanos(clock.nanos())
 }
 
-/// Two stacks, the server listening; the caller connects.
-fn pair() -> (Node, Node, TcpLayer, TcpLayer) {
-    let (a, b) = Link::new().with_capacity(QUEUE_FRAMES).connect();
+/// Two stacks, the server listening; the caller connects. With `offload` the link
+/// reports full checksum offload (a trusted wire), so neither stack computes checksums.
+fn pair(offload: bool) -> (Node, Node, TcpLayer, TcpLayer) {
+    let checksum = if offload {
+        ChecksumCapabilities::ALL
+    } else {
+        ChecksumCapabilities::NONE
+    };
+    let (a, b) = Link::new()
+        .with_capacity(QUEUE_FRAMES)
+        .with_checksum(checksum)
+        .connect();
     let (client_tcp, server_tcp) = (layer(1), layer(2));
     let client = node(a, 1, CLIENT, client_tcp.clone());
     let server = node(b, 2, SERVER, server_tcp.clone());
@@ -121,8 +131,8 @@ impl TcpHandler for StreamSender {
 }
 
 /// Bulk: the client streams `bytes`, the server checks them.
-pub fn stream(bytes: usize, clock: &Clock) -> StreamReport {
-    let (mut client, mut server, client_tcp, server_tcp) = pair();
+pub fn stream(bytes: usize, clock: &Clock, offload: bool) -> StreamReport {
+    let (mut client, mut server, client_tcp, server_tcp) = pair(offload);
     let received: Rc<Cell<usize>> = Rc::default();
     let r = received.clone();
     server_tcp
@@ -208,8 +218,8 @@ impl TcpHandler for PingPongClient {
 }
 
 /// Ping-pong: `rounds` round trips of `size` bytes.
-pub fn ping_pong(rounds: usize, size: usize, clock: &Clock) -> PingPongReport {
-    let (mut client, mut server, client_tcp, server_tcp) = pair();
+pub fn ping_pong(rounds: usize, size: usize, clock: &Clock, offload: bool) -> PingPongReport {
+    let (mut client, mut server, client_tcp, server_tcp) = pair(offload);
     server_tcp
         .listen(SocketAddrV4::new(SERVER, PORT), 4, |conn| {
             conn.set_handler(Echo)
@@ -245,9 +255,9 @@ pub fn ping_pong(rounds: usize, size: usize, clock: &Clock) -> PingPongReport {
 }
 
 /// Runs one workload on the ebb-net pair.
-pub fn run(workload: &Workload, clock: &Clock) -> String {
+pub fn run(workload: &Workload, clock: &Clock, offload: bool) -> String {
     match *workload {
-        Workload::Stream { bytes } => stream(bytes, clock).to_string(),
-        Workload::PingPong { rounds, size } => ping_pong(rounds, size, clock).to_string(),
+        Workload::Stream { bytes } => stream(bytes, clock, offload).to_string(),
+        Workload::PingPong { rounds, size } => ping_pong(rounds, size, clock, offload).to_string(),
     }
 }

@@ -3,9 +3,14 @@
 //! (no kernel, no device, no second core).
 //!
 //! ```text
-//! ebb-net-bench --stack ebb|smoltcp stream   [--bytes N]
-//! ebb-net-bench --stack ebb|smoltcp pingpong [--rounds N] [--size BYTES]
+//! ebb-net-bench --stack ebb|smoltcp [--checksum-offload] stream    [--bytes N]
+//! ebb-net-bench --stack ebb|smoltcp [--checksum-offload] ping-pong [--rounds N] [--size BYTES]
 //! ```
+//!
+//! `--checksum-offload` makes the in-memory link a trusted wire for *both* stacks: each
+//! device reports that it fills and verifies every checksum (ebb-net:
+//! `ChecksumCapabilities::ALL`; smoltcp: `Checksum::None` for every protocol), so neither
+//! stack computes one. Without it both compute every checksum in software.
 //!
 //! Both harnesses do the same work: the client streams a known byte pattern which the
 //! server checks byte by byte (stream), or sends a message the server echoes back, one at
@@ -157,6 +162,9 @@ struct Args {
     /// Which stack runs both ends.
     #[arg(long, value_enum)]
     stack: Stack,
+    /// The link is a trusted wire: neither stack computes checksums (both stacks alike).
+    #[arg(long)]
+    checksum_offload: bool,
     #[command(subcommand)]
     workload: Workload,
 }
@@ -164,9 +172,11 @@ struct Args {
 fn main() {
     let args = Args::parse();
     let clock = Clock::new();
+    let offload = args.checksum_offload;
     let line = match args.stack {
-        Stack::Ebb => ebb::run(&args.workload, &clock),
-        Stack::Smoltcp => smol::run(&args.workload, &clock),
+        Stack::Ebb => ebb::run(&args.workload, &clock, offload),
+        Stack::Smoltcp => smol::run(&args.workload, &clock, offload),
     };
-    println!("stack={:?} {line}", args.stack);
+    let checksums = if offload { "offload" } else { "software" };
+    println!("stack={:?} checksums={checksums} {line}", args.stack);
 }

@@ -28,6 +28,8 @@ type Queue = Rc<RefCell<VecDeque<Vec<u8>>>>;
 struct PipeEnd {
     rx: Queue,
     tx: Queue,
+    /// Report full checksum offload (a trusted wire): smoltcp computes none.
+    checksum_offload: bool,
 }
 
 struct RxToken(Vec<u8>);
@@ -68,6 +70,9 @@ impl Device for PipeEnd {
         let mut caps = DeviceCapabilities::default();
         caps.medium = Medium::Ethernet;
         caps.max_transmission_unit = MTU;
+        if self.checksum_offload {
+            caps.checksum = phy::ChecksumCapabilities::ignored();
+        }
         caps
     }
 }
@@ -120,7 +125,7 @@ fn now(clock: &Clock) -> Instant {
 }
 
 /// Client 10.0.0.1 connected to server 10.0.0.2:5000.
-fn connected_pair(clock: &Clock) -> (Node, Node) {
+fn connected_pair(clock: &Clock, checksum_offload: bool) -> (Node, Node) {
     let a_to_b: Queue = Rc::default();
     let b_to_a: Queue = Rc::default();
     let t = now(clock);
@@ -128,6 +133,7 @@ fn connected_pair(clock: &Clock) -> (Node, Node) {
         PipeEnd {
             rx: b_to_a.clone(),
             tx: a_to_b.clone(),
+            checksum_offload,
         },
         1,
         [10, 0, 0, 1],
@@ -137,6 +143,7 @@ fn connected_pair(clock: &Clock) -> (Node, Node) {
         PipeEnd {
             rx: a_to_b,
             tx: b_to_a,
+            checksum_offload,
         },
         2,
         [10, 0, 0, 2],
@@ -158,8 +165,8 @@ fn connected_pair(clock: &Clock) -> (Node, Node) {
 }
 
 /// Bulk: the client streams `bytes`, the server reads and checks them.
-pub fn stream(bytes: usize, clock: &Clock) -> StreamReport {
-    let (mut client, mut server) = connected_pair(clock);
+pub fn stream(bytes: usize, clock: &Clock, offload: bool) -> StreamReport {
+    let (mut client, mut server) = connected_pair(clock, offload);
     // A whole number of pattern periods, so chunk[sent % len] is pattern_byte(sent).
     let chunk: Vec<u8> = (0..251 * 256).map(pattern_byte).collect();
     let mut sent = 0usize;
@@ -197,8 +204,8 @@ pub fn stream(bytes: usize, clock: &Clock) -> StreamReport {
 }
 
 /// Ping-pong: the client sends `size` bytes, the server echoes them, `rounds` times.
-pub fn ping_pong(rounds: usize, size: usize, clock: &Clock) -> PingPongReport {
-    let (mut client, mut server) = connected_pair(clock);
+pub fn ping_pong(rounds: usize, size: usize, clock: &Clock, offload: bool) -> PingPongReport {
+    let (mut client, mut server) = connected_pair(clock, offload);
     let message: Vec<u8> = (0..size).map(pattern_byte).collect();
     let mut scratch = vec![0u8; size];
     let mut round_trips = Vec::with_capacity(rounds);
@@ -234,9 +241,9 @@ pub fn ping_pong(rounds: usize, size: usize, clock: &Clock) -> PingPongReport {
 }
 
 /// Runs one workload on the smoltcp pair.
-pub fn run(workload: &Workload, clock: &Clock) -> String {
+pub fn run(workload: &Workload, clock: &Clock, offload: bool) -> String {
     match *workload {
-        Workload::Stream { bytes } => stream(bytes, clock).to_string(),
-        Workload::PingPong { rounds, size } => ping_pong(rounds, size, clock).to_string(),
+        Workload::Stream { bytes } => stream(bytes, clock, offload).to_string(),
+        Workload::PingPong { rounds, size } => ping_pong(rounds, size, clock, offload).to_string(),
     }
 }

@@ -12,7 +12,15 @@
 //! 3. gives the transmit queue to the device, which takes what it can;
 //! 4. returns when it wants to be called again: the earliest of the interface's, TCP's
 //!    and the device's deadlines, or `now` if work is left over (more frames waiting
-//!    in the device, frames the device could not take yet).
+//!    in the device, frames the device could not take yet, TCP output held back).
+//!
+//! **Transmit back-pressure.** The interface's transmit queue is bounded; TCP checks its
+//! room ([`TcpOutput::transmit_room`](crate::transport::TcpOutput::transmit_room)) before
+//! each segment and stops when it is full instead of having segments refused and treated
+//! as lost ([`TcpInput::transmit_blocked`]). The stack then polls TCP again as soon as the
+//! device has taken frames: within the same `poll` while the device takes everything (up
+//! to `rx_batches` extra rounds), else on the next `poll`, which it asks for by returning
+//! `now`.
 //!
 //! A runtime calls it from an idle handler (busy polling) or when the device's fd is
 //! readable, and at the deadline it returns. The receive `Vec` is reused from poll to
@@ -124,13 +132,26 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
             }
         }
         self.iface.poll(now);
-        // TCP's poll scans its connections: only after input or when it asked for it.
-        if received > 0 || self.tcp.poll_at().is_some_and(|at| at <= now) {
+        // TCP's poll visits connections: only after input, when it asked for it, or when
+        // output stopped on a full transmit queue (back-pressure) last time.
+        if received > 0
+            || self.tcp.transmit_blocked()
+            || self.tcp.poll_at().is_some_and(|at| at <= now)
+        {
             self.tcp.poll(now, self.iface.output());
         }
         self.device.transmit(now, self.iface.transmit_queue());
+        // TCP filled the queue and the device took it all: let TCP go on in this same poll
+        // rather than a whole round later (bounded, so receive gets its turn).
+        for _ in 0..self.config.rx_batches {
+            if !self.tcp.transmit_blocked() || !self.iface.transmit_queue().is_empty() {
+                break;
+            }
+            self.tcp.poll(now, self.iface.output());
+            self.device.transmit(now, self.iface.transmit_queue());
+        }
 
-        if more_rx || !self.iface.transmit_queue().is_empty() {
+        if more_rx || !self.iface.transmit_queue().is_empty() || self.tcp.transmit_blocked() {
             return Some(now);
         }
         [

@@ -28,8 +28,10 @@ pub struct TcpSegment {
     pub payload: IOBufChain,
 }
 
-/// Why the interface did not send a segment. TCP treats every case as a lost segment
-/// (its retransmission timer covers it); the interface counts each.
+/// Why the interface did not send a segment. TCP treats `Busy` as back-pressure (it
+/// checks [`TcpOutput::transmit_room`] first, stops, and resumes on the next poll) and
+/// every other case as a lost segment (its retransmission timer covers it); the
+/// interface counts each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputError {
     /// No route to the destination (not on the subnet and no gateway).
@@ -50,13 +52,22 @@ pub trait TcpOutput {
     /// The largest TCP payload a segment to `dst` may carry without options (the IP MTU
     /// minus 40): the MSS TCP advertises and the cap on what it sends.
     fn max_segment_size(&self, dst: Ipv4Addr) -> usize;
+
+    /// How many more frames the transmit queue takes now. TCP stops emitting at zero
+    /// (back-pressure, not loss) and reports [`TcpInput::transmit_blocked`] until a later
+    /// poll finds room. The default is unbounded (an output that never refuses `Busy`).
+    fn transmit_room(&self) -> usize {
+        usize::MAX
+    }
 }
 
 /// What the interface calls TCP with: implemented by TCP.
 pub trait TcpInput {
     /// A TCP segment arrived for one of our addresses. `segment` is the whole TCP header
     /// and payload, IPv4 already checked (and the TCP checksum, if the device did not).
-    /// Responses (ACKs, RSTs, data) go to `out`.
+    /// Responses (ACKs, RSTs, data) go to `out` — except that TCP may hold the ACK of
+    /// in-order data it delivered to the application until the `poll` the driver runs
+    /// after a batch of segments, so that the application's answer carries it.
     fn receive(
         &mut self,
         now: Instant,
@@ -72,4 +83,11 @@ pub trait TcpInput {
 
     /// When `poll` next has something to do (`None`: only on new input).
     fn poll_at(&self) -> Option<Instant>;
+
+    /// Whether output stopped because [`TcpOutput::transmit_room`] was zero: the driver
+    /// calls `poll` again once the transmit queue has room (not a timer, so it does not
+    /// move `poll_at`). Default: never.
+    fn transmit_blocked(&self) -> bool {
+        false
+    }
 }

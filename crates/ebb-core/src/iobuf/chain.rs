@@ -1,11 +1,13 @@
 //! [`IOBufChain`]: an ordered sequence of buffers read as one byte stream.
+//!
+//! The buffers sit in a [`Segments`] queue: up to three in place (a header and a payload
+//! piece or two never allocate), more on the heap.
 
-use alloc::collections::VecDeque;
-use alloc::collections::vec_deque;
 use alloc::vec::Vec;
 use core::fmt;
 use core::ops::{Deref, DerefMut};
 
+use super::segments::{IntoIter, Iter, Segments};
 use super::{Cursor, IOBuf, Result, check_range};
 
 /// An ordered sequence of [`IOBuf`] segments with a cached total length: a packet
@@ -16,16 +18,16 @@ use super::{Cursor, IOBuf, Result, check_range};
 /// storage. [`Clone`] shares every segment's storage.
 #[derive(Clone, Default)]
 pub struct IOBufChain {
-    bufs: VecDeque<IOBuf>,
+    bufs: Segments,
     /// Sum of the segments' lengths, so `len()` is O(1) on every packet.
     len: usize,
 }
 
 impl IOBufChain {
-    /// An empty chain. Does not allocate.
+    /// An empty chain. Does not allocate (nor do the first three segments pushed).
     pub const fn new() -> Self {
         Self {
-            bufs: VecDeque::new(),
+            bufs: Segments::new(),
             len: 0,
         }
     }
@@ -46,7 +48,7 @@ impl IOBufChain {
     }
 
     /// The segments in order.
-    pub fn iter(&self) -> vec_deque::Iter<'_, IOBuf> {
+    pub fn iter(&self) -> Iter<'_> {
         self.bufs.iter()
     }
 
@@ -286,16 +288,16 @@ impl FromIterator<IOBuf> for IOBufChain {
 
 impl IntoIterator for IOBufChain {
     type Item = IOBuf;
-    type IntoIter = vec_deque::IntoIter<IOBuf>;
+    type IntoIter = IntoIter;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.bufs.into_iter()
+        IntoIter(self.bufs)
     }
 }
 
 impl<'a> IntoIterator for &'a IOBufChain {
     type Item = &'a IOBuf;
-    type IntoIter = vec_deque::Iter<'a, IOBuf>;
+    type IntoIter = Iter<'a>;
 
     fn into_iter(self) -> Self::IntoIter {
         self.bufs.iter()

@@ -48,6 +48,7 @@
 mod buf;
 mod chain;
 mod cursor;
+mod segments;
 #[cfg(test)]
 mod tests;
 
@@ -56,6 +57,7 @@ use core::fmt;
 pub use buf::IOBuf;
 pub use chain::{IOBufChain, SegmentMut};
 pub use cursor::Cursor;
+pub use segments::{IntoIter as ChainIntoIter, Iter as ChainIter};
 
 /// Why an [`IOBuf`], [`IOBufChain`] or [`Cursor`] operation was refused.
 ///

@@ -2,10 +2,15 @@
 //! IPv4 header, ARP (see [`super::arp`]) and the bounded transmit queue — and the
 //! [`TcpOutput`] TCP sends through.
 //!
-//! Every packet leaves as one [`IOBufChain`]: a single fresh buffer holding the
+//! Every packet leaves as one [`IOBufChain`]: a single header buffer holding the
 //! Ethernet, IPv4 and transport headers, followed by the payload buffers the sender
 //! gave, never copied. Checksums over such a chain are computed piece by piece
 //! ([`chain_sum`]).
+//!
+//! Header buffers are recycled ([`HeaderPool`]): the pool keeps a clone of each header it
+//! hands out, oldest first, and reuses the oldest once nobody else holds it any more (the
+//! device sent or copied the frame). A buffer is written only while unique, so a frame
+//! still queued, in flight or held by a receiver is never touched.
 //!
 //! Invariants: the transmit queue never holds more than
 //! [`Limits::tx_queue_frames`](super::Limits::tx_queue_frames) frames; every packet that
@@ -53,6 +58,66 @@ pub(super) struct Route {
     pub next_hop: NextHop,
 }
 
+/// Room in each pooled header buffer: Ethernet + IPv4 + the largest TCP header (60).
+const HEADER_CAPACITY: usize = 128;
+
+/// Recycles header buffers (see the module docs). Holds at most `limit` buffers of at
+/// least [`HEADER_CAPACITY`] bytes, allocated only as they are first needed.
+#[derive(Debug)]
+pub(super) struct HeaderPool {
+    /// Clones of the header buffers of frames queued for the device, oldest first:
+    /// frames leave in order, so the oldest is the first to become unique again.
+    recent: VecDeque<IOBuf>,
+    limit: usize,
+}
+
+impl HeaderPool {
+    fn new(limit: usize) -> Self {
+        Self {
+            recent: VecDeque::new(),
+            limit,
+        }
+    }
+
+    /// A unique buffer whose view is `len` zeroed bytes at the start of its region: the
+    /// oldest pooled buffer if nobody else holds it any more, else a new one.
+    fn take(&mut self, len: usize) -> IOBuf {
+        if len > HEADER_CAPACITY {
+            return IOBuf::from_vec(vec![0; len]);
+        }
+        let reusable = self.recent.front().is_some_and(IOBuf::is_unique);
+        let mut buf = reusable
+            .then(|| self.recent.pop_front())
+            .flatten()
+            .and_then(|mut buf| {
+                // Back to an empty view at the region's start.
+                let view = buf.len();
+                (buf.trim_back(view).is_ok() && buf.headroom() == 0).then_some(buf)
+            })
+            .unwrap_or_else(|| IOBuf::with_capacity(HEADER_CAPACITY));
+        if buf.append(len).is_err() {
+            // Unreachable: the buffer is unique and `len` fits; stay correct anyway.
+            buf = IOBuf::from_vec(vec![0; len]);
+        }
+        buf
+    }
+
+    /// Keeps a clone of `header` (a frame's first segment, about to be queued) to reuse
+    /// once the frame is gone — if it is a buffer [`take`](Self::take) can reuse.
+    fn remember(&mut self, header: &IOBuf) {
+        let reusable = header.headroom() == 0
+            && header.len() + header.tailroom() >= HEADER_CAPACITY
+            && header.is_unique();
+        if !reusable || self.limit == 0 {
+            return;
+        }
+        if self.recent.len() >= self.limit {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(header.clone());
+    }
+}
+
 /// Spaces out ICMP error messages: at most `per_second` in any one-second window.
 #[derive(Debug)]
 pub(super) struct IcmpRateLimiter {
@@ -97,6 +162,7 @@ pub struct IpOutput {
     pub(super) icmp_limiter: IcmpRateLimiter,
     pub(super) counters: InterfaceCounters,
     pub(super) tx: VecDeque<IOBufChain>,
+    headers: HeaderPool,
     /// The time of the latest call into the interface: `send_tcp` is not given one, and
     /// ARP timers started from it need it.
     pub(super) now: Instant,
@@ -124,6 +190,8 @@ impl IpOutput {
             icmp_limiter: IcmpRateLimiter::new(),
             counters: InterfaceCounters::default(),
             tx: VecDeque::with_capacity(limits.tx_queue_frames.min(1024)),
+            // As many as the transmit queue holds, so a full queue's worth recycles.
+            headers: HeaderPool::new(limits.tx_queue_frames.min(4096)),
             now: Instant::ZERO,
             ident: seed as u16,
         }
@@ -191,12 +259,28 @@ impl IpOutput {
         if IPV4_LEN.saturating_add(ip_payload_len) > self.mtu.min(usize::from(u16::MAX)) {
             return Err(self.fail(OutputError::TooLarge));
         }
-        let mut head = vec![0u8; ETH_IPV4_LEN + l4_len];
-        self.write_eth_ipv4(&mut head, route.src, route.dst, protocol, ip_payload_len);
-        fill(&mut head[ETH_IPV4_LEN..], &payload);
-        let mut frame = IOBufChain::from(IOBuf::from_vec(head));
-        frame.append(&mut payload);
-        self.dispatch(route.next_hop, frame)
+        let mut head = self.headers.take(ETH_IPV4_LEN + l4_len);
+        let Ok(bytes) = head.as_mut_slice() else {
+            // Unreachable: `take` returns a unique heap buffer.
+            return Err(self.fail(OutputError::TooLarge));
+        };
+        self.write_eth_ipv4(bytes, route.src, route.dst, protocol, ip_payload_len);
+        fill(&mut bytes[ETH_IPV4_LEN..], &payload);
+        // The common case, a known neighbour: its address goes straight into the header
+        // while we still hold it, and the frame to the queue.
+        let known = match route.next_hop {
+            NextHop::Unicast(ip) => self.arp.lookup(ip),
+            NextHop::Broadcast => None,
+        };
+        if let Some(mac) = known {
+            bytes[..6].copy_from_slice(&mac.0);
+        }
+        // The header goes in front of the payload's own segments (no new chain).
+        payload.push_front(head);
+        if known.is_some() {
+            return self.enqueue_tx(payload);
+        }
+        self.dispatch(route.next_hop, payload)
     }
 
     /// Writes an Ethernet header (destination left zero for [`dispatch`](Self::dispatch)
@@ -253,6 +337,9 @@ impl IpOutput {
             return Err(self.fail(OutputError::Busy));
         }
         bump(&mut self.counters.tx_frames);
+        if let Some(header) = frame.front() {
+            self.headers.remember(header);
+        }
         self.tx.push_back(frame);
         Ok(())
     }
@@ -339,5 +426,9 @@ impl TcpOutput for IpOutput {
 
     fn max_segment_size(&self, _dst: Ipv4Addr) -> usize {
         self.mtu.saturating_sub(IPV4_LEN + 20)
+    }
+
+    fn transmit_room(&self) -> usize {
+        self.limits.tx_queue_frames.saturating_sub(self.tx.len())
     }
 }

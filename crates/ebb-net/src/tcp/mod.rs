@@ -49,6 +49,19 @@
 //! [`TcpLayer::needs_poll`] is true) until the driver calls [`TcpInput::poll`]; events
 //! caused outside callbacks are delivered by that poll too.
 //!
+//! **ACKs after delivery.** In-order data handed to a handler is acknowledged on the
+//! [`TcpInput::poll`] the driver runs after the batch of received segments (the stack
+//! always does), not inside `receive`: what the application sends from its `receive`
+//! callback then carries the ACK (ping-pong: two segments per round trip, not four), and
+//! a batch of segments costs fewer ACKs. At most two full segments wait so (RFC 5681
+//! §4.2); out-of-order data, FINs and data nobody can take yet are acknowledged at once.
+//!
+//! **Transmit back-pressure.** Before each segment TCP asks the output for room
+//! ([`TcpOutput::transmit_room`]); when the interface's queue is full it stops (nothing is
+//! lost or counted as an error), files the connection on a blocked list, and
+//! [`TcpInput::transmit_blocked`] tells the driver to poll again once the device has
+//! taken frames.
+//!
 //! **Batching.** Nagle is off by default (every `send` goes out as soon as the windows
 //! allow). [`TcpConn::set_nodelay(false)`](TcpConn::set_nodelay) turns it on: while data
 //! is in flight, a sub-MSS segment waits for the ACK, so small sends coalesce.
@@ -81,9 +94,11 @@
 //! # Cost
 //!
 //! `poll` visits only the connections the application touched since the last poll (a
-//! dirty list) and those whose earliest timer is due (an ordered set of
-//! `(deadline, FourTuple)`, refiled after every change); `poll_at` reads the set's first
-//! entry. Demux is a `BTreeMap` lookup.
+//! dirty list), those blocked on a full transmit queue, and those whose earliest timer is
+//! due (an ordered set of `(deadline, FourTuple)`, refiled after every change); `poll_at`
+//! reads the set's first entry. Demux is a `BTreeMap` lookup. The lists are reused from
+//! poll to poll (no allocation); segmenting the send queue resumes from a cursor
+//! (`send::QueueCursor`) instead of walking the queue from its front for every segment.
 
 mod congestion;
 mod isn;
@@ -209,6 +224,9 @@ pub struct TcpCounters {
     pub acks_rate_limited: u64,
     /// Segments the output refused (treated as lost).
     pub output_errors: u64,
+    /// Times a connection stopped sending because the interface's transmit queue was full
+    /// (back-pressure: it resumes on a later poll; nothing is lost or counted as an error).
+    pub transmit_blocked: u64,
     /// Dropped: no connection and no listener (a RST was sent unless it was a RST).
     pub dropped_no_listener: u64,
     /// Dropped: outside the receive window or acknowledging unsent data (an ACK was sent).
@@ -307,6 +325,12 @@ struct Inner {
     ready: RefCell<VecDeque<Rc<Conn>>>,
     /// Connections the application acted on since the last poll.
     dirty: RefCell<Vec<Rc<Conn>>>,
+    /// Connections whose output stopped on a full transmit queue, visited by the next
+    /// poll (see [`TcpInput::transmit_blocked`]).
+    blocked: RefCell<Vec<Rc<Conn>>>,
+    /// The list `poll` works through, kept between polls for its allocation (swapped
+    /// with `dirty`, so marking a connection dirty does not allocate either).
+    poll_list: RefCell<Vec<Rc<Conn>>>,
     dispatching: Cell<bool>,
 }
 
@@ -321,6 +345,7 @@ struct Conn {
     accounting: Cell<Accounting>,
     in_ready: Cell<bool>,
     in_dirty: Cell<bool>,
+    in_blocked: Cell<bool>,
     /// The deadline this connection is filed under in `LayerState::deadlines`.
     deadline: Cell<Option<Instant>>,
 }
@@ -356,6 +381,8 @@ impl TcpLayer {
             needs_poll: Cell::new(false),
             ready: RefCell::new(VecDeque::new()),
             dirty: RefCell::new(Vec::new()),
+            blocked: RefCell::new(Vec::new()),
+            poll_list: RefCell::new(Vec::new()),
             dispatching: Cell::new(false),
         }))
     }
@@ -464,6 +491,7 @@ impl TcpLayer {
             accounting: Cell::new(Accounting::None),
             in_ready: Cell::new(false),
             in_dirty: Cell::new(false),
+            in_blocked: Cell::new(false),
             deadline: Cell::new(None),
         });
         inner.mark_dirty(&conn);
@@ -490,15 +518,19 @@ impl TcpLayer {
     /// queueing for event delivery.
     fn settle(inner: &Inner, state: &mut LayerState, conn: &Rc<Conn>) {
         TcpLayer::file_deadline(&mut state.deadlines, conn);
-        let (tcb_state, has_handler, has_events, rst_pending) = {
-            let tcb = conn.tcb.borrow();
+        let (tcb_state, has_handler, has_events, rst_pending, tx_blocked) = {
+            let mut tcb = conn.tcb.borrow_mut();
             (
                 tcb.state,
                 tcb.has_handler,
                 !tcb.events.is_empty(),
                 tcb.rst_pending,
+                core::mem::take(&mut tcb.tx_blocked),
             )
         };
+        if tx_blocked && !conn.in_blocked.replace(true) {
+            inner.blocked.borrow_mut().push(conn.clone());
+        }
         if let Some(key) = conn.listener
             && let Some(listener) = state.listeners.get_mut(&key)
         {
@@ -619,6 +651,7 @@ impl TcpLayer {
                     accounting: Cell::new(Accounting::HalfOpen),
                     in_ready: Cell::new(false),
                     in_dirty: Cell::new(false),
+                    in_blocked: Cell::new(false),
                     deadline: Cell::new(None),
                 });
                 TcpLayer::file_deadline(&mut state.deadlines, &conn);
@@ -927,6 +960,7 @@ impl TcpConnection for TcpConn {
                     tcb.state = State::Closed;
                     tcb.timers.clear();
                     tcb.queue = IOBufChain::new();
+                    tcb.queue_cursor = Default::default();
                     tcb.report_closed(CloseReason::Aborted);
                     true
                 }
@@ -960,6 +994,7 @@ impl TcpInput for TcpLayer {
         out: &mut dyn TcpOutput,
     ) {
         let inner = &self.0;
+        let mut delivered_to: Option<Rc<Conn>> = None;
         {
             let mut counters = inner.counters.borrow_mut();
             counters.segments_in += 1;
@@ -1005,11 +1040,20 @@ impl TcpInput for TcpLayer {
                         backlog_full,
                     );
                     TcpLayer::settle(inner, &mut state, &conn);
+                    delivered_to = Some(conn);
                 }
                 None => TcpLayer::no_connection(inner, &mut state, &mut ctx, tuple, &repr),
             }
         }
         self.dispatch();
+        // In-order data was delivered before it was acknowledged: the ACK goes out on
+        // the poll the driver runs after this batch of segments — one per batch, carried
+        // by whatever the application sends from its callbacks (see `TcpInput`).
+        if let Some(conn) = delivered_to
+            && core::mem::take(&mut conn.tcb.borrow_mut().output_after_delivery)
+        {
+            inner.mark_dirty(&conn);
+        }
     }
 
     fn poll(&mut self, now: Instant, out: &mut dyn TcpOutput) {
@@ -1027,7 +1071,14 @@ impl TcpInput for TcpLayer {
             // Visit what the application touched and what has a timer due — not every
             // connection.
             // `in_dirty` stays set while collecting, so a connection is visited once.
-            let mut conns: Vec<Rc<Conn>> = core::mem::take(&mut *inner.dirty.borrow_mut());
+            let mut conns: Vec<Rc<Conn>> = core::mem::take(&mut *inner.poll_list.borrow_mut());
+            core::mem::swap(&mut conns, &mut *inner.dirty.borrow_mut());
+            for conn in core::mem::take(&mut *inner.blocked.borrow_mut()) {
+                conn.in_blocked.set(false);
+                if !conn.in_dirty.replace(true) {
+                    conns.push(conn);
+                }
+            }
             while let Some(&(at, tuple)) = state.deadlines.first() {
                 if at > now {
                     break;
@@ -1058,6 +1109,8 @@ impl TcpInput for TcpLayer {
                 }
                 TcpLayer::settle(inner, &mut state, conn);
             }
+            conns.clear();
+            *inner.poll_list.borrow_mut() = conns;
         }
         self.dispatch();
     }
@@ -1068,6 +1121,10 @@ impl TcpInput for TcpLayer {
             return Some(Instant::ZERO);
         }
         inner.state.borrow().deadlines.first().map(|&(at, _)| at)
+    }
+
+    fn transmit_blocked(&self) -> bool {
+        !self.0.blocked.borrow().is_empty()
     }
 }
 

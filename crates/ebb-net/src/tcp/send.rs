@@ -26,13 +26,55 @@ const TLP_DELAYED_ACK_ALLOWANCE: core::time::Duration = core::time::Duration::fr
 use crate::transport::TcpSegment;
 use crate::wire::tcp::{Control, MAX_SACK_BLOCKS, Repr, SackBlocks, SeqNumber};
 
+/// Where slicing the send queue resumes: the index of a queue segment and the queue
+/// offset of its first byte. Sending walks forward through the queue one segment at a
+/// time; the cursor lets each slice start where the last one ended instead of walking
+/// from the front (which costs a step per buffer queued — hundreds in a bulk transfer).
+///
+/// Invariant: when valid, segment `index` of the queue starts at byte `start`. Whatever
+/// removes segments from the queue's front must [`advance`](Self::advance) it (ACKs) or
+/// reset it (the queue replaced); a cursor past the offset asked for is ignored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct QueueCursor {
+    index: usize,
+    start: usize,
+}
+
+impl QueueCursor {
+    /// The queue lost its first `bytes` bytes, `segments` whole segments among them.
+    pub(crate) fn advance(&mut self, segments: usize, bytes: usize) {
+        *self = match (
+            self.index.checked_sub(segments),
+            self.start.checked_sub(bytes),
+        ) {
+            (Some(index), Some(start)) => QueueCursor { index, start },
+            // The cursor's segment was trimmed (or removed): it is now the front.
+            _ => QueueCursor::default(),
+        };
+    }
+}
+
 /// Cuts `[offset, offset + len)` out of `chain` without copying: clones (reference
 /// bumps) of the buffers that overlap it, trimmed.
 pub(crate) fn slice_chain(chain: &IOBufChain, offset: usize, len: usize) -> IOBufChain {
+    slice_chain_from(chain, &mut QueueCursor::default(), offset, len)
+}
+
+/// [`slice_chain`] starting from `cursor` (when it is not past `offset`), leaving it at
+/// the last segment the slice touched, where the next slice will start.
+pub(crate) fn slice_chain_from(
+    chain: &IOBufChain,
+    cursor: &mut QueueCursor,
+    offset: usize,
+    len: usize,
+) -> IOBufChain {
+    if cursor.start > offset || cursor.index >= chain.segment_count() {
+        *cursor = QueueCursor::default();
+    }
     let mut out = IOBufChain::new();
-    let mut at = 0;
+    let mut at = cursor.start;
     let end = offset + len;
-    for buf in chain.iter() {
+    for (index, buf) in chain.iter().enumerate().skip(cursor.index) {
         let buf_end = at + buf.len();
         if buf_end <= offset {
             at = buf_end;
@@ -41,6 +83,7 @@ pub(crate) fn slice_chain(chain: &IOBufChain, offset: usize, len: usize) -> IOBu
         if at >= end {
             break;
         }
+        *cursor = QueueCursor { index, start: at };
         let mut piece = buf.clone();
         let front = offset.saturating_sub(at);
         let back = buf_end.saturating_sub(end);
@@ -125,7 +168,10 @@ impl Tcb {
         }
     }
 
-    /// Builds and sends one segment with the current ACK, window and options.
+    /// Builds and sends one segment with the current ACK, window and options. Returns
+    /// `false`, changing nothing, when the transmit queue has no room: the connection is
+    /// marked [`tx_blocked`](Tcb::tx_blocked) and the caller stops (back-pressure, not
+    /// loss — the layer polls it again once the queue drains).
     fn emit(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -133,7 +179,10 @@ impl Tcb {
         seq: SeqNumber,
         payload: IOBufChain,
         push: bool,
-    ) {
+    ) -> bool {
+        if self.out_of_room(ctx) {
+            return false;
+        }
         let syn = control == Control::Syn;
         let with_ack = !(syn && self.state == State::SynSent);
         let window = self.receive_window(ctx.config);
@@ -181,6 +230,19 @@ impl Tcb {
             // Treated as a loss: the retransmission timer covers it.
             ctx.counters.output_errors += 1;
         }
+        true
+    }
+
+    /// Whether the transmit queue is full; if so, marks the connection blocked.
+    fn out_of_room(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        if ctx.out.transmit_room() > 0 {
+            return false;
+        }
+        if !self.tx_blocked {
+            self.tx_blocked = true;
+            ctx.counters.transmit_blocked += 1;
+        }
+        true
     }
 
     /// SACK blocks for our next segment (none on a SYN or without SACK-permitted).
@@ -194,6 +256,9 @@ impl Tcb {
 
     /// The largest payload that fits one segment beside the options it will carry.
     fn max_payload(&self) -> usize {
+        if !self.sack_ok || self.reassembly.is_empty() {
+            return self.send_mss.max(1); // No SACK blocks to make room for.
+        }
         let sack_count = self.sack_blocks(false).iter().flatten().count().min(3);
         let options = if sack_count == 0 {
             0
@@ -353,8 +418,11 @@ impl Tcb {
                 if partial && !self.nodelay && in_flight > 0 {
                     break; // Nagle: one small segment in flight at a time.
                 }
+                if self.out_of_room(ctx) {
+                    break; // Back-pressure: resumed when the layer polls us again.
+                }
                 let offset = usize::try_from(self.snd_nxt - self.snd_una).unwrap_or(0);
-                let payload = slice_chain(&self.queue, offset, len);
+                let payload = slice_chain_from(&self.queue, &mut self.queue_cursor, offset, len);
                 let seq = self.snd_nxt;
                 let last = len == unsent;
                 if seq < self.snd_max {
@@ -375,7 +443,9 @@ impl Tcb {
                 if self.fin_seq.is_some_and(|f| f == seq) && seq < self.snd_max {
                     ctx.counters.retransmissions += 1;
                 }
-                self.emit(ctx, Control::Fin, seq, IOBufChain::new(), true);
+                if !self.emit(ctx, Control::Fin, seq, IOBufChain::new(), true) {
+                    break;
+                }
                 self.fin_seq = Some(seq);
                 self.snd_nxt = seq + 1u32;
                 self.snd_max = self.snd_max.max(self.snd_nxt);
@@ -536,7 +606,10 @@ impl Tcb {
     fn on_new_ack(&mut self, ctx: &mut Ctx<'_>, ack: SeqNumber) {
         let acked = u32::try_from(ack - self.snd_una).unwrap_or(0);
         let data_acked = (acked as usize).min(self.queue.len());
+        let segments_before = self.queue.segment_count();
         let _ = self.queue.trim_front(data_acked);
+        let removed = segments_before - self.queue.segment_count();
+        self.queue_cursor.advance(removed, data_acked);
         self.snd_una = ack;
         if self.snd_nxt < self.snd_una {
             self.snd_nxt = self.snd_una;

@@ -24,6 +24,7 @@ use ebb_core::net::{CloseReason, TcpErrorKind};
 
 use super::congestion::Congestion;
 use super::recv::Reassembly;
+use super::send::QueueCursor;
 use super::timers::{RttEstimator, Timers};
 use super::{TcpConfig, TcpCounters};
 use crate::transport::TcpOutput;
@@ -126,6 +127,8 @@ pub(crate) struct Tcb {
     pub(crate) peer_offered_sack: bool,
     /// Data from `snd_una` on.
     pub(crate) queue: IOBufChain,
+    /// Where the next slice of `queue` starts looking (see [`QueueCursor`]).
+    pub(crate) queue_cursor: QueueCursor,
     /// The application closed: FIN after the queue.
     pub(crate) fin_requested: bool,
     /// Where our FIN sits, once sent.
@@ -191,6 +194,12 @@ pub(crate) struct Tcb {
     pub(crate) close_reason: Option<CloseReason>,
     /// `abort` asked for a RST on the next poll.
     pub(crate) rst_pending: bool,
+    /// Output stopped because the interface's transmit queue was full (back-pressure):
+    /// the layer files the connection to be polled again and clears this.
+    pub(crate) tx_blocked: bool,
+    /// `output` was held back until the application has seen the data just received
+    /// (see `on_segment_synchronized`); the layer runs it after dispatching.
+    pub(crate) output_after_delivery: bool,
 }
 
 /// Where a segment starts, how long it is, and its window, read once.
@@ -229,6 +238,7 @@ impl Tcb {
             peer_offered_ws: false,
             peer_offered_sack: false,
             queue: IOBufChain::new(),
+            queue_cursor: QueueCursor::default(),
             fin_requested: false,
             fin_seq: None,
             nodelay: true,
@@ -268,6 +278,8 @@ impl Tcb {
             ack_budget: ACK_BUDGET,
             ack_budget_since: Instant::ZERO,
             rst_pending: false,
+            tx_blocked: false,
+            output_after_delivery: false,
         }
     }
 
@@ -351,6 +363,7 @@ impl Tcb {
         self.state = State::Closed;
         self.timers.clear();
         self.queue = IOBufChain::new();
+        self.queue_cursor = QueueCursor::default();
         self.reassembly = Reassembly::default();
         match reason {
             CloseReason::Normal => ctx.counters.connections_closed += 1,
@@ -397,6 +410,7 @@ impl Tcb {
         self.timers.clear();
         self.timers.time_wait = Some(ctx.now + ctx.config.msl.saturating_mul(2));
         self.queue = IOBufChain::new();
+        self.queue_cursor = QueueCursor::default();
         ctx.counters.connections_closed += 1;
         self.report_closed(CloseReason::Normal);
     }
@@ -593,7 +607,21 @@ impl Tcb {
             self.receive_text(ctx, seq, seg.payload, fin);
         }
         if self.state != State::Closed {
-            self.output(ctx);
+            let unacked = usize::try_from((self.rcv_nxt - self.rcv_acked).max(0)).unwrap_or(0);
+            if self.has_handler
+                && self.receive_open
+                && matches!(self.events.back(), Some(AppEvent::Receive(_)))
+                && unacked < 2 * self.our_mss
+            {
+                // The application gets the data before we answer, and the ACK waits for
+                // the poll that follows this batch of segments: whatever the application
+                // sends from its callback then carries it (one segment, not two). At
+                // most two full segments wait so (RFC 5681 §4.2: an ACK for at least
+                // every second full segment), which keeps a sender's slow start going.
+                self.output_after_delivery = true;
+            } else {
+                self.output(ctx);
+            }
         }
     }
 

@@ -11,18 +11,32 @@ use core::net::Ipv4Addr;
 
 /// The folded one's-complement sum of `bytes` as big-endian 16-bit words; an odd final
 /// byte is padded with zero.
+#[inline]
 pub fn data(bytes: &[u8]) -> u16 {
-    // Accumulate into 64 bits, 32 bits at a time: carries cannot overflow for any slice
-    // shorter than 2^32 words, and end-around carries are folded at the end.
-    let mut sum: u64 = 0;
-    let mut words = bytes.chunks_exact(4);
-    for w in &mut words {
-        sum += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
+    // The body as native-endian 64-bit words summed into 128 bits: one add and one
+    // add-with-carry per 8 bytes and no overflow to handle (that would take 2^64 words).
+    // Folding modulo 2^16 - 1 afterwards gives the one's-complement sum of the 16-bit
+    // words, since 2^16 ≡ 1. The sum does not depend on byte order except for being
+    // byte-swapped with it (RFC 1071 §2(B)), so the native-order result is put in
+    // network order once, at the end.
+    let (words, rest) = bytes.as_chunks::<8>();
+    let mut wide: u128 = 0;
+    for word in words {
+        wide += u128::from(u64::from_ne_bytes(*word));
     }
-    let mut rest = words.remainder();
-    if rest.len() >= 2 {
-        sum += u64::from(u16::from_be_bytes([rest[0], rest[1]]));
-        rest = &rest[2..];
+    // 128 to 64 bits with the end-around carry (with a carry out the wrapped sum is at most 2^64 - 2, so adding it cannot carry again).
+    let (low, carried) = (wide as u64).overflowing_add((wide >> 64) as u64);
+    let body = fold(low + u64::from(carried));
+    let mut sum = u64::from(u16::from_be(body));
+    // The rest (under 8 bytes) starts at an even offset: big-endian words as usual.
+    let mut rest = rest;
+    if let Some((four, tail)) = rest.split_first_chunk::<4>() {
+        sum += u64::from(u32::from_be_bytes(*four));
+        rest = tail;
+    }
+    if let Some((two, tail)) = rest.split_first_chunk::<2>() {
+        sum += u64::from(u16::from_be_bytes(*two));
+        rest = tail;
     }
     if let [last] = rest {
         sum += u64::from(*last) << 8;
@@ -31,6 +45,7 @@ pub fn data(bytes: &[u8]) -> u16 {
 }
 
 /// Folds a wide one's-complement accumulator into 16 bits.
+#[inline]
 fn fold(mut sum: u64) -> u16 {
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
@@ -176,6 +191,21 @@ mod tests {
     proptest! {
         #[test]
         fn matches_naive(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            prop_assert_eq!(data(&bytes), naive(&bytes));
+        }
+
+        #[test]
+        fn matches_naive_on_mostly_ones(
+            len in 0usize..2000,
+            holes in proptest::collection::vec((0usize..2000, any::<u8>()), 0..4),
+        ) {
+            // Runs of 0xff push every carry to its limit.
+            let mut bytes = std::vec![0xffu8; len];
+            for (at, value) in holes {
+                if at < len {
+                    bytes[at] = value;
+                }
+            }
             prop_assert_eq!(data(&bytes), naive(&bytes));
         }
 

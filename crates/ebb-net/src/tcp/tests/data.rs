@@ -453,13 +453,16 @@ fn callbacks_are_not_reentrant_and_methods_work_inside_them() {
     h.input(peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, &[]));
     h.input(peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, b"hi"));
     assert_eq!(*order.borrow(), ["receive", "receive returns", "closed"]);
-    h.take();
-    h.poll();
+    // The abort came before the data was acknowledged: the poll after the segment
+    // sends only the RST.
     check(&h.take_one(), Control::Rst, iss + 1, Some(PEER_ISS + 3), 0);
 }
 
+/// Data is delivered before it is acknowledged, within the same `receive`: what the
+/// application sends from its callback carries the ACK (one segment, not a pure ACK and
+/// then the data).
 #[test]
-fn echo_from_inside_receive_goes_out_on_the_next_poll() {
+fn echo_from_inside_receive_carries_the_ack() {
     let mut h = Harness::quick_acks();
     h.layer
         .listen(SocketAddrV4::new(US, US_PORT), 8, |conn| {
@@ -479,17 +482,34 @@ fn echo_from_inside_receive_goes_out_on_the_next_poll() {
         Control::None,
         b"ping",
     ));
-    let ack = h.take_one();
-    check(&ack, Control::None, iss + 1, Some(PEER_ISS + 5), 0);
-    assert_eq!(
-        h.layer.poll_at(),
-        Some(Instant::ZERO),
-        "the application acted"
-    );
-    h.poll();
     let echo = h.take_one();
     check(&echo, Control::None, iss + 1, Some(PEER_ISS + 5), 4);
     assert_eq!(echo.payload.to_vec(), b"ping");
+    h.poll();
+    assert!(
+        h.take().is_empty(),
+        "nothing more: the ACK rode on the echo"
+    );
+}
+
+/// Without a handler the data waits, and the ACK goes out at once.
+#[test]
+fn data_for_no_handler_is_acknowledged_at_once() {
+    let mut h = Harness::quick_acks();
+    h.layer
+        .listen(SocketAddrV4::new(US, US_PORT), 8, |_conn| {})
+        .expect("listen");
+    h.input(peer_syn());
+    let iss = h.take_one().header.seq_number.0;
+    h.input(peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, &[]));
+    h.input(peer_seg(
+        PEER_ISS + 1,
+        Some(iss + 1),
+        Control::None,
+        b"ping",
+    ));
+    let ack = h.take_one();
+    check(&ack, Control::None, iss + 1, Some(PEER_ISS + 5), 0);
 }
 
 #[test]
@@ -575,9 +595,11 @@ fn layer_calls_from_inside_callbacks() {
                 .expect("listen inside a callback");
         })
         .expect("listen");
-    h.accept_connection_on_existing_listener();
-    assert!(h.layer.needs_poll());
-    h.poll();
+    // The handshake's ACK runs the accept callback; the poll after it sends the SYN of
+    // the connection opened there.
+    h.input(peer_syn());
+    let iss = h.take_one().header.seq_number.0;
+    h.input(peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, &[]));
     let syn = h.take_one();
     assert_eq!((syn.header.control, syn.header.dst_port), (Control::Syn, 9));
     assert!(outcome.borrow().is_empty(), "still connecting");

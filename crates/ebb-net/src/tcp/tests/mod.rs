@@ -222,8 +222,12 @@ impl Harness {
         self.input_buf(buf);
     }
 
+    /// Hands `buf` to the layer and polls after it, as the stack driver does after each
+    /// batch of received segments (acknowledgements of delivered data go out then, and
+    /// whatever the application's callbacks asked for).
     pub(super) fn input_buf(&mut self, buf: IOBuf) {
         self.layer.receive(self.now, PEER, US, buf, &mut self.out);
+        self.poll();
     }
 
     /// Polls at the current time.
