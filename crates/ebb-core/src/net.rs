@@ -23,7 +23,14 @@ pub trait TcpHandler: 'static {
     /// backend allows). Close the receive window to stop further calls.
     fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf);
 
-    /// Room opened in the send window (data that was queued has drained).
+    /// Room opened in the send window after the application met a full one.
+    ///
+    /// Both backends follow one rule: it fires once after a [`TcpConnection::send`] that
+    /// had to queue data, or a [`TcpConnection::try_send`] that handed back a non-empty
+    /// rest, as soon as the connection can take more (ebb-net: an ACK or window update
+    /// made [`TcpConnection::send_window`] non-zero; hosted: the socket became writable
+    /// again, or queued data drained into it). It does not fire when nothing was refused.
+    /// Offer the rest again here; if that is refused too, it fires again later.
     fn send_window_increased(&mut self, conn: &dyn TcpConnection) {
         let _ = conn;
     }

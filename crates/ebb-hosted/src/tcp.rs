@@ -9,6 +9,11 @@
 //!   reading, so the kernel's buffer fills and TCP flow control pushes back on the peer.
 //! * `send` writes what the socket takes and queues the rest on the connection, in order;
 //!   `try_send` hands the rest back instead. Nothing is ever dropped silently.
+//! * `send_window_increased` fires when the socket takes data again after either call met
+//!   a full window (as in ebb-net): after `send` left data queued, once some of it drained;
+//!   after `try_send` handed back a non-empty rest, once the socket is writable again.
+//!   Sockets are registered edge-triggered for `EPOLLOUT`, so the "writable again" edge
+//!   after an `EAGAIN` always arrives; `window_wanted` remembers that someone waits for it.
 //!
 //! Handler callbacks never nest: while one runs the handler is checked out of its slot, and
 //! anything the callback causes (a close, a failure) is delivered after it returns.
@@ -63,6 +68,9 @@ struct Conn {
     /// The handler was checked out by a running callback.
     in_callback: Cell<bool>,
     send_queue: RefCell<IOBufChain>,
+    /// `try_send` handed data back: the next writable edge fires `send_window_increased`
+    /// (once), even though nothing is queued here.
+    window_wanted: Cell<bool>,
     writable: Cell<bool>,
     readable: Cell<bool>,
     peer_eof: Cell<bool>,
@@ -145,6 +153,7 @@ impl Conn {
             handler: RefCell::new(None),
             in_callback: Cell::new(false),
             send_queue: RefCell::new(IOBufChain::new()),
+            window_wanted: Cell::new(false),
             writable: Cell::new(false),
             readable: Cell::new(false),
             peer_eof: Cell::new(false),
@@ -393,12 +402,19 @@ impl Source for Conn {
         if flags.contains(EventFlags::OUT) {
             self.writable.set(true);
             let before = self.send_queue.borrow().len();
+            let mut room_opened = false;
             if before > 0 {
                 self.flush();
-                let after = self.send_queue.borrow().len();
-                if after < before && matches!(self.state.get(), State::Open) {
-                    self.callback(|h, c| h.send_window_increased(c));
-                }
+                room_opened = self.send_queue.borrow().len() < before;
+            }
+            // A `try_send` rest waits for this edge; with a queue still not drained the
+            // socket is full again and the queue's own progress decides.
+            if self.send_queue.borrow().is_empty() && self.window_wanted.get() {
+                room_opened = true;
+            }
+            if room_opened && matches!(self.state.get(), State::Open) {
+                self.window_wanted.set(false);
+                self.callback(|h, c| h.send_window_increased(c));
             }
             self.advance_close();
         }
@@ -446,6 +462,9 @@ impl TcpConnection for TcpConn {
     fn try_send(&self, mut data: IOBufChain) -> Result<IOBufChain, SendError> {
         self.0.is_open_for_sending()?;
         if !self.0.send_queue.borrow().is_empty() || self.0.state.get() == State::Connecting {
+            // Nothing can go out before the queue (or the handshake): the rest is all of
+            // it, and the caller waits for the window like after a full socket.
+            self.0.window_wanted.set(!data.is_empty());
             return Ok(data);
         }
         if self.0.fd.borrow().is_none() {
@@ -455,6 +474,9 @@ impl TcpConnection for TcpConn {
             self.0.finish(reason);
             return Err(SendError::Failed(reason));
         }
+        // A non-empty rest means `write_from` met `EAGAIN` (it stops only then), so the
+        // writable edge that ends the wait is still to come.
+        self.0.window_wanted.set(!data.is_empty());
         Ok(data)
     }
 

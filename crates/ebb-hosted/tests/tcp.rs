@@ -263,3 +263,77 @@ fn sending_after_close_is_an_error_value() {
     drop(peer.join());
     assert!(result.is_err());
 }
+
+/// Counts `send_window_increased` calls (the H6 probe's handler).
+struct CountWindowIncreases(Rc<std::cell::Cell<u32>>);
+
+impl TcpHandler for CountWindowIncreases {
+    fn receive(&mut self, _: &dyn TcpConnection, _: IOBuf) {}
+    fn send_window_increased(&mut self, _: &dyn TcpConnection) {
+        self.0.set(self.0.get() + 1);
+    }
+    fn closed(&mut self, _: CloseReason) {}
+}
+
+/// `try_send` hands back what a full socket did not take; once the peer drains the
+/// socket, `send_window_increased` fires — exactly once, as nothing else was offered
+/// (the rule of `TcpHandler::send_window_increased`, as in ebb-net).
+#[test]
+fn try_send_leftover_is_followed_by_send_window_increased() {
+    let (listener, addr) = peer();
+    let peer = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+    });
+    let fired = ebb_hosted::run(one_core(), move || async move {
+        let conn = tcp::connect(addr).await.unwrap();
+        let n = Rc::new(std::cell::Cell::new(0));
+        conn.set_handler(CountWindowIncreases(n.clone()));
+        let rest = conn
+            .try_send(IOBuf::from_vec(vec![1u8; 32 << 20]).into())
+            .unwrap();
+        assert!(!rest.is_empty(), "32 MiB fit in the socket buffer");
+        // The peer starts draining after 300 ms; by 2 s the socket has room again.
+        event::sleep(Duration::from_secs(2)).await;
+        let fired = n.get();
+        conn.abort();
+        fired
+    })
+    .unwrap();
+    let _ = peer.join();
+    assert_eq!(
+        fired, 1,
+        "try_send handed back data and the socket drained: send_window_increased must fire once"
+    );
+}
+
+/// A `try_send` the socket takes whole leaves nobody waiting: no `send_window_increased`
+/// follows, however many writable edges the socket reports.
+#[test]
+fn try_send_that_takes_everything_fires_no_send_window_increased() {
+    let (listener, addr) = peer();
+    let peer = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+        got
+    });
+    let got_window = ebb_hosted::run(one_core(), move || async move {
+        let conn = tcp::connect(addr).await.unwrap();
+        let n = Rc::new(std::cell::Cell::new(0));
+        conn.set_handler(CountWindowIncreases(n.clone()));
+        let rest = conn
+            .try_send(IOBufChain::from(IOBuf::from_static(b"hello")))
+            .unwrap();
+        assert!(rest.is_empty());
+        sleep(Duration::from_millis(100)).await;
+        let fired = n.get();
+        conn.close();
+        fired
+    })
+    .unwrap();
+    assert_eq!(peer.join().unwrap(), b"hello");
+    assert_eq!(got_window, 0, "no rest handed back: no spurious call");
+}
