@@ -8,7 +8,7 @@ seconds="${1:-10}"
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
 
-targets=(ethernet arp ipv4 icmpv4 udp tcp dhcpv4)
+targets=(ethernet arp ipv4 icmpv4 udp tcp dhcpv4 stack)
 
 cargo +nightly fuzz build
 failed=()
@@ -19,7 +19,7 @@ for target in "${targets[@]}"; do
     # corpus/<target> collects new inputs; seeds/<target> holds checked-in fixtures.
     if cargo +nightly fuzz run "$target" "corpus/$target" "seeds/$target" -- \
         -max_total_time="$seconds" -print_final_stats=1 >"$log" 2>&1; then
-        grep -E '^(Done|stat::number_of_executed_units)' "$log" || true
+        grep -E '(DONE|^Done|^stat::number_of_executed_units|^stat::average_exec_per_sec)' "$log" || true
     else
         tail -n 40 "$log"
         failed+=("$target")
