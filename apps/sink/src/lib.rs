@@ -8,6 +8,8 @@
 //!   ends;
 //! * [`PatternSender`] — sends N bytes of the pattern, respecting back-pressure
 //!   (`try_send` what the window takes, continue on `send_window_increased`), then closes;
+//! * [`Echo`] — sends back everything it receives, zero copy (the received buffers go
+//!   out as they are), for request/response latency tests;
 //! * [`net_args`] — the command-line choice between Linux sockets and ebb-net on TAP
 //!   shared by `sink` and `httpd`.
 //!
@@ -19,8 +21,8 @@ pub mod pattern;
 
 use std::fmt::Write as _;
 
-use ebb_core::IOBuf;
 use ebb_core::net::{CloseReason, SocketAddr, TcpConnection, TcpHandler};
+use ebb_core::{IOBuf, IOBufChain};
 use sha2::{Digest, Sha256};
 
 use pattern::Pattern;
@@ -207,4 +209,40 @@ impl TcpHandler for PatternSender {
             });
         }
     }
+}
+
+/// Echoed bytes that may wait on a connection before [`Echo`] stops reading.
+pub const ECHO_MAX_QUEUED: usize = 256 * 1024;
+
+/// Sends back everything received, in order, without copying; closes when the peer does.
+///
+/// Back-pressure: the echo is `send` (queued, never dropped); once more than
+/// [`ECHO_MAX_QUEUED`] bytes wait, the receive window closes, so a client that sends
+/// without reading is flow-controlled instead of growing the queue. It reopens on
+/// `send_window_increased`, which every backend fires after a `send` that queued.
+#[derive(Debug, Default)]
+pub struct Echo {
+    /// The receive window is closed until the queue drains.
+    paused: bool,
+}
+
+impl TcpHandler for Echo {
+    fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
+        if conn.send(IOBufChain::from(data)).is_err() {
+            return; // failing: `closed` follows
+        }
+        if conn.queued_bytes() > ECHO_MAX_QUEUED {
+            self.paused = true;
+            conn.set_receive_window_open(false);
+        }
+    }
+
+    fn send_window_increased(&mut self, conn: &dyn TcpConnection) {
+        if self.paused {
+            self.paused = false;
+            conn.set_receive_window_open(true);
+        }
+    }
+
+    fn closed(&mut self, _reason: CloseReason) {}
 }

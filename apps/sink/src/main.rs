@@ -2,6 +2,7 @@
 //!
 //! * default: listen, and for each connection print
 //!   `sink: N bytes sha256 HEX from PEER` when it closes (`--once`: exit after one);
+//! * `--echo`: listen, and send back everything each connection sends (no report);
 //! * `--connect ADDR --send N`: connect, send N bytes of the pattern (see
 //!   `sink::pattern`), print `sink: sent N bytes sha256 HEX to PEER`;
 //! * `--connect ADDR --receive`: connect, receive until the peer's FIN, print
@@ -21,7 +22,7 @@ use ebb_core::net::{CloseReason, TcpConnection, TcpErrorKind, TcpHandler};
 use ebb_hosted::netstack::NetStack;
 use sink::net_args::NetArgs;
 use sink::pattern::Pattern;
-use sink::{PatternSender, ReportFn, Sink, StreamReport};
+use sink::{Echo, PatternSender, ReportFn, Sink, StreamReport};
 
 #[derive(Parser, Debug)]
 #[command(about = "TCP sink / pattern sender on the Ebbflow hosted runtime")]
@@ -35,6 +36,9 @@ struct Args {
     /// Exit after the first connection closes.
     #[arg(long)]
     once: bool,
+    /// Echo what each connection sends instead of counting it (latency tests).
+    #[arg(long, conflicts_with_all = ["connect", "once"])]
+    echo: bool,
     /// Connect to this address instead of listening.
     #[arg(long, value_name = "ADDR")]
     connect: Option<SocketAddr>,
@@ -134,7 +138,12 @@ async fn main_linux(args: Args) -> Result<(), String> {
     let addr = SocketAddr::new(args.addr, args.port);
     let (done_tx, done_rx) = promise::<()>();
     let done = std::sync::Mutex::new(args.once.then_some(done_tx));
+    let echo = args.echo;
     let listener = ebb_hosted::tcp::listen(addr, move |conn| {
+        if echo {
+            conn.set_handler(Echo::default());
+            return;
+        }
         let once = done.lock().ok().and_then(|mut d| d.take());
         let peer = conn.peer_addr();
         conn.set_handler(Sink::new(peer, sink_report(once)));
@@ -171,8 +180,13 @@ async fn main_tap(args: Args, config: ebb_hosted::netstack::NetStackConfig) -> R
     } else {
         let (done_tx, done_rx) = promise::<()>();
         let mut once = args.once.then_some(done_tx);
+        let echo = args.echo;
         stack
             .listen(args.port, move |conn| {
+                if echo {
+                    conn.set_handler(Echo::default());
+                    return;
+                }
                 let peer = conn.peer_addr();
                 conn.set_handler(Sink::new(peer, sink_report(once.take())));
             })
