@@ -275,9 +275,10 @@ mod sys {
         let bytes = name.as_bytes();
         let n = bytes.len().min(libc::IFNAMSIZ - 1);
         req.name[..n].copy_from_slice(&bytes[..n]);
-        // SAFETY: `fd` is an open descriptor we own; TUNSETIFF reads and writes one
+        // Soundness: `fd` is an open descriptor we own; TUNSETIFF reads and writes one
         // `struct ifreq` (40 bytes) through the pointer, and `req` is a live, writable
         // 40-byte `repr(C)` value laid out like it (name, then the flags union member).
+        // SAFETY: by the argument just above.
         let rc =
             unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReqFlags) };
         if rc < 0 {

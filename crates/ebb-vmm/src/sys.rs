@@ -86,10 +86,11 @@ unsafe fn raw_syscall3(nr: libc::c_long, a: u64, b: u64, c: u64) -> i64 {
 extern "C" fn reaper(_: *mut libc::c_void) -> libc::c_int {
     let keep = REAPER_KEEP_FD.load(AtomicOrdering::SeqCst) as u64;
     let parent = REAPER_PARENT.load(AtomicOrdering::SeqCst) as i64;
-    // SAFETY: prctl, getppid, close_range, pause and exit take no pointers, and
+    // Soundness: prctl, getppid, close_range, pause and exit take no pointers, and
     // sched_setscheduler only reads a `sched_param` on this process's own stack; closing
     // this process's own copies of the descriptors does not affect the monitor's (no
     // CLONE_FILES).
+    // SAFETY: by the argument just above.
     unsafe {
         raw_syscall3(
             libc::SYS_prctl,
@@ -139,11 +140,12 @@ pub fn release_in_background(vm: &VmFd) -> std::io::Result<()> {
     }
     REAPER_PARENT.store(std::process::id() as i32, AtomicOrdering::SeqCst);
     let top = stack.0.as_mut_ptr_range().end as *mut libc::c_void;
-    // SAFETY: `reaper` runs on REAPER_STACK (16 KiB, 16-byte aligned at its top, held
+    // Soundness: `reaper` runs on REAPER_STACK (16 KiB, 16-byte aligned at its top, held
     // locked for the rest of the process and never used by anything else), reads two
     // atomics written above and makes raw system calls only: it touches no memory this
     // process is using. Without CLONE_THREAD it is a process of its own; exit signal 0 (no
     // SIGCHLD for us: init reaps it).
+    // SAFETY: by the argument just above.
     let pid = unsafe { libc::clone(reaper, top, libc::CLONE_VM, std::ptr::null_mut()) };
     std::mem::forget(stack);
     if pid < 0 {

@@ -380,10 +380,11 @@ fn write_gdt_and_tss() {
     // SAFETY: the GDT page of the fixed layout, RAM below 1 MiB reserved for it.
     unsafe { core::ptr::write(GDT_ADDR as *mut [u64; GDT_ENTRIES], gdt_entries()) };
     let tss = TSS_ADDR as *mut u8;
-    // SAFETY: the TSS pages of the fixed layout (TSS_SIZE bytes), RAM below 1 MiB. The
+    // Soundness: the TSS pages of the fixed layout (TSS_SIZE bytes), RAM below 1 MiB. The
     // TSS is zero (no ring-0 stacks: nothing ever enters ring 0 again), its I/O map base
     // points right after the 104-byte TSS proper, the bitmap is all zero (every port
     // allowed at CPL 3) and ends with the required all-ones byte.
+    // SAFETY: by the argument just above.
     unsafe {
         core::ptr::write_bytes(tss, 0, TSS_SIZE as usize);
         core::ptr::write_unaligned(tss.add(102) as *mut u16, TSS_IO_BITMAP_OFFSET);
