@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 use ebb_core::event;
 use httpd::Http;
-use sink::net_args::NetArgs;
+use sink::net_args::{NetArgs, run_app};
 
 #[derive(Parser, Debug)]
 #[command(about = "HTTP/1.1 responder on the Ebbflow hosted runtime")]
@@ -59,34 +59,6 @@ async fn serve_tap(args: Args, config: ebb_hosted::netstack::NetStackConfig) -> 
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let tap = match args.net.netstack_config() {
-        Ok(tap) => tap,
-        Err(e) => {
-            eprintln!("httpd: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let mut config = ebb_hosted::Config::default();
-    if tap.is_some() {
-        config.cores = 1;
-    } else if let Some(cores) = args.cores {
-        config.cores = cores;
-    }
-    let result = ebb_hosted::run(config, move || async move {
-        match tap {
-            Some(tap) => serve_tap(args, tap).await,
-            None => serve_linux(args).await,
-        }
-    });
-    match result {
-        Ok(Ok(())) => ExitCode::SUCCESS,
-        Ok(Err(e)) => {
-            eprintln!("httpd: {e}");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("httpd: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    let (net, cores) = (args.net.clone(), args.cores);
+    run_app("httpd", &net, cores, args, serve_tap, serve_linux)
 }

@@ -20,7 +20,7 @@ use ebb_core::event;
 use ebb_core::future::promise;
 use ebb_core::net::{CloseReason, TcpConnection, TcpErrorKind, TcpHandler};
 use ebb_hosted::netstack::NetStack;
-use sink::net_args::NetArgs;
+use sink::net_args::{NetArgs, run_app};
 use sink::pattern::Pattern;
 use sink::{Echo, PatternSender, ReportFn, Sink, StreamReport};
 
@@ -210,34 +210,6 @@ async fn main_tap(args: Args, config: ebb_hosted::netstack::NetStackConfig) -> R
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let tap = match args.net.netstack_config() {
-        Ok(tap) => tap,
-        Err(e) => {
-            eprintln!("sink: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let mut config = ebb_hosted::Config::default();
-    if tap.is_some() {
-        config.cores = 1;
-    } else if let Some(cores) = args.cores {
-        config.cores = cores;
-    }
-    let result = ebb_hosted::run(config, move || async move {
-        match tap {
-            Some(tap) => main_tap(args, tap).await,
-            None => main_linux(args).await,
-        }
-    });
-    match result {
-        Ok(Ok(())) => ExitCode::SUCCESS,
-        Ok(Err(e)) => {
-            eprintln!("sink: {e}");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("sink: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    let (net, cores) = (args.net.clone(), args.cores);
+    run_app("sink", &net, cores, args, main_tap, main_linux)
 }

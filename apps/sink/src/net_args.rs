@@ -73,6 +73,53 @@ impl NetArgs {
     }
 }
 
+/// Runs an app's `main` on the hosted runtime over the backend `net` selects:
+/// `over_tap(args, config)` on one core (one TAP queue), or `over_linux(args)` on `cores`
+/// cores (default: all). Errors are printed as `NAME: error`; returns the
+/// process exit code.
+pub fn run_app<A, T, L, TF, LF>(
+    name: &str,
+    net: &NetArgs,
+    cores: Option<usize>,
+    args: A,
+    over_tap: T,
+    over_linux: L,
+) -> std::process::ExitCode
+where
+    A: Send + 'static,
+    T: FnOnce(A, NetStackConfig) -> TF + Send + 'static,
+    L: FnOnce(A) -> LF + Send + 'static,
+    TF: std::future::Future<Output = Result<(), String>>,
+    LF: std::future::Future<Output = Result<(), String>>,
+{
+    let tap = match net.netstack_config() {
+        Ok(tap) => tap,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let mut config = ebb_hosted::Config::default();
+    if tap.is_some() {
+        config.cores = 1;
+    } else if let Some(cores) = cores {
+        config.cores = cores;
+    }
+    let result = ebb_hosted::run(config, move || async move {
+        match tap {
+            Some(tap) => over_tap(args, tap).await,
+            None => over_linux(args).await,
+        }
+    });
+    let error = match result {
+        Ok(Ok(())) => return std::process::ExitCode::SUCCESS,
+        Ok(Err(e)) => e,
+        Err(e) => e.to_string(),
+    };
+    eprintln!("{name}: {error}");
+    std::process::ExitCode::FAILURE
+}
+
 /// `A.B.C.D/P`.
 pub fn parse_cidr(s: &str) -> Result<Ipv4Cidr, NetArgsError> {
     let bad = || NetArgsError::BadCidr(s.to_string());
