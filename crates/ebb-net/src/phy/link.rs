@@ -8,6 +8,13 @@
 //! (`tx_dropped.oversized`). Time plays no part: a frame is receivable as soon as it is
 //! sent (wrap an end in a [`FaultInjector`](super::FaultInjector) for latency and loss).
 //!
+//! A frame of several segments (header and payload, as the stack builds them) reaches the
+//! far end as one contiguous buffer, as a NIC's gather DMA writes it into a receive
+//! buffer. Like a driver's receive ring, each end recycles those buffers (`RxBufferPool`):
+//! a buffer is written again only once the stack holding the received frame has dropped
+//! every view of it, so nothing a stack still holds ever changes. A one-segment frame is
+//! passed through without a copy.
+//!
 //! The two ends share their state through `Rc<RefCell<..>>`: a link lives on one thread,
 //! which is what a deterministic simulation wants. No borrow outlives a method call, so
 //! the `RefCell` is never found borrowed.
@@ -182,7 +189,8 @@ impl NetDevice for LinkEnd {
             }
             // The far end's receive buffer: one contiguous frame, as a NIC's DMA gathers
             // it. A one-segment chain is passed through without a copy.
-            peer.rx.push_back(coalesce(frame));
+            let buf = peer.rx_buffers.gather(frame, caps.max_frame_len());
+            peer.rx.push_back(buf);
         }
         n
     }
@@ -241,7 +249,65 @@ struct Wire {
 #[derive(Default)]
 struct EndState {
     rx: VecDeque<IOBuf>,
+    /// Buffers that multi-segment frames sent to this end are gathered into.
+    rx_buffers: RxBufferPool,
     counters: DeviceCounters,
+}
+
+/// Receive buffers of one end, reused oldest first once the receiving stack has let go of
+/// them (as a driver refills its receive ring), so a gathered frame costs a copy and no
+/// allocation in the steady state.
+///
+/// The pool keeps one view of each buffer it handed out; a buffer whose only view is the
+/// pool's (`IOBuf::is_unique`) is not visible to anyone else and may be rewritten. At
+/// most [`RxBufferPool::MAX`] buffers are kept: when the oldest is still held and the
+/// pool is full, the pool forgets it (its holder frees it) and allocates a new one.
+#[derive(Default)]
+struct RxBufferPool {
+    /// Oldest first.
+    bufs: VecDeque<IOBuf>,
+}
+
+impl RxBufferPool {
+    /// Buffers kept per end: enough that in a request/response exchange the oldest has
+    /// long been released when it comes round again.
+    const MAX: usize = 64;
+
+    /// One contiguous buffer with `frame`'s bytes: its only segment without a copy, or a
+    /// copy of a multi-segment chain into a recycled (or, failing that, new) buffer of at
+    /// least `max_frame_len` bytes.
+    fn gather(&mut self, frame: IOBufChain, max_frame_len: usize) -> IOBuf {
+        if frame.segment_count() <= 1 {
+            return coalesce(frame);
+        }
+        let recycled = match self.bufs.front() {
+            Some(oldest) if oldest.is_unique() => self.bufs.pop_front(),
+            _ => {
+                if self.bufs.len() >= Self::MAX {
+                    self.bufs.pop_front();
+                }
+                None
+            }
+        };
+        let mut buf =
+            recycled.unwrap_or_else(|| IOBuf::with_capacity(max_frame_len.max(frame.len())));
+        if Self::fill(&mut buf, &frame).is_err() {
+            // Not reachable with the capacities above (the buffer is unique and large
+            // enough), but a copy into fresh storage is always correct.
+            return coalesce(frame);
+        }
+        self.bufs.push_back(buf.clone());
+        buf
+    }
+
+    /// Replaces `buf`'s bytes with `frame`'s.
+    fn fill(buf: &mut IOBuf, frame: &IOBufChain) -> Result<(), ebb_core::iobuf::IOBufError> {
+        buf.trim_back(buf.len())?;
+        for segment in frame.segments() {
+            buf.extend_from_slice(segment)?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -393,5 +459,29 @@ mod tests {
         send(&mut a, (0..5).map(|i| frame(i, 60)));
         assert_eq!(a.counters().tx_frames, 5);
         assert_eq!(a.in_flight(), 2);
+    }
+
+    /// Gathered frames land in recycled buffers, but never in one the receiver still
+    /// holds: a frame kept across many later ones keeps its bytes.
+    #[test]
+    fn recycled_receive_buffers_never_overwrite_a_held_frame() {
+        let (mut a, mut b) = Link::new().connect();
+        let gathered = |tag: u8| {
+            let mut chain = IOBufChain::from(IOBuf::copy_from_slice(&[tag; 14]));
+            chain.push_back(IOBuf::from_vec(vec![tag; 50]));
+            chain
+        };
+        send(&mut a, [gathered(1)]);
+        let held = recv_all(&mut b).remove(0);
+        for round in 0..4 * RxBufferPool::MAX {
+            let tag = 2 + (round % 200) as u8;
+            send(&mut a, [gathered(tag)]);
+            let got = recv_all(&mut b);
+            assert_eq!(got.len(), 1);
+            assert!(got[0].iter().all(|&byte| byte == tag), "round {round}");
+            assert!(!got[0].shares_storage_with(&held));
+        }
+        assert_eq!(held.len(), 64);
+        assert!(held.iter().all(|&byte| byte == 1));
     }
 }

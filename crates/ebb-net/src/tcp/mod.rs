@@ -95,12 +95,13 @@
 //!
 //! `poll` visits only the connections the application touched since the last poll (a
 //! dirty list), those blocked on a full transmit queue, and those whose earliest timer is
-//! due (an ordered set of `(deadline, FourTuple)`, refiled after every change); `poll_at`
-//! reads the set's first entry. Demux is a `BTreeMap` lookup. The lists are reused from
+//! due (`deadlines::DeadlineHeap`, an indexed min-heap ordered by `(deadline, FourTuple)`,
+//! updated in place after every change); `poll_at` reads the heap's first entry. Demux is a `BTreeMap` lookup. The lists are reused from
 //! poll to poll (no allocation); segmenting the send queue resumes from a cursor
 //! (`send::QueueCursor`) instead of walking the queue from its front for every segment.
 
 mod congestion;
+mod deadlines;
 mod isn;
 mod recv;
 mod send;
@@ -111,7 +112,7 @@ mod timers;
 mod tests;
 
 use alloc::boxed::Box;
-use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::rc::{Rc, Weak};
 use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
@@ -126,6 +127,7 @@ use ebb_core::net::{CloseReason, SendError, TcpConnection, TcpErrorKind, TcpHand
 pub use congestion::CongestionAlgorithm;
 pub use state::State;
 
+use deadlines::DeadlineHeap;
 use isn::IsnGenerator;
 use state::{AppEvent, Ctx, Incoming, Tcb};
 
@@ -310,7 +312,7 @@ enum Accounting {
 struct LayerState {
     conns: ConnTable,
     /// Every connection's next timer deadline, earliest first.
-    deadlines: BTreeSet<(Instant, FourTuple)>,
+    deadlines: DeadlineHeap,
     listeners: BTreeMap<SocketAddrV4, Listener>,
     isn: IsnGenerator,
     next_port: u16,
@@ -348,6 +350,8 @@ struct Conn {
     in_blocked: Cell<bool>,
     /// The deadline this connection is filed under in `LayerState::deadlines`.
     deadline: Cell<Option<Instant>>,
+    /// Its index in `LayerState::deadlines` (`deadlines::NOT_FILED` when not there).
+    heap_slot: Cell<usize>,
 }
 
 /// First ephemeral port (IANA dynamic range).
@@ -372,7 +376,7 @@ impl TcpLayer {
             config,
             state: RefCell::new(LayerState {
                 conns: ConnTable::default(),
-                deadlines: BTreeSet::new(),
+                deadlines: DeadlineHeap::default(),
                 listeners: BTreeMap::new(),
                 isn,
                 next_port: EPHEMERAL_FIRST,
@@ -493,6 +497,7 @@ impl TcpLayer {
             in_dirty: Cell::new(false),
             in_blocked: Cell::new(false),
             deadline: Cell::new(None),
+            heap_slot: Cell::new(deadlines::NOT_FILED),
         });
         inner.mark_dirty(&conn);
         state.conns.insert(conn);
@@ -551,9 +556,7 @@ impl TcpLayer {
             conn.accounting.set(accounting);
         }
         if tcb_state == State::Closed && !rst_pending {
-            if let Some(at) = conn.deadline.take() {
-                state.deadlines.remove(&(at, conn.tuple));
-            }
+            state.deadlines.set(conn, None);
             if state
                 .conns
                 .get(&conn.tuple)
@@ -568,7 +571,7 @@ impl TcpLayer {
     }
 
     /// Files `conn` under its TCB's next deadline (or none).
-    fn file_deadline(deadlines: &mut BTreeSet<(Instant, FourTuple)>, conn: &Conn) {
+    fn file_deadline(deadlines: &mut DeadlineHeap, conn: &Rc<Conn>) {
         let next = {
             let tcb = conn.tcb.borrow();
             if tcb.state == State::Closed {
@@ -577,16 +580,7 @@ impl TcpLayer {
                 tcb.timers.next()
             }
         };
-        let filed = conn.deadline.get();
-        if filed != next {
-            if let Some(at) = filed {
-                deadlines.remove(&(at, conn.tuple));
-            }
-            if let Some(at) = next {
-                deadlines.insert((at, conn.tuple));
-            }
-            conn.deadline.set(next);
-        }
+        deadlines.set(conn, next);
     }
 
     /// Handles a segment for which no connection exists.
@@ -653,6 +647,7 @@ impl TcpLayer {
                     in_dirty: Cell::new(false),
                     in_blocked: Cell::new(false),
                     deadline: Cell::new(None),
+                    heap_slot: Cell::new(deadlines::NOT_FILED),
                 });
                 TcpLayer::file_deadline(&mut state.deadlines, &conn);
                 state.conns.insert(conn);
@@ -1079,15 +1074,9 @@ impl TcpInput for TcpLayer {
                     conns.push(conn);
                 }
             }
-            while let Some(&(at, tuple)) = state.deadlines.first() {
-                if at > now {
-                    break;
-                }
-                state.deadlines.pop_first();
-                let Some(conn) = state.conns.get(&tuple).cloned() else {
-                    continue;
-                };
-                conn.deadline.set(None);
+            // A connection in the heap is in the table: it leaves the heap (`settle`,
+            // CLOSED) before it leaves the table.
+            while let Some(conn) = state.deadlines.pop_due(now) {
                 if !conn.in_dirty.replace(true) {
                     conns.push(conn);
                 }
@@ -1120,7 +1109,7 @@ impl TcpInput for TcpLayer {
         if inner.needs_poll.get() || !inner.ready.borrow().is_empty() {
             return Some(Instant::ZERO);
         }
-        inner.state.borrow().deadlines.first().map(|&(at, _)| at)
+        inner.state.borrow().deadlines.first()
     }
 
     fn transmit_blocked(&self) -> bool {

@@ -25,7 +25,7 @@ use ebb_core::net::{CloseReason, TcpErrorKind};
 use super::congestion::Congestion;
 use super::recv::Reassembly;
 use super::send::QueueCursor;
-use super::timers::{RttEstimator, Timers};
+use super::timers::{self, RttEstimator, Timers};
 use super::{TcpConfig, TcpCounters};
 use crate::transport::TcpOutput;
 use crate::wire::tcp::{Control, Repr, SeqNumber};
@@ -653,12 +653,11 @@ impl Tcb {
             && ack >= end
         {
             self.rtt_probe = None;
-            let stalled = [self.timers.tail_probe, self.timers.retransmit]
-                .into_iter()
-                .flatten()
-                .any(|deadline| deadline <= now);
+            let stalled = timers::due(self.timers.tail_probe, now)
+                || timers::due(self.timers.retransmit, now);
             if !stalled {
-                self.rtt.sample(now - sent_at);
+                self.rtt
+                    .sample_nanos(now.as_nanos().saturating_sub(sent_at.as_nanos()));
             }
         }
     }
