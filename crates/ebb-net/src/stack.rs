@@ -29,6 +29,7 @@
 //! Generic over the device and over TCP, so it runs with the real TCP layer and with a
 //! test double.
 
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use ebb_core::{IOBuf, Instant};
@@ -52,6 +53,24 @@ impl Default for StackConfig {
     }
 }
 
+/// Multi-core stacks: decides, for each frame the device received, whether this core
+/// processes it (see [`crate::dispatch`]). Frames for other cores are taken out of the
+/// batch (and handed to them, which is the implementation's business); frames to be
+/// processed here as well as elsewhere are copied (an `IOBuf` clone shares the bytes).
+pub trait FrameSteering {
+    /// Leaves in `frames` exactly the frames to process here, in their order.
+    fn steer(&mut self, frames: &mut Vec<IOBuf>);
+}
+
+/// The optional steering hook (a newtype so the stack stays `Debug`).
+struct Steering(Option<Box<dyn FrameSteering>>);
+
+impl core::fmt::Debug for Steering {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(..)" } else { "None" })
+    }
+}
+
 /// A device, the interface on it and the TCP layer: see the module docs.
 #[derive(Debug)]
 pub struct Stack<D: NetDevice, T: TcpInput> {
@@ -59,6 +78,9 @@ pub struct Stack<D: NetDevice, T: TcpInput> {
     iface: Interface,
     tcp: T,
     rx: Vec<IOBuf>,
+    /// Frames other cores steered here, processed at the start of the next poll.
+    injected: Vec<IOBuf>,
+    steering: Steering,
     config: StackConfig,
 }
 
@@ -69,6 +91,8 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
         Self {
             iface: Interface::new(config, caps),
             rx: Vec::with_capacity(caps.max_burst.max(1)),
+            injected: Vec::new(),
+            steering: Steering(None),
             device,
             tcp,
             config: StackConfig::default(),
@@ -78,6 +102,23 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
     /// The same stack with `config`.
     pub fn with_config(self, config: StackConfig) -> Self {
         Self { config, ..self }
+    }
+
+    /// Makes this one core's stack of a multi-core stack: every frame the device
+    /// receives passes `steering` before the interface sees it.
+    pub fn set_steering(&mut self, steering: Box<dyn FrameSteering>) {
+        self.steering = Steering(Some(steering));
+    }
+
+    /// Frames another core's steering sent here: processed, without steering them
+    /// again, at the start of the next [`poll`](Self::poll) (call it soon).
+    pub fn inject(&mut self, frames: impl IntoIterator<Item = IOBuf>) {
+        self.injected.extend(frames);
+    }
+
+    /// Whether injected frames wait for a poll.
+    pub fn has_injected(&self) -> bool {
+        !self.injected.is_empty()
     }
 
     /// The interface (addresses, counters, UDP sockets, DHCP state).
@@ -121,10 +162,17 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
     pub fn poll(&mut self, now: Instant) -> Option<Instant> {
         let burst = self.device.capabilities().max_burst.max(1);
         let mut more_rx = false;
-        let mut received = 0;
+        let mut received = self.injected.len();
+        if received > 0 {
+            self.iface
+                .receive_batch(now, &mut self.injected, &mut self.tcp);
+        }
         for _ in 0..self.config.rx_batches.max(1) {
             let n = self.device.receive(now, &mut self.rx, burst);
             received += n;
+            if let Some(steering) = self.steering.0.as_mut() {
+                steering.steer(&mut self.rx);
+            }
             self.iface.receive_batch(now, &mut self.rx, &mut self.tcp);
             more_rx = n >= burst;
             if !more_rx {

@@ -344,6 +344,17 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.remove_if(key, |_| true)
+    }
+
+    /// Removes `key` if its value satisfies `keep_out` (checked under the writer lock,
+    /// so no other write slips in between); returns whether it removed it. For entries
+    /// several writers may claim: "remove my claim, not someone else's".
+    pub fn remove_if<Q>(&self, key: &Q, keep_out: impl FnOnce(&V) -> bool) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let hash = self.hash_builder.hash_one(key);
         let guard = self.writer.lock();
         let table = self.table_locked(&guard);
@@ -357,6 +368,9 @@ where
             // lock, so it cannot be unlinked, let alone freed, while we look.
             let node = unsafe { current.as_ref() };
             if node.hash == hash && node.key.borrow() == key {
+                if !keep_out(&node.value) {
+                    return false;
+                }
                 // Release not needed for the successor (already published), but
                 // harmless; readers that already passed `link` keep a valid `next`.
                 link.store(node.next.load(Ordering::Relaxed), Ordering::Release);
@@ -396,6 +410,19 @@ where
     /// value is not returned but dropped after a grace period, since readers may still
     /// be looking at it. May grow the table (cloning every entry, hence the bounds).
     pub fn insert(&self, key: K, value: V) -> bool {
+        self.write(key, value, true)
+    }
+
+    /// Inserts `key → value` only if `key` is absent; returns whether it did. The
+    /// check and the insertion are one step under the writer lock: of several cores
+    /// claiming the same key, exactly one succeeds.
+    pub fn try_insert(&self, key: K, value: V) -> bool {
+        !self.write(key, value, false)
+    }
+
+    /// Inserts, or replaces when `replace` (else leaves an existing entry alone);
+    /// returns whether `key` was present.
+    fn write(&self, key: K, value: V, replace: bool) -> bool {
         let hash = self.hash_builder.hash_one(&key);
         let guard = self.writer.lock();
         let table = self.table_locked(&guard);
@@ -405,6 +432,9 @@ where
             // SAFETY: linked in the current table, writer lock held (as in `remove`).
             let node = unsafe { current.as_ref() };
             if node.hash == hash && node.key == key {
+                if !replace {
+                    return true;
+                }
                 let new = Box::new(Node {
                     next: AtomicPtr::new(node.next.load(Ordering::Relaxed)),
                     hash,

@@ -636,3 +636,46 @@ fn stress_small() {
         sleep: std::time::Duration::from_micros(1),
     });
 }
+
+#[test]
+fn try_insert_claims_once_and_remove_if_releases_only_its_own_claim() {
+    let domain = Arc::new(RcuDomain::new(2));
+    let map: RcuHashMap<u32, u32> = RcuHashMap::new(domain);
+    as_core(0, || {
+        assert!(map.try_insert(7, 0), "first claim wins");
+        assert!(!map.try_insert(7, 1), "second claim loses");
+        assert_eq!(map.get_cloned(&7), Some(0), "and leaves the winner's value");
+        assert!(
+            !map.remove_if(&7, |&owner| owner == 1),
+            "not core 1's to release"
+        );
+        assert_eq!(map.get_cloned(&7), Some(0));
+        assert!(map.remove_if(&7, |&owner| owner == 0));
+        assert!(!map.contains_key(&7));
+        assert!(!map.remove_if(&7, |_| true), "absent");
+        assert!(map.try_insert(7, 1), "free again");
+        assert_eq!(map.len(), 1);
+    });
+}
+
+#[test]
+fn concurrent_claims_have_exactly_one_winner_per_key() {
+    let domain = Arc::new(RcuDomain::new(4));
+    let map = Arc::new(RcuHashMap::<u32, u32>::new(domain));
+    let wins: Vec<_> = (0..4u32)
+        .map(|core| {
+            let map = map.clone();
+            std::thread::spawn(move || {
+                (0..2_000u32)
+                    .filter(|&key| map.try_insert(key, core))
+                    .count()
+            })
+        })
+        .collect();
+    let total: usize = wins
+        .into_iter()
+        .map(|t| t.join().expect("claimer panicked"))
+        .sum();
+    assert_eq!(total, 2_000, "every key claimed exactly once");
+    assert_eq!(map.len(), 2_000);
+}

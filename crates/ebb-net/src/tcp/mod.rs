@@ -243,6 +243,9 @@ pub struct TcpCounters {
     pub dropped_out_of_order_bound: u64,
     /// Dropped: malformed header or options (bad option length, port 0, SYN+FIN, ...).
     pub dropped_bad_options: u64,
+    /// Dropped: a SYN for a four-tuple another core's layer holds (multi-core only; a
+    /// retransmitted SYN that reached this core before the owner's claim was visible).
+    pub dropped_owned_elsewhere: u64,
     /// Connections that reached ESTABLISHED.
     pub connections_opened: u64,
     /// Connections closed gracefully (both FINs).
@@ -265,21 +268,49 @@ pub struct FourTuple {
     pub remote: SocketAddrV4,
 }
 
-/// The demux table: four-tuple to connection.
+/// Where a multi-core stack records which core owns each connection (see
+/// [`crate::dispatch`]). A layer claims a four-tuple before the connection's first segment
+/// leaves (so a peer's answer, arriving on any core, finds the owner) and releases it when
+/// the connection leaves the table.
+pub trait ConnectionDirectory {
+    /// Records that this layer holds `tuple`. False if another core holds it: then this
+    /// layer does not create the connection (a passive open drops the SYN, counted in
+    /// [`TcpCounters::dropped_owned_elsewhere`]; an active open tries another port or
+    /// fails with `AddressInUse`).
+    fn claim(&self, tuple: &FourTuple) -> bool;
+    /// This layer no longer holds `tuple`.
+    fn release(&self, tuple: &FourTuple);
+}
+
+/// The demux table: four-tuple to connection, mirrored in the multi-core directory when
+/// there is one (`claim` before a connection's first segment, `remove` releases).
 #[derive(Default)]
 struct ConnTable {
     map: BTreeMap<FourTuple, Rc<Conn>>,
+    directory: Option<Rc<dyn ConnectionDirectory>>,
 }
 
 impl ConnTable {
     fn get(&self, tuple: &FourTuple) -> Option<&Rc<Conn>> {
         self.map.get(tuple)
     }
+    /// Whether `tuple` may become a connection here: free in this table and claimed in
+    /// the directory (if any).
+    fn claim(&self, tuple: &FourTuple) -> bool {
+        !self.map.contains_key(tuple) && self.directory.as_ref().is_none_or(|d| d.claim(tuple))
+    }
+    /// Inserts a connection whose tuple was claimed.
     fn insert(&mut self, conn: Rc<Conn>) {
         self.map.insert(conn.tuple, conn);
     }
     fn remove(&mut self, tuple: &FourTuple) -> Option<Rc<Conn>> {
-        self.map.remove(tuple)
+        let removed = self.map.remove(tuple);
+        if removed.is_some()
+            && let Some(directory) = &self.directory
+        {
+            directory.release(tuple);
+        }
+        removed
     }
     fn len(&self) -> usize {
         self.map.len()
@@ -406,6 +437,13 @@ impl TcpLayer {
         self.0.state.borrow().conns.len()
     }
 
+    /// Makes this layer one core's part of a multi-core stack: every connection it
+    /// creates is claimed in `directory` first and released when it leaves the table
+    /// (see [`ConnectionDirectory`]). Set it before the first connection.
+    pub fn set_directory(&self, directory: Rc<dyn ConnectionDirectory>) {
+        self.0.state.borrow_mut().conns.directory = Some(directory);
+    }
+
     /// Whether the application acted since the last poll (then `poll_at` is `ZERO`).
     pub fn needs_poll(&self) -> bool {
         self.0.needs_poll.get()
@@ -467,7 +505,7 @@ impl TcpLayer {
         }
         let tuple = if local.port() != 0 {
             let tuple = FourTuple { local, remote };
-            if state.conns.get(&tuple).is_some() {
+            if !state.conns.claim(&tuple) {
                 return Err(TcpErrorKind::AddressInUse);
             }
             tuple
@@ -617,6 +655,10 @@ impl TcpLayer {
                     ctx.counters.dropped_table_full += 1;
                     return;
                 }
+                if !state.conns.claim(&tuple) {
+                    ctx.counters.dropped_owned_elsewhere += 1;
+                    return;
+                }
                 listener.half_open += 1;
                 let iss = state.isn.isn(&tuple, ctx.now);
                 let mut tcb = Tcb::new(
@@ -690,7 +732,7 @@ impl LayerState {
                 remote,
             };
             let listened = self.listeners.keys().any(|l| l.port() == port);
-            if !listened && self.conns.get(&tuple).is_none() {
+            if !listened && self.conns.claim(&tuple) {
                 return Some(tuple);
             }
         }
