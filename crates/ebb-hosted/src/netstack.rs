@@ -43,10 +43,35 @@
 //! * After [`NetStack::shutdown`] the descriptor is deregistered, the idle handler
 //!   removed and the timer task finished; the device closes when the `NetStack` drops.
 //!
+//! # Several cores
+//!
+//! With [`NetStackConfig::queues`] `= n > 1` the TAP device is opened with `n` queues and
+//! the stack runs on `n` cores: the calling core (the *home* core, which also runs UDP)
+//! and the next `n − 1`. Each core drives its own queue with its own `Stack` — interface,
+//! ARP cache, TCP layer, timers — exactly as above; what they share is an
+//! `ebb_net::dispatch::FlowDirectory`: which core owns each connection (an RCU hash map
+//! read without locks on every received frame) and how each listening port places new
+//! connections ([`Placement`]). Every frame a queue receives is *steered* before the
+//! interface sees it: frames of a connection owned elsewhere (or UDP, for the home core)
+//! are batched per destination and sent to their core as one `spawn_on` message per
+//! batch and poll, zero copy (the `IOBuf`s move); ARP replies are copied to every core.
+//! Linux steers a flow to the queue that last transmitted it, so after a connection's
+//! first segment from its owner, its frames arrive at the owner's queue and nothing is
+//! forwarded (the counters in [`DriverCounters`] show it).
+//!
+//! * [`NetStack::listen_on_every_core`] listens on every core; the [`Placement`] decides
+//!   the owner of each accepted connection (default: the core that received the SYN),
+//!   and `on_accept` runs there. [`NetStack::listen`] on a multi-core stack places every
+//!   connection on the home core.
+//! * [`NetStack::connect`] connects from the home core; [`NetStackRef::on_this_core`]
+//!   gives any core of the stack its own [`CoreNetStack`] to connect from (the
+//!   connection is owned by that core).
+//!
 //! # Not done
 //!
-//! One queue on one core (the TAP device is single-queue here); UDP and ping are reached
-//! through [`NetStack::with_interface`], without their own futures.
+//! DHCP needs a single queue (the lease would have to reach every core's interface);
+//! UDP and ping are reached through [`NetStack::with_interface`] on the home core,
+//! without their own futures.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -56,17 +81,20 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 
 use ebb_core::event::{self, IdleId, IdleStatus, Sleep};
 use ebb_core::future::{Promise, promise};
 use ebb_core::net::TcpErrorKind;
-use ebb_core::{IOBuf, IOBufChain, Instant};
+use ebb_core::{CoreId, IOBuf, IOBufChain, Instant};
+use ebb_net::dispatch::{FlowDirectory, Steer};
 use ebb_net::iface::{Interface, InterfaceConfig, InterfaceCounters, Ipv4Cidr};
 use ebb_net::phy::{
     DeviceCapabilities, DeviceCounters, FaultConfig, FaultInjector, FaultStats, NetDevice,
 };
-use ebb_net::stack::Stack;
+use ebb_net::stack::{FrameSteering, Stack};
 use ebb_net::tcp::{TcpConfig, TcpCounters, TcpLayer};
 use ebb_net::wire::EthernetAddress;
 use rustix::event::epoll::EventFlags;
@@ -74,6 +102,7 @@ use rustix::event::epoll::EventFlags;
 use crate::reactor::{self, Source, Token};
 use crate::tap::{TapConfig, TapDevice, TapError};
 
+pub use ebb_net::dispatch::Placement;
 pub use ebb_net::tcp::TcpConn;
 
 /// Back-to-back `Stack::poll` rounds in one driver poll before yielding to the loop.
@@ -124,6 +153,8 @@ pub struct NetStackConfig {
     pub faults: Option<FaultSetting>,
     /// TCP settings. [`NetStackConfig::new`] puts a fresh random ISN seed in.
     pub tcp: TcpConfig,
+    /// TAP queues, one core each (see the module docs, "Several cores"). Default 1.
+    pub queues: usize,
 }
 
 impl NetStackConfig {
@@ -140,6 +171,7 @@ impl NetStackConfig {
             address,
             faults: None,
             tcp,
+            queues: 1,
         }
     }
 }
@@ -170,6 +202,20 @@ pub enum NetStackError {
     /// The stack was shut down before the address was configured.
     #[error("the network stack was shut down")]
     ShutDown,
+    /// More queues than the runtime has cores, or zero.
+    #[error("{queues} queues asked for, but the runtime has {cores} cores (one queue per core)")]
+    TooManyQueues {
+        /// Queues asked for.
+        queues: usize,
+        /// Cores of the runtime.
+        cores: usize,
+    },
+    /// DHCP with several queues (the lease would have to reach every core's interface).
+    #[error("DHCP needs a single queue; use a static address with several queues")]
+    DhcpNeedsOneQueue,
+    /// The calling core runs no queue of this stack.
+    #[error("core {0} runs no queue of this network stack")]
+    NotOnThisCore(u32),
 }
 
 /// The TAP device, directly or through the fault injector.
@@ -243,6 +289,15 @@ pub struct DriverCounters {
     pub idle_polls: u64,
     /// Polls after which the device pushed back on transmit.
     pub tx_blocked: u64,
+    /// Received frames this core steered to the core owning them (several cores only).
+    pub steered_out: u64,
+    /// Frames other cores steered to this one.
+    pub steered_in: u64,
+    /// Received frames copied to every core (ARP replies).
+    pub steered_everywhere: u64,
+    /// Steered frames lost because the destination core refused the message (it was
+    /// shutting down).
+    pub steer_failures: u64,
 }
 
 /// A snapshot of every counter of the stack.
@@ -262,9 +317,18 @@ pub struct NetStackCounters {
     pub driver: DriverCounters,
 }
 
-/// The shared state of the three event sources; see the module docs.
+/// The shared state of the three event sources; see the module docs. One per core of
+/// the stack.
 struct Driver {
+    /// Names the stack in each core's [`LOCAL_DRIVERS`].
+    id: u64,
+    /// The core this driver runs on.
+    core: CoreId,
     stack: RefCell<Stack<TapLink, TcpLayer>>,
+    /// Frames other cores steered here, injected at the next poll.
+    inbox: RefCell<Vec<IOBuf>>,
+    /// The reactor registration and idle handler, until [`Driver::stop`].
+    registration: Cell<Option<(Token, IdleId)>>,
     /// A second handle on the stack's TCP layer, usable while the stack is borrowed.
     tcp: TcpLayer,
     /// The last poll left work to do now (not counting blocked transmission).
@@ -281,7 +345,8 @@ struct Driver {
     address: Cell<Option<Ipv4Cidr>>,
     address_waiters: RefCell<Vec<Promise<Result<Ipv4Cidr, NetStackError>>>>,
     stopped: Cell<bool>,
-    counters: Cell<DriverCounters>,
+    /// Shared with the steering hook, which counts what it forwards.
+    counters: Rc<Cell<DriverCounters>>,
 }
 
 impl Driver {
@@ -301,6 +366,12 @@ impl Driver {
             // Re-entered from a callback inside `poll`: the running poll covers it.
             return;
         };
+        {
+            let mut inbox = self.inbox.borrow_mut();
+            if !inbox.is_empty() {
+                stack.inject(inbox.drain(..));
+            }
+        }
         let mut rounds = 0;
         let (now, next, tx_blocked) = loop {
             let now = event::now();
@@ -380,6 +451,243 @@ impl Driver {
     }
 }
 
+/// What a driver on a core of a multi-core stack needs besides its queue.
+#[derive(Clone)]
+struct MultiCore {
+    /// The stack's id (as in [`Driver::id`]).
+    id: u64,
+    directory: Arc<FlowDirectory>,
+}
+
+thread_local! {
+    /// The drivers running on this core, by stack id: where steered frames and
+    /// cross-core requests find them.
+    static LOCAL_DRIVERS: RefCell<Vec<(u64, Rc<Driver>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The error code a cross-core request reports when the target core runs no part of the
+/// stack (it failed to start, or the stack was shut down): `ENODEV`.
+const NO_PART_HERE: i32 = libc::ENODEV;
+
+/// Names multi-core stacks.
+static NEXT_STACK_ID: AtomicU64 = AtomicU64::new(1);
+
+/// This core's driver of stack `id`, if it runs a queue of it.
+fn local_driver(id: u64) -> Option<Rc<Driver>> {
+    LOCAL_DRIVERS.with(|drivers| {
+        drivers
+            .borrow()
+            .iter()
+            .find(|(stack, _)| *stack == id)
+            .map(|(_, driver)| driver.clone())
+    })
+}
+
+impl Driver {
+    /// Builds a driver of stack `id` for `device` on the calling core, starts its three
+    /// event sources and registers it in [`LOCAL_DRIVERS`]; with `multi`, makes it that
+    /// multi-core stack's part on this core (claims, steering).
+    fn start(
+        id: u64,
+        device: TapLink,
+        iface: InterfaceConfig,
+        tcp_config: TcpConfig,
+        multi: Option<MultiCore>,
+    ) -> Result<Rc<Driver>, NetStackError> {
+        let core = event::core_id();
+        let tcp = TcpLayer::new(tcp_config);
+        let mut stack = Stack::new(device, iface, tcp.clone());
+        let counters = Rc::new(Cell::new(DriverCounters::default()));
+        if let Some(multi) = &multi {
+            tcp.set_directory(Rc::new(multi.directory.claims_for(core)));
+            stack.set_steering(Box::new(CoreSteering {
+                here: core,
+                multi: multi.clone(),
+                outboxes: vec![Vec::new(); multi.directory.cores().len()],
+                counters: counters.clone(),
+            }));
+        }
+        let driver = Rc::new(Driver {
+            id,
+            core,
+            stack: RefCell::new(stack),
+            inbox: RefCell::new(Vec::new()),
+            registration: Cell::new(None),
+            tcp,
+            work_left: Cell::new(true),
+            tx_blocked: Cell::new(false),
+            deadline: Cell::new(None),
+            timer_waker: RefCell::new(None),
+            timer_armed: Cell::new(None),
+            address: Cell::new(None),
+            address_waiters: RefCell::new(Vec::new()),
+            stopped: Cell::new(false),
+            counters,
+        });
+        let token = {
+            let stack = driver.stack.borrow();
+            reactor::register(
+                stack.device().tap().as_fd(),
+                EventFlags::IN | EventFlags::OUT,
+                driver.clone(),
+            )
+            .map_err(NetStackError::Reactor)?
+        };
+        let idle_driver = driver.clone();
+        let idle = event::add_idle_handler(move || idle_driver.idle());
+        driver.registration.set(Some((token, idle)));
+        drop(event::spawn_local(DeadlineTimer {
+            driver: driver.clone(),
+            sleep: None,
+        }));
+        LOCAL_DRIVERS.with(|d| d.borrow_mut().push((id, driver.clone())));
+        // The first poll sends the gratuitous ARP (static) or the DHCP DISCOVER.
+        driver.poll_now();
+        Ok(driver)
+    }
+
+    /// Stops this core's part: one last poll to send what is queued, then the
+    /// descriptor leaves the reactor, the idle handler goes and the timer task ends.
+    /// Idempotent.
+    fn stop(&self) {
+        if self.stopped.get() {
+            return;
+        }
+        self.poll_now();
+        self.stopped.set(true);
+        if let Some((token, idle)) = self.registration.take() {
+            if let Ok(stack) = self.stack.try_borrow() {
+                let _ = reactor::deregister(stack.device().tap().as_fd(), token);
+            }
+            event::remove_idle_handler(idle);
+        }
+        if let Some(waker) = self.timer_waker.take() {
+            waker.wake();
+        }
+        for waiter in self.address_waiters.take() {
+            let _ = waiter.set(Err(NetStackError::ShutDown));
+        }
+        LOCAL_DRIVERS.with(|d| d.borrow_mut().retain(|(id, _)| *id != self.id));
+    }
+
+    /// Frames steered here by another core: processed by a poll now.
+    fn receive_steered(&self, frames: Vec<IOBuf>) {
+        if self.stopped.get() {
+            return;
+        }
+        let n = frames.len() as u64;
+        self.count(|c| c.steered_in += n);
+        self.inbox.borrow_mut().extend(frames);
+        self.poll_now();
+    }
+
+    /// Connects from this core (which owns the connection); see [`NetStack::connect`].
+    fn connect(
+        &self,
+        remote: SocketAddrV4,
+    ) -> impl Future<Output = Result<TcpConn, TcpErrorKind>> + 'static {
+        let started = match self.address.get() {
+            None => Err(TcpErrorKind::AddressNotAvailable),
+            Some(cidr) => {
+                let (tx, rx) = promise();
+                self.tcp
+                    .connect(
+                        SocketAddrV4::new(cidr.address(), 0),
+                        remote,
+                        move |result| {
+                            let _ = tx.set(result);
+                        },
+                    )
+                    .map(|()| rx)
+            }
+        };
+        async move {
+            // A dropped promise means the stack dropped the connection attempt unanswered.
+            started?.await.unwrap_or(Err(TcpErrorKind::Other(0)))
+        }
+    }
+}
+
+/// One core's steering (see the module docs, "Several cores"): asks the directory about
+/// every received frame and sends other cores theirs, one message per core per batch.
+struct CoreSteering {
+    here: CoreId,
+    multi: MultiCore,
+    /// Frames for each core of the stack (by position in `directory.cores()`), reused.
+    outboxes: Vec<Vec<IOBuf>>,
+    counters: Rc<Cell<DriverCounters>>,
+}
+
+impl CoreSteering {
+    fn outbox(&mut self, core: CoreId) -> Option<&mut Vec<IOBuf>> {
+        let index = self
+            .multi
+            .directory
+            .cores()
+            .iter()
+            .position(|&c| c == core)?;
+        self.outboxes.get_mut(index)
+    }
+
+    fn count(&self, f: impl FnOnce(&mut DriverCounters)) {
+        let mut c = self.counters.get();
+        f(&mut c);
+        self.counters.set(c);
+    }
+}
+
+impl FrameSteering for CoreSteering {
+    fn steer(&mut self, frames: &mut Vec<IOBuf>) {
+        let directory = self.multi.directory.clone();
+        let (mut out, mut everywhere) = (0, 0);
+        frames.retain(|frame| match directory.steer(self.here, frame.as_slice()) {
+            Steer::Here => true,
+            Steer::To(core) => match self.outbox(core) {
+                Some(outbox) => {
+                    outbox.push(frame.clone());
+                    out += 1;
+                    false
+                }
+                None => true,
+            },
+            Steer::Everywhere => {
+                for &core in directory.cores() {
+                    if core != self.here
+                        && let Some(outbox) = self.outbox(core)
+                    {
+                        outbox.push(frame.clone());
+                    }
+                }
+                everywhere += 1;
+                true
+            }
+        });
+        self.count(|c| {
+            c.steered_out += out;
+            c.steered_everywhere += everywhere;
+        });
+        for (index, &core) in directory.cores().iter().enumerate() {
+            let Some(outbox) = self.outboxes.get_mut(index) else {
+                continue;
+            };
+            if outbox.is_empty() {
+                continue;
+            }
+            let batch = std::mem::take(outbox);
+            let n = batch.len() as u64;
+            let id = self.multi.id;
+            let sent = event::spawn_on(core, move || {
+                if let Some(driver) = local_driver(id) {
+                    driver.receive_steered(batch);
+                }
+            });
+            if sent.is_err() {
+                self.count(|c| c.steer_failures += n);
+            }
+        }
+    }
+}
+
 impl Source for Driver {
     fn ready(self: Rc<Self>, flags: EventFlags) {
         let readable = flags.intersects(EventFlags::IN | EventFlags::ERR | EventFlags::HUP);
@@ -447,6 +755,17 @@ impl Future for DeadlineTimer {
 pub struct NetListener {
     addr: SocketAddrV4,
     tcp: TcpLayer,
+    /// For a listener on every core: the stack, to close it on each.
+    everywhere: Option<(MultiCore, Vec<CoreId>)>,
+}
+
+impl std::fmt::Debug for MultiCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiCore")
+            .field("id", &self.id)
+            .field("directory", &self.directory)
+            .finish()
+    }
 }
 
 impl NetListener {
@@ -455,75 +774,154 @@ impl NetListener {
         self.addr
     }
 
-    /// Stops accepting. Established connections are not affected.
+    /// Stops accepting (on every core, for [`NetStack::listen_on_every_core`]; the other
+    /// cores stop when their next event runs). Established connections are not affected.
     pub fn close(&self) {
         self.tcp.unlisten(self.addr);
+        if let Some((multi, cores)) = &self.everywhere {
+            multi.directory.clear_placement(self.addr.port());
+            for &core in cores {
+                let (id, addr) = (multi.id, self.addr);
+                let _ = event::spawn_on(core, move || {
+                    if let Some(driver) = local_driver(id) {
+                        driver.tcp.unlisten(addr);
+                    }
+                });
+            }
+        }
     }
 }
 
-/// ebb-net on a TAP device, driven by the calling core's event loop: see the module docs.
+/// ebb-net on a TAP device, driven by the calling core's event loop (and, with several
+/// queues, the next cores'): see the module docs.
 pub struct NetStack {
+    /// The home core's driver.
     driver: Rc<Driver>,
-    token: Token,
-    idle: IdleId,
+    multi: Option<MultiCore>,
+}
+
+/// A handle on a [`NetStack`] that any core can hold (`Send + Sync`): it finds the
+/// calling core's part of the stack.
+#[derive(Clone, Debug)]
+pub struct NetStackRef {
+    id: u64,
+    home: CoreId,
+}
+
+impl NetStackRef {
+    /// The calling core's part of the stack, to connect from (or
+    /// [`NetStackError::NotOnThisCore`]). On a single-queue stack only the home core
+    /// has one; none is left after [`NetStack::shutdown`].
+    pub fn on_this_core(&self) -> Result<CoreNetStack, NetStackError> {
+        local_driver(self.id)
+            .map(|driver| CoreNetStack { driver })
+            .ok_or(NetStackError::NotOnThisCore(event::core_id().0))
+    }
+
+    /// The home core.
+    pub fn home(&self) -> CoreId {
+        self.home
+    }
+}
+
+/// One core's part of a multi-core [`NetStack`] (`!Send`: it stays on its core).
+pub struct CoreNetStack {
+    driver: Rc<Driver>,
+}
+
+impl CoreNetStack {
+    /// Connects from this core: the connection is owned by it, and its handler runs
+    /// here. As [`NetStack::connect`].
+    pub fn connect(
+        &self,
+        remote: SocketAddrV4,
+    ) -> impl Future<Output = Result<TcpConn, TcpErrorKind>> + 'static {
+        self.driver.connect(remote)
+    }
+
+    /// This core's counters ([`NetStackError::Busy`] inside a callback).
+    pub fn counters(&self) -> Result<NetStackCounters, NetStackError> {
+        self.driver.counters()
+    }
+
+    /// The core.
+    pub fn core(&self) -> CoreId {
+        self.driver.core
+    }
 }
 
 impl NetStack {
     /// Creates the TAP device and starts the stack on the calling core (which must be a
-    /// hosted Ebbflow core). The Linux side of the device still has to be configured
-    /// (`ip link set NAME up`, an address, or moved into a namespace).
+    /// hosted Ebbflow core) and, with [`NetStackConfig::queues`] `> 1`, on the next
+    /// cores too (they start when their loops next run, before any later cross-core
+    /// request such as [`listen_on_every_core`](Self::listen_on_every_core)). The Linux
+    /// side of the device still has to be configured (`ip link set NAME up`, an
+    /// address, or moved into a namespace).
     pub fn start(config: NetStackConfig) -> Result<NetStack, NetStackError> {
-        let tap = TapDevice::open(&config.tap)?;
-        let device = match config.faults {
-            None => TapLink::Plain(tap),
-            Some(faults) => TapLink::Faulty(Box::new(
-                FaultInjector::new(tap, faults.seed)
-                    .with_rx_faults(faults.config)
-                    .with_tx_faults(faults.config),
-            )),
-        };
+        let queues = config.queues;
+        let cores = event::num_cores();
+        if queues == 0 || queues > cores {
+            return Err(NetStackError::TooManyQueues { queues, cores });
+        }
+        if queues > 1 && config.address == AddressConfig::Dhcp {
+            return Err(NetStackError::DhcpNeedsOneQueue);
+        }
+        let mut tap_config = config.tap.clone();
+        tap_config.queues = queues;
+        let mut taps = TapDevice::open_queues(&tap_config)?.into_iter();
         let iface = match config.address {
             AddressConfig::Static { cidr, gateway } => {
                 InterfaceConfig::new_static(config.mac, cidr, gateway)
             }
             AddressConfig::Dhcp => InterfaceConfig::new_dhcp(config.mac),
         };
-        let tcp = TcpLayer::new(config.tcp);
-        let driver = Rc::new(Driver {
-            stack: RefCell::new(Stack::new(device, iface, tcp.clone())),
-            tcp,
-            work_left: Cell::new(true),
-            tx_blocked: Cell::new(false),
-            deadline: Cell::new(None),
-            timer_waker: RefCell::new(None),
-            timer_armed: Cell::new(None),
-            address: Cell::new(None),
-            address_waiters: RefCell::new(Vec::new()),
-            stopped: Cell::new(false),
-            counters: Cell::new(DriverCounters::default()),
-        });
-        let token = {
-            let stack = driver.stack.borrow();
-            reactor::register(
-                stack.device().tap().as_fd(),
-                EventFlags::IN | EventFlags::OUT,
-                driver.clone(),
-            )
-            .map_err(NetStackError::Reactor)?
+        let link = |tap: TapDevice, queue: u64| match config.faults {
+            None => TapLink::Plain(tap),
+            Some(faults) => TapLink::Faulty(Box::new(
+                FaultInjector::new(tap, faults.seed.wrapping_add(queue))
+                    .with_rx_faults(faults.config)
+                    .with_tx_faults(faults.config),
+            )),
         };
-        let idle_driver = driver.clone();
-        let idle = event::add_idle_handler(move || idle_driver.idle());
-        drop(event::spawn_local(DeadlineTimer {
-            driver: driver.clone(),
-            sleep: None,
-        }));
-        // The first poll sends the gratuitous ARP (static) or the DHCP DISCOVER.
-        driver.poll_now();
-        Ok(NetStack {
-            driver,
-            token,
-            idle,
-        })
+        let home = event::core_id();
+        let id = NEXT_STACK_ID.fetch_add(1, Ordering::Relaxed);
+        let multi = (queues > 1).then(|| {
+            let others = (0..cores as u32).map(CoreId).filter(|&c| c != home);
+            let stack_cores = std::iter::once(home).chain(others).take(queues).collect();
+            let domain = event::Handle::current()
+                .map(|h| h.rcu().clone())
+                .unwrap_or_else(|| unreachable!("event::core_id() ran, so this is a core"));
+            MultiCore {
+                id,
+                directory: Arc::new(FlowDirectory::new(domain, stack_cores)),
+            }
+        });
+        let first = taps
+            .next()
+            .unwrap_or_else(|| unreachable!("open_queues opens at least one queue"));
+        let driver = Driver::start(
+            id,
+            link(first, 0),
+            iface,
+            config.tcp.clone(),
+            multi.clone(),
+        )?;
+        if let Some(multi) = &multi {
+            for (queue, (tap, &core)) in taps.zip(&multi.directory.cores()[1..]).enumerate() {
+                let device = link(tap, queue as u64 + 1);
+                let (iface, tcp, part) = (iface, config.tcp.clone(), multi.clone());
+                let sent = event::spawn_on(core, move || {
+                    if let Err(e) = Driver::start(id, device, iface, tcp, Some(part)) {
+                        log::error!("network stack queue {} on core {}: {e}", queue + 1, core.0);
+                    }
+                });
+                if sent.is_err() {
+                    driver.stop();
+                    return Err(NetStackError::NotOnThisCore(core.0));
+                }
+            }
+        }
+        Ok(NetStack { driver, multi })
     }
 
     /// The TAP device's interface name.
@@ -539,6 +937,41 @@ impl NetStack {
     /// Our address, once configured.
     pub fn address(&self) -> Option<Ipv4Cidr> {
         self.driver.address.get()
+    }
+
+    /// The cores running a queue, home core first.
+    pub fn cores(&self) -> Vec<CoreId> {
+        match &self.multi {
+            Some(multi) => multi.directory.cores().to_vec(),
+            None => vec![self.driver.core],
+        }
+    }
+
+    /// A handle any core can use to reach its part of the stack.
+    pub fn handle(&self) -> NetStackRef {
+        NetStackRef {
+            id: self.driver.id,
+            home: self.driver.core,
+        }
+    }
+
+    /// Resolves once every core's part runs (at once with one queue), or with the
+    /// error of a core whose part did not start.
+    pub fn ready(&self) -> impl Future<Output = Result<(), NetStackError>> + 'static {
+        let multi = self.multi.clone();
+        async move {
+            let Some(multi) = multi else { return Ok(()) };
+            for &core in multi.directory.cores() {
+                let id = multi.id;
+                let running = event::run_on(core, move || local_driver(id).is_some())
+                    .await
+                    .unwrap_or(false);
+                if !running {
+                    return Err(NetStackError::NotOnThisCore(core.0));
+                }
+            }
+            Ok(())
+        }
     }
 
     /// Resolves with our address: at once for a static one, when the lease is bound with
@@ -563,7 +996,9 @@ impl NetStack {
 
     /// Listens on `port` of every address of the interface; `on_accept` gets each
     /// connection once its handshake completes and installs its handler
-    /// (`conn.set_handler(..)`), as with [`crate::tcp::listen`].
+    /// (`conn.set_handler(..)`), as with [`crate::tcp::listen`]. On a multi-core stack
+    /// every connection to `port` is placed on the home core, where `on_accept` runs
+    /// (see [`listen_on_every_core`](Self::listen_on_every_core) to spread them).
     pub fn listen(
         &self,
         port: u16,
@@ -571,49 +1006,98 @@ impl NetStack {
     ) -> Result<NetListener, TcpErrorKind> {
         let addr = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
         self.driver.tcp.listen(addr, LISTEN_BACKLOG, on_accept)?;
+        if let Some(multi) = &self.multi {
+            multi
+                .directory
+                .set_placement(port, Placement::Core(self.driver.core));
+        }
         Ok(NetListener {
             addr,
             tcp: self.driver.tcp.clone(),
+            everywhere: None,
         })
     }
 
-    /// Connects to `remote` from our address and an ephemeral port. Resolves with the
-    /// established connection, or `ConnectionRefused`, `TimedOut`; `AddressNotAvailable`
-    /// while we have no address.
+    /// Listens on `port` on every core of the stack. `placement` picks the core that
+    /// owns each new connection; `on_accept` runs there (so it must be `Send + Sync`; it
+    /// installs the connection's handler, which stays on that core). Resolves once every
+    /// core listens. On a single-queue stack this is [`listen`](Self::listen).
+    pub fn listen_on_every_core(
+        &self,
+        port: u16,
+        placement: Placement,
+        on_accept: impl Fn(TcpConn) + Send + Sync + 'static,
+    ) -> impl Future<Output = Result<NetListener, TcpErrorKind>> + 'static {
+        let addr = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
+        let home_tcp = self.driver.tcp.clone();
+        let multi = self.multi.clone();
+        let on_accept = Arc::new(on_accept);
+        async move {
+            let Some(multi) = multi else {
+                home_tcp.listen(addr, LISTEN_BACKLOG, move |conn| on_accept(conn))?;
+                return Ok(NetListener {
+                    addr,
+                    tcp: home_tcp,
+                    everywhere: None,
+                });
+            };
+            multi.directory.set_placement(port, placement);
+            let cores = multi.directory.cores().to_vec();
+            for (listening, &core) in cores.iter().enumerate() {
+                let (id, on_accept) = (multi.id, on_accept.clone());
+                let listened = event::run_on(core, move || match local_driver(id) {
+                    None => Err(TcpErrorKind::Other(NO_PART_HERE)),
+                    Some(driver) => driver
+                        .tcp
+                        .listen(addr, LISTEN_BACKLOG, move |conn| on_accept(conn)),
+                })
+                .await
+                .unwrap_or(Err(TcpErrorKind::Other(NO_PART_HERE)));
+                if let Err(e) = listened {
+                    // Undo what the cores before this one did.
+                    multi.directory.clear_placement(port);
+                    for &core in &cores[..listening] {
+                        let id = multi.id;
+                        let _ = event::spawn_on(core, move || {
+                            if let Some(driver) = local_driver(id) {
+                                driver.tcp.unlisten(addr);
+                            }
+                        });
+                    }
+                    return Err(e);
+                }
+            }
+            let others = cores
+                .into_iter()
+                .filter(|&c| c != event::core_id())
+                .collect();
+            Ok(NetListener {
+                addr,
+                tcp: home_tcp,
+                everywhere: Some((multi, others)),
+            })
+        }
+    }
+
+    /// Connects to `remote` from our address and an ephemeral port, owned by the home
+    /// core. Resolves with the established connection, or `ConnectionRefused`,
+    /// `TimedOut`; `AddressNotAvailable` while we have no address.
     pub fn connect(
         &self,
         remote: SocketAddrV4,
     ) -> impl Future<Output = Result<TcpConn, TcpErrorKind>> + 'static {
-        let started = match self.driver.address.get() {
-            None => Err(TcpErrorKind::AddressNotAvailable),
-            Some(cidr) => {
-                let (tx, rx) = promise();
-                self.driver
-                    .tcp
-                    .connect(
-                        SocketAddrV4::new(cidr.address(), 0),
-                        remote,
-                        move |result| {
-                            let _ = tx.set(result);
-                        },
-                    )
-                    .map(|()| rx)
-            }
-        };
-        async move {
-            // A dropped promise means the stack dropped the connection attempt unanswered.
-            started?.await.unwrap_or(Err(TcpErrorKind::Other(0)))
-        }
+        self.driver.connect(remote)
     }
 
-    /// The TCP layer itself (its configuration, connection count, `listen` with an exact
-    /// address).
+    /// The home core's TCP layer (its configuration, connection count, `listen` with an
+    /// exact address).
     pub fn tcp(&self) -> &TcpLayer {
         &self.driver.tcp
     }
 
-    /// Runs `f` on the interface (UDP sockets, ping, ARP cache), then polls so whatever
-    /// it queued is sent. Not from inside a connection callback ([`NetStackError::Busy`]).
+    /// Runs `f` on the home core's interface (UDP sockets, ping, ARP cache), then polls
+    /// so whatever it queued is sent. Not from inside a connection callback
+    /// ([`NetStackError::Busy`]).
     pub fn with_interface<R>(
         &self,
         f: impl FnOnce(Instant, &mut Interface) -> R,
@@ -630,13 +1114,39 @@ impl NetStack {
         Ok(result)
     }
 
-    /// Every counter: interface, TCP, device, faults, driver. Not from inside a
-    /// connection callback ([`NetStackError::Busy`]).
+    /// Every counter of the home core: interface, TCP, device, faults, driver. Not from
+    /// inside a connection callback ([`NetStackError::Busy`]).
     pub fn counters(&self) -> Result<NetStackCounters, NetStackError> {
         self.driver.counters()
     }
 
-    /// How the stack was driven so far (always available).
+    /// Every core's counters, home core first.
+    pub fn counters_per_core(
+        &self,
+    ) -> impl Future<Output = Vec<(CoreId, Result<NetStackCounters, NetStackError>)>> + 'static
+    {
+        let multi = self.multi.clone();
+        let home = self.driver.clone();
+        async move {
+            let Some(multi) = multi else {
+                return vec![(home.core, home.counters())];
+            };
+            let mut all = Vec::new();
+            for &core in multi.directory.cores() {
+                let id = multi.id;
+                let counters = event::run_on(core, move || match local_driver(id) {
+                    Some(driver) => driver.counters(),
+                    None => Err(NetStackError::NotOnThisCore(core.0)),
+                })
+                .await
+                .unwrap_or(Err(NetStackError::NotOnThisCore(core.0)));
+                all.push((core, counters));
+            }
+            all
+        }
+    }
+
+    /// How the home core drove the stack so far (always available).
     pub fn driver_counters(&self) -> DriverCounters {
         self.driver.counters.get()
     }
@@ -644,9 +1154,10 @@ impl NetStack {
     /// Stops the stack in order: no more accepting, one last poll to send what is
     /// queued (FINs, ACKs), then the descriptor leaves the reactor and the idle handler
     /// and the timer task end (the TAP device closes when the `NetStack` is dropped; the
-    /// counters can still be read until then). Connections still open are
-    /// abandoned without a reset: close them and wait for `closed` first for a clean
-    /// end. Returns the final counters.
+    /// counters can still be read until then). The other cores of a multi-core stack
+    /// stop when their loops next run. Connections still open are abandoned without a
+    /// reset: close them and wait for `closed` first for a clean end. Returns the home
+    /// core's final counters.
     /// Call it once, not from inside a connection callback ([`NetStackError::Busy`],
     /// and nothing is stopped); a second call returns [`NetStackError::ShutDown`].
     pub fn shutdown(&self) -> Result<NetStackCounters, NetStackError> {
@@ -656,17 +1167,16 @@ impl NetStack {
         }
         driver.poll_now();
         let counters = driver.counters()?;
-        driver.stopped.set(true);
-        {
-            let stack = driver.stack.borrow();
-            let _ = reactor::deregister(stack.device().tap().as_fd(), self.token);
-        }
-        event::remove_idle_handler(self.idle);
-        if let Some(waker) = driver.timer_waker.take() {
-            waker.wake();
-        }
-        for waiter in driver.address_waiters.take() {
-            let _ = waiter.set(Err(NetStackError::ShutDown));
+        driver.stop();
+        if let Some(multi) = &self.multi {
+            for &core in &multi.directory.cores()[1..] {
+                let id = multi.id;
+                let _ = event::spawn_on(core, move || {
+                    if let Some(driver) = local_driver(id) {
+                        driver.stop();
+                    }
+                });
+            }
         }
         Ok(counters)
     }

@@ -40,6 +40,11 @@ pub struct TapConfig {
     /// The IP MTU the stack uses (frames are up to 14 bytes longer). Set the Linux side
     /// to the same (`ip link set NAME mtu N`); 1500 is Linux's default.
     pub mtu: usize,
+    /// Queue pairs (`IFF_MULTI_QUEUE` when more than one): [`TapDevice::open_queues`]
+    /// opens one descriptor per queue, each a `TapDevice` a different core can drive.
+    /// Linux hands a flow's frames to the queue that last transmitted for it (else to
+    /// a queue chosen by the flow's hash). Default 1.
+    pub queues: usize,
 }
 
 impl TapConfig {
@@ -48,6 +53,7 @@ impl TapConfig {
         Self {
             name: name.into(),
             mtu: 1500,
+            queues: 1,
         }
     }
 }
@@ -93,9 +99,26 @@ pub struct TapDevice {
 }
 
 impl TapDevice {
-    /// Creates the TAP device `config.name` and opens it, non-blocking.
+    /// Creates the TAP device `config.name` and opens it, non-blocking (its first queue
+    /// only, if `config.queues` asks for several: see [`open_queues`](Self::open_queues)).
     pub fn open(config: &TapConfig) -> Result<Self, TapError> {
-        let name = config.name.clone();
+        Self::open_queue(config, &config.name, config.queues > 1)
+    }
+
+    /// Creates the TAP device `config.name` with `config.queues` queues and opens every
+    /// one (non-blocking); the first device returned is queue 0.
+    pub fn open_queues(config: &TapConfig) -> Result<Vec<Self>, TapError> {
+        let first = Self::open(config)?;
+        let name = first.name.clone();
+        let mut queues = vec![first];
+        for _ in 1..config.queues {
+            queues.push(Self::open_queue(config, &name, true)?);
+        }
+        Ok(queues)
+    }
+
+    fn open_queue(config: &TapConfig, name: &str, multi_queue: bool) -> Result<Self, TapError> {
+        let name = name.to_string();
         if name.is_empty() || name.len() > MAX_NAME_LEN || name.contains('\0') {
             return Err(TapError::BadName(name));
         }
@@ -112,7 +135,7 @@ impl TapDevice {
                 source: e.into(),
             },
         })?;
-        let actual = sys::set_tap_iff(&fd, &name).map_err(|e| match e {
+        let actual = sys::set_tap_iff(&fd, &name, multi_queue).map_err(|e| match e {
             Errno::PERM | Errno::ACCESS => TapError::PermissionDenied { name: name.clone() },
             e => TapError::Io {
                 name: name.clone(),
@@ -121,6 +144,7 @@ impl TapDevice {
         })?;
         let mut caps = DeviceCapabilities::ETHERNET;
         caps.mtu = config.mtu;
+        caps.queues = config.queues.max(1);
         Ok(Self {
             fd,
             name: actual,
@@ -263,12 +287,22 @@ mod sys {
         _pad: [u8; 22],
     }
 
-    /// Attaches `fd` (an open `/dev/net/tun`) to a new TAP device `name`
-    /// (`IFF_TAP | IFF_NO_PI`) and returns the name the kernel gave it.
-    pub(super) fn set_tap_iff(fd: &OwnedFd, name: &str) -> Result<String, Errno> {
+    /// Attaches `fd` (an open `/dev/net/tun`) to the TAP device `name`
+    /// (`IFF_TAP | IFF_NO_PI`, plus `IFF_MULTI_QUEUE` to create or join a multi-queue
+    /// device), creating it if needed, and returns the name the kernel gave it.
+    pub(super) fn set_tap_iff(
+        fd: &OwnedFd,
+        name: &str,
+        multi_queue: bool,
+    ) -> Result<String, Errno> {
+        let queue_flag = if multi_queue {
+            libc::IFF_MULTI_QUEUE
+        } else {
+            0
+        };
         let mut req = IfReqFlags {
             name: [0; libc::IFNAMSIZ],
-            flags: (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short,
+            flags: (libc::IFF_TAP | libc::IFF_NO_PI | queue_flag) as libc::c_short,
             _pad: [0; 22],
         };
         // The caller checked the length; the last byte stays NUL.

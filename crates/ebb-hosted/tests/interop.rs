@@ -31,7 +31,7 @@
 
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ use sink::pattern::Pattern;
 use sink::{PatternSender, ReportFn, Sink, StreamReport, hex};
 
 mod common;
-use common::{Netns, Reaped, adopt, missing_tool, skipped, unique_name};
+use common::{Netns, Reaped, adopt, missing_tool, run_tool, skipped, unique_name};
 
 const MB: u64 = 1_000_000;
 /// Bytes moved by the fault-free bulk tests.
@@ -100,58 +100,6 @@ impl Env {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         c
-    }
-}
-
-/// How a Linux-side tool ended.
-struct ToolRun {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl ToolRun {
-    fn check(&self, what: &str) -> Result<(), String> {
-        if self.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{what} failed ({}): {}{}",
-                self.status, self.stdout, self.stderr
-            ))
-        }
-    }
-}
-
-/// Spawns `command` and waits for it without blocking the core (the stack keeps running).
-async fn run_tool(mut command: Command) -> Result<ToolRun, String> {
-    let child = command.spawn().map_err(|e| format!("spawn: {e}"))?;
-    let mut child = Reaped(child);
-    let started = std::time::Instant::now();
-    loop {
-        match child.0.try_wait() {
-            Ok(Some(status)) => {
-                use std::io::Read;
-                let mut stdout = String::new();
-                let mut stderr = String::new();
-                if let Some(mut out) = child.0.stdout.take() {
-                    let _ = out.read_to_string(&mut stdout);
-                }
-                if let Some(mut err) = child.0.stderr.take() {
-                    let _ = err.read_to_string(&mut stderr);
-                }
-                return Ok(ToolRun {
-                    status,
-                    stdout,
-                    stderr,
-                });
-            }
-            Ok(None) if started.elapsed() > TOOL_TIMEOUT => {
-                return Err(format!("still running after {TOOL_TIMEOUT:?}"));
-            }
-            Ok(None) => event::sleep(Duration::from_millis(10)).await,
-            Err(e) => return Err(format!("wait: {e}")),
-        }
     }
 }
 
@@ -345,7 +293,7 @@ fn linux_pings_ebb() {
     let test = "linux_pings_ebb";
     let Some(out) = with_netstack(test, 1, &["ping"], None, false, |env| async move {
         let ping = env.shell(&format!("ping -c 3 -i 0.2 -W 2 {}", env.ebb.address()));
-        let result = run_tool(ping).await.and_then(|run| {
+        let result = run_tool(ping, TOOL_TIMEOUT).await.and_then(|run| {
             run.check("ping")?;
             Ok(run.stdout)
         });
@@ -373,7 +321,7 @@ fn curl_download(test: &str, net: u8, len: u64, fault: Option<FaultSetting>) {
                     "set -e; curl -sS --fail --max-time 110 http://{}/bytes/{len} | python3 -c '{COUNT_AND_HASH}'",
                     env.ebb.address()
                 );
-                let run = run_tool(env.shell(&script)).await?;
+                let run = run_tool(env.shell(&script), TOOL_TIMEOUT).await?;
                 run.check("curl")?;
                 count_and_hash(&run.stdout)
             }
@@ -416,7 +364,7 @@ fn curl_keep_alive_page_and_bytes_and_bad_request() {
                 "curl -sS -v http://{ip}/ http://{ip}/bytes/1000 -o /dev/null -o /dev/null 2>&1; \
                  curl -sS -o /dev/null -w 'status %{{http_code}}\\n' http://{ip}/bytes/nope"
             );
-            let run = run_tool(env.shell(&script)).await?;
+            let run = run_tool(env.shell(&script), TOOL_TIMEOUT).await?;
             run.check("curl")?;
             Ok(run.stdout)
         }
@@ -454,7 +402,7 @@ fn nc_upload(test: &str, net: u8, len: u64, fault: Option<FaultSetting>) {
                     })
                     .map_err(|e| e.to_string())?;
                 let script = format!("nc -N -w 100 {} 9000 < {path}", env.ebb.address());
-                let run = run_tool(env.shell(&script)).await?;
+                let run = run_tool(env.shell(&script), TOOL_TIMEOUT).await?;
                 run.check("nc")?;
                 Ok((report_rx.await?, file.sha256.clone()))
             }
@@ -499,7 +447,7 @@ fn ebb_sends(test: &str, net: u8, len: u64, fault: Option<FaultSetting>) {
                     env.linux_ip
                 );
                 let listener = env.shell(&script);
-                let tool = run_tool(listener);
+                let tool = run_tool(listener, TOOL_TIMEOUT);
                 let remote = SocketAddrV4::new(env.linux_ip, 9001);
                 let stack = &env.stack;
                 let send = async move {
@@ -557,7 +505,7 @@ fn ebb_receives(test: &str, net: u8, len: u64, fault: Option<FaultSetting>) {
                 let file = RandomFile::create(len)?;
                 let path = &file.path;
                 let script = format!("nc -N -l -w 100 {} 9002 < {path}", env.linux_ip);
-                let tool = run_tool(env.shell(&script));
+                let tool = run_tool(env.shell(&script), TOOL_TIMEOUT);
                 let remote = SocketAddrV4::new(env.linux_ip, 9002);
                 let stack = &env.stack;
                 let receive = async move {
@@ -648,9 +596,11 @@ fn dhcp_configured_stack_serves_a_request() {
                 env.stack
                     .listen(80, |conn| conn.set_handler(httpd::Http::default()))
                     .map_err(|e| e.to_string())?;
-                let run =
-                    run_tool(env.shell(&format!("curl -sS --fail http://{}/", lease.address())))
-                        .await?;
+                let run = run_tool(
+                    env.shell(&format!("curl -sS --fail http://{}/", lease.address())),
+                    TOOL_TIMEOUT,
+                )
+                .await?;
                 let _ = std::fs::remove_file(&lease_file);
                 run.check("curl")?;
                 Ok((lease, run.stdout))

@@ -1,11 +1,15 @@
 //! Helpers shared by the tests that run ebb-net against Linux in a network namespace
-//! (`tap.rs`, `interop.rs`): tool detection, the `SKIPPED:` line, `ip` commands, a
-//! namespace deleted on drop and a child process killed and reaped on drop.
+//! (`tap.rs`, `interop.rs`, `multicore_net.rs`): tool detection, the `SKIPPED:` line, `ip`
+//! commands, a namespace deleted on drop, a child process killed and reaped on drop, and
+//! running a tool from inside the runtime.
 //!
 //! Not every test file uses every helper.
 #![allow(dead_code)]
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use ebb_core::event;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Prints the line that says a test could not run here, and why.
@@ -105,5 +109,58 @@ impl Drop for Reaped {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// How a Linux-side tool ended.
+pub struct ToolRun {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl ToolRun {
+    pub fn check(&self, what: &str) -> Result<(), String> {
+        if self.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{what} failed ({}): {}{}",
+                self.status, self.stdout, self.stderr
+            ))
+        }
+    }
+}
+
+/// Spawns `command` and waits for it (at most `timeout`) without blocking the core: the
+/// stack keeps running.
+pub async fn run_tool(mut command: Command, timeout: Duration) -> Result<ToolRun, String> {
+    let child = command.spawn().map_err(|e| format!("spawn: {e}"))?;
+    let mut child = Reaped(child);
+    let started = std::time::Instant::now();
+    loop {
+        match child.0.try_wait() {
+            Ok(Some(status)) => {
+                use std::io::Read;
+                let mut stdout = String::new();
+                let mut stderr = String::new();
+                if let Some(mut out) = child.0.stdout.take() {
+                    let _ = out.read_to_string(&mut stdout);
+                }
+                if let Some(mut err) = child.0.stderr.take() {
+                    let _ = err.read_to_string(&mut stderr);
+                }
+                return Ok(ToolRun {
+                    status,
+                    stdout,
+                    stderr,
+                });
+            }
+            Ok(None) if started.elapsed() > timeout => {
+                return Err(format!("still running after {timeout:?}"));
+            }
+            Ok(None) => event::sleep(Duration::from_millis(10)).await,
+            Err(e) => return Err(format!("wait: {e}")),
+        }
     }
 }

@@ -473,6 +473,7 @@ impl Harness {
             c.dropped_table_full,
             c.dropped_out_of_order_bound,
             c.dropped_bad_options,
+            c.dropped_owned_elsewhere,
             c.connections_opened,
             c.connections_closed,
             c.connections_reset,
