@@ -1,6 +1,7 @@
 //! `httpd`: a small HTTP/1.1 responder on Ebbflow (see the library docs for what it
 //! answers), over Linux sockets (default, one event loop per core) or over ebb-net on a
-//! TAP device (`--tap NAME --ip A/P` or `--dhcp`, optionally `--faults SPEC`; one core).
+//! TAP device (`--tap NAME --ip A/P` or `--dhcp`, optionally `--faults SPEC`; one core
+//! per TAP queue, `--queues N`).
 //! Prints `httpd: listening on ADDR` when ready.
 
 use std::io::Write;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use ebb_core::event;
+use ebb_hosted::netstack::Placement;
 use httpd::Http;
 use sink::net_args::{NetArgs, run_app};
 
@@ -22,7 +24,7 @@ struct Args {
     /// Port to listen on (Linux sockets: 0 picks a free one).
     #[arg(long, default_value_t = 8080)]
     port: u16,
-    /// Cores for the Linux-socket backend (ebb-net runs on one).
+    /// Cores for the Linux-socket backend (ebb-net runs on one per `--queues`).
     #[arg(long)]
     cores: Option<usize>,
     #[command(flatten)]
@@ -45,13 +47,19 @@ async fn serve_tap(args: Args, config: ebb_hosted::netstack::NetStackConfig) -> 
         .await
         .map_err(|_| "no address within 60 s".to_string())?
         .map_err(|e| e.to_string())?;
-    stack
-        .listen(args.port, |conn| conn.set_handler(Http::default()))
+    stack.ready().await.map_err(|e| e.to_string())?;
+    // Every core listens; a connection stays on the core whose queue got its SYN.
+    let _listener = stack
+        .listen_on_every_core(args.port, Placement::AcceptingCore, |conn| {
+            conn.set_handler(Http::default())
+        })
+        .await
         .map_err(|e| format!("cannot listen: {e}"))?;
     println!(
-        "httpd: listening on {} (ebb-net on {})",
+        "httpd: listening on {} (ebb-net on {}, {} core(s))",
         SocketAddrV4::new(cidr.address(), args.port),
-        stack.tap_name().unwrap_or_default()
+        stack.tap_name().unwrap_or_default(),
+        stack.cores().len()
     );
     let _ = std::io::stdout().flush();
     std::future::pending::<Result<(), String>>().await

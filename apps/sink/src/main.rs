@@ -19,7 +19,7 @@ use clap::Parser;
 use ebb_core::event;
 use ebb_core::future::promise;
 use ebb_core::net::{CloseReason, TcpConnection, TcpErrorKind, TcpHandler};
-use ebb_hosted::netstack::NetStack;
+use ebb_hosted::netstack::{NetStack, Placement};
 use sink::net_args::{NetArgs, run_app};
 use sink::pattern::Pattern;
 use sink::{Echo, PatternSender, ReportFn, Sink, StreamReport};
@@ -180,21 +180,27 @@ async fn main_tap(args: Args, config: ebb_hosted::netstack::NetStackConfig) -> R
     } else {
         let (done_tx, done_rx) = promise::<()>();
         let mut once = args.once.then_some(done_tx);
-        let echo = args.echo;
-        stack
-            .listen(args.port, move |conn| {
-                if echo {
-                    conn.set_handler(Echo::default());
-                    return;
-                }
+        // The echo runs on every core (a connection stays where its SYN arrived); the
+        // sink reports on the home core, which owns all its connections.
+        let _listener = if args.echo {
+            stack.ready().await.map_err(|e| e.to_string())?;
+            stack
+                .listen_on_every_core(args.port, Placement::AcceptingCore, |conn| {
+                    conn.set_handler(Echo::default())
+                })
+                .await
+        } else {
+            stack.listen(args.port, move |conn| {
                 let peer = conn.peer_addr();
                 conn.set_handler(Sink::new(peer, sink_report(once.take())));
             })
-            .map_err(|e: TcpErrorKind| format!("cannot listen: {e}"))?;
+        }
+        .map_err(|e: TcpErrorKind| format!("cannot listen: {e}"))?;
         println!(
-            "sink: listening on {} (ebb-net on {})",
+            "sink: listening on {} (ebb-net on {}, {} core(s))",
             SocketAddrV4::new(cidr.address(), args.port),
-            stack.tap_name().unwrap_or_default()
+            stack.tap_name().unwrap_or_default(),
+            stack.cores().len()
         );
         let _ = std::io::stdout().flush();
         wait_or_forever(args.once, done_rx).await;

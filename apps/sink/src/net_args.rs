@@ -36,6 +36,10 @@ pub struct NetArgs {
     /// IP MTU of the TAP device.
     #[arg(long, default_value_t = 1500, requires = "tap")]
     pub mtu: usize,
+    /// TAP queues, one core each (static address only): connections are spread over
+    /// the cores Linux delivers their first frame to.
+    #[arg(long, default_value_t = 1, requires = "tap", conflicts_with = "dhcp")]
+    pub queues: usize,
 }
 
 /// A bad backend option.
@@ -69,13 +73,14 @@ impl NetArgs {
         let mut config = NetStackConfig::new(tap.clone(), address);
         config.tap.mtu = self.mtu;
         config.faults = self.faults.as_deref().map(parse_faults).transpose()?;
+        config.queues = self.queues.max(1);
         Ok(Some(config))
     }
 }
 
 /// Runs an app's `main` on the hosted runtime over the backend `net` selects:
-/// `over_tap(args, config)` on one core (one TAP queue), or `over_linux(args)` on `cores`
-/// cores (default: all). Errors are printed as `NAME: error`; returns the
+/// `over_tap(args, config)` on one core per TAP queue (`--queues`, default 1), or
+/// `over_linux(args)` on `cores` cores (default: all). Errors are printed as `NAME: error`; returns the
 /// process exit code.
 pub fn run_app<A, T, L, TF, LF>(
     name: &str,
@@ -100,8 +105,8 @@ where
         }
     };
     let mut config = ebb_hosted::Config::default();
-    if tap.is_some() {
-        config.cores = 1;
+    if let Some(tap) = &tap {
+        config.cores = tap.queues;
     } else if let Some(cores) = cores {
         config.cores = cores;
     }

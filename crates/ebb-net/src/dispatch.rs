@@ -13,7 +13,7 @@
 //!
 //! Every connection is owned by one core for its whole life: the core whose layer created
 //! it. The directory maps [`FourTuple`] → [`CoreId`] in an
-//! [`RcuHashMap`](ebb_core::rcu::RcuHashMap): lookups on the receive path take no lock,
+//! [`ebb_core::rcu::RcuHashMap`]: lookups on the receive path take no lock,
 //! writes happen twice per connection. Entries are written by the layers themselves
 //! through [`CoreClaims`] (their [`ConnectionDirectory`]): a layer *claims* a four-tuple
 //! before the connection's first segment leaves — so the peer's answer, whichever core it

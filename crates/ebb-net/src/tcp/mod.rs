@@ -80,11 +80,13 @@
 //!
 //! A `TcpLayer` is per core and `!Send`: each connection lives on the core whose layer
 //! created it. The demux is [`FourTuple`] → connection, private to this module's
-//! `ConnTable`. A multi-core dispatcher will sit in front of [`TcpInput::receive`] with an
-//! `ebb_core::rcu::RcuHashMap<FourTuple, CoreId>` (listeners replicated on every core)
-//! and forward each segment to the owning core's layer unchanged. The one addition needed
-//! here is a notification when a connection enters or leaves the table, so the map can be
-//! updated: `ConnTable::insert` and `ConnTable::remove` are the only two places.
+//! `ConnTable`. A multi-core stack gives each core's layer a [`ConnectionDirectory`]
+//! ([`TcpLayer::set_directory`], implemented by [`crate::dispatch::CoreClaims`]): the
+//! table claims a four-tuple there before the connection's first segment leaves, and
+//! releases it when the connection leaves the table — `ConnTable::claim` and
+//! `ConnTable::remove` are the only two places. A passive open whose claim fails (the
+//! tuple is another core's) drops the SYN; an active open tries another port. The
+//! directory steers every received segment to its owner (see [`crate::dispatch`]).
 //!
 //! # Not done
 //!
