@@ -899,13 +899,7 @@ impl NetStack {
         let first = taps
             .next()
             .unwrap_or_else(|| unreachable!("open_queues opens at least one queue"));
-        let driver = Driver::start(
-            id,
-            link(first, 0),
-            iface,
-            config.tcp.clone(),
-            multi.clone(),
-        )?;
+        let driver = Driver::start(id, link(first, 0), iface, config.tcp.clone(), multi.clone())?;
         if let Some(multi) = &multi {
             for (queue, (tap, &core)) in taps.zip(&multi.directory.cores()[1..]).enumerate() {
                 let device = link(tap, queue as u64 + 1);
