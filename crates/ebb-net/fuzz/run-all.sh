@@ -8,7 +8,7 @@ seconds="${1:-10}"
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
 
-targets=(ethernet arp ipv4 icmpv4 udp tcp dhcpv4 stack)
+targets=(ethernet arp ipv4 icmpv4 udp tcp dhcpv4 stack steer)
 
 cargo +nightly fuzz build
 failed=()

@@ -1,0 +1,50 @@
+//! The `steer` target's seeds: a control byte (receiving core, port 80's placement, and
+//! whether the frame's four-tuple is owned) in front of real frames — SYNs and data to
+//! port 80, UDP, a ping, an ARP request — so the fuzzer starts on every steering path.
+//! `seed_files_are_current` checks `seeds/steer/` holds exactly these bytes;
+//! `WRITE_SEEDS=1 cargo test --test steer_seeds` rewrites them.
+
+use std::path::PathBuf;
+
+use ebb_net::wire::TcpControl;
+use ebb_net_fuzz::{OUR_IP, PEER_IP, PEER_MAC, arp_request, ping, tcp_frame, udp_frame};
+
+fn seeds() -> Vec<(String, Vec<u8>)> {
+    let frames = [
+        ("syn", tcp_frame(40_000, 80, 1, None, TcpControl::Syn, b"")),
+        ("data", tcp_frame(40_001, 80, 9, Some(5), TcpControl::None, b"hello")),
+        ("udp", udp_frame(68, 67, b"x")),
+        ("ping", ping(1, 1, b"ebb")),
+        ("arp", arp_request(PEER_MAC, PEER_IP, OUR_IP)),
+    ];
+    let mut seeds = Vec::new();
+    for (name, frame) in frames {
+        // Policies 0..=3 in the high nibble; bit 0 claims the tuple for core 2.
+        for control in [0x00u8, 0x11, 0x21, 0x30, 0x31] {
+            let mut bytes = vec![control];
+            bytes.extend_from_slice(&frame);
+            seeds.push((format!("{name}-{control:02x}"), bytes));
+        }
+    }
+    seeds
+}
+
+#[test]
+fn seed_files_are_current() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds/steer");
+    let write = std::env::var_os("WRITE_SEEDS").is_some();
+    if write {
+        std::fs::create_dir_all(&dir).expect("create seeds/steer");
+    }
+    for (name, bytes) in seeds() {
+        let path = dir.join(&name);
+        if write {
+            std::fs::write(&path, &bytes).expect("write seed");
+        }
+        let on_disk = std::fs::read(&path).unwrap_or_default();
+        assert_eq!(
+            on_disk, bytes,
+            "{name}: stale; rerun with WRITE_SEEDS=1"
+        );
+    }
+}
