@@ -15,6 +15,9 @@
 //! * every connection closed gracefully; every frame one core steered to another arrived
 //!   there (the counters of both cores add up).
 //!
+//! The second test runs it all again with the fault injector on both queues (1 % drop,
+//! 1 % reorder, 0.5 % duplicate, 0.1 % corrupt, both directions).
+//!
 //! Needs root, `/dev/net/tun`, `ip` and `python3`; otherwise prints
 //! `SKIPPED: <test>: <reason>`. Run: `cargo test -p ebb-hosted --test multicore_net --
 //! --nocapture` (as root).
@@ -29,13 +32,17 @@ use ebb_core::future::promise;
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpConnection, TcpErrorKind, TcpHandler};
 use ebb_hosted::netstack::{
-    AddressConfig, NetStack, NetStackConfig, NetStackError, NetStackRef, Placement,
+    AddressConfig, FaultSetting, NetStack, NetStackConfig, NetStackError, NetStackRef, Placement,
 };
 use ebb_hosted::tap::TapError;
 use ebb_net::iface::Ipv4Cidr;
+use ebb_net::phy::{FaultConfig, Probability};
 
 mod common;
 use common::{Netns, adopt, missing_tool, run_tool, skipped, unique_name};
+
+/// One test at a time (see `multicore_echo`).
+static SERIAL: Mutex<()> = Mutex::new(());
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 const ECHO_PORT: u16 = 7;
@@ -198,7 +205,37 @@ struct Seen {
 
 #[test]
 fn connections_are_owned_by_the_core_the_application_chose() {
-    let test = "connections_are_owned_by_the_core_the_application_chose";
+    multicore_echo(
+        "connections_are_owned_by_the_core_the_application_chose",
+        1,
+        None,
+    );
+}
+
+#[test]
+fn connections_are_owned_by_the_core_the_application_chose_with_faults() {
+    let faults = FaultSetting {
+        config: FaultConfig::NONE
+            .with_drop(Probability::from_ppm(10_000))
+            .with_reorder(Probability::from_ppm(10_000), Duration::from_millis(1))
+            .with_duplicate(Probability::from_ppm(5_000))
+            .with_corrupt(Probability::from_ppm(1_000)),
+        seed: 11,
+    };
+    multicore_echo(
+        "connections_are_owned_by_the_core_the_application_chose_with_faults",
+        2,
+        Some(faults),
+    );
+}
+
+/// The scenario of the module docs on `10.197.{net}.0/24`, optionally with `faults` on
+/// both queues (each queue its own seed).
+fn multicore_echo(test: &str, net: u8, faults: Option<FaultSetting>) {
+    // One at a time: two two-core runtimes on a two-core machine only slow each other.
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(tool) = missing_tool(&["ip", "python3"]) {
         return skipped(test, &format!("`{tool}` is not installed"));
     }
@@ -208,8 +245,8 @@ fn connections_are_owned_by_the_core_the_application_chose() {
         Err(reason) => return skipped(test, &reason),
     };
     let ns_name = ns.name.clone();
-    let linux_ip = Ipv4Addr::new(10, 197, 1, 1);
-    let ebb_cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 197, 1, 2), 24).expect("valid /24");
+    let linux_ip = Ipv4Addr::new(10, 197, net, 1);
+    let ebb_cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 197, net, 2), 24).expect("valid /24");
     let mut config = NetStackConfig::new(
         format!("ebm{id}"),
         AddressConfig::Static {
@@ -218,6 +255,7 @@ fn connections_are_owned_by_the_core_the_application_chose() {
         },
     );
     config.queues = 2;
+    config.faults = faults;
     let runtime = ebb_hosted::Config {
         pin: false,
         idle_poll: Duration::ZERO,
