@@ -1,5 +1,7 @@
 //! Initial sequence numbers after RFC 6528: `ISN = M + F(4-tuple, secret)`, where `M` is a
-//! clock ticking every 4 µs and `F` a keyed hash.
+//! clock ticking every 4 µs and `F` a keyed hash; and the starting point of the ephemeral
+//! port search after RFC 6056's algorithm 3, `F(local address, remote endpoint, secret)`
+//! (with a different key), so an off-path attacker cannot predict a connection's port.
 //!
 //! `no_std` has no randomness source, so the secret is the layer's configured seed; the
 //! embedder must supply an unpredictable one (from the platform's RNG, RDRAND, or the
@@ -35,5 +37,19 @@ impl IsnGenerator {
         let offset = hasher.finish() as u32;
         let clock = (now.as_nanos() / 4_000) as u32;
         SeqNumber(clock.wrapping_add(offset))
+    }
+
+    /// RFC 6056 algorithm 3's offset for connections from `local` to `remote`: where
+    /// the ephemeral port search starts (plus a per-layer counter). Keyed differently
+    /// from ISNs, so neither reveals the other.
+    pub(crate) fn port_offset(
+        &self,
+        local: &core::net::Ipv4Addr,
+        remote: &core::net::SocketAddrV4,
+    ) -> u32 {
+        let mut hasher = SipHasher::new_with_keys(!self.key[1], self.key[0].rotate_left(29));
+        local.hash(&mut hasher);
+        remote.hash(&mut hasher);
+        hasher.finish() as u32
     }
 }

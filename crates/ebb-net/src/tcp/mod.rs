@@ -348,7 +348,8 @@ struct LayerState {
     deadlines: DeadlineHeap,
     listeners: BTreeMap<SocketAddrV4, Listener>,
     isn: IsnGenerator,
-    next_port: u16,
+    /// RFC 6056 algorithm 3's counter: ports tried so far.
+    next_port: u32,
 }
 
 struct Inner {
@@ -412,7 +413,7 @@ impl TcpLayer {
                 deadlines: DeadlineHeap::default(),
                 listeners: BTreeMap::new(),
                 isn,
-                next_port: EPHEMERAL_FIRST,
+                next_port: 0,
             }),
             counters: RefCell::new(TcpCounters::default()),
             needs_poll: Cell::new(false),
@@ -719,16 +720,17 @@ impl Inner {
 }
 
 impl LayerState {
-    /// A free four-tuple with an ephemeral local port.
+    /// A free four-tuple with an ephemeral local port, searched after RFC 6056's
+    /// algorithm 3: from a keyed hash of the addresses (so ports are unpredictable
+    /// off-path) plus a counter that moves one step per port tried (so consecutive
+    /// connections to the same peer do not retry the same ports).
     fn ephemeral(&mut self, local: SocketAddrV4, remote: SocketAddrV4) -> Option<FourTuple> {
         let span = u32::from(u16::MAX - EPHEMERAL_FIRST) + 1;
+        let offset = self.isn.port_offset(local.ip(), &remote);
         for _ in 0..span {
-            let port = self.next_port;
-            self.next_port = if port == u16::MAX {
-                EPHEMERAL_FIRST
-            } else {
-                port + 1
-            };
+            let step = self.next_port;
+            self.next_port = self.next_port.wrapping_add(1);
+            let port = EPHEMERAL_FIRST + (offset.wrapping_add(step) % span) as u16;
             let tuple = FourTuple {
                 local: SocketAddrV4::new(*local.ip(), port),
                 remote,

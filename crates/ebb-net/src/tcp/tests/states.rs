@@ -575,6 +575,43 @@ fn connect_bounds_and_ports() {
 }
 
 #[test]
+fn ephemeral_ports_are_keyed_unpredictable_and_never_reused_while_held() {
+    // The local ports of `n` connections to `remote` from a layer seeded with `seed`.
+    let ports = |seed: [u64; 2], remote: SocketAddrV4, n: usize| {
+        let mut h = Harness::new(TcpConfig {
+            isn_seed: seed,
+            ..TcpConfig::default()
+        });
+        let mut ports = Vec::new();
+        for _ in 0..n {
+            h.layer
+                .connect(SocketAddrV4::new(US, 0), remote, |_| {})
+                .expect("a free port");
+            // One SYN per connection, in connect order.
+            h.poll();
+            ports.push(h.take_one().header.src_port);
+        }
+        ports
+    };
+    let remote = SocketAddrV4::new(PEER, 9);
+    let a = ports([1, 2], remote, 50);
+    assert_eq!(a.len(), 50, "one SYN per connection");
+    assert!(a.iter().all(|&p| p >= 49152), "in the dynamic range: {a:?}");
+    let mut distinct = a.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 50, "no port reused while held");
+    assert_eq!(a, ports([1, 2], remote, 50), "deterministic for a secret");
+    assert_ne!(a[0], ports([3, 4], remote, 1)[0], "the secret moves the start");
+    assert_ne!(
+        a[0],
+        ports([1, 2], SocketAddrV4::new(PEER, 10), 1)[0],
+        "so does the peer"
+    );
+    assert_ne!(a[0], 49152, "not the first port of the range");
+}
+
+#[test]
 fn isn_depends_on_tuple_and_seed() {
     let isn = |seed: [u64; 2], port: u16| {
         let mut h = Harness::new(TcpConfig {
