@@ -55,6 +55,8 @@
 //! interface sees it: frames of a connection owned elsewhere (or UDP, for the home core)
 //! are batched per destination and sent to their core as one `spawn_on` message per
 //! batch and poll, zero copy (the `IOBuf`s move); ARP replies are copied to every core.
+//! The per-core drivers are the representatives of a `MulticoreEbb`, which is how a
+//! message finds the driver of the core it runs on.
 //! Linux steers a flow to the queue that last transmitted it, so after a connection's
 //! first segment from its owner, its frames arrive at the owner's queue and nothing is
 //! forwarded (the counters in [`DriverCounters`] show it).
@@ -82,9 +84,9 @@ use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 
+use ebb_core::ebb::{EbbRef, MulticoreEbb};
 use ebb_core::event::{self, IdleId, IdleStatus, Sleep};
 use ebb_core::future::{Promise, promise};
 use ebb_core::net::TcpErrorKind;
@@ -216,6 +218,9 @@ pub enum NetStackError {
     /// The calling core runs no queue of this stack.
     #[error("core {0} runs no queue of this network stack")]
     NotOnThisCore(u32),
+    /// The stack's per-core Ebb could not be created (no Ebb id left on this node).
+    #[error("cannot create the stack's per-core Ebb: {0}")]
+    Ebb(#[source] ebb_core::ebb::EbbError),
 }
 
 /// The TAP device, directly or through the fault injector.
@@ -320,8 +325,8 @@ pub struct NetStackCounters {
 /// The shared state of the three event sources; see the module docs. One per core of
 /// the stack.
 struct Driver {
-    /// Names the stack in each core's [`LOCAL_DRIVERS`].
-    id: u64,
+    /// The stack's per-core parts, where this driver is this core's.
+    id: StackParts,
     /// The core this driver runs on.
     core: CoreId,
     stack: RefCell<Stack<TapLink, TcpLayer>>,
@@ -454,41 +459,36 @@ impl Driver {
 /// What a driver on a core of a multi-core stack needs besides its queue.
 #[derive(Clone)]
 struct MultiCore {
-    /// The stack's id (as in [`Driver::id`]).
-    id: u64,
+    /// The stack's per-core parts (as in [`Driver::id`]).
+    id: StackParts,
     directory: Arc<FlowDirectory>,
 }
 
-thread_local! {
-    /// The drivers running on this core, by stack id: where steered frames and
-    /// cross-core requests find them.
-    static LOCAL_DRIVERS: RefCell<Vec<(u64, Rc<Driver>)>> = const { RefCell::new(Vec::new()) };
-}
+/// A stack's per-core parts: a multicore Ebb whose representative on each core holds
+/// that core's driver (none on a core that runs no queue of the stack, or after
+/// shutdown). The handle is `Copy + Send`, so steered frames and cross-core requests
+/// carry it and reach the driver of whichever core runs them; each rep is touched only
+/// by its own core.
+type StackParts = EbbRef<MulticoreEbb<CorePart>>;
+
+/// One core's representative of [`StackParts`].
+struct CorePart(RefCell<Option<Rc<Driver>>>);
 
 /// The error code a cross-core request reports when the target core runs no part of the
 /// stack (it failed to start, or the stack was shut down): `ENODEV`.
 const NO_PART_HERE: i32 = libc::ENODEV;
 
-/// Names multi-core stacks.
-static NEXT_STACK_ID: AtomicU64 = AtomicU64::new(1);
-
-/// This core's driver of stack `id`, if it runs a queue of it.
-fn local_driver(id: u64) -> Option<Rc<Driver>> {
-    LOCAL_DRIVERS.with(|drivers| {
-        drivers
-            .borrow()
-            .iter()
-            .find(|(stack, _)| *stack == id)
-            .map(|(_, driver)| driver.clone())
-    })
+/// The calling core's driver of the stack `parts`, if it runs a queue of it.
+fn local_driver(parts: StackParts) -> Option<Rc<Driver>> {
+    parts.try_rep().ok()?.0.borrow().clone()
 }
 
 impl Driver {
     /// Builds a driver of stack `id` for `device` on the calling core, starts its three
-    /// event sources and registers it in [`LOCAL_DRIVERS`]; with `multi`, makes it that
-    /// multi-core stack's part on this core (claims, steering).
+    /// event sources and installs it as this core's part of `id`; with `multi`, makes it
+    /// that multi-core stack's part on this core (claims, steering).
     fn start(
-        id: u64,
+        id: StackParts,
         device: TapLink,
         iface: InterfaceConfig,
         tcp_config: TcpConfig,
@@ -540,7 +540,9 @@ impl Driver {
             driver: driver.clone(),
             sleep: None,
         }));
-        LOCAL_DRIVERS.with(|d| d.borrow_mut().push((id, driver.clone())));
+        if let Ok(part) = id.try_rep() {
+            *part.0.borrow_mut() = Some(driver.clone());
+        }
         // The first poll sends the gratuitous ARP (static) or the DHCP DISCOVER.
         driver.poll_now();
         Ok(driver)
@@ -567,7 +569,9 @@ impl Driver {
         for waiter in self.address_waiters.take() {
             let _ = waiter.set(Err(NetStackError::ShutDown));
         }
-        LOCAL_DRIVERS.with(|d| d.borrow_mut().retain(|(id, _)| *id != self.id));
+        if let Ok(part) = self.id.try_rep() {
+            part.0.borrow_mut().take();
+        }
     }
 
     /// Frames steered here by another core: processed by a poll now.
@@ -804,7 +808,7 @@ pub struct NetStack {
 /// calling core's part of the stack.
 #[derive(Clone, Debug)]
 pub struct NetStackRef {
-    id: u64,
+    id: StackParts,
     home: CoreId,
 }
 
@@ -884,7 +888,8 @@ impl NetStack {
             )),
         };
         let home = event::core_id();
-        let id = NEXT_STACK_ID.fetch_add(1, Ordering::Relaxed);
+        let id: StackParts =
+            MulticoreEbb::create(|_| CorePart(RefCell::new(None))).map_err(NetStackError::Ebb)?;
         let multi = (queues > 1).then(|| {
             let others = (0..cores as u32).map(CoreId).filter(|&c| c != home);
             let stack_cores = std::iter::once(home).chain(others).take(queues).collect();
