@@ -209,6 +209,12 @@ impl Harness {
         let tcp = TcpLayer::new(TcpConfig {
             max_connections: MAX_CONNECTIONS,
             max_half_open_per_listener: 4,
+            // Short enough for the harness's time steps to reach probes and give-ups.
+            keepalive: Some(ebb_net::tcp::Keepalive {
+                idle: Duration::from_secs(30),
+                interval: Duration::from_secs(5),
+                probes: 3,
+            }),
             ..TcpConfig::default()
         });
         let device = ReplayDevice {
@@ -461,6 +467,7 @@ impl Harness {
             c.timeouts,
             c.window_probes,
             c.tail_loss_probes,
+            c.keepalive_probes,
             c.resets_sent,
             c.challenge_acks,
             c.acks_rate_limited,

@@ -14,7 +14,8 @@
 //!   NewReno recovery guided by the peer's SACK blocks, retransmission, tail-loss-probe and
 //!   persist timers, the send-side application calls;
 //! * `recv` — out-of-order reassembly and SACK blocks;
-//! * `timers` — RFC 6298 RTO estimation (Karn) and per-connection deadlines;
+//! * `timers` — RFC 6298 RTO estimation (Karn) and per-connection deadlines (keepalive
+//!   among them);
 //! * `congestion` — NewReno and CUBIC windows;
 //! * `isn` — RFC 6528 initial sequence numbers from a seeded key.
 //!
@@ -90,8 +91,8 @@
 //!
 //! # Not done
 //!
-//! Timestamps (RFC 7323) are parsed but not negotiated; no RACK or D-SACK; no keepalive;
-//! no urgent data.
+//! Timestamps (RFC 7323) are parsed but not negotiated; no RACK or D-SACK; no urgent
+//! data.
 //!
 //! # Cost
 //!
@@ -177,6 +178,37 @@ pub struct TcpConfig {
     pub max_half_open_per_listener: usize,
     /// Out-of-order bytes kept per connection. Default 256 KiB.
     pub max_out_of_order_bytes: usize,
+    /// Keepalive for every connection of the layer (each can change it with
+    /// [`TcpConn::set_keepalive`]). Default off, as for sockets.
+    pub keepalive: Option<Keepalive>,
+}
+
+/// Keepalive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6): once a connection has heard nothing
+/// from the peer for `idle` with nothing of ours unacknowledged (data in flight has the
+/// retransmission timer watching it), send a probe — an empty segment one below the
+/// next sequence number, which a live peer must answer with an ACK — every `interval`;
+/// after `probes` unanswered probes the connection is closed `TimedOut`. Anything heard
+/// from the peer starts the idle time again. Runs in ESTABLISHED, CLOSE-WAIT and
+/// FIN-WAIT-2 (so a peer that vanished while we wait for its FIN is noticed too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Silence before the first probe.
+    pub idle: Duration,
+    /// Between unanswered probes.
+    pub interval: Duration,
+    /// Unanswered probes before giving up (at least 1).
+    pub probes: u32,
+}
+
+impl Default for Keepalive {
+    /// Linux's defaults: 2 hours, 75 s, 9 probes.
+    fn default() -> Self {
+        Keepalive {
+            idle: Duration::from_secs(7200),
+            interval: Duration::from_secs(75),
+            probes: 9,
+        }
+    }
 }
 
 impl Default for TcpConfig {
@@ -198,6 +230,7 @@ impl Default for TcpConfig {
             max_connections: 4096,
             max_half_open_per_listener: 128,
             max_out_of_order_bytes: 256 * 1024,
+            keepalive: None,
         }
     }
 }
@@ -219,6 +252,8 @@ pub struct TcpCounters {
     pub window_probes: u64,
     /// Tail loss probes sent (RFC 8985 §7).
     pub tail_loss_probes: u64,
+    /// Keepalive probes sent.
+    pub keepalive_probes: u64,
     /// RSTs sent.
     pub resets_sent: u64,
     /// Challenge ACKs sent (RFC 5961).
@@ -254,7 +289,7 @@ pub struct TcpCounters {
     pub connections_closed: u64,
     /// Connections reset by the peer (or refused).
     pub connections_reset: u64,
-    /// Connections that timed out (including half-open ones and connects).
+    /// Connections that timed out (including half-open ones, connects and keepalive).
     pub connections_timed_out: u64,
     /// Connections aborted locally.
     pub connections_aborted: u64,
@@ -923,6 +958,17 @@ impl TcpConn {
     /// data is in flight, hold back a segment smaller than the MSS so sends coalesce).
     pub fn set_nodelay(&self, nodelay: bool) {
         self.0.tcb.borrow_mut().nodelay = nodelay;
+        self.0.wake();
+    }
+
+    /// Turns keepalive on with `keepalive`'s settings, or off with `None` (see
+    /// [`Keepalive`]); the idle time counts from when the peer was last heard from.
+    pub fn set_keepalive(&self, keepalive: Option<Keepalive>) {
+        {
+            let mut tcb = self.0.tcb.borrow_mut();
+            tcb.keepalive = keepalive;
+            tcb.arm_keepalive();
+        }
         self.0.wake();
     }
 

@@ -728,7 +728,61 @@ impl Tcb {
             self.timers.delayed_ack = None;
             self.ack_now = true;
         }
+        if due(self.timers.keepalive, now) {
+            self.on_keepalive(ctx);
+            if self.state == State::Closed {
+                return;
+            }
+        }
         self.output(ctx);
+    }
+
+    /// (Re)arms keepalive from the last time the peer was heard from (or disarms it when
+    /// off or in a state without keepalive). A deadline already past fires on the next
+    /// poll.
+    pub(crate) fn arm_keepalive(&mut self) {
+        self.timers.keepalive = match self.keepalive {
+            Some(ka) if self.state.has_keepalive() => Some(self.last_received + ka.idle),
+            _ => None,
+        };
+    }
+
+    /// The keepalive timer fired: probe an idle connection, or give up on a silent peer
+    /// (see [`Keepalive`](super::Keepalive)).
+    #[cold]
+    fn on_keepalive(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        let ka = match self.keepalive {
+            Some(ka) if self.state.has_keepalive() => ka,
+            _ => {
+                self.timers.keepalive = None;
+                return;
+            }
+        };
+        if self.snd_max != self.snd_una || self.timers.persist.is_some() {
+            // Data (or a probe of a zero window) outstanding: the retransmission and
+            // persist timers watch the peer. Look again after an idle period.
+            self.keepalive_probes = 0;
+            self.timers.keepalive = Some(now + ka.idle);
+            return;
+        }
+        let quiet_until = self.last_received + ka.idle;
+        if self.keepalive_probes == 0 && now < quiet_until {
+            // Heard from the peer since the timer was armed.
+            self.timers.keepalive = Some(quiet_until);
+            return;
+        }
+        if self.keepalive_probes >= ka.probes.max(1) {
+            self.finish(ctx, CloseReason::TimedOut);
+            return;
+        }
+        // The probe: one below the next sequence number and empty, so the peer finds it
+        // old and answers with an ACK (RFC 9293 §3.8.4).
+        ctx.counters.keepalive_probes += 1;
+        self.keepalive_probes += 1;
+        let seq = self.snd_una - 1u32;
+        self.emit(ctx, Control::None, seq, IOBufChain::new(), false);
+        self.timers.keepalive = Some(now + ka.interval);
     }
 
     /// RFC 6298 §5.4–5.7: back off, resend, give up after the configured retries.

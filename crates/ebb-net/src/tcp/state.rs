@@ -26,7 +26,7 @@ use super::congestion::Congestion;
 use super::recv::Reassembly;
 use super::send::QueueCursor;
 use super::timers::{self, RttEstimator, Timers};
-use super::{TcpConfig, TcpCounters};
+use super::{Keepalive, TcpConfig, TcpCounters};
 use crate::transport::TcpOutput;
 use crate::wire::tcp::{Control, Repr, SeqNumber};
 
@@ -63,6 +63,15 @@ impl State {
         !matches!(
             self,
             State::Closed | State::Listen | State::SynSent | State::SynReceived
+        )
+    }
+
+    /// Whether keepalive runs in this state: the peer's liveness matters and nothing
+    /// else (a retransmitted FIN, TIME-WAIT's clock) ends the connection on its own.
+    pub(crate) fn has_keepalive(self) -> bool {
+        matches!(
+            self,
+            State::Established | State::CloseWait | State::FinWait2
         )
     }
 }
@@ -178,6 +187,12 @@ pub(crate) struct Tcb {
     pub(crate) limited_transmit: u32,
     /// A tail loss probe went out for the current flight (one per flight).
     pub(crate) tail_probe_sent: bool,
+    /// Keepalive settings (`None`: off).
+    pub(crate) keepalive: Option<Keepalive>,
+    /// When we last heard from the peer (an acceptable segment): keepalive's idle clock.
+    pub(crate) last_received: Instant,
+    /// Keepalive probes sent since the peer was last heard from.
+    pub(crate) keepalive_probes: u32,
 
     // Application interface.
     pub(crate) events: VecDeque<AppEvent>,
@@ -270,6 +285,9 @@ impl Tcb {
             rexmit_next: iss,
             limited_transmit: 0,
             tail_probe_sent: false,
+            keepalive: config.keepalive,
+            last_received: Instant::ZERO,
+            keepalive_probes: 0,
             events: VecDeque::new(),
             window_blocked: false,
             exposed: false,
@@ -420,6 +438,8 @@ impl Tcb {
         self.state = State::Established;
         self.retries = 0;
         self.timers.retransmit = None;
+        self.last_received = ctx.now;
+        self.arm_keepalive();
         self.exposed = true;
         ctx.counters.connections_opened += 1;
         self.events.push_back(AppEvent::Connected);
@@ -539,6 +559,11 @@ impl Tcb {
             }
             return;
         }
+
+        // The peer is alive: keepalive's idle time starts again (the timer is not moved
+        // here, per segment; it looks at `last_received` when it fires).
+        self.last_received = ctx.now;
+        self.keepalive_probes = 0;
 
         // Second: RST (RFC 5961 §3: exact match resets, in-window challenges).
         if repr.control == Control::Rst {

@@ -1,6 +1,6 @@
 //! Per-connection timers: the retransmission timeout estimator (RFC 6298 with Karn's
 //! rule), and the deadlines a connection keeps — retransmission, tail loss probe, persist
-//! (zero-window probe), delayed ACK and TIME-WAIT.
+//! (zero-window probe), delayed ACK, TIME-WAIT and keepalive.
 //!
 //! Time is never read here: every function takes `now`, so tests drive the clock. A
 //! connection's next deadline is the earliest of its armed timers; the layer's
@@ -123,6 +123,8 @@ pub(crate) struct Timers {
     pub(crate) delayed_ack: Option<Instant>,
     /// TIME-WAIT ends then (2 × MSL after entering it).
     pub(crate) time_wait: Option<Instant>,
+    /// Keepalive: look at the connection's idleness then (see `send::on_keepalive`).
+    pub(crate) keepalive: Option<Instant>,
 }
 
 impl Timers {
@@ -142,7 +144,7 @@ impl Timers {
                 earlier(self.retransmit, self.persist),
                 earlier(self.tail_probe, self.delayed_ack),
             ),
-            self.time_wait,
+            earlier(self.time_wait, self.keepalive),
         )
     }
 

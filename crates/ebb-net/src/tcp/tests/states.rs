@@ -602,7 +602,11 @@ fn ephemeral_ports_are_keyed_unpredictable_and_never_reused_while_held() {
     distinct.dedup();
     assert_eq!(distinct.len(), 50, "no port reused while held");
     assert_eq!(a, ports([1, 2], remote, 50), "deterministic for a secret");
-    assert_ne!(a[0], ports([3, 4], remote, 1)[0], "the secret moves the start");
+    assert_ne!(
+        a[0],
+        ports([3, 4], remote, 1)[0],
+        "the secret moves the start"
+    );
     assert_ne!(
         a[0],
         ports([1, 2], SocketAddrV4::new(PEER, 10), 1)[0],

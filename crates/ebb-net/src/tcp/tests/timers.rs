@@ -351,3 +351,135 @@ fn one_tail_loss_probe_per_flight_then_the_rto() {
     );
     assert_eq!(h.layer.counters().tail_loss_probes, 1);
 }
+
+/// Keepalive after 10 s of silence, probes 1 s apart, 3 unanswered probes to give up.
+const KEEPALIVE: crate::tcp::Keepalive = crate::tcp::Keepalive {
+    idle: Duration::from_secs(10),
+    interval: Duration::from_secs(1),
+    probes: 3,
+};
+
+fn with_keepalive() -> Harness {
+    Harness::new(TcpConfig {
+        delayed_ack: None,
+        keepalive: Some(KEEPALIVE),
+        ..TcpConfig::default()
+    })
+}
+
+#[test]
+fn keepalive_is_off_by_default() {
+    let mut h = rto_only();
+    accept_with_rtt(&mut h, 100);
+    assert_eq!(
+        h.layer.poll_at(),
+        None,
+        "nothing armed on an idle connection"
+    );
+    h.advance(Duration::from_secs(3 * 3600));
+    assert!(h.take().is_empty());
+    assert_eq!(h.conn().state(), State::Established);
+}
+
+#[test]
+fn keepalive_probes_an_idle_connection_and_an_answer_keeps_it() {
+    let mut h = with_keepalive();
+    let iss = accept_with_rtt(&mut h, 100);
+    let t0 = h.now;
+    assert_eq!(h.layer.poll_at(), Some(t0 + Duration::from_secs(10)));
+    h.advance_to(t0 + Duration::from_secs(10));
+    // One below the next sequence number, empty: the peer must answer with an ACK.
+    check(&h.take_one(), Control::None, iss, Some(PEER_ISS + 1), 0);
+    assert_eq!(h.layer.counters().keepalive_probes, 1);
+    h.now = t0 + Duration::from_millis(10_100);
+    h.input(peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, &[]));
+    assert!(h.take().is_empty(), "an ACK needs no answer");
+    // The next look is at the probe interval; it finds the peer heard from and waits
+    // a whole idle period from the answer.
+    h.advance_to(t0 + Duration::from_secs(11));
+    assert!(h.take().is_empty());
+    assert_eq!(
+        h.layer.poll_at(),
+        Some(t0 + Duration::from_millis(20_100)),
+        "idle counts from the answer"
+    );
+    h.advance_to(t0 + Duration::from_millis(20_100));
+    check(&h.take_one(), Control::None, iss, Some(PEER_ISS + 1), 0);
+    assert_eq!(h.conn().state(), State::Established);
+}
+
+#[test]
+fn keepalive_closes_a_connection_whose_peer_went_silent() {
+    let mut h = with_keepalive();
+    let iss = accept_with_rtt(&mut h, 100);
+    let t0 = h.now;
+    let _ = h.events();
+    for probe in 0..3u64 {
+        h.advance_to(t0 + Duration::from_secs(10 + probe));
+        check(&h.take_one(), Control::None, iss, Some(PEER_ISS + 1), 0);
+    }
+    h.advance_to(t0 + Duration::from_secs(13));
+    assert!(h.take().is_empty(), "gives up without another segment");
+    assert_eq!(h.conn().state(), State::Closed);
+    assert_eq!(h.events(), [Ev::Closed(CloseReason::TimedOut)]);
+    let c = h.layer.counters();
+    assert_eq!((c.keepalive_probes, c.connections_timed_out), (3, 1));
+    assert_eq!(h.layer.connection_count(), 0);
+}
+
+#[test]
+fn keepalive_waits_while_data_flows_and_counts_idle_from_the_last_segment() {
+    let mut h = with_keepalive();
+    let iss = accept_with_rtt(&mut h, 100);
+    let t0 = h.now;
+    // Data from the peer at 5 s: the first probe moves to 15 s.
+    h.now = t0 + Duration::from_secs(5);
+    h.input(peer_seg(
+        PEER_ISS + 1,
+        Some(iss + 1),
+        Control::None,
+        b"hello",
+    ));
+    check(&h.take_one(), Control::None, iss + 1, Some(PEER_ISS + 6), 0);
+    h.advance_to(t0 + Duration::from_secs(14));
+    assert!(h.take().is_empty(), "no probe before 15 s");
+    // At 14 s we send data the peer never acknowledges: retransmissions, not probes,
+    // watch the peer while it is unacknowledged.
+    let conn = h.conn();
+    send(&conn, 100);
+    h.poll();
+    check(
+        &h.take_one(),
+        Control::None,
+        iss + 1,
+        Some(PEER_ISS + 6),
+        100,
+    );
+    h.advance_to(t0 + Duration::from_secs(16));
+    let sent = h.take();
+    assert!(!sent.is_empty(), "the data was retransmitted");
+    assert!(
+        sent.iter().all(|s| s.payload.len() == 100),
+        "retransmissions only, no keepalive probe: {sent:#?}"
+    );
+    assert_eq!(h.layer.counters().keepalive_probes, 0);
+}
+
+#[test]
+fn keepalive_can_be_switched_per_connection() {
+    let mut h = rto_only();
+    let iss = accept_with_rtt(&mut h, 100);
+    let t0 = h.now;
+    let conn = h.conn();
+    conn.set_keepalive(Some(KEEPALIVE));
+    h.poll();
+    assert_eq!(h.layer.poll_at(), Some(t0 + Duration::from_secs(10)));
+    h.advance_to(t0 + Duration::from_secs(10));
+    check(&h.take_one(), Control::None, iss, Some(PEER_ISS + 1), 0);
+    conn.set_keepalive(None);
+    h.poll();
+    assert_eq!(h.layer.poll_at(), None, "disarmed");
+    h.advance(Duration::from_secs(3600));
+    assert!(h.take().is_empty());
+    assert_eq!(conn.state(), State::Established);
+}
