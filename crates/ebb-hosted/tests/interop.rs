@@ -220,7 +220,8 @@ where
         } else {
             AddressConfig::Static {
                 cidr: static_cidr,
-                gateway: None,
+                // Linux is the gateway too (for the ICMP test; the others stay on-link).
+                gateway: Some(linux_ip),
             }
         },
     );
@@ -615,6 +616,48 @@ fn dhcp_configured_stack_serves_a_request() {
     assert_eq!(octets[..3], [10, 198, net]);
     assert!((50..=60).contains(&octets[3]), "{lease:?}");
     assert!(page.contains("Ebbflow httpd"), "{page}");
+}
+
+#[test]
+fn connect_through_a_router_without_a_route_fails_fast() {
+    // Linux in the namespace is ebb's default gateway and forwards, but has no route to
+    // 203.0.113.0/24 (TEST-NET-3): it answers our SYN with ICMP "net unreachable", and
+    // the connect ends with `Unreachable` at once instead of `TimedOut` after the SYN
+    // retries (about two minutes).
+    let test = "connect_through_a_router_without_a_route_fails_fast";
+    let Some((result, elapsed, counters)) =
+        with_netstack(test, 12, &["sysctl"], None, false, |env| async move {
+            let result = async {
+                run_tool(env.shell("sysctl -qw net.ipv4.ip_forward=1"), TOOL_TIMEOUT)
+                    .await?
+                    .check("sysctl")?;
+                let started = std::time::Instant::now();
+                let far = SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 1), 80);
+                let outcome = event::timeout(Duration::from_secs(60), env.stack.connect(far))
+                    .await
+                    .map_err(|_| "no answer to the connect in 60 s".to_string())?;
+                let elapsed = started.elapsed();
+                let counters = env.stack.counters().map_err(|e| e.to_string())?;
+                Ok((outcome.map(|_| ()), elapsed, counters))
+            }
+            .await;
+            (result, env.stack)
+        })
+    else {
+        return;
+    };
+    println!("{test}: connect ended after {elapsed:?}: {result:?}");
+    assert_eq!(result, Err(TcpErrorKind::Unreachable));
+    assert_eq!(
+        counters.interface.rx_icmp_unreachable, 1,
+        "{:?}",
+        counters.interface
+    );
+    assert_eq!(counters.tcp.icmp_errors, 1, "{:?}", counters.tcp);
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "well before the first SYN retransmission backs off far: {elapsed:?}"
+    );
 }
 
 #[test]

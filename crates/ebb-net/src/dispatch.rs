@@ -37,7 +37,10 @@
 //! * ARP replies go to every core (each interface keeps its own ARP cache and may be
 //!   waiting for the answer); ARP requests are answered where they arrive.
 //! * UDP (sockets, DHCP) goes to the home core, where UDP sockets live.
-//! * ICMP, malformed and foreign frames are handled where they arrive (and counted there).
+//! * An ICMP Destination Unreachable quoting one of our TCP segments goes to the owner
+//!   of that connection.
+//! * Other ICMP, malformed and foreign frames are handled where they arrive (and
+//!   counted there).
 //!
 //! Steering only reads headers; it checks lengths but not checksums — the owning core's
 //! interface verifies everything, exactly as for frames from its own queue.
@@ -51,8 +54,9 @@ use ebb_core::CoreId;
 use ebb_core::rcu::{RcuDomain, RcuHashMap};
 
 use crate::tcp::{ConnectionDirectory, FourTuple};
+use crate::transport::{IcmpErrorKind, TcpIcmpError};
 use crate::wire::{ArpOperation, ArpPacket, EtherType, EthernetFrame, IpProtocol, Ipv4Packet};
-use crate::wire::{TcpPacket, UdpPacket};
+use crate::wire::{Icmpv4Message, Icmpv4Packet, TcpPacket, UdpPacket};
 
 /// Which core a new connection to a listening port is owned by.
 #[derive(Clone, Copy)]
@@ -195,6 +199,7 @@ impl FlowDirectory {
             IpProtocol::Udp if UdpPacket::new_checked(ip.payload()).is_ok() => {
                 self.relative_to(here, self.home())
             }
+            IpProtocol::Icmp => self.steer_icmp(here, ip.payload()),
             IpProtocol::Tcp => {
                 let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else {
                     return Steer::Here;
@@ -217,6 +222,31 @@ impl FlowDirectory {
                 }
             }
             _ => Steer::Here,
+        }
+    }
+
+    /// An ICMP Destination Unreachable quoting one of our TCP segments goes to the core
+    /// owning that connection (its TCP acts on it); every other ICMP message stays here.
+    fn steer_icmp(&self, here: CoreId, message: &[u8]) -> Steer {
+        let Ok(icmp) = Icmpv4Packet::new_checked(message) else {
+            return Steer::Here;
+        };
+        if icmp.msg_type() != Icmpv4Message::DstUnreachable {
+            return Steer::Here;
+        }
+        // The kind does not matter for finding the owner.
+        match TcpIcmpError::from_quoted(IcmpErrorKind::PortUnreachable, icmp.data()) {
+            Some(quoted) => {
+                let tuple = FourTuple {
+                    local: quoted.local,
+                    remote: quoted.remote,
+                };
+                match self.owners.get_cloned(&tuple) {
+                    Some(owner) => self.relative_to(here, owner),
+                    None => Steer::Here,
+                }
+            }
+            None => Steer::Here,
         }
     }
 
@@ -471,6 +501,21 @@ mod tests {
         assert_eq!(dir.steer(CoreId(0), &udp), Steer::Here);
         let icmp = ip_frame(IpProtocol::Icmp, &[8, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(dir.steer(CoreId(1), &icmp), Steer::Here);
+        // Destination unreachable quoting our segment from port 80 to the peer's 1000:
+        // to the connection's owner.
+        let mut quoted = [0u8; 28];
+        quoted[0] = 0x45;
+        quoted[9] = 6;
+        quoted[12..16].copy_from_slice(&US.octets());
+        quoted[16..20].copy_from_slice(&PEER.octets());
+        quoted[20..22].copy_from_slice(&80u16.to_be_bytes());
+        quoted[22..24].copy_from_slice(&1000u16.to_be_bytes());
+        let mut message = vec![3, 3, 0, 0, 0, 0, 0, 0];
+        message.extend_from_slice(&quoted);
+        let unreachable = ip_frame(IpProtocol::Icmp, &message);
+        assert_eq!(dir.steer(CoreId(0), &unreachable), Steer::Here, "no owner");
+        assert!(dir.claims_for(CoreId(1)).claim(&tuple(1000)));
+        assert_eq!(dir.steer(CoreId(0), &unreachable), Steer::To(CoreId(1)));
         // Truncated anywhere: handled (and counted) here, even with a policy.
         dir.set_placement(80, Placement::Core(CoreId(0)));
         let frame = tcp_frame(5, Control::Syn, false);

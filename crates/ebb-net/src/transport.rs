@@ -1,14 +1,15 @@
 //! The seam between the IP layer ([`crate::iface`]) and TCP ([`crate::tcp`]).
 //!
 //! The interface owns the device, ARP and IPv4; TCP owns connections. Neither names the
-//! other's types: the interface hands each TCP segment it receives to a [`TcpInput`], and
+//! other's types: the interface hands each TCP segment it receives (and each ICMP error
+//! about a segment of ours, as a [`TcpIcmpError`]) to a [`TcpInput`], and
 //! TCP hands each segment it wants sent to a [`TcpOutput`]. Both directions are zero copy:
 //! a received segment is a slice of the frame's `IOBuf`; a sent segment is a header (a
 //! [`tcp::Repr`] with an empty payload) plus the payload as an `IOBufChain` of the
 //! application's own buffers, and the interface writes Ethernet + IPv4 + TCP headers into
 //! one small buffer in front of them.
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, SocketAddrV4};
 use ebb_core::Instant;
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 
@@ -42,6 +43,69 @@ pub enum OutputError {
     Busy,
     /// The segment does not fit the link MTU.
     TooLarge,
+}
+
+/// What an ICMP Destination Unreachable said about a segment we sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IcmpErrorKind {
+    /// No route to the peer's network (code 0).
+    NetUnreachable,
+    /// The peer's host is unreachable (code 1).
+    HostUnreachable,
+    /// The peer's host does not speak TCP (code 2).
+    ProtocolUnreachable,
+    /// Nothing listens on the peer's port (code 3; Linux does not send it for TCP, but
+    /// routers and firewalls do).
+    PortUnreachable,
+    /// A router on the path cannot forward the segment without fragmenting it, and we
+    /// set Don't Fragment (code 4): the path MTU is `next_hop_mtu` (0 if the router did
+    /// not say, RFC 1191 §5).
+    FragmentationNeeded {
+        /// The MTU of the hop that refused the segment.
+        next_hop_mtu: u16,
+    },
+}
+
+/// An ICMP error about a TCP segment we sent (RFC 1122 §4.2.3.9), as the interface
+/// read it from the IPv4 header and first eight TCP bytes the message quotes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpIcmpError {
+    /// Our address and port: the quoted segment's source.
+    pub local: SocketAddrV4,
+    /// The peer's: the quoted segment's destination.
+    pub remote: SocketAddrV4,
+    /// The quoted segment's sequence number (RFC 5927 §4.1: TCP ignores errors whose
+    /// segment it cannot have sent recently).
+    pub seq: tcp::SeqNumber,
+    /// What went wrong.
+    pub kind: IcmpErrorKind,
+}
+
+impl TcpIcmpError {
+    /// Reads the quoted datagram of an ICMP error (`quoted`: its IPv4 header, options
+    /// included, and at least the first 8 bytes of its payload). `None` unless it is a
+    /// TCP segment (non-fragment, version 4, sane header length).
+    pub fn from_quoted(kind: IcmpErrorKind, quoted: &[u8]) -> Option<TcpIcmpError> {
+        let first = *quoted.first()?;
+        let header_len = usize::from(first & 0x0f) * 4;
+        if first >> 4 != 4 || header_len < 20 || quoted.len() < header_len + 8 {
+            return None;
+        }
+        let fragment_offset = u16::from_be_bytes([quoted[6], quoted[7]]) & 0x1fff;
+        if quoted[9] != 6 || fragment_offset != 0 {
+            return None;
+        }
+        let address =
+            |at: usize| Ipv4Addr::new(quoted[at], quoted[at + 1], quoted[at + 2], quoted[at + 3]);
+        let tcp = &quoted[header_len..header_len + 8];
+        let port = |at: usize| u16::from_be_bytes([tcp[at], tcp[at + 1]]);
+        Some(TcpIcmpError {
+            local: SocketAddrV4::new(address(12), port(0)),
+            remote: SocketAddrV4::new(address(16), port(2)),
+            seq: tcp::SeqNumber(u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]])),
+            kind,
+        })
+    }
 }
 
 /// Where TCP sends segments: implemented by the interface.
@@ -90,4 +154,8 @@ pub trait TcpInput {
     fn transmit_blocked(&self) -> bool {
         false
     }
+
+    /// An ICMP Destination Unreachable quoting a segment of ours arrived (addressed to
+    /// us, checksum verified). Default: ignored.
+    fn icmp_error(&mut self, _now: Instant, _error: TcpIcmpError, _out: &mut dyn TcpOutput) {}
 }

@@ -222,7 +222,10 @@ pub struct InterfaceCounters {
     ///
     /// [`Interface::send_ping`]: super::Interface::send_ping
     pub rx_icmp_echo_replies: u64,
-    /// Other ICMP messages received (errors, unknown types): counted, not acted on.
+    /// ICMP Destination Unreachable messages quoting a TCP segment from our address,
+    /// handed to TCP (which may still find them stale; see `TcpCounters::icmp_errors`).
+    pub rx_icmp_unreachable: u64,
+    /// Other ICMP messages received (other errors, unknown types): counted, not acted on.
     pub rx_icmp_other: u64,
     /// Received frames dropped, by reason.
     pub rx_dropped: RxDrops,

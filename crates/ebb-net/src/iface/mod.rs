@@ -68,7 +68,7 @@ use output::{ETH_IPV4_LEN, ETH_LEN, NextHop, Route, chain_sum};
 use udp::{Delivery, UdpSockets};
 
 use crate::phy::{self, DeviceCapabilities};
-use crate::transport::{OutputError, TcpInput};
+use crate::transport::{IcmpErrorKind, OutputError, TcpIcmpError, TcpInput};
 use crate::wire::{
     self, DhcpPacket, DhcpRepr, EtherType, EthernetFrame, EthernetRepr, Icmpv4Packet, Icmpv4Repr,
     IpProtocol, Ipv4Packet, Ipv4Repr, TcpPacket, UdpPacket, UdpRepr, WireError, checksum, icmpv4,
@@ -306,7 +306,7 @@ impl Interface {
         match ip.protocol {
             IpProtocol::Udp => self.receive_udp(now, &ip, addressed, frame, start, end),
             _ if addressed == Addressed::Unconfigured => self.drop_rx(RxDropReason::Ipv4NotForUs),
-            IpProtocol::Icmp => self.receive_icmp(&ip, addressed, &frame[start..end]),
+            IpProtocol::Icmp => self.receive_icmp(now, &ip, addressed, &frame[start..end], tcp),
             IpProtocol::Tcp if addressed == Addressed::Us => {
                 self.receive_tcp(now, &ip, frame, start, end, tcp)
             }
@@ -399,7 +399,14 @@ impl Interface {
         }
     }
 
-    fn receive_icmp(&mut self, ip: &Ipv4Repr, addressed: Addressed, bytes: &[u8]) {
+    fn receive_icmp(
+        &mut self,
+        now: Instant,
+        ip: &Ipv4Repr,
+        addressed: Addressed,
+        bytes: &[u8],
+        tcp: &mut dyn TcpInput,
+    ) {
         let packet = match Icmpv4Packet::new_checked(bytes) {
             Ok(p) => p,
             Err(_) => return self.drop_rx(RxDropReason::IcmpMalformed),
@@ -439,6 +446,37 @@ impl Interface {
                     seq_no,
                     data_len: data.len(),
                 });
+            }
+            Ok(Icmpv4Repr::DstUnreachable {
+                reason,
+                next_hop_mtu,
+                data,
+            }) => {
+                let kind = match reason {
+                    icmpv4::DstUnreachable::NetUnreachable => Some(IcmpErrorKind::NetUnreachable),
+                    icmpv4::DstUnreachable::HostUnreachable => Some(IcmpErrorKind::HostUnreachable),
+                    icmpv4::DstUnreachable::ProtoUnreachable => {
+                        Some(IcmpErrorKind::ProtocolUnreachable)
+                    }
+                    icmpv4::DstUnreachable::PortUnreachable => Some(IcmpErrorKind::PortUnreachable),
+                    icmpv4::DstUnreachable::FragRequired => {
+                        Some(IcmpErrorKind::FragmentationNeeded { next_hop_mtu })
+                    }
+                    _ => None,
+                };
+                // Only errors addressed to us, about a TCP segment from our address.
+                let error = kind
+                    .filter(|_| addressed == Addressed::Us)
+                    .and_then(|kind| TcpIcmpError::from_quoted(kind, data))
+                    .filter(|e| Some(*e.local.ip()) == self.out.address());
+                match error {
+                    Some(error) => {
+                        bump(&mut self.out.counters.rx_icmp_unreachable);
+                        self.out.now = now;
+                        tcp.icmp_error(now, error, &mut self.out);
+                    }
+                    None => bump(&mut self.out.counters.rx_icmp_other),
+                }
             }
             Ok(_) | Err(WireError::Unsupported) => bump(&mut self.out.counters.rx_icmp_other),
             Err(WireError::BadChecksum) => self.drop_rx(RxDropReason::IcmpBadChecksum),

@@ -91,6 +91,12 @@ impl Congestion {
         self.cwnd = self.mss.saturating_mul(initial_segments.max(1));
     }
 
+    /// The path MTU shrank: later growth counts in the smaller segment; the window in
+    /// bytes stays (RFC 1191 §6.5: a PMTU change is not congestion).
+    pub(crate) fn shrink_mss(&mut self, mss: usize) {
+        self.mss = u32::try_from(mss).unwrap_or(u32::MAX).max(1);
+    }
+
     /// `acked` new bytes were acknowledged outside recovery.
     pub(crate) fn on_ack(&mut self, acked: u32, now: Instant, srtt: Duration) {
         if self.cwnd < self.ssthresh {

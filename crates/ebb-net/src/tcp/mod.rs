@@ -134,7 +134,7 @@ use deadlines::DeadlineHeap;
 use isn::IsnGenerator;
 use state::{AppEvent, Ctx, Incoming, Tcb};
 
-use crate::transport::{TcpInput, TcpOutput, TcpSegment};
+use crate::transport::{TcpIcmpError, TcpInput, TcpOutput, TcpSegment};
 use crate::wire::checksum::ChecksumCapabilities;
 use crate::wire::tcp::{Control, MAX_SACK_BLOCKS, Packet, Repr, SeqNumber};
 
@@ -254,6 +254,12 @@ pub struct TcpCounters {
     pub tail_loss_probes: u64,
     /// Keepalive probes sent.
     pub keepalive_probes: u64,
+    /// ICMP errors acted on: a connect ended by unreachability, a segment size shrunk
+    /// to the path MTU.
+    pub icmp_errors: u64,
+    /// ICMP errors ignored: no such connection, a sequence number not in flight (RFC
+    /// 5927 §4.1), or a soft error on a synchronized connection.
+    pub icmp_errors_ignored: u64,
     /// RSTs sent.
     pub resets_sent: u64,
     /// Challenge ACKs sent (RFC 5961).
@@ -1141,6 +1147,36 @@ impl TcpInput for TcpLayer {
         {
             inner.mark_dirty(&conn);
         }
+    }
+
+    fn icmp_error(&mut self, now: Instant, error: TcpIcmpError, out: &mut dyn TcpOutput) {
+        let inner = &self.0;
+        {
+            let mut counters = inner.counters.borrow_mut();
+            let mut state = inner.state.borrow_mut();
+            let tuple = FourTuple {
+                local: error.local,
+                remote: error.remote,
+            };
+            let Some(conn) = state.conns.get(&tuple).cloned() else {
+                counters.icmp_errors_ignored += 1;
+                return;
+            };
+            let mut ctx = Ctx {
+                now,
+                out,
+                counters: &mut counters,
+                config: &inner.config,
+            };
+            let acted = conn.tcb.borrow_mut().on_icmp_error(&mut ctx, error);
+            if acted {
+                ctx.counters.icmp_errors += 1;
+            } else {
+                ctx.counters.icmp_errors_ignored += 1;
+            }
+            TcpLayer::settle(inner, &mut state, &conn);
+        }
+        self.dispatch();
     }
 
     fn poll(&mut self, now: Instant, out: &mut dyn TcpOutput) {

@@ -13,7 +13,7 @@
 //! pending (or delayed) ACK.
 
 use ebb_core::iobuf::IOBufChain;
-use ebb_core::net::{CloseReason, SendError};
+use ebb_core::net::{CloseReason, SendError, TcpErrorKind};
 
 use super::state::{ACK_BUDGET, ACK_BUDGET_INTERVAL, AppEvent, Ctx, State, Tcb};
 use super::timers::due;
@@ -23,7 +23,10 @@ const TLP_MIN: core::time::Duration = core::time::Duration::from_millis(10);
 /// Added to the probe timeout when one segment is in flight (the peer may delay its ACK;
 /// Linux's delayed ACK is 40 ms).
 const TLP_DELAYED_ACK_ALLOWANCE: core::time::Duration = core::time::Duration::from_millis(50);
-use crate::transport::TcpSegment;
+/// The smallest path MTU an ICMP "fragmentation needed" may shrink a connection to
+/// (Linux's `min_pmtu`): a forged message cannot make segments arbitrarily small.
+const MIN_PATH_MTU: u16 = 552;
+use crate::transport::{IcmpErrorKind, TcpIcmpError, TcpSegment};
 use crate::wire::tcp::{Control, MAX_SACK_BLOCKS, Repr, SackBlocks, SeqNumber};
 
 /// Where slicing the send queue resumes: the index of a queue segment and the queue
@@ -735,6 +738,55 @@ impl Tcb {
             }
         }
         self.output(ctx);
+    }
+
+    /// An ICMP Destination Unreachable about this connection (RFC 1122 §4.2.3.9, RFC
+    /// 5927, RFC 1191). Returns whether it was acted on: only errors quoting a segment
+    /// that may be in flight (`SND.UNA <= SEQ < SND.MAX`, RFC 5927 §4.1) are; then
+    /// unreachability ends a connection still opening (`SYN-SENT`: refused for port and
+    /// protocol unreachable, unreachable otherwise) and is ignored once synchronized
+    /// (a soft error, RFC 5927 §4), and "fragmentation needed" shrinks the segment size
+    /// to the reported path MTU (never below 552, Linux's floor) and resends what is in
+    /// flight in the smaller segments.
+    #[cold]
+    pub(crate) fn on_icmp_error(&mut self, ctx: &mut Ctx<'_>, error: TcpIcmpError) -> bool {
+        if !(self.snd_una <= error.seq && error.seq < self.snd_max) {
+            return false;
+        }
+        match error.kind {
+            IcmpErrorKind::FragmentationNeeded { next_hop_mtu } => {
+                if next_hop_mtu == 0 || !self.state.is_synchronized() {
+                    // An RFC 792 router that does not say its MTU: no guess here.
+                    return false;
+                }
+                let mss = usize::from(next_hop_mtu.max(MIN_PATH_MTU)) - 40;
+                if mss >= self.send_mss {
+                    return false;
+                }
+                self.send_mss = mss;
+                self.cc.shrink_mss(mss);
+                // Resend what the too-large segments carried, at once and without a
+                // congestion response (go back to SND.UNA, as a timeout would).
+                self.rtt_probe = None;
+                self.snd_nxt = self.snd_una;
+                self.output(ctx);
+                true
+            }
+            kind if self.state == State::SynSent => {
+                let refused = matches!(
+                    kind,
+                    IcmpErrorKind::PortUnreachable | IcmpErrorKind::ProtocolUnreachable
+                );
+                let why = if refused {
+                    TcpErrorKind::ConnectionRefused
+                } else {
+                    TcpErrorKind::Unreachable
+                };
+                self.finish(ctx, CloseReason::Error(why));
+                true
+            }
+            _ => false,
+        }
     }
 
     /// (Re)arms keepalive from the last time the peer was heard from (or disarms it when

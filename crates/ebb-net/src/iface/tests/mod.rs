@@ -159,6 +159,7 @@ pub(super) struct TcpRecorder {
     pub reply: Option<crate::transport::TcpSegment>,
     pub reply_results: Vec<Result<(), OutputError>>,
     pub polls: usize,
+    pub icmp_errors: Vec<crate::transport::TcpIcmpError>,
 }
 
 impl TcpInput for TcpRecorder {
@@ -182,6 +183,15 @@ impl TcpInput for TcpRecorder {
 
     fn poll_at(&self) -> Option<Instant> {
         None
+    }
+
+    fn icmp_error(
+        &mut self,
+        _now: Instant,
+        error: crate::transport::TcpIcmpError,
+        _out: &mut dyn TcpOutput,
+    ) {
+        self.icmp_errors.push(error);
     }
 }
 

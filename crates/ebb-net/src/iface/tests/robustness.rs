@@ -13,6 +13,7 @@ fn accounted(c: &InterfaceCounters) -> u64 {
         + c.rx_dhcp
         + c.rx_icmp_echo_requests
         + c.rx_icmp_echo_replies
+        + c.rx_icmp_unreachable
         + c.rx_icmp_other
         + c.rx_dropped.total()
 }

@@ -269,3 +269,95 @@ fn chain_checksum_matches_the_contiguous_one() {
         }
     }
 }
+
+/// An ICMP Destination Unreachable from `router` quoting `quoted` (an IPv4 packet's
+/// header and first bytes).
+fn unreachable_from(
+    router: Ipv4Addr,
+    reason: wire::icmpv4::DstUnreachable,
+    next_hop_mtu: u16,
+    quoted: &[u8],
+) -> IOBuf {
+    let repr = wire::Icmpv4Repr::DstUnreachable {
+        reason,
+        next_hop_mtu,
+        data: quoted,
+    };
+    let mut b = vec![0u8; repr.buffer_len()];
+    repr.emit(
+        &mut wire::Icmpv4Packet::new_unchecked(&mut b[..]),
+        &wire::ChecksumCapabilities::default(),
+    );
+    IOBuf::from_vec(eth(
+        OUR_MAC,
+        PEER_MAC,
+        EtherType::Ipv4,
+        &ipv4(router, OUR_IP, IpProtocol::Icmp, &b),
+    ))
+}
+
+#[test]
+fn icmp_unreachable_about_our_tcp_segment_reaches_tcp() {
+    let mut iface = iface();
+    learn_peer(&mut iface, t(0));
+    // What a router quotes: our IPv4 header and the first 8 bytes of our segment.
+    let mut ours = tcp_header(5000, 443);
+    ours.seq_number = TcpSeqNumber(0x0102_0304);
+    let mut segment = vec![0u8; ours.buffer_len()];
+    ours.emit(
+        &mut TcpPacket::new_unchecked(&mut segment[..]),
+        OUR_IP,
+        PEER_IP,
+        &wire::ChecksumCapabilities::default(),
+    );
+    let packet = ipv4(OUR_IP, PEER_IP, IpProtocol::Tcp, &segment);
+    let quoted = &packet[..28];
+    let router = Ipv4Addr::new(10, 0, 0, 254);
+    let mut tcp = TcpRecorder::default();
+    for (reason, mtu) in [
+        (wire::icmpv4::DstUnreachable::PortUnreachable, 0),
+        (wire::icmpv4::DstUnreachable::FragRequired, 1280),
+    ] {
+        iface.receive_frame(
+            t(1),
+            unreachable_from(router, reason, mtu, quoted),
+            &mut tcp,
+        );
+    }
+    use crate::transport::IcmpErrorKind;
+    let expected = |kind| crate::transport::TcpIcmpError {
+        local: SocketAddrV4::new(OUR_IP, 5000),
+        remote: SocketAddrV4::new(PEER_IP, 443),
+        seq: TcpSeqNumber(0x0102_0304),
+        kind,
+    };
+    assert_eq!(
+        tcp.icmp_errors,
+        [
+            expected(IcmpErrorKind::PortUnreachable),
+            expected(IcmpErrorKind::FragmentationNeeded { next_hop_mtu: 1280 }),
+        ]
+    );
+    assert_eq!(iface.counters().rx_icmp_unreachable, 2);
+
+    // Not from our address, not TCP, or too short to name the ports: counted only.
+    let foreign = ipv4(PEER_IP, OUR_IP, IpProtocol::Tcp, &segment);
+    let udp_packet = ipv4(
+        OUR_IP,
+        PEER_IP,
+        IpProtocol::Udp,
+        &udp(OUR_IP, PEER_IP, 1, 2, b"x"),
+    );
+    for quoted in [&foreign[..28], &udp_packet[..28], &packet[..27]] {
+        let frame = unreachable_from(
+            router,
+            wire::icmpv4::DstUnreachable::PortUnreachable,
+            0,
+            quoted,
+        );
+        iface.receive_frame(t(2), frame, &mut tcp);
+    }
+    assert_eq!(tcp.icmp_errors.len(), 2, "nothing more reached TCP");
+    assert_eq!(iface.counters().rx_icmp_other, 3);
+    assert!(sent(&mut iface).is_empty(), "errors are never answered");
+}

@@ -4,6 +4,7 @@
 mod data;
 mod full_stack;
 mod fuzz;
+mod icmp;
 mod states;
 mod timers;
 mod transfer;
