@@ -133,7 +133,7 @@ use state::{AppEvent, Ctx, Incoming, Tcb};
 
 use crate::transport::{TcpInput, TcpOutput, TcpSegment};
 use crate::wire::checksum::ChecksumCapabilities;
-use crate::wire::tcp::{Control, MAX_SACK_BLOCKS, Packet, Repr, SeqNumber};
+use crate::wire::tcp::{Control, MAX_HEADER_LEN, MAX_SACK_BLOCKS, Packet, Repr, SeqNumber};
 
 /// Settings of one layer (and every connection it makes).
 #[derive(Debug, Clone)]
@@ -997,15 +997,21 @@ impl TcpInput for TcpLayer {
                 counters.dropped_bad_options += 1;
                 return;
             };
-            let Ok(repr) = Repr::parse(&packet, src, dst, &ChecksumCapabilities::ignored()) else {
+            // The header is parsed from a copy (at most 60 bytes), so the segment itself
+            // can become the payload without a clone of its buffer (a reference-count
+            // increment and decrement, both atomic). The copy's `repr.payload` is empty;
+            // the connection path reads the payload from `Incoming::payload`.
+            let header_len = usize::from(packet.header_len()).min(MAX_HEADER_LEN);
+            let mut header = [0u8; MAX_HEADER_LEN];
+            header[..header_len].copy_from_slice(&segment.as_slice()[..header_len]);
+            let header_packet = Packet::new_unchecked(&header[..header_len]);
+            let Ok(repr) = Repr::parse(&header_packet, src, dst, &ChecksumCapabilities::ignored())
+            else {
                 counters.dropped_bad_options += 1;
                 return;
             };
-            let mut payload = segment.clone();
-            if payload
-                .trim_front(usize::from(packet.header_len()))
-                .is_err()
-            {
+            let mut payload = segment;
+            if payload.trim_front(header_len).is_err() {
                 return;
             }
             let tuple = FourTuple {
@@ -1037,7 +1043,14 @@ impl TcpInput for TcpLayer {
                     TcpLayer::settle(inner, &mut state, &conn);
                     delivered_to = Some(conn);
                 }
-                None => TcpLayer::no_connection(inner, &mut state, &mut ctx, tuple, &repr),
+                None => {
+                    // With its payload: a RST answering it acknowledges all of it.
+                    let repr = Repr {
+                        payload: payload.as_slice(),
+                        ..repr
+                    };
+                    TcpLayer::no_connection(inner, &mut state, &mut ctx, tuple, &repr)
+                }
             }
         }
         self.dispatch();
