@@ -1081,10 +1081,12 @@ impl TcpInput for TcpLayer {
             // `in_dirty` stays set while collecting, so a connection is visited once.
             let mut conns: Vec<Rc<Conn>> = core::mem::take(&mut *inner.poll_list.borrow_mut());
             core::mem::swap(&mut conns, &mut *inner.dirty.borrow_mut());
-            for conn in core::mem::take(&mut *inner.blocked.borrow_mut()) {
-                conn.in_blocked.set(false);
-                if !conn.in_dirty.replace(true) {
-                    conns.push(conn);
+            if !inner.blocked.borrow().is_empty() {
+                for conn in core::mem::take(&mut *inner.blocked.borrow_mut()) {
+                    conn.in_blocked.set(false);
+                    if !conn.in_dirty.replace(true) {
+                        conns.push(conn);
+                    }
                 }
             }
             // A connection in the heap is in the table: it leaves the heap (`settle`,
