@@ -1079,8 +1079,9 @@ impl TcpInput for TcpLayer {
             // Visit what the application touched and what has a timer due — not every
             // connection.
             // `in_dirty` stays set while collecting, so a connection is visited once.
-            let mut conns: Vec<Rc<Conn>> = core::mem::take(&mut *inner.poll_list.borrow_mut());
-            core::mem::swap(&mut conns, &mut *inner.dirty.borrow_mut());
+            // Only `poll` uses `poll_list`, so it stays borrowed for the whole visit.
+            let mut conns = inner.poll_list.borrow_mut();
+            core::mem::swap(&mut *conns, &mut *inner.dirty.borrow_mut());
             if !inner.blocked.borrow().is_empty() {
                 for conn in core::mem::take(&mut *inner.blocked.borrow_mut()) {
                     conn.in_blocked.set(false);
@@ -1096,7 +1097,7 @@ impl TcpInput for TcpLayer {
                     conns.push(conn);
                 }
             }
-            for conn in &conns {
+            for conn in conns.iter() {
                 conn.in_dirty.set(false);
                 {
                     let mut tcb = conn.tcb.borrow_mut();
@@ -1114,7 +1115,6 @@ impl TcpInput for TcpLayer {
                 TcpLayer::settle(inner, &mut state, conn);
             }
             conns.clear();
-            *inner.poll_list.borrow_mut() = conns;
         }
         self.dispatch();
     }

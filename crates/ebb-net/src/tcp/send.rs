@@ -298,6 +298,8 @@ impl Tcb {
 
     /// An ACK answering an unacceptable segment or challenging one, within the
     /// per-connection budget (see [`ACK_BUDGET`]).
+    // Cold (loss recovery, challenges, resets): out of line, off the common path.
+    #[cold]
     pub(crate) fn send_ack_limited(&mut self, ctx: &mut Ctx<'_>) {
         if ctx.now.saturating_duration_since(self.ack_budget_since) >= ACK_BUDGET_INTERVAL {
             self.ack_budget_since = ctx.now;
@@ -312,6 +314,8 @@ impl Tcb {
     }
 
     /// A RST at `seq` (with an ACK of `ack` if given).
+    // Cold (loss recovery, challenges, resets): out of line, off the common path.
+    #[cold]
     pub(crate) fn send_reset(&mut self, ctx: &mut Ctx<'_>, seq: SeqNumber, ack: Option<SeqNumber>) {
         ctx.counters.resets_sent += 1;
         ctx.counters.segments_out += 1;
@@ -461,6 +465,8 @@ impl Tcb {
 
     /// Resends one segment at `snd_una` (fast retransmit, partial ACK), stopping short of
     /// data the peer reported with SACK.
+    // Cold (loss recovery, challenges, resets): out of line, off the common path.
+    #[cold]
     fn retransmit_front(&mut self, ctx: &mut Ctx<'_>) {
         let seq = self.snd_una;
         // Only what was sent before: bytes past `snd_max` are new data, and an ACK for
@@ -482,6 +488,8 @@ impl Tcb {
     }
 
     /// Resends `[seq, seq + len)` of the queue.
+    // Cold (loss recovery, challenges, resets): out of line, off the common path.
+    #[cold]
     fn retransmit_range(&mut self, ctx: &mut Ctx<'_>, seq: SeqNumber, len: usize) {
         ctx.counters.retransmissions += 1;
         self.rtt_probe = None; // Karn.
@@ -649,6 +657,8 @@ impl Tcb {
         }
     }
 
+    // Cold (loss recovery, challenges, resets): out of line, off the common path.
+    #[cold]
     fn on_duplicate_ack(&mut self, ctx: &mut Ctx<'_>) {
         self.dup_acks += 1;
         if self.in_recovery {
