@@ -269,6 +269,8 @@ impl Tcb {
     }
 
     /// Sends (or resends) our SYN — or SYN-ACK in SYN-RECEIVED — at `iss`.
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     pub(crate) fn send_syn(&mut self, ctx: &mut Ctx<'_>) {
         let first = !self.syn_sent;
         if first {
@@ -544,6 +546,8 @@ impl Tcb {
 
     /// The first hole at or after `from` below the highest SACKed byte (data known to be
     /// missing while later data arrived), as a segment to resend.
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     fn next_hole(&self, from: SeqNumber) -> Option<(SeqNumber, usize)> {
         let mut at = from.max(self.snd_una);
         for &(left, right) in &self.sacked {
@@ -742,6 +746,8 @@ impl Tcb {
     }
 
     /// RFC 6298 §5.4–5.7: back off, resend, give up after the configured retries.
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     fn on_retransmit_timeout(&mut self, ctx: &mut Ctx<'_>) {
         let limit = match self.state {
             State::SynSent | State::SynReceived => ctx.config.max_syn_retransmissions,
@@ -814,6 +820,8 @@ impl Tcb {
 
     /// The tail loss probe fired: send new data if the windows allow, else resend the last
     /// segment (RFC 8985 §7.3).
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     fn on_tail_probe(&mut self, ctx: &mut Ctx<'_>) {
         if self.snd_max == self.snd_una || self.in_recovery {
             return;
@@ -847,6 +855,8 @@ impl Tcb {
     }
 
     /// Zero-window probe: an old sequence number makes the peer answer with its window.
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     fn on_persist_timeout(&mut self, ctx: &mut Ctx<'_>) {
         ctx.counters.window_probes += 1;
         let seq = self.snd_una - 1u32;
