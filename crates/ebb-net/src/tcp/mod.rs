@@ -536,7 +536,10 @@ impl TcpLayer {
         if tx_blocked && !conn.in_blocked.replace(true) {
             inner.blocked.borrow_mut().push(conn.clone());
         }
-        if let Some(key) = conn.listener
+        // Only a connection still counted against its listener (half-open or waiting for
+        // a handler) has accounting to update: skip the listener lookup for the rest.
+        if conn.accounting.get() != Accounting::None
+            && let Some(key) = conn.listener
             && let Some(listener) = state.listeners.get_mut(&key)
         {
             let mut accounting = conn.accounting.get();
