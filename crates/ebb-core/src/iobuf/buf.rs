@@ -4,6 +4,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 use core::ops::Deref;
+use core::sync::atomic::{Ordering, fence};
 
 use super::{Cursor, IOBufError, Result, check_range};
 
@@ -35,9 +36,33 @@ impl Storage {
     }
 
     /// The region's `Vec`, if no other buffer can see it.
+    ///
+    /// Equivalent to `Arc::get_mut`, without its locked compare-exchange on the weak
+    /// count (a full barrier, paid on every header write and every receive-buffer fill):
+    /// this module never makes a `Weak`, so a strong count of one is uniqueness.
+    #[inline]
     fn unique_mut(&mut self) -> Result<&mut Vec<u8>> {
         match self {
-            Self::Heap(v) => Arc::get_mut(v).ok_or(IOBufError::Shared),
+            Self::Heap(v) => {
+                if Arc::strong_count(v) != 1 {
+                    return Err(IOBufError::Shared);
+                }
+                // Pairs with the release decrement of the clone dropped last (possibly on
+                // another core), as `Arc::get_mut`'s acquire load does: that clone's reads
+                // of the region happen before our writes.
+                fence(Ordering::Acquire);
+                // Soundness: the strong count is one and no `Weak` exists (the `Arc` is
+                // private to this module, which never calls `Arc::downgrade`), so `v` is
+                // the only handle on the allocation. No other handle can appear while the
+                // returned borrow lives: a new one needs a clone of `v`, which needs this
+                // `Storage`, exclusively borrowed by us for that long. So nothing else
+                // reads or writes the `Vec` meanwhile. `Arc::as_ptr` derives the pointer
+                // from the allocation's own raw pointer (no intermediate shared
+                // reference), so writing through it is allowed; it is valid while `v`
+                // lives, which the borrow's lifetime ties to `self`.
+                // SAFETY: by the argument just above.
+                Ok(unsafe { &mut *Arc::as_ptr(v).cast_mut() })
+            }
             Self::Static(_) => Err(IOBufError::ReadOnly),
         }
     }
@@ -166,7 +191,7 @@ impl IOBuf {
     pub fn is_unique(&self) -> bool {
         match &self.storage {
             // We never create `Weak`s, so a strong count of one is what
-            // `Arc::get_mut` will find, barring a concurrent clone through `&self`.
+            // `unique_mut` will find, barring a concurrent clone through `&self`.
             Storage::Heap(v) => Arc::strong_count(v) == 1,
             Storage::Static(_) => false,
         }

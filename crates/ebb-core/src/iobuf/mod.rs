@@ -13,14 +13,16 @@
 //!   [`Arc`](alloc::sync::Arc) or a `&'static [u8]`. Cloning or splitting a buffer
 //!   shares the region (a reference-count bump, never a copy). A heap region is
 //!   *unique* while exactly one `IOBuf` refers to it; uniqueness is checked at the
-//!   moment of mutation (`Arc::get_mut`), so a buffer whose clones have all been
-//!   dropped becomes mutable again. Static regions are never mutable.
+//!   moment of mutation (a strong count of one, read with acquire ordering — what
+//!   `Arc::get_mut` checks, without its locked compare-exchange, since no `Weak` is ever
+//!   made), so a buffer whose clones have all been dropped becomes mutable again.
+//!   Static regions are never mutable.
 //! * **No needless zero-fill.** The `Vec`'s capacity is the region; its initialized
 //!   length only grows as far as bytes are actually handed out, so creating a large
 //!   buffer and copying data into it with [`IOBuf::extend_from_slice`] writes each
 //!   byte once. Only the bytes a caller can see through `&mut [u8]` are initialized
-//!   (with zeros where nothing else was written), which keeps this module free of
-//!   `unsafe`.
+//!   (with zeros where nothing else was written), which keeps `unsafe` out of this
+//!   module but for the one block that hands out the unique region (`Storage::unique_mut`).
 //! * **Chains.** An [`IOBufChain`] is a `VecDeque` of buffers with a cached total
 //!   length. Splitting a chain in the middle of a segment splits that segment's view,
 //!   sharing its storage. [`IOBufChain::segments`] yields what a `writev` needs.
@@ -37,8 +39,9 @@
 //!   `initialized` is the heap `Vec`'s length (for a static region all three are the
 //!   slice's length). So the headroom `[0, start)` and the view are always
 //!   initialized, and the tailroom is `capacity - (start + len)`.
-//! * Mutation (of the view, headroom or tailroom) happens only through `Arc::get_mut`,
-//!   so no byte is ever written while another `IOBuf` can read it.
+//! * Mutation (of the view, headroom or tailroom) happens only through
+//!   `Storage::unique_mut`, which requires the strong count to be one (and no `Weak`
+//!   exists), so no byte is ever written while another `IOBuf` can read it.
 //! * The heap `Vec` never reallocates: growth stays within its capacity, so a region
 //!   never moves while it is shared.
 //! * An `IOBufChain`'s cached length equals the sum of its segments' lengths, and a

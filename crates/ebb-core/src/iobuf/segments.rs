@@ -59,10 +59,13 @@ impl Segments {
         }
     }
 
-    /// The ring slot of buffer `i`, for `i < INLINE`.
+    /// The ring slot of buffer `i`, for `start < INLINE` and `i <= INLINE`.
     #[inline]
     fn slot(start: usize, i: usize) -> usize {
-        (start + i) % INLINE
+        debug_assert!(start < INLINE && i <= INLINE);
+        // `(start + i) % INLINE` without the division (INLINE is not a power of two).
+        let slot = start + i;
+        if slot >= INLINE { slot - INLINE } else { slot }
     }
 
     /// Moves the buffers to the heap, with room for as many again.

@@ -416,6 +416,29 @@ fn iobuf_is_send_and_sync() {
     assert_send_sync::<IOBufChain>();
 }
 
+/// The uniqueness check orders the other thread's reads of the region before our writes
+/// by itself (no `join` in between): under Miri, a missing acquire would be a data race.
+#[test]
+fn writable_again_once_a_clone_is_dropped_on_another_thread() {
+    let mut buf = IOBuf::copy_from_slice(b"shared");
+    let clone = buf.clone();
+    assert_eq!(buf.as_mut_slice().err(), Some(IOBufError::Shared));
+    let reader = std::thread::spawn(move || {
+        let sum: u32 = clone.iter().map(|&b| u32::from(b)).sum();
+        drop(clone);
+        sum
+    });
+    while !buf.is_unique() {
+        std::thread::yield_now();
+    }
+    buf.as_mut_slice()
+        .expect("unique again")
+        .copy_from_slice(b"SHARED");
+    assert_eq!(buf.as_slice(), b"SHARED");
+    let expected: u32 = b"shared".iter().map(|&b| u32::from(b)).sum();
+    assert_eq!(reader.join().expect("reader"), expected);
+}
+
 // ---------------------------------------------------------------- IOBufChain
 
 #[test]

@@ -18,6 +18,7 @@
 
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec;
+use core::cell::Cell;
 use core::net::Ipv4Addr;
 
 use ebb_core::{IOBuf, IOBufChain, Instant};
@@ -47,9 +48,14 @@ enum Entry {
 /// The neighbour cache.
 #[derive(Debug, Default)]
 pub(super) struct ArpCache {
+    /// Changed only through [`entries_mut`](Self::entries_mut), which forgets
+    /// `next_deadline`.
     entries: BTreeMap<Ipv4Addr, Entry>,
     /// Packets waiting in all pending entries.
     waiting_total: usize,
+    /// [`poll_at`](Self::poll_at)'s answer while `entries` is unchanged (`None`: not
+    /// known), so polling the interface does not walk the cache every time.
+    next_deadline: Cell<Option<Option<Instant>>>,
 }
 
 impl ArpCache {
@@ -71,8 +77,24 @@ impl ArpCache {
         self.waiting_total
     }
 
+    /// The entries, for changing them: forgets the cached earliest deadline.
+    fn entries_mut(&mut self) -> &mut BTreeMap<Ipv4Addr, Entry> {
+        self.next_deadline.set(None);
+        &mut self.entries
+    }
+
     /// The earliest retry or expiry.
     pub(super) fn poll_at(&self) -> Option<Instant> {
+        if let Some(known) = self.next_deadline.get() {
+            return known;
+        }
+        let next = self.earliest_deadline();
+        self.next_deadline.set(Some(next));
+        next
+    }
+
+    /// The earliest retry or expiry, from the entries themselves.
+    fn earliest_deadline(&self) -> Option<Instant> {
         self.entries
             .values()
             .map(|e| match e {
@@ -98,7 +120,7 @@ impl IpOutput {
             self.limits.arp_pending_total,
         );
         let room_in_total = self.arp.waiting_total < total;
-        match self.arp.entries.get_mut(&ip) {
+        match self.arp.entries_mut().get_mut(&ip) {
             Some(Entry::Resolved { mac, .. }) => {
                 set_dst_mac(&mut frame, *mac);
                 self.enqueue_tx(frame)
@@ -118,7 +140,7 @@ impl IpOutput {
                 let mut waiting = VecDeque::new();
                 waiting.push_back(frame);
                 self.arp.waiting_total += 1;
-                self.arp.entries.insert(
+                self.arp.entries_mut().insert(
                     ip,
                     Entry::Pending {
                         waiting,
@@ -149,7 +171,7 @@ impl IpOutput {
             .min();
         match victim {
             Some((_, ip)) => {
-                self.arp.entries.remove(&ip);
+                self.arp.entries_mut().remove(&ip);
                 true
             }
             None => false,
@@ -161,7 +183,7 @@ impl IpOutput {
         let expires_at = self.now + self.arp_config.entry_lifetime;
         let previous = self
             .arp
-            .entries
+            .entries_mut()
             .insert(ip, Entry::Resolved { mac, expires_at });
         if let Some(Entry::Pending { waiting, .. }) = previous {
             self.arp.waiting_total -= waiting.len();
@@ -275,9 +297,9 @@ impl IpOutput {
         for ip in due {
             let max_requests = self.arp_config.max_requests;
             let retry_at = now + self.arp_config.retry_interval;
-            match self.arp.entries.get_mut(&ip) {
+            match self.arp.entries_mut().get_mut(&ip) {
                 Some(Entry::Resolved { .. }) => {
-                    self.arp.entries.remove(&ip);
+                    self.arp.entries_mut().remove(&ip);
                     bump(&mut self.counters.arp_expired);
                 }
                 Some(Entry::Pending {
@@ -290,7 +312,8 @@ impl IpOutput {
                     self.send_arp_request(ip);
                 }
                 Some(Entry::Pending { .. }) => {
-                    if let Some(Entry::Pending { waiting, .. }) = self.arp.entries.remove(&ip) {
+                    if let Some(Entry::Pending { waiting, .. }) = self.arp.entries_mut().remove(&ip)
+                    {
                         self.arp.waiting_total -= waiting.len();
                         self.counters
                             .tx_dropped
@@ -305,7 +328,7 @@ impl IpOutput {
 
     /// Forgets every neighbour and drops what waits (the address changed).
     pub(super) fn flush_arp(&mut self) {
-        let entries = core::mem::take(&mut self.arp.entries);
+        let entries = core::mem::take(self.arp.entries_mut());
         for entry in entries.into_values() {
             if let Entry::Pending { waiting, .. } = entry {
                 self.counters

@@ -245,9 +245,13 @@ impl Interface {
         frames: &mut alloc::vec::Vec<IOBuf>,
         tcp: &mut dyn TcpInput,
     ) {
-        for frame in frames.drain(..) {
+        // In order, each taken out of its slot (leaving an empty buffer), then the slots
+        // cleared: what `drain(..)` does, with less code on this per-frame path.
+        for slot in frames.iter_mut() {
+            let frame = core::mem::take(slot);
             self.receive_frame(now, frame, tcp);
         }
+        frames.clear();
     }
 
     /// Handles one received Ethernet frame: answers ARP and pings, queues UDP datagrams
@@ -272,6 +276,10 @@ impl Interface {
         self.apply_dhcp_change();
     }
 
+    /// Counts a dropped frame. Cold: kept out of line so the receive path's common case
+    /// stays dense in the instruction cache.
+    #[cold]
+    #[inline(never)]
     fn drop_rx(&mut self, reason: RxDropReason) {
         self.out.counters.rx_dropped.record(reason);
     }

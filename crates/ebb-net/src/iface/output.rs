@@ -82,19 +82,27 @@ impl HeaderPool {
     /// A unique buffer whose view is `len` zeroed bytes at the start of its region: the
     /// oldest pooled buffer if nobody else holds it any more, else a new one.
     fn take(&mut self, len: usize) -> IOBuf {
+        if len <= HEADER_CAPACITY
+            && self.recent.front().is_some_and(IOBuf::is_unique)
+            && let Some(mut buf) = self.recent.pop_front()
+        {
+            // Back to an empty view at the region's start, then `len` zeroed bytes.
+            let view = buf.len();
+            if buf.trim_back(view).is_ok() && buf.headroom() == 0 && buf.append(len).is_ok() {
+                return buf;
+            }
+        }
+        Self::fresh(len)
+    }
+
+    /// A new header buffer (the pool had none free): pooled size if `len` fits.
+    #[cold]
+    #[inline(never)]
+    fn fresh(len: usize) -> IOBuf {
         if len > HEADER_CAPACITY {
             return IOBuf::from_vec(vec![0; len]);
         }
-        let reusable = self.recent.front().is_some_and(IOBuf::is_unique);
-        let mut buf = reusable
-            .then(|| self.recent.pop_front())
-            .flatten()
-            .and_then(|mut buf| {
-                // Back to an empty view at the region's start.
-                let view = buf.len();
-                (buf.trim_back(view).is_ok() && buf.headroom() == 0).then_some(buf)
-            })
-            .unwrap_or_else(|| IOBuf::with_capacity(HEADER_CAPACITY));
+        let mut buf = IOBuf::with_capacity(HEADER_CAPACITY);
         if buf.append(len).is_err() {
             // Unreachable: the buffer is unique and `len` fits; stay correct anyway.
             buf = IOBuf::from_vec(vec![0; len]);
@@ -207,7 +215,9 @@ impl IpOutput {
         addr.is_broadcast() || self.cidr.and_then(|c| c.broadcast()) == Some(addr)
     }
 
-    /// Counts a packet not sent for `error`, and returns it.
+    /// Counts a packet not sent for `error`, and returns it. Cold, like every failure.
+    #[cold]
+    #[inline(never)]
     pub(super) fn fail(&mut self, error: OutputError) -> OutputError {
         let reason = match error {
             OutputError::Unreachable => TxDropReason::Unreachable,
@@ -398,7 +408,8 @@ impl TcpOutput for IpOutput {
             // A connection bound to an address we no longer have (a DHCP change).
             return Err(self.fail(OutputError::Unreachable));
         }
-        let header = segment.header;
+        // Borrowed in place (the segment is ours), not copied out.
+        let header = &segment.header;
         // `header.payload` is normally empty; if TCP put bytes there, they go inline.
         let l4_len = header.buffer_len();
         let fill_checksum = self.caps.tcp.tx();

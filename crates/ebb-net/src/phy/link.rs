@@ -160,7 +160,11 @@ impl NetDevice for LinkEnd {
         let burst = wire.link.capabilities().max_burst;
         let me = &mut wire.ends[self.side.index()];
         let n = me.rx.len().min(max).min(burst);
-        for frame in me.rx.drain(..n) {
+        // Popped one by one rather than drained: the same frames, less code per call.
+        for _ in 0..n {
+            let Some(frame) = me.rx.pop_front() else {
+                break;
+            };
             me.counters.record_rx(frame.len());
             out.push(frame);
         }
@@ -177,7 +181,10 @@ impl NetDevice for LinkEnd {
             Side::B => (b, a),
         };
         let n = frames.len().min(caps.max_burst);
-        for frame in frames.drain(..n) {
+        for _ in 0..n {
+            let Some(frame) = frames.pop_front() else {
+                break;
+            };
             if frame.len() > caps.max_frame_len() {
                 me.counters.tx_dropped.record(DropReason::Oversized);
                 continue;

@@ -136,7 +136,7 @@ use state::{AppEvent, Ctx, Incoming, Tcb};
 
 use crate::transport::{TcpIcmpError, TcpInput, TcpOutput, TcpSegment};
 use crate::wire::checksum::ChecksumCapabilities;
-use crate::wire::tcp::{Control, MAX_SACK_BLOCKS, Packet, Repr, SeqNumber};
+use crate::wire::tcp::{Control, MAX_HEADER_LEN, MAX_SACK_BLOCKS, Packet, Repr, SeqNumber};
 
 /// Settings of one layer (and every connection it makes).
 #[derive(Debug, Clone)]
@@ -618,7 +618,10 @@ impl TcpLayer {
         if tx_blocked && !conn.in_blocked.replace(true) {
             inner.blocked.borrow_mut().push(conn.clone());
         }
-        if let Some(key) = conn.listener
+        // Only a connection still counted against its listener (half-open or waiting for
+        // a handler) has accounting to update: skip the listener lookup for the rest.
+        if conn.accounting.get() != Accounting::None
+            && let Some(key) = conn.listener
             && let Some(listener) = state.listeners.get_mut(&key)
         {
             let mut accounting = conn.accounting.get();
@@ -1095,15 +1098,21 @@ impl TcpInput for TcpLayer {
                 counters.dropped_bad_options += 1;
                 return;
             };
-            let Ok(repr) = Repr::parse(&packet, src, dst, &ChecksumCapabilities::ignored()) else {
+            // The header is parsed from a copy (at most 60 bytes), so the segment itself
+            // can become the payload without a clone of its buffer (a reference-count
+            // increment and decrement, both atomic). The copy's `repr.payload` is empty;
+            // the connection path reads the payload from `Incoming::payload`.
+            let header_len = usize::from(packet.header_len()).min(MAX_HEADER_LEN);
+            let mut header = [0u8; MAX_HEADER_LEN];
+            header[..header_len].copy_from_slice(&segment.as_slice()[..header_len]);
+            let header_packet = Packet::new_unchecked(&header[..header_len]);
+            let Ok(repr) = Repr::parse(&header_packet, src, dst, &ChecksumCapabilities::ignored())
+            else {
                 counters.dropped_bad_options += 1;
                 return;
             };
-            let mut payload = segment.clone();
-            if payload
-                .trim_front(usize::from(packet.header_len()))
-                .is_err()
-            {
+            let mut payload = segment;
+            if payload.trim_front(header_len).is_err() {
                 return;
             }
             let tuple = FourTuple {
@@ -1135,7 +1144,14 @@ impl TcpInput for TcpLayer {
                     TcpLayer::settle(inner, &mut state, &conn);
                     delivered_to = Some(conn);
                 }
-                None => TcpLayer::no_connection(inner, &mut state, &mut ctx, tuple, &repr),
+                None => {
+                    // With its payload: a RST answering it acknowledges all of it.
+                    let repr = Repr {
+                        payload: payload.as_slice(),
+                        ..repr
+                    };
+                    TcpLayer::no_connection(inner, &mut state, &mut ctx, tuple, &repr)
+                }
             }
         }
         self.dispatch();
@@ -1194,12 +1210,15 @@ impl TcpInput for TcpLayer {
             // Visit what the application touched and what has a timer due — not every
             // connection.
             // `in_dirty` stays set while collecting, so a connection is visited once.
-            let mut conns: Vec<Rc<Conn>> = core::mem::take(&mut *inner.poll_list.borrow_mut());
-            core::mem::swap(&mut conns, &mut *inner.dirty.borrow_mut());
-            for conn in core::mem::take(&mut *inner.blocked.borrow_mut()) {
-                conn.in_blocked.set(false);
-                if !conn.in_dirty.replace(true) {
-                    conns.push(conn);
+            // Only `poll` uses `poll_list`, so it stays borrowed for the whole visit.
+            let mut conns = inner.poll_list.borrow_mut();
+            core::mem::swap(&mut *conns, &mut *inner.dirty.borrow_mut());
+            if !inner.blocked.borrow().is_empty() {
+                for conn in core::mem::take(&mut *inner.blocked.borrow_mut()) {
+                    conn.in_blocked.set(false);
+                    if !conn.in_dirty.replace(true) {
+                        conns.push(conn);
+                    }
                 }
             }
             // A connection in the heap is in the table: it leaves the heap (`settle`,
@@ -1209,7 +1228,7 @@ impl TcpInput for TcpLayer {
                     conns.push(conn);
                 }
             }
-            for conn in &conns {
+            for conn in conns.iter() {
                 conn.in_dirty.set(false);
                 {
                     let mut tcb = conn.tcb.borrow_mut();
@@ -1227,7 +1246,6 @@ impl TcpInput for TcpLayer {
                 TcpLayer::settle(inner, &mut state, conn);
             }
             conns.clear();
-            *inner.poll_list.borrow_mut() = conns;
         }
         self.dispatch();
     }

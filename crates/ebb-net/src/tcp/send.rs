@@ -272,6 +272,8 @@ impl Tcb {
     }
 
     /// Sends (or resends) our SYN — or SYN-ACK in SYN-RECEIVED — at `iss`.
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     pub(crate) fn send_syn(&mut self, ctx: &mut Ctx<'_>) {
         let first = !self.syn_sent;
         if first {
@@ -301,6 +303,8 @@ impl Tcb {
 
     /// An ACK answering an unacceptable segment or challenging one, within the
     /// per-connection budget (see [`ACK_BUDGET`]).
+    // Cold (loss recovery, challenges, resets): out of line, off the common path.
+    #[cold]
     pub(crate) fn send_ack_limited(&mut self, ctx: &mut Ctx<'_>) {
         if ctx.now.saturating_duration_since(self.ack_budget_since) >= ACK_BUDGET_INTERVAL {
             self.ack_budget_since = ctx.now;
@@ -315,6 +319,8 @@ impl Tcb {
     }
 
     /// A RST at `seq` (with an ACK of `ack` if given).
+    // Cold (loss recovery, challenges, resets): out of line, off the common path.
+    #[cold]
     pub(crate) fn send_reset(&mut self, ctx: &mut Ctx<'_>, seq: SeqNumber, ack: Option<SeqNumber>) {
         ctx.counters.resets_sent += 1;
         ctx.counters.segments_out += 1;
@@ -464,6 +470,8 @@ impl Tcb {
 
     /// Resends one segment at `snd_una` (fast retransmit, partial ACK), stopping short of
     /// data the peer reported with SACK.
+    // Cold (loss recovery, challenges, resets): out of line, off the common path.
+    #[cold]
     fn retransmit_front(&mut self, ctx: &mut Ctx<'_>) {
         let seq = self.snd_una;
         // Only what was sent before: bytes past `snd_max` are new data, and an ACK for
@@ -485,6 +493,8 @@ impl Tcb {
     }
 
     /// Resends `[seq, seq + len)` of the queue.
+    // Cold (loss recovery, challenges, resets): out of line, off the common path.
+    #[cold]
     fn retransmit_range(&mut self, ctx: &mut Ctx<'_>, seq: SeqNumber, len: usize) {
         ctx.counters.retransmissions += 1;
         self.rtt_probe = None; // Karn.
@@ -539,6 +549,8 @@ impl Tcb {
 
     /// The first hole at or after `from` below the highest SACKed byte (data known to be
     /// missing while later data arrived), as a segment to resend.
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     fn next_hole(&self, from: SeqNumber) -> Option<(SeqNumber, usize)> {
         let mut at = from.max(self.snd_una);
         for &(left, right) in &self.sacked {
@@ -652,6 +664,8 @@ impl Tcb {
         }
     }
 
+    // Cold (loss recovery, challenges, resets): out of line, off the common path.
+    #[cold]
     fn on_duplicate_ack(&mut self, ctx: &mut Ctx<'_>) {
         self.dup_acks += 1;
         if self.in_recovery {
@@ -838,6 +852,8 @@ impl Tcb {
     }
 
     /// RFC 6298 §5.4–5.7: back off, resend, give up after the configured retries.
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     fn on_retransmit_timeout(&mut self, ctx: &mut Ctx<'_>) {
         let limit = match self.state {
             State::SynSent | State::SynReceived => ctx.config.max_syn_retransmissions,
@@ -910,6 +926,8 @@ impl Tcb {
 
     /// The tail loss probe fired: send new data if the windows allow, else resend the last
     /// segment (RFC 8985 §7.3).
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     fn on_tail_probe(&mut self, ctx: &mut Ctx<'_>) {
         if self.snd_max == self.snd_una || self.in_recovery {
             return;
@@ -943,6 +961,8 @@ impl Tcb {
     }
 
     /// Zero-window probe: an old sequence number makes the peer answer with its window.
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     fn on_persist_timeout(&mut self, ctx: &mut Ctx<'_>) {
         ctx.counters.window_probes += 1;
         let seq = self.snd_una - 1u32;

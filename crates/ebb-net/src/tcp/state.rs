@@ -321,6 +321,8 @@ impl Tcb {
     }
 
     /// Applies the options of the peer's SYN (RFC 9293 §3.7.1, RFC 7323 §2.2, RFC 2018).
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     pub(crate) fn apply_syn_options(&mut self, config: &TcpConfig, syn: &Repr<'_>) {
         self.peer_offered_ws = syn.window_scale.is_some();
         self.peer_offered_sack = syn.sack_permitted;
@@ -373,6 +375,8 @@ impl Tcb {
     }
 
     /// Ends the connection: CLOSED, everything dropped, the application told once.
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     pub(crate) fn finish(&mut self, ctx: &mut Ctx<'_>, reason: CloseReason) {
         if self.state == State::Closed {
             return;
@@ -423,6 +427,8 @@ impl Tcb {
     }
 
     /// Enters TIME-WAIT (2 × MSL) and tells the application the connection closed.
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     fn enter_time_wait(&mut self, ctx: &mut Ctx<'_>) {
         self.state = State::TimeWait;
         self.timers.clear();
@@ -434,6 +440,8 @@ impl Tcb {
     }
 
     /// The handshake completed.
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     fn establish(&mut self, ctx: &mut Ctx<'_>) {
         self.state = State::Established;
         self.retries = 0;
@@ -456,6 +464,8 @@ impl Tcb {
     }
 
     /// §3.10.7.3: SYN-SENT.
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     fn on_segment_syn_sent(&mut self, ctx: &mut Ctx<'_>, seg: Incoming<'_>) {
         let repr = seg.repr;
         let ack_ok = match repr.ack_number {
@@ -651,6 +661,8 @@ impl Tcb {
     }
 
     /// A valid RST in a synchronized state.
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     fn on_reset(&mut self, ctx: &mut Ctx<'_>) {
         match self.state {
             // A passive open never handed out just goes away (back to LISTEN).
@@ -773,6 +785,8 @@ impl Tcb {
     }
 
     /// The peer's FIN, in order.
+    // Once per connection or on loss only: cold, kept off the per-segment path.
+    #[cold]
     fn receive_fin(&mut self, ctx: &mut Ctx<'_>) {
         self.rcv_nxt += 1u32;
         self.ack_now = true;

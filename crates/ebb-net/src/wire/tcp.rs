@@ -658,28 +658,37 @@ impl<'a> Repr<'a> {
         packet.set_ack(self.ack_number.is_some());
         packet.set_urgent_at(0);
 
-        let mut sack: SackBlocks = [None; MAX_SACK_BLOCKS];
-        let kept = self.sack_blocks_emitted();
-        for (slot, block) in sack
-            .iter_mut()
-            .zip(self.sack_ranges.iter().flatten().take(kept))
-        {
-            *slot = Some(*block);
-        }
-        let options = [
-            self.max_seg_size.map(TcpOption::MaxSegmentSize),
-            self.window_scale.map(TcpOption::WindowScale),
-            self.sack_permitted.then_some(TcpOption::SackPermitted),
-            self.timestamp.map(|ts| TcpOption::Timestamp {
-                tsval: ts.tsval,
-                tsecr: ts.tsecr,
-            }),
-            (kept > 0).then_some(TcpOption::SackRange(sack)),
-        ];
+        // The options in this order: MSS, window scale, SACK permitted, timestamps, SACK
+        // blocks (as many as fit); each written only if present, so a segment without
+        // options (most of them) builds none.
         let area = packet.options_mut();
         let mut at = 0;
-        for option in options.iter().flatten() {
+        if let Some(mss) = self.max_seg_size {
+            at += TcpOption::MaxSegmentSize(mss).emit(&mut area[at..]);
+        }
+        if let Some(shift) = self.window_scale {
+            at += TcpOption::WindowScale(shift).emit(&mut area[at..]);
+        }
+        if self.sack_permitted {
+            at += TcpOption::SackPermitted.emit(&mut area[at..]);
+        }
+        if let Some(ts) = self.timestamp {
+            let option = TcpOption::Timestamp {
+                tsval: ts.tsval,
+                tsecr: ts.tsecr,
+            };
             at += option.emit(&mut area[at..]);
+        }
+        let kept = self.sack_blocks_emitted();
+        if kept > 0 {
+            let mut sack: SackBlocks = [None; MAX_SACK_BLOCKS];
+            for (slot, block) in sack
+                .iter_mut()
+                .zip(self.sack_ranges.iter().flatten().take(kept))
+            {
+                *slot = Some(*block);
+            }
+            at += TcpOption::SackRange(sack).emit(&mut area[at..]);
         }
         area[at..].fill(kind::END);
 
