@@ -39,9 +39,8 @@ use ebb_core::event;
 use ebb_core::future::promise;
 use ebb_core::net::{CloseReason, TcpErrorKind};
 use ebb_hosted::netstack::{
-    AddressConfig, FaultSetting, NetStack, NetStackConfig, NetStackCounters, NetStackError, TcpConn,
+    AddressConfig, FaultSetting, NetStack, NetStackConfig, NetStackCounters, TcpConn,
 };
-use ebb_hosted::tap::TapError;
 use ebb_net::iface::Ipv4Cidr;
 use ebb_net::phy::{FaultConfig, Probability};
 use sha2::{Digest, Sha256};
@@ -49,7 +48,9 @@ use sink::pattern::Pattern;
 use sink::{PatternSender, ReportFn, Sink, StreamReport, hex};
 
 mod common;
-use common::{Netns, Reaped, adopt, missing_tool, run_tool, skipped, unique_name};
+use common::{
+    Netns, Reaped, Started, adopt, missing_tool, run_tool, skipped, start_netstack, unique_name,
+};
 
 const MB: u64 = 1_000_000;
 /// Bytes moved by the fault-free bulk tests.
@@ -236,12 +237,10 @@ where
         Ran(Result<(T, Duration), String>, Box<Option<NetStackCounters>>),
     }
     let outcome = ebb_hosted::run(runtime, move || async move {
-        let stack = match NetStack::start(config) {
-            Ok(stack) => stack,
-            Err(NetStackError::Tap(
-                e @ (TapError::NoTunDevice | TapError::PermissionDenied { .. }),
-            )) => return Outcome::Skipped(e.to_string()),
-            Err(e) => return Outcome::Ran(Err(format!("start: {e}")), Box::new(None)),
+        let stack = match start_netstack(config) {
+            Started::Running(stack) => stack,
+            Started::Skip(reason) => return Outcome::Skipped(reason),
+            Started::Failed(e) => return Outcome::Ran(Err(e), Box::new(None)),
         };
         let dev = match stack.tap_name() {
             Ok(dev) => dev,

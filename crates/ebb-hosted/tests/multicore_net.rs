@@ -32,14 +32,13 @@ use ebb_core::future::promise;
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpConnection, TcpErrorKind, TcpHandler};
 use ebb_hosted::netstack::{
-    AddressConfig, FaultSetting, NetStack, NetStackConfig, NetStackError, NetStackRef, Placement,
+    AddressConfig, FaultSetting, NetStack, NetStackConfig, NetStackRef, Placement,
 };
-use ebb_hosted::tap::TapError;
 use ebb_net::iface::Ipv4Cidr;
 use ebb_net::phy::{FaultConfig, Probability};
 
 mod common;
-use common::{Netns, adopt, missing_tool, run_tool, skipped, unique_name};
+use common::{Netns, Started, adopt, missing_tool, run_tool, skipped, start_netstack, unique_name};
 
 /// One test at a time (see `multicore_echo`).
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -266,12 +265,10 @@ fn multicore_echo(test: &str, net: u8, faults: Option<FaultSetting>) {
         Ran(Result<Seen, String>),
     }
     let outcome = ebb_hosted::run(runtime, move || async move {
-        let stack = match NetStack::start(config) {
-            Ok(stack) => stack,
-            Err(NetStackError::Tap(
-                e @ (TapError::NoTunDevice | TapError::PermissionDenied { .. }),
-            )) => return Outcome::Skipped(e.to_string()),
-            Err(e) => return Outcome::Ran(Err(format!("start: {e}"))),
+        let stack = match start_netstack(config) {
+            Started::Running(stack) => stack,
+            Started::Skip(reason) => return Outcome::Skipped(reason),
+            Started::Failed(e) => return Outcome::Ran(Err(e)),
         };
         let result = run_body(&stack, &ns_name, linux_ip, ebb_cidr).await;
         let _ = stack.shutdown();

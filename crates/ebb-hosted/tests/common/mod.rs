@@ -164,3 +164,27 @@ pub async fn run_tool(mut command: Command, timeout: Duration) -> Result<ToolRun
         }
     }
 }
+
+/// What starting a test's `NetStack` came to.
+pub enum Started {
+    /// It runs.
+    Running(ebb_hosted::netstack::NetStack),
+    /// This machine cannot run it (no `/dev/net/tun`, not root): the test skips.
+    Skip(String),
+    /// It failed: the test fails.
+    Failed(String),
+}
+
+/// Starts a `NetStack` (on a core of a running runtime), telling "cannot run here"
+/// apart from failure.
+pub fn start_netstack(config: ebb_hosted::netstack::NetStackConfig) -> Started {
+    use ebb_hosted::netstack::{NetStack, NetStackError};
+    use ebb_hosted::tap::TapError;
+    match NetStack::start(config) {
+        Ok(stack) => Started::Running(stack),
+        Err(NetStackError::Tap(
+            e @ (TapError::NoTunDevice | TapError::PermissionDenied { .. }),
+        )) => Started::Skip(e.to_string()),
+        Err(e) => Started::Failed(format!("start: {e}")),
+    }
+}
