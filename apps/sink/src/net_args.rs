@@ -36,9 +36,9 @@ pub struct NetArgs {
     /// IP MTU of the TAP device.
     #[arg(long, default_value_t = 1500, requires = "tap")]
     pub mtu: usize,
-    /// TAP queues, one core each (static address only): connections are spread over
-    /// the cores Linux delivers their first frame to.
-    #[arg(long, default_value_t = 1, requires = "tap", conflicts_with = "dhcp")]
+    /// TAP queues, one core each: connections are spread over the cores Linux delivers
+    /// their first frame to.
+    #[arg(long, default_value_t = 1, requires = "tap")]
     pub queues: usize,
 }
 

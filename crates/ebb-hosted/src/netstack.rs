@@ -68,10 +68,12 @@
 //! * [`NetStack::connect`] connects from the home core; [`NetStackRef::on_this_core`]
 //!   gives any core of the stack its own [`CoreNetStack`] to connect from (the
 //!   connection is owned by that core).
+//! * With DHCP, only the home core runs the client (its UDP frames are steered there);
+//!   each time the lease's address or gateway changes, the home core sends it to the
+//!   other cores, whose interfaces are `Managed` (`Interface::set_address`).
 //!
 //! # Not done
 //!
-//! DHCP needs a single queue (the lease would have to reach every core's interface);
 //! UDP and ping are reached through [`NetStack::with_interface`] on the home core,
 //! without their own futures.
 
@@ -212,9 +214,6 @@ pub enum NetStackError {
         /// Cores of the runtime.
         cores: usize,
     },
-    /// DHCP with several queues (the lease would have to reach every core's interface).
-    #[error("DHCP needs a single queue; use a static address with several queues")]
-    DhcpNeedsOneQueue,
     /// The calling core runs no queue of this stack.
     #[error("core {0} runs no queue of this network stack")]
     NotOnThisCore(u32),
@@ -348,6 +347,11 @@ struct Driver {
     timer_armed: Cell<Option<Instant>>,
     /// The address once configured (static, or leased).
     address: Cell<Option<Ipv4Cidr>>,
+    /// Multi-core: the stack this driver is part of.
+    multi: Option<MultiCore>,
+    /// Home core of a multi-core stack: the address (and gateway) last sent to the
+    /// other cores (`None`: nothing sent yet).
+    shared_address: Cell<Option<Option<(Ipv4Cidr, Option<Ipv4Addr>)>>>,
     address_waiters: RefCell<Vec<Promise<Result<Ipv4Cidr, NetStackError>>>>,
     stopped: Cell<bool>,
     /// Shared with the steering hook, which counts what it forwards.
@@ -393,7 +397,12 @@ impl Driver {
         // DHCP events are drained so they do not pile up.
         while stack.iface_mut().next_dhcp_event().is_some() {}
         let address = stack.iface().ipv4_cidr();
+        let gateway = stack.iface().gateway();
+        let runs_dhcp = stack.iface().dhcp_state().is_some();
         drop(stack);
+        if runs_dhcp {
+            self.share_address(address.map(|cidr| (cidr, gateway)));
+        }
 
         self.tx_blocked.set(tx_blocked);
         if tx_blocked {
@@ -413,6 +422,36 @@ impl Driver {
                 let _ = waiter.set(Ok(cidr));
             }
         }
+    }
+
+    /// On the home core of a multi-core stack whose interface runs DHCP: when the lease's
+    /// address or gateway changes, sends it to every other core's interface (which is
+    /// [`InterfaceConfig::new_managed`]), so all cores answer on the leased address.
+    fn share_address(&self, address: Option<(Ipv4Cidr, Option<Ipv4Addr>)>) {
+        let Some(multi) = &self.multi else { return };
+        if self.core != multi.directory.home() || self.shared_address.get() == Some(address) {
+            return;
+        }
+        self.shared_address.set(Some(address));
+        for &core in &multi.directory.cores()[1..] {
+            let id = multi.id;
+            let sent = event::spawn_on(core, move || {
+                if let Some(driver) = local_driver(id) {
+                    driver.take_address(address);
+                }
+            });
+            if sent.is_err() {
+                log::warn!("core {} did not take the stack's new address", core.0);
+            }
+        }
+    }
+
+    /// The home core's DHCP lease changed (see [`Driver::share_address`]).
+    fn take_address(&self, address: Option<(Ipv4Cidr, Option<Ipv4Addr>)>) {
+        if let Ok(mut stack) = self.stack.try_borrow_mut() {
+            stack.iface_mut().set_address(address);
+        }
+        self.poll_now();
     }
 
     /// Records the next deadline; wakes the timer task if it must wake earlier.
@@ -520,6 +559,8 @@ impl Driver {
             timer_waker: RefCell::new(None),
             timer_armed: Cell::new(None),
             address: Cell::new(None),
+            multi: multi.clone(),
+            shared_address: Cell::new(None),
             address_waiters: RefCell::new(Vec::new()),
             stopped: Cell::new(false),
             counters,
@@ -867,9 +908,6 @@ impl NetStack {
         if queues == 0 || queues > cores {
             return Err(NetStackError::TooManyQueues { queues, cores });
         }
-        if queues > 1 && config.address == AddressConfig::Dhcp {
-            return Err(NetStackError::DhcpNeedsOneQueue);
-        }
         let mut tap_config = config.tap.clone();
         tap_config.queues = queues;
         let mut taps = TapDevice::open_queues(&tap_config)?.into_iter();
@@ -908,7 +946,13 @@ impl NetStack {
         if let Some(multi) = &multi {
             for (queue, (tap, &core)) in taps.zip(&multi.directory.cores()[1..]).enumerate() {
                 let device = link(tap, queue as u64 + 1);
-                let (iface, tcp, part) = (iface, config.tcp.clone(), multi.clone());
+                // With DHCP only the home core runs the client; the others take the
+                // address it leases (see `Driver::share_address`).
+                let iface = match config.address {
+                    AddressConfig::Dhcp => InterfaceConfig::new_managed(config.mac),
+                    AddressConfig::Static { .. } => iface,
+                };
+                let (tcp, part) = (config.tcp.clone(), multi.clone());
                 let sent = event::spawn_on(core, move || {
                     if let Err(e) = Driver::start(id, device, iface, tcp, Some(part)) {
                         log::error!("network stack queue {} on core {}: {e}", queue + 1, core.0);

@@ -16,9 +16,12 @@
 //!   there (the counters of both cores add up).
 //!
 //! The second test runs it all again with the fault injector on both queues (1 % drop,
-//! 1 % reorder, 0.5 % duplicate, 0.1 % corrupt, both directions).
+//! 1 % reorder, 0.5 % duplicate, 0.1 % corrupt, both directions); the third with the
+//! address leased by `dnsmasq` in the namespace — only the home core runs DHCP, so the
+//! connections placed on core 1 are served only if core 1 took the lease from it.
 //!
-//! Needs root, `/dev/net/tun`, `ip` and `python3`; otherwise prints
+//! Needs root, `/dev/net/tun`, `ip`, `python3` (and `dnsmasq` for the third); otherwise
+//! prints
 //! `SKIPPED: <test>: <reason>`. Run: `cargo test -p ebb-hosted --test multicore_net --
 //! --nocapture` (as root).
 
@@ -38,7 +41,9 @@ use ebb_net::iface::Ipv4Cidr;
 use ebb_net::phy::{FaultConfig, Probability};
 
 mod common;
-use common::{Netns, Started, adopt, missing_tool, run_tool, skipped, start_netstack, unique_name};
+use common::{
+    Netns, Reaped, Started, adopt, missing_tool, run_tool, skipped, start_netstack, unique_name,
+};
 
 /// One test at a time (see `multicore_echo`).
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -208,6 +213,7 @@ fn connections_are_owned_by_the_core_the_application_chose() {
         "connections_are_owned_by_the_core_the_application_chose",
         1,
         None,
+        false,
     );
 }
 
@@ -225,17 +231,34 @@ fn connections_are_owned_by_the_core_the_application_chose_with_faults() {
         "connections_are_owned_by_the_core_the_application_chose_with_faults",
         2,
         Some(faults),
+        false,
+    );
+}
+
+#[test]
+fn every_core_serves_on_the_address_the_home_core_leased_by_dhcp() {
+    multicore_echo(
+        "every_core_serves_on_the_address_the_home_core_leased_by_dhcp",
+        3,
+        None,
+        true,
     );
 }
 
 /// The scenario of the module docs on `10.197.{net}.0/24`, optionally with `faults` on
-/// both queues (each queue its own seed).
-fn multicore_echo(test: &str, net: u8, faults: Option<FaultSetting>) {
+/// both queues (each queue its own seed), and with the address from `dnsmasq` in the
+/// namespace (only the home core runs DHCP; the other core must take the lease).
+fn multicore_echo(test: &str, net: u8, faults: Option<FaultSetting>, dhcp: bool) {
     // One at a time: two two-core runtimes on a two-core machine only slow each other.
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(tool) = missing_tool(&["ip", "python3"]) {
+    let tools: &[&str] = if dhcp {
+        &["ip", "python3", "dnsmasq"]
+    } else {
+        &["ip", "python3"]
+    };
+    if let Some(tool) = missing_tool(tools) {
         return skipped(test, &format!("`{tool}` is not installed"));
     }
     let id = unique_name("");
@@ -248,9 +271,13 @@ fn multicore_echo(test: &str, net: u8, faults: Option<FaultSetting>) {
     let ebb_cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 197, net, 2), 24).expect("valid /24");
     let mut config = NetStackConfig::new(
         format!("ebm{id}"),
-        AddressConfig::Static {
-            cidr: ebb_cidr,
-            gateway: None,
+        if dhcp {
+            AddressConfig::Dhcp
+        } else {
+            AddressConfig::Static {
+                cidr: ebb_cidr,
+                gateway: None,
+            }
         },
     );
     config.queues = 2;
@@ -270,7 +297,7 @@ fn multicore_echo(test: &str, net: u8, faults: Option<FaultSetting>) {
             Started::Skip(reason) => return Outcome::Skipped(reason),
             Started::Failed(e) => return Outcome::Ran(Err(e)),
         };
-        let result = run_body(&stack, &ns_name, linux_ip, ebb_cidr).await;
+        let result = run_body(&stack, &ns_name, linux_ip, (!dhcp).then_some(ebb_cidr)).await;
         let _ = stack.shutdown();
         Outcome::Ran(result)
     })
@@ -360,11 +387,23 @@ async fn run_body(
     stack: &NetStack,
     ns: &str,
     linux_ip: Ipv4Addr,
-    ebb: Ipv4Cidr,
+    static_address: Option<Ipv4Cidr>,
 ) -> Result<Seen, String> {
     let dev = stack.tap_name().map_err(|e| e.to_string())?;
     adopt(ns, &dev, &format!("{linux_ip}/24"));
     stack.ready().await.map_err(|e| format!("ready: {e}"))?;
+    // With DHCP: a server in the namespace; the lease it gives is our address.
+    let _dnsmasq = match static_address {
+        Some(_) => None,
+        None => Some(dnsmasq(ns, &dev, linux_ip)?),
+    };
+    let ebb = match static_address {
+        Some(cidr) => cidr,
+        None => event::timeout(Duration::from_secs(30), stack.wait_for_address())
+            .await
+            .map_err(|_| "no lease in 30 s".to_string())?
+            .map_err(|e| e.to_string())?,
+    };
     if stack.cores().len() != 2 {
         return Err(format!("cores {:?}", stack.cores()));
     }
@@ -424,6 +463,31 @@ async fn run_body(
         outbound,
         per_core,
     })
+}
+
+/// `dnsmasq` serving leases from `.50`-`.60` of `linux_ip`'s /24 on `dev` in `ns`.
+fn dnsmasq(ns: &str, dev: &str, linux_ip: Ipv4Addr) -> Result<Reaped, String> {
+    let [a, b, c, _] = linux_ip.octets();
+    std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "dnsmasq",
+            "--no-daemon",
+            "--conf-file=/dev/null",
+            "--port=0",
+            "--bind-interfaces",
+            &format!("--interface={dev}"),
+            &format!("--dhcp-range={a}.{b}.{c}.50,{a}.{b}.{c}.60,255.255.255.0,2m"),
+            &format!("--dhcp-leasefile=/tmp/{ns}.leases"),
+            "--pid-file=",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map(Reaped)
+        .map_err(|e| format!("spawn dnsmasq: {e}"))
 }
 
 /// `ip netns exec NS python3 -c SCRIPT ARGS...`, output piped.

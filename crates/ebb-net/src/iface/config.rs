@@ -89,6 +89,10 @@ pub enum Ipv4Config {
     /// A DHCPv4 client obtains (and renews) the address, subnet and router; until it
     /// has a lease the interface has no address and sends only DHCP.
     Dhcp,
+    /// Set from outside with [`Interface::set_address`](super::Interface::set_address):
+    /// a multi-core stack's other cores, whose address follows the home core's DHCP
+    /// lease. No address until then.
+    Managed,
 }
 
 /// ARP timing. Defaults: entries live 60 s, unanswered requests are repeated every
@@ -173,6 +177,11 @@ impl InterfaceConfig {
     /// An interface configured by DHCP.
     pub fn new_dhcp(mac: EthernetAddress) -> Self {
         Self::new(mac, Ipv4Config::Dhcp)
+    }
+
+    /// An interface whose address is set from outside ([`Ipv4Config::Managed`]).
+    pub fn new_managed(mac: EthernetAddress) -> Self {
+        Self::new(mac, Ipv4Config::Managed)
     }
 
     fn new(mac: EthernetAddress, ipv4: Ipv4Config) -> Self {

@@ -153,6 +153,7 @@ impl Interface {
                 None
             }
             Ipv4Config::Dhcp => Some(DhcpClient::new(config.mac, config.seed)),
+            Ipv4Config::Managed => None,
         };
         Self {
             udp: UdpSockets::new(config.limits.udp_receive_queue, config.seed >> 16),
@@ -686,6 +687,24 @@ impl Interface {
             dhcp::SERVER_PORT,
             IOBufChain::from(IOBuf::from_vec(body)),
         );
+    }
+
+    /// Sets (or, with `None`, removes) the address, subnet and gateway of an interface
+    /// configured [`Ipv4Config::Managed`] (or `Static`): how a multi-core stack's other
+    /// cores follow the home core's DHCP lease. Neighbours learnt on another subnet are
+    /// forgotten. Refused (returns false, changes nothing) on a DHCP-configured
+    /// interface, whose client owns its address.
+    pub fn set_address(&mut self, address: Option<(Ipv4Cidr, Option<Ipv4Addr>)>) -> bool {
+        if self.dhcp.is_some() {
+            return false;
+        }
+        let cidr = address.map(|(cidr, _)| cidr);
+        if self.out.cidr != cidr {
+            self.out.flush_arp();
+        }
+        self.out.cidr = cidr;
+        self.out.gateway = address.and_then(|(_, gateway)| gateway);
+        true
     }
 
     /// Applies what the DHCP client decided: a new address (announced with a

@@ -221,3 +221,50 @@ fn ping_out_and_the_reply_is_reported() {
     );
     assert_eq!(iface.next_echo_reply(), None);
 }
+
+#[test]
+fn a_managed_interface_takes_its_address_from_outside() {
+    let mut iface = iface_with(|c| InterfaceConfig {
+        ipv4: crate::iface::Ipv4Config::Managed,
+        ..c
+    });
+    assert_eq!(iface.ipv4_cidr(), None, "no address until set");
+    let mut tcp = TcpRecorder::default();
+    let ping = || IOBuf::copy_from_slice(&ECHO_REQUEST);
+    iface.receive_frame(t(0), ping(), &mut tcp);
+    assert!(
+        sent(&mut iface).is_empty(),
+        "not answered without an address"
+    );
+
+    let cidr = Ipv4Cidr::new(OUR_IP, 24).unwrap();
+    let gateway = Ipv4Addr::new(10, 0, 0, 254);
+    assert!(iface.set_address(Some((cidr, Some(gateway)))));
+    assert_eq!(
+        (iface.ipv4_cidr(), iface.gateway()),
+        (Some(cidr), Some(gateway))
+    );
+    learn_peer(&mut iface, t(1));
+    iface.receive_frame(t(1), ping(), &mut tcp);
+    assert_eq!(
+        sent(&mut iface).len(),
+        1,
+        "answered once it has the address"
+    );
+
+    assert!(iface.set_address(None));
+    assert_eq!((iface.ipv4_cidr(), iface.gateway()), (None, None));
+    assert_eq!(
+        iface.arp_lookup(PEER_IP),
+        None,
+        "neighbours forgotten with the subnet"
+    );
+
+    // A DHCP interface's address belongs to its client.
+    let mut dhcp = iface_with(|c| InterfaceConfig {
+        ipv4: crate::iface::Ipv4Config::Dhcp,
+        ..c
+    });
+    assert!(!dhcp.set_address(Some((cidr, None))));
+    assert_eq!(dhcp.ipv4_cidr(), None);
+}
