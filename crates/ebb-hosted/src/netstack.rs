@@ -321,6 +321,10 @@ pub struct NetStackCounters {
     pub driver: DriverCounters,
 }
 
+/// An interface's address and gateway, or none: what a multi-core stack's home core
+/// hands the others when its DHCP lease changes.
+type LeasedAddress = Option<(Ipv4Cidr, Option<Ipv4Addr>)>;
+
 /// The shared state of the three event sources; see the module docs. One per core of
 /// the stack.
 struct Driver {
@@ -351,7 +355,7 @@ struct Driver {
     multi: Option<MultiCore>,
     /// Home core of a multi-core stack: the address (and gateway) last sent to the
     /// other cores (`None`: nothing sent yet).
-    shared_address: Cell<Option<Option<(Ipv4Cidr, Option<Ipv4Addr>)>>>,
+    shared_address: Cell<Option<LeasedAddress>>,
     address_waiters: RefCell<Vec<Promise<Result<Ipv4Cidr, NetStackError>>>>,
     stopped: Cell<bool>,
     /// Shared with the steering hook, which counts what it forwards.
@@ -427,7 +431,7 @@ impl Driver {
     /// On the home core of a multi-core stack whose interface runs DHCP: when the lease's
     /// address or gateway changes, sends it to every other core's interface (which is
     /// [`InterfaceConfig::new_managed`]), so all cores answer on the leased address.
-    fn share_address(&self, address: Option<(Ipv4Cidr, Option<Ipv4Addr>)>) {
+    fn share_address(&self, address: LeasedAddress) {
         let Some(multi) = &self.multi else { return };
         if self.core != multi.directory.home() || self.shared_address.get() == Some(address) {
             return;
@@ -447,7 +451,7 @@ impl Driver {
     }
 
     /// The home core's DHCP lease changed (see [`Driver::share_address`]).
-    fn take_address(&self, address: Option<(Ipv4Cidr, Option<Ipv4Addr>)>) {
+    fn take_address(&self, address: LeasedAddress) {
         if let Ok(mut stack) = self.stack.try_borrow_mut() {
             stack.iface_mut().set_address(address);
         }
