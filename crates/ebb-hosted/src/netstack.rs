@@ -109,6 +109,9 @@ use crate::tap::{TapConfig, TapDevice, TapError};
 pub use ebb_net::dispatch::Placement;
 pub use ebb_net::tcp::TcpConn;
 
+/// Frames steered from other cores that may wait for this core's next poll.
+pub const MAX_STEERED_WAITING: usize = 4096;
+
 /// Back-to-back `Stack::poll` rounds in one driver poll before yielding to the loop.
 pub const MAX_ROUNDS: usize = 8;
 
@@ -302,6 +305,9 @@ pub struct DriverCounters {
     /// Steered frames lost because the destination core refused the message (it was
     /// shutting down).
     pub steer_failures: u64,
+    /// Frames other cores steered here and this core dropped: its inbox already held
+    /// [`MAX_STEERED_WAITING`] frames (overload, as a full device ring).
+    pub steered_dropped: u64,
 }
 
 /// A snapshot of every counter of the stack.
@@ -619,14 +625,26 @@ impl Driver {
         }
     }
 
-    /// Frames steered here by another core: processed by a poll now.
-    fn receive_steered(&self, frames: Vec<IOBuf>) {
+    /// Frames steered here by another core: processed by a poll now. The inbox is
+    /// bounded like a device ring: what would overflow [`MAX_STEERED_WAITING`] is
+    /// dropped and counted (a core flooded by another's steering cannot grow it without
+    /// bound).
+    fn receive_steered(&self, mut frames: Vec<IOBuf>) {
         if self.stopped.get() {
             return;
         }
         let n = frames.len() as u64;
         self.count(|c| c.steered_in += n);
-        self.inbox.borrow_mut().extend(frames);
+        {
+            let mut inbox = self.inbox.borrow_mut();
+            let room = MAX_STEERED_WAITING.saturating_sub(inbox.len());
+            if frames.len() > room {
+                let dropped = (frames.len() - room) as u64;
+                frames.truncate(room);
+                self.count(|c| c.steered_dropped += dropped);
+            }
+            inbox.extend(frames);
+        }
         self.poll_now();
     }
 

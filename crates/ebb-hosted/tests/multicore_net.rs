@@ -371,6 +371,7 @@ fn multicore_echo(test: &str, net: u8, faults: Option<FaultSetting>, dhcp: bool)
         assert_eq!(tcp.dropped_no_listener, 0, "core {}: {tcp:?}", core.0);
         assert_eq!(tcp.dropped_owned_elsewhere, 0, "core {}: {tcp:?}", core.0);
         assert_eq!(driver.steer_failures, 0, "core {}: {driver:?}", core.0);
+        assert_eq!(driver.steered_dropped, 0, "core {}: {driver:?}", core.0);
     }
     // Each frame steered to one core, or copied to the one other core (ARP replies).
     let steered: u64 = seen
