@@ -67,6 +67,17 @@
 //! allow). [`TcpConn::set_nodelay(false)`](TcpConn::set_nodelay) turns it on: while data
 //! is in flight, a sub-MSS segment waits for the ACK, so small sends coalesce.
 //!
+//! **Header prediction.** A received segment that is exactly what an ESTABLISHED
+//! connection expects — an option-less ACK or ACK+PSH at `rcv_nxt` inside the window,
+//! acknowledging new data or carrying data, the peer's window unchanged, no loss
+//! recovery, no out-of-order data (`Tcb::predicts`) — is read straight from its 20
+//! header bytes (`wire::tcp::PlainHeader`) and processed by `Tcb::on_predicted`, which
+//! does what the general path does for it, minus the branches the prediction decided.
+//! Segments without options go out the same way: the header is a template filled with
+//! sequence, ACK, window and flags ([`TcpOutput::send_tcp_plain`]). Anything else takes
+//! the general path. `tcp/tests/fast_path.rs` checks that a layer with the fast path and one
+//! without ([`TcpLayer::set_fast_path`]) send the same segments and events.
+//!
 //! # Bounds
 //!
 //! Total connections ([`TcpConfig::max_connections`]), half-open (SYN-RECEIVED) connections
@@ -99,7 +110,8 @@
 //! `poll` visits only the connections the application touched since the last poll (a
 //! dirty list), those blocked on a full transmit queue, and those whose earliest timer is
 //! due (`deadlines::DeadlineHeap`, an indexed min-heap ordered by `(deadline, FourTuple)`,
-//! updated in place after every change); `poll_at` reads the heap's first entry. Demux is a `BTreeMap` lookup. The lists are reused from
+//! updated in place after every change); `poll_at` reads the heap's first entry. Demux is a `BTreeMap` lookup behind
+//! a one-entry cache of the last connection found. The lists are reused from
 //! poll to poll (no allocation); segmenting the send queue resumes from a cursor
 //! (`send::QueueCursor`) instead of walking the queue from its front for every segment.
 
