@@ -74,6 +74,22 @@ pub(crate) fn slice_chain_from(
     if cursor.start > offset || cursor.index >= chain.segment_count() {
         *cursor = QueueCursor::default();
     }
+    // The common case, a slice of the queue's first buffer: what the loop below would
+    // produce (one trimmed clone, the cursor left on that buffer), without the walk.
+    if *cursor == QueueCursor::default()
+        && len > 0
+        && let Some(front) = chain.front()
+        && offset + len <= front.len()
+    {
+        *cursor = QueueCursor::default();
+        let mut piece = front.clone();
+        let mut out = IOBufChain::new();
+        if piece.trim_back(front.len() - (offset + len)).is_ok() && piece.trim_front(offset).is_ok()
+        {
+            out.push_back(piece);
+        }
+        return out;
+    }
     let mut out = IOBufChain::new();
     let mut at = cursor.start;
     let end = offset + len;

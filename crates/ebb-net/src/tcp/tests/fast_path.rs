@@ -283,3 +283,35 @@ fn exchange_takes_the_fast_path() {
     let predicted = run(&steps, true, true).expect("equivalent");
     assert_eq!(predicted, 50, "every data segment predicted");
 }
+
+proptest! {
+    /// Slicing the send queue (with its first-buffer shortcut) gives exactly the bytes
+    /// asked for, and consecutive slices through one cursor agree with fresh ones.
+    #[test]
+    fn queue_slices_are_exact(
+        lens in proptest::collection::vec(0usize..200, 1..6),
+        cuts in proptest::collection::vec((0usize..600, 1usize..300), 1..8),
+    ) {
+        use crate::tcp::send::{QueueCursor, slice_chain, slice_chain_from};
+        let mut chain = IOBufChain::new();
+        let mut all = Vec::new();
+        for (i, len) in lens.iter().enumerate() {
+            let bytes: Vec<u8> = (0..*len).map(|j| (i * 31 + j) as u8).collect();
+            all.extend_from_slice(&bytes);
+            chain.push_back(IOBuf::from_vec(bytes));
+        }
+        let mut cursor = QueueCursor::default();
+        let mut at = 0;
+        for (skip, len) in cuts {
+            let offset = (at + skip % 50).min(all.len());
+            let len = len.min(all.len() - offset);
+            let expect = &all[offset..offset + len];
+            prop_assert_eq!(slice_chain(&chain, offset, len).to_vec(), expect);
+            prop_assert_eq!(
+                slice_chain_from(&chain, &mut cursor, offset, len).to_vec(),
+                expect
+            );
+            at = offset + len;
+        }
+    }
+}
