@@ -87,6 +87,15 @@ impl HeaderPool {
             && self.recent.front().is_some_and(IOBuf::is_unique)
             && let Some(mut buf) = self.recent.pop_front()
         {
+            // The steady state: the view already is the region's first `len` bytes
+            // (the previous frame's header had the same length); zero it in place.
+            if buf.headroom() == 0
+                && buf.len() == len
+                && let Ok(bytes) = buf.as_mut_slice()
+            {
+                bytes.fill(0);
+                return buf;
+            }
             // Back to an empty view at the region's start, then `len` zeroed bytes.
             let view = buf.len();
             if buf.trim_back(view).is_ok() && buf.headroom() == 0 && buf.append(len).is_ok() {
@@ -498,6 +507,30 @@ mod tests {
         );
         out.cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 1), 24);
         out
+    }
+
+    /// A recycled header buffer comes back zeroed, whether its old view had the length
+    /// asked for (zeroed in place) or another (trimmed and regrown), and it is the
+    /// pooled buffer, not a new one.
+    #[test]
+    fn recycled_headers_are_zeroed() {
+        let mut pool = HeaderPool::new(4);
+        let mut previous_len = 54;
+        let mut header = pool.take(previous_len);
+        for len in [54, 54, 40, 40, 54] {
+            header.as_mut_slice().expect("unique").fill(0xaa);
+            pool.remember(&header);
+            let region = header.as_slice().as_ptr();
+            drop(header);
+            header = pool.take(len);
+            assert_eq!(
+                header.as_slice(),
+                &vec![0u8; len][..],
+                "after {previous_len}"
+            );
+            assert_eq!(header.as_slice().as_ptr(), region, "reused");
+            previous_len = len;
+        }
     }
 
     /// The template path writes the same frame bytes as the `Repr` path, with and
