@@ -113,6 +113,26 @@ pub trait TcpOutput {
     /// Queues one segment for transmission.
     fn send_tcp(&mut self, segment: TcpSegment) -> Result<(), OutputError>;
 
+    /// Queues one segment whose header is a [`tcp::PlainHeader`] (no options): the
+    /// common segment of an established connection, which TCP fills from a
+    /// per-connection template instead of building a [`tcp::Repr`]. Must behave exactly
+    /// like `send_tcp` with [`tcp::PlainHeader::to_repr`] (the default does just that;
+    /// the interface writes the 20 bytes directly).
+    fn send_tcp_plain(
+        &mut self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        header: tcp::PlainHeader,
+        payload: IOBufChain,
+    ) -> Result<(), OutputError> {
+        self.send_tcp(TcpSegment {
+            src,
+            dst,
+            header: header.to_repr(),
+            payload,
+        })
+    }
+
     /// The largest TCP payload a segment to `dst` may carry without options (the IP MTU
     /// minus 40): the MSS TCP advertises and the cap on what it sends.
     fn max_segment_size(&self, dst: Ipv4Addr) -> usize;

@@ -67,6 +67,17 @@
 //! allow). [`TcpConn::set_nodelay(false)`](TcpConn::set_nodelay) turns it on: while data
 //! is in flight, a sub-MSS segment waits for the ACK, so small sends coalesce.
 //!
+//! **Header prediction.** A received segment that is exactly what an ESTABLISHED
+//! connection expects — an option-less ACK or ACK+PSH at `rcv_nxt` inside the window,
+//! acknowledging new data or carrying data, the peer's window unchanged, no loss
+//! recovery, no out-of-order data (`Tcb::predicts`) — is read straight from its 20
+//! header bytes (`wire::tcp::PlainHeader`) and processed by `Tcb::on_predicted`, which
+//! does what the general path does for it, minus the branches the prediction decided.
+//! Segments without options go out the same way: the header is a template filled with
+//! sequence, ACK, window and flags ([`TcpOutput::send_tcp_plain`]). Anything else takes
+//! the general path. `tcp/tests/fast_path.rs` checks that a layer with the fast path and one
+//! without ([`TcpLayer::set_fast_path`]) send the same segments and events.
+//!
 //! # Bounds
 //!
 //! Total connections ([`TcpConfig::max_connections`]), half-open (SYN-RECEIVED) connections
@@ -99,7 +110,8 @@
 //! `poll` visits only the connections the application touched since the last poll (a
 //! dirty list), those blocked on a full transmit queue, and those whose earliest timer is
 //! due (`deadlines::DeadlineHeap`, an indexed min-heap ordered by `(deadline, FourTuple)`,
-//! updated in place after every change); `poll_at` reads the heap's first entry. Demux is a `BTreeMap` lookup. The lists are reused from
+//! updated in place after every change); `poll_at` reads the heap's first entry. Demux is a `BTreeMap` lookup behind
+//! a one-entry cache of the last connection found. The lists are reused from
 //! poll to poll (no allocation); segmenting the send queue resumes from a cursor
 //! (`send::QueueCursor`) instead of walking the queue from its front for every segment.
 
@@ -136,7 +148,10 @@ use state::{AppEvent, Ctx, Incoming, Tcb};
 
 use crate::transport::{TcpIcmpError, TcpInput, TcpOutput, TcpSegment};
 use crate::wire::checksum::ChecksumCapabilities;
-use crate::wire::tcp::{Control, MAX_HEADER_LEN, MAX_SACK_BLOCKS, Packet, Repr, SeqNumber};
+use crate::wire::tcp::{
+    Control, HEADER_LEN as TCP_HEADER_LEN, MAX_HEADER_LEN, MAX_SACK_BLOCKS, Packet, PlainHeader,
+    Repr, SeqNumber,
+};
 
 /// Settings of one layer (and every connection it makes).
 #[derive(Debug, Clone)]
@@ -327,15 +342,38 @@ pub trait ConnectionDirectory {
 
 /// The demux table: four-tuple to connection, mirrored in the multi-core directory when
 /// there is one (`claim` before a connection's first segment, `remove` releases).
+///
+/// `last` caches the connection the previous lookup found (a burst of segments usually
+/// belongs to one connection). Invariant: when set, it is the entry `map` holds for its
+/// tuple — `insert` and `remove`, the only writers of `map`, clear it for their tuple.
 #[derive(Default)]
 struct ConnTable {
     map: BTreeMap<FourTuple, Rc<Conn>>,
+    last: Option<Rc<Conn>>,
     directory: Option<Rc<dyn ConnectionDirectory>>,
 }
 
 impl ConnTable {
     fn get(&self, tuple: &FourTuple) -> Option<&Rc<Conn>> {
         self.map.get(tuple)
+    }
+    /// [`get`](Self::get) through the one-entry cache, which it updates.
+    #[inline]
+    fn lookup(&mut self, tuple: &FourTuple) -> Option<Rc<Conn>> {
+        if let Some(last) = &self.last
+            && last.tuple == *tuple
+        {
+            return Some(last.clone());
+        }
+        let conn = self.map.get(tuple)?.clone();
+        self.last = Some(conn.clone());
+        Some(conn)
+    }
+    /// Forgets the cached connection if it is `tuple`'s.
+    fn uncache(&mut self, tuple: &FourTuple) {
+        if self.last.as_ref().is_some_and(|c| c.tuple == *tuple) {
+            self.last = None;
+        }
     }
     /// Whether `tuple` may become a connection here: free in this table and claimed in
     /// the directory (if any).
@@ -344,9 +382,11 @@ impl ConnTable {
     }
     /// Inserts a connection whose tuple was claimed.
     fn insert(&mut self, conn: Rc<Conn>) {
+        self.uncache(&conn.tuple);
         self.map.insert(conn.tuple, conn);
     }
     fn remove(&mut self, tuple: &FourTuple) -> Option<Rc<Conn>> {
+        self.uncache(tuple);
         let removed = self.map.remove(tuple);
         if removed.is_some()
             && let Some(directory) = &self.directory
@@ -358,6 +398,16 @@ impl ConnTable {
     fn len(&self) -> usize {
         self.map.len()
     }
+}
+
+/// Where [`TcpLayer::receive_general`] took a segment.
+enum Received {
+    /// To this connection.
+    Conn(Rc<Conn>),
+    /// To the listeners (or answered with a RST).
+    NoConn,
+    /// Nowhere: malformed (counted).
+    Malformed,
 }
 
 /// The accept callback of a listener.
@@ -409,6 +459,11 @@ struct Inner {
     /// with `dirty`, so marking a connection dirty does not allocate either).
     poll_list: RefCell<Vec<Rc<Conn>>>,
     dispatching: Cell<bool>,
+    /// Header prediction and the send template (on unless a test turned them off).
+    fast_path: Cell<bool>,
+    /// Segments header prediction took (tests check it is not vacuous).
+    #[cfg(test)]
+    predicted: Cell<u64>,
 }
 
 /// One connection: its TCB and its application side.
@@ -463,7 +518,19 @@ impl TcpLayer {
             blocked: RefCell::new(Vec::new()),
             poll_list: RefCell::new(Vec::new()),
             dispatching: Cell::new(false),
+            fast_path: Cell::new(true),
+            #[cfg(test)]
+            predicted: Cell::new(0),
         }))
+    }
+
+    /// Turns header prediction and the send template off (`false`) or on (the
+    /// default). Either way the layer behaves identically — the fast path only skips
+    /// work the general path would find unnecessary — and tests use this switch to
+    /// check exactly that; it is not a tuning knob.
+    #[doc(hidden)]
+    pub fn set_fast_path(&self, on: bool) {
+        self.0.fast_path.set(on);
     }
 
     /// The layer's settings.
@@ -584,6 +651,132 @@ impl TcpLayer {
         inner.mark_dirty(&conn);
         state.conns.insert(conn);
         Ok(())
+    }
+
+    /// Header prediction: processes `segment` if it is the option-less ACK (+PSH) an
+    /// established connection expects (see `Tcb::predicts`), without parsing it into a
+    /// [`Repr`]; returns the connection it went to, or the segment untouched for
+    /// [`receive_general`](Self::receive_general).
+    #[inline]
+    fn receive_predicted(
+        inner: &Rc<Inner>,
+        counters: &mut TcpCounters,
+        now: Instant,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        segment: IOBuf,
+        out: &mut dyn TcpOutput,
+    ) -> Result<Rc<Conn>, IOBuf> {
+        if !inner.fast_path.get() {
+            return Err(segment);
+        }
+        let Some(header) = PlainHeader::parse(segment.as_slice()) else {
+            return Err(segment);
+        };
+        let tuple = FourTuple {
+            local: SocketAddrV4::new(dst, header.dst_port),
+            remote: SocketAddrV4::new(src, header.src_port),
+        };
+        let mut state = inner.state.borrow_mut();
+        let Some(conn) = state.conns.lookup(&tuple) else {
+            return Err(segment);
+        };
+        let payload_len = segment.len() - TCP_HEADER_LEN;
+        if !conn.tcb.borrow().predicts(&header, payload_len) {
+            return Err(segment);
+        }
+        let mut payload = segment;
+        if payload.trim_front(TCP_HEADER_LEN).is_err() {
+            return Err(payload); // Unreachable: `parse` saw the 20 bytes.
+        }
+        let mut ctx = Ctx {
+            now,
+            out,
+            counters,
+            config: &inner.config,
+            fast_path: true,
+        };
+        conn.tcb
+            .borrow_mut()
+            .on_predicted(&mut ctx, &header, payload);
+        #[cfg(test)]
+        inner.predicted.set(inner.predicted.get() + 1);
+        TcpLayer::settle(inner, &mut state, &conn);
+        Ok(conn)
+    }
+
+    /// Every segment header prediction did not take: parsed into a [`Repr`] and
+    /// processed by the connection's RFC 9293 state machine, or by the listeners.
+    fn receive_general(
+        inner: &Rc<Inner>,
+        counters: &mut TcpCounters,
+        now: Instant,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        segment: IOBuf,
+        out: &mut dyn TcpOutput,
+    ) -> Received {
+        let Ok(packet) = Packet::new_checked(segment.as_slice()) else {
+            counters.dropped_bad_options += 1;
+            return Received::Malformed;
+        };
+        // The header is parsed from a copy (at most 60 bytes), so the segment itself
+        // can become the payload without a clone of its buffer (a reference-count
+        // increment and decrement, both atomic). The copy's `repr.payload` is empty;
+        // the connection path reads the payload from `Incoming::payload`.
+        let header_len = usize::from(packet.header_len()).min(MAX_HEADER_LEN);
+        let mut header = [0u8; MAX_HEADER_LEN];
+        header[..header_len].copy_from_slice(&segment.as_slice()[..header_len]);
+        let header_packet = Packet::new_unchecked(&header[..header_len]);
+        let Ok(repr) = Repr::parse(&header_packet, src, dst, &ChecksumCapabilities::ignored())
+        else {
+            counters.dropped_bad_options += 1;
+            return Received::Malformed;
+        };
+        let mut payload = segment;
+        if payload.trim_front(header_len).is_err() {
+            return Received::Malformed;
+        }
+        let tuple = FourTuple {
+            local: SocketAddrV4::new(dst, repr.dst_port),
+            remote: SocketAddrV4::new(src, repr.src_port),
+        };
+        let mut state = inner.state.borrow_mut();
+        let mut ctx = Ctx {
+            now,
+            out,
+            counters,
+            config: &inner.config,
+            fast_path: inner.fast_path.get(),
+        };
+        match state.conns.lookup(&tuple) {
+            Some(conn) => {
+                let backlog_full = conn.accounting.get() == Accounting::HalfOpen
+                    && conn
+                        .listener
+                        .and_then(|key| state.listeners.get(&key))
+                        .is_some_and(|l| l.waiting >= l.backlog);
+                conn.tcb.borrow_mut().on_segment(
+                    &mut ctx,
+                    Incoming {
+                        repr: &repr,
+                        payload,
+                    },
+                    backlog_full,
+                );
+                TcpLayer::settle(inner, &mut state, &conn);
+                Received::Conn(conn)
+            }
+            None => {
+                // With its payload: a RST answering it acknowledges all of it.
+                let repr = Repr {
+                    payload: payload.as_slice(),
+                    ..repr
+                };
+                TcpLayer::no_connection(inner, &mut state, &mut ctx, tuple, &repr);
+                Received::NoConn
+            }
+        }
     }
 
     /// Delivers queued application events; see the module's borrow invariant.
@@ -1090,70 +1283,29 @@ impl TcpInput for TcpLayer {
         out: &mut dyn TcpOutput,
     ) {
         let inner = &self.0;
-        let mut delivered_to: Option<Rc<Conn>> = None;
-        {
+        let delivered_to = {
             let mut counters = inner.counters.borrow_mut();
             counters.segments_in += 1;
-            let Ok(packet) = Packet::new_checked(segment.as_slice()) else {
-                counters.dropped_bad_options += 1;
-                return;
-            };
-            // The header is parsed from a copy (at most 60 bytes), so the segment itself
-            // can become the payload without a clone of its buffer (a reference-count
-            // increment and decrement, both atomic). The copy's `repr.payload` is empty;
-            // the connection path reads the payload from `Incoming::payload`.
-            let header_len = usize::from(packet.header_len()).min(MAX_HEADER_LEN);
-            let mut header = [0u8; MAX_HEADER_LEN];
-            header[..header_len].copy_from_slice(&segment.as_slice()[..header_len]);
-            let header_packet = Packet::new_unchecked(&header[..header_len]);
-            let Ok(repr) = Repr::parse(&header_packet, src, dst, &ChecksumCapabilities::ignored())
-            else {
-                counters.dropped_bad_options += 1;
-                return;
-            };
-            let mut payload = segment;
-            if payload.trim_front(header_len).is_err() {
-                return;
-            }
-            let tuple = FourTuple {
-                local: SocketAddrV4::new(dst, repr.dst_port),
-                remote: SocketAddrV4::new(src, repr.src_port),
-            };
-            let mut state = inner.state.borrow_mut();
-            let mut ctx = Ctx {
-                now,
-                out,
-                counters: &mut counters,
-                config: &inner.config,
-            };
-            match state.conns.get(&tuple).cloned() {
-                Some(conn) => {
-                    let backlog_full = conn.accounting.get() == Accounting::HalfOpen
-                        && conn
-                            .listener
-                            .and_then(|key| state.listeners.get(&key))
-                            .is_some_and(|l| l.waiting >= l.backlog);
-                    conn.tcb.borrow_mut().on_segment(
-                        &mut ctx,
-                        Incoming {
-                            repr: &repr,
-                            payload,
-                        },
-                        backlog_full,
-                    );
-                    TcpLayer::settle(inner, &mut state, &conn);
-                    delivered_to = Some(conn);
-                }
-                None => {
-                    // With its payload: a RST answering it acknowledges all of it.
-                    let repr = Repr {
-                        payload: payload.as_slice(),
-                        ..repr
-                    };
-                    TcpLayer::no_connection(inner, &mut state, &mut ctx, tuple, &repr)
+            match TcpLayer::receive_predicted(inner, &mut counters, now, src, dst, segment, out) {
+                Ok(conn) => Some(conn),
+                Err(segment) => {
+                    match TcpLayer::receive_general(
+                        inner,
+                        &mut counters,
+                        now,
+                        src,
+                        dst,
+                        segment,
+                        out,
+                    ) {
+                        Received::Conn(conn) => Some(conn),
+                        Received::NoConn => None,
+                        // Dropped before any processing: nothing to dispatch.
+                        Received::Malformed => return,
+                    }
                 }
             }
-        }
+        };
         self.dispatch();
         // In-order data was delivered before it was acknowledged: the ACK goes out on
         // the poll the driver runs after this batch of segments — one per batch, carried
@@ -1183,6 +1335,7 @@ impl TcpInput for TcpLayer {
                 out,
                 counters: &mut counters,
                 config: &inner.config,
+                fast_path: inner.fast_path.get(),
             };
             let acted = conn.tcb.borrow_mut().on_icmp_error(&mut ctx, error);
             if acted {
@@ -1206,6 +1359,7 @@ impl TcpInput for TcpLayer {
                 out,
                 counters: &mut counters,
                 config: &inner.config,
+                fast_path: inner.fast_path.get(),
             };
             // Visit what the application touched and what has a timer due — not every
             // connection.

@@ -27,7 +27,7 @@ const TLP_DELAYED_ACK_ALLOWANCE: core::time::Duration = core::time::Duration::fr
 /// (Linux's `min_pmtu`): a forged message cannot make segments arbitrarily small.
 const MIN_PATH_MTU: u16 = 552;
 use crate::transport::{IcmpErrorKind, TcpIcmpError, TcpSegment};
-use crate::wire::tcp::{Control, MAX_SACK_BLOCKS, Repr, SackBlocks, SeqNumber};
+use crate::wire::tcp::{Control, MAX_SACK_BLOCKS, PlainHeader, Repr, SackBlocks, SeqNumber};
 
 /// Where slicing the send queue resumes: the index of a queue segment and the queue
 /// offset of its first byte. Sending walks forward through the queue one segment at a
@@ -73,6 +73,22 @@ pub(crate) fn slice_chain_from(
 ) -> IOBufChain {
     if cursor.start > offset || cursor.index >= chain.segment_count() {
         *cursor = QueueCursor::default();
+    }
+    // The common case, a slice of the queue's first buffer: what the loop below would
+    // produce (one trimmed clone, the cursor left on that buffer), without the walk.
+    if *cursor == QueueCursor::default()
+        && len > 0
+        && let Some(front) = chain.front()
+        && offset + len <= front.len()
+    {
+        *cursor = QueueCursor::default();
+        let mut piece = front.clone();
+        let mut out = IOBufChain::new();
+        if piece.trim_back(front.len() - (offset + len)).is_ok() && piece.trim_front(offset).is_ok()
+        {
+            out.push_back(piece);
+        }
+        return out;
     }
     let mut out = IOBufChain::new();
     let mut at = cursor.start;
@@ -187,6 +203,14 @@ impl Tcb {
             return false;
         }
         let syn = control == Control::Syn;
+        if matches!(control, Control::None | Control::Fin)
+            && ctx.fast_path
+            && (!self.sack_ok || self.reassembly.is_empty())
+        {
+            // No options to send (no SYN options, no SACK blocks): the header template.
+            self.emit_plain(ctx, control == Control::Fin, seq, payload, push);
+            return true;
+        }
         let with_ack = !(syn && self.state == State::SynSent);
         let window = self.receive_window(ctx.config);
         let window_field = if syn {
@@ -234,6 +258,48 @@ impl Tcb {
             ctx.counters.output_errors += 1;
         }
         true
+    }
+
+    /// [`emit`](Self::emit) for a segment without options (not a SYN, no SACK blocks
+    /// due): the same fields, window bookkeeping and counting, but the header is the
+    /// connection's [`PlainHeader`] template with sequence, acknowledgement, window and
+    /// flags filled in, handed to [`TcpOutput::send_tcp_plain`](crate::transport::TcpOutput::send_tcp_plain)
+    /// — no [`Repr`] and no option logic. The caller checked the transmit room.
+    fn emit_plain(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        fin: bool,
+        seq: SeqNumber,
+        payload: IOBufChain,
+        push: bool,
+    ) {
+        let window = self.receive_window(ctx.config);
+        let window_field = (window >> self.rcv_shift).min(u32::from(u16::MAX)) as u16;
+        let header = PlainHeader {
+            src_port: self.local.port(),
+            dst_port: self.remote.port(),
+            seq_number: seq,
+            ack_number: self.rcv_nxt,
+            window_len: window_field,
+            flags: PlainHeader::ACK
+                | if push { PlainHeader::PSH } else { 0 }
+                | if fin { PlainHeader::FIN } else { 0 },
+        };
+        self.rcv_adv = self
+            .rcv_adv
+            .max(self.rcv_nxt + (u32::from(window_field) << self.rcv_shift));
+        self.rcv_acked = self.rcv_nxt;
+        self.ack_now = false;
+        self.timers.delayed_ack = None;
+        ctx.counters.segments_out += 1;
+        if ctx
+            .out
+            .send_tcp_plain(*self.local.ip(), *self.remote.ip(), header, payload)
+            .is_err()
+        {
+            // Treated as a loss: the retransmission timer covers it.
+            ctx.counters.output_errors += 1;
+        }
     }
 
     /// Whether the transmit queue is full; if so, marks the connection blocked.
@@ -618,7 +684,7 @@ impl Tcb {
         true
     }
 
-    fn on_new_ack(&mut self, ctx: &mut Ctx<'_>, ack: SeqNumber) {
+    pub(crate) fn on_new_ack(&mut self, ctx: &mut Ctx<'_>, ack: SeqNumber) {
         let acked = u32::try_from(ack - self.snd_una).unwrap_or(0);
         let data_acked = (acked as usize).min(self.queue.len());
         let segments_before = self.queue.segment_count();

@@ -28,7 +28,7 @@ use super::send::QueueCursor;
 use super::timers::{self, RttEstimator, Timers};
 use super::{Keepalive, TcpConfig, TcpCounters};
 use crate::transport::TcpOutput;
-use crate::wire::tcp::{Control, Repr, SeqNumber};
+use crate::wire::tcp::{Control, PlainHeader, Repr, SeqNumber};
 
 /// The RFC 9293 connection states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +99,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) out: &'a mut dyn TcpOutput,
     pub(crate) counters: &'a mut TcpCounters,
     pub(crate) config: &'a TcpConfig,
+    /// Header prediction and the send template are on (see `TcpLayer::set_fast_path`).
+    pub(crate) fast_path: bool,
 }
 
 /// The transmission control block.
@@ -641,6 +643,68 @@ impl Tcb {
         ) {
             self.receive_text(ctx, seq, seg.payload, fin);
         }
+        self.answer_segment(ctx);
+    }
+
+    /// Header prediction (Van Jacobson; RFC 9293 §3.10.7.4 for the common case): whether
+    /// a segment with the option-less ACK (+PSH) header `h` and `payload_len` bytes of
+    /// data is the one an ESTABLISHED connection expects, so that
+    /// [`on_predicted`](Self::on_predicted) may process it. It is when it starts at
+    /// `rcv_nxt` and fits the open window (so it is acceptable and nothing is trimmed),
+    /// acknowledges something new or carries data (a pure duplicate ACK goes the
+    /// general way), acknowledges nothing unsent or too old, leaves the peer's window
+    /// as it was, and the connection is not recovering a loss, holds no out-of-order
+    /// data and no out-of-order FIN. Anything else is processed by
+    /// [`on_segment`](Self::on_segment).
+    #[inline]
+    pub(crate) fn predicts(&self, h: &PlainHeader, payload_len: usize) -> bool {
+        let ack = h.ack_number;
+        self.state == State::Established
+            && h.seq_number == self.rcv_nxt
+            && self.snd_una <= ack
+            && ack <= self.snd_max
+            && (ack > self.snd_una || payload_len > 0)
+            && ack >= self.snd_una - self.max_snd_wnd.max(1)
+            && u32::from(h.window_len) << self.snd_shift == self.snd_wnd
+            && !self.in_recovery
+            && self.reassembly.is_empty()
+            && self.ooo_fin.is_none()
+            && payload_len <= self.rcv_wnd() as usize
+    }
+
+    /// Processes a segment [`predicts`](Self::predicts) accepted: exactly what
+    /// [`on_segment`](Self::on_segment) does for it, with the branches the prediction
+    /// decided left out. The general path's steps for such a segment, in order: it is
+    /// acceptable (`seq == rcv_nxt`, inside the window); the peer is alive; no RST or
+    /// SYN; the ACK is new (`on_new_ack`) or equal to `snd_una` with data (no duplicate
+    /// ACK); SACK's scoreboard is untouched (no SACK option); the window update test
+    /// moves `snd_wl1`/`snd_wl2` but not the window (unchanged, so no
+    /// `SendWindowIncreased` from it); ESTABLISHED has no FIN of ours to see acked; the
+    /// data is in order with nothing to trim, reassemble or close, so it is delivered
+    /// and the ACK scheduled; then the same answer as every segment.
+    pub(crate) fn on_predicted(&mut self, ctx: &mut Ctx<'_>, h: &PlainHeader, payload: IOBuf) {
+        let (seq, ack) = (h.seq_number, h.ack_number);
+        self.last_received = ctx.now;
+        self.keepalive_probes = 0;
+        if ack > self.snd_una {
+            self.on_new_ack(ctx, ack);
+        }
+        if self.snd_wl1 < seq || (self.snd_wl1 == seq && self.snd_wl2 <= ack) {
+            self.snd_wl1 = seq;
+            self.snd_wl2 = ack;
+            self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+        }
+        if !payload.is_empty() {
+            self.rcv_nxt = self.rcv_nxt + payload.len();
+            self.push_event(AppEvent::Receive(payload));
+            self.schedule_ack(ctx);
+        }
+        self.answer_segment(ctx);
+    }
+
+    /// The end of processing an acceptable segment: hold the answer until the
+    /// application saw the data, or send what is due now.
+    fn answer_segment(&mut self, ctx: &mut Ctx<'_>) {
         if self.state != State::Closed {
             let unacked = usize::try_from((self.rcv_nxt - self.rcv_acked).max(0)).unwrap_or(0);
             if self.has_handler

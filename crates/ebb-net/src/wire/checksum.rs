@@ -17,6 +17,20 @@ use core::net::Ipv4Addr;
 /// cache.
 #[inline(never)]
 pub fn data(bytes: &[u8]) -> u16 {
+    // An option-less IPv4 or TCP header, the most frequent input by far (every segment
+    // sums two on the way out and one on the way in): five big-endian 32-bit words.
+    // Since 2^16 ≡ 1 modulo 2^16 - 1, their plain sum folds to the same value.
+    if let Ok(header) = <&[u8; 20]>::try_from(bytes) {
+        let word = |at: usize| {
+            u64::from(u32::from_be_bytes([
+                header[at],
+                header[at + 1],
+                header[at + 2],
+                header[at + 3],
+            ]))
+        };
+        return fold(word(0) + word(4) + word(8) + word(12) + word(16));
+    }
     // The body as native-endian 64-bit words summed into 128 bits: one add and one
     // add-with-carry per 8 bytes and no overflow to handle (that would take 2^64 words).
     // Folding modulo 2^16 - 1 afterwards gives the one's-complement sum of the 16-bit
@@ -171,6 +185,21 @@ mod tests {
         zeroed[10] = 0;
         zeroed[11] = 0;
         assert_eq!(!data(&zeroed), 0xb861);
+    }
+
+    proptest! {
+        /// The 20-byte shortcut agrees with RFC 1071's word-by-word sum.
+        #[test]
+        fn twenty_bytes_match_naive(bytes in proptest::array::uniform20(any::<u8>())) {
+            prop_assert_eq!(data(&bytes), naive(&bytes));
+        }
+    }
+
+    #[test]
+    fn twenty_byte_extremes() {
+        for fill in [0x00, 0x01, 0x7f, 0x80, 0xfe, 0xff] {
+            assert_eq!(data(&[fill; 20]), naive(&[fill; 20]));
+        }
     }
 
     #[test]

@@ -701,5 +701,105 @@ impl<'a> Repr<'a> {
     }
 }
 
+/// The header of the common segment, in both directions of an established connection:
+/// 20 bytes, no options, no urgent pointer, and flags ACK plus at most PSH and FIN. It is
+/// what header prediction (`tcp::state`) reads from a received segment without building
+/// a [`Repr`], and what the send path writes from a per-connection template.
+///
+/// Invariant: `flags` holds [`PlainHeader::ACK`] and nothing outside
+/// `ACK | PSH | FIN`; [`parse`](Self::parse) returns only such headers (received, it
+/// accepts ACK and PSH only — a FIN goes the general way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlainHeader {
+    /// Source port (never 0 when parsed).
+    pub src_port: u16,
+    /// Destination port (never 0 when parsed).
+    pub dst_port: u16,
+    /// Sequence number.
+    pub seq_number: SeqNumber,
+    /// Acknowledgement number (the ACK flag is always set).
+    pub ack_number: SeqNumber,
+    /// Window field, unscaled.
+    pub window_len: u16,
+    /// The flags byte.
+    pub flags: u8,
+}
+
+impl PlainHeader {
+    /// The ACK flag.
+    pub const ACK: u8 = flag::ACK;
+    /// The PSH flag.
+    pub const PSH: u8 = flag::PSH;
+    /// The FIN flag.
+    pub const FIN: u8 = flag::FIN;
+
+    /// The header of `segment` if it is exactly an option-less ACK or ACK+PSH with
+    /// nonzero ports (data offset 5, reserved bits and NS clear, no SYN/FIN/RST/URG/ECE/
+    /// CWR). Anything else is `None`: the caller parses it as a [`Repr`]. The checksum is
+    /// not looked at (the interface checked it). Where it returns `Some`, [`Repr::parse`]
+    /// gives the same ports, numbers, window and push flag, `Control::None`, an ACK, and
+    /// no options.
+    #[inline]
+    pub fn parse(segment: &[u8]) -> Option<PlainHeader> {
+        let bytes: &[u8; HEADER_LEN] = segment.get(..HEADER_LEN)?.try_into().ok()?;
+        let flags = bytes[13];
+        if bytes[12] != 0x50 || flags & !flag::PSH != flag::ACK {
+            return None;
+        }
+        let src_port = u16::from_be_bytes([bytes[0], bytes[1]]);
+        let dst_port = u16::from_be_bytes([bytes[2], bytes[3]]);
+        if src_port == 0 || dst_port == 0 {
+            return None;
+        }
+        Some(PlainHeader {
+            src_port,
+            dst_port,
+            seq_number: SeqNumber(u32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]])),
+            ack_number: SeqNumber(u32::from_be_bytes([
+                bytes[8], bytes[9], bytes[10], bytes[11],
+            ])),
+            window_len: u16::from_be_bytes([bytes[14], bytes[15]]),
+            flags,
+        })
+    }
+
+    /// Writes the 20 header bytes with a zero checksum: byte for byte what [`Repr::emit`]
+    /// writes for [`to_repr`](Self::to_repr) without checksums.
+    #[inline]
+    pub fn emit(&self, buffer: &mut [u8; HEADER_LEN]) {
+        buffer[0..2].copy_from_slice(&self.src_port.to_be_bytes());
+        buffer[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
+        buffer[4..8].copy_from_slice(&self.seq_number.0.to_be_bytes());
+        buffer[8..12].copy_from_slice(&self.ack_number.0.to_be_bytes());
+        buffer[12] = 0x50;
+        buffer[13] = self.flags;
+        buffer[14..16].copy_from_slice(&self.window_len.to_be_bytes());
+        buffer[16..20].fill(0);
+    }
+
+    /// The same header as a [`Repr`] (no options, empty payload).
+    pub fn to_repr(&self) -> Repr<'static> {
+        Repr {
+            src_port: self.src_port,
+            dst_port: self.dst_port,
+            control: if self.flags & flag::FIN != 0 {
+                Control::Fin
+            } else {
+                Control::None
+            },
+            push: self.flags & flag::PSH != 0,
+            seq_number: self.seq_number,
+            ack_number: Some(self.ack_number),
+            window_len: self.window_len,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; MAX_SACK_BLOCKS],
+            timestamp: None,
+            payload: &[],
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 //! segments fed at chosen instants, and assertions on the exact segments sent.
 
 mod data;
+mod fast_path;
 mod full_stack;
 mod fuzz;
 mod icmp;

@@ -431,3 +431,78 @@ proptest! {
         prop_assert!(errors <= 1);
     }
 }
+
+proptest! {
+    /// `PlainHeader::parse` accepts a header exactly when it is an option-less ACK or
+    /// ACK+PSH with nonzero ports, and then agrees with `Repr::parse` on every field.
+    #[test]
+    fn plain_header_parse_agrees_with_repr(
+        mut header in proptest::collection::vec(any::<u8>(), 20..=24),
+        plain_offset in any::<bool>(),
+        flags in prop_oneof![Just(0x10u8), Just(0x18u8), any::<u8>()],
+    ) {
+        if plain_offset {
+            header[12] = 0x50;
+        }
+        header[13] = flags;
+        let plain = PlainHeader::parse(&header);
+        let packet = Packet::new_unchecked(&header[..]);
+        let repr = Repr::parse(&packet, SRC, DST, &ChecksumCapabilities::ignored());
+        let expect_plain = header[12] == 0x50
+            && (flags == 0x10 || flags == 0x18)
+            && packet.src_port() != 0
+            && packet.dst_port() != 0;
+        prop_assert_eq!(plain.is_some(), expect_plain);
+        if let Some(plain) = plain {
+            let repr = repr.expect("a plain header parses as a Repr");
+            prop_assert_eq!(repr.src_port, plain.src_port);
+            prop_assert_eq!(repr.dst_port, plain.dst_port);
+            prop_assert_eq!(repr.seq_number, plain.seq_number);
+            prop_assert_eq!(repr.ack_number, Some(plain.ack_number));
+            prop_assert_eq!(repr.window_len, plain.window_len);
+            prop_assert_eq!(repr.push, plain.flags & PlainHeader::PSH != 0);
+            prop_assert_eq!(repr.control, Control::None);
+            prop_assert_eq!(
+                (repr.window_scale, repr.max_seg_size, repr.sack_permitted, repr.timestamp),
+                (None, None, false, None)
+            );
+            prop_assert!(repr.sack_ranges.iter().all(Option::is_none));
+            prop_assert_eq!(repr.payload, &header[20..]);
+        }
+    }
+
+    /// `PlainHeader::emit` writes the bytes `Repr::emit` writes for the same header.
+    #[test]
+    fn plain_header_emit_matches_repr(
+        src_port in any::<u16>(),
+        dst_port in any::<u16>(),
+        seq in any::<u32>(),
+        ack in any::<u32>(),
+        window in any::<u16>(),
+        push in any::<bool>(),
+        fin in any::<bool>(),
+    ) {
+        let plain = PlainHeader {
+            src_port,
+            dst_port,
+            seq_number: SeqNumber(seq),
+            ack_number: SeqNumber(ack),
+            window_len: window,
+            flags: PlainHeader::ACK
+                | if push { PlainHeader::PSH } else { 0 }
+                | if fin { PlainHeader::FIN } else { 0 },
+        };
+        let mut fast = [0xeeu8; HEADER_LEN];
+        plain.emit(&mut fast);
+        let repr = plain.to_repr();
+        prop_assert_eq!(repr.buffer_len(), HEADER_LEN);
+        let mut general = [0xddu8; HEADER_LEN];
+        repr.emit(
+            &mut Packet::new_unchecked(&mut general[..]),
+            SRC,
+            DST,
+            &ChecksumCapabilities::ignored(),
+        );
+        prop_assert_eq!(fast, general);
+    }
+}
