@@ -49,7 +49,7 @@ use sink::{PatternSender, ReportFn, Sink, StreamReport, hex};
 
 mod common;
 use common::{
-    Netns, Reaped, Started, adopt, missing_tool, run_tool, skipped, start_netstack, unique_name,
+    Dnsmasq, Netns, Started, adopt, missing_tool, run_tool, skipped, start_netstack, unique_name,
 };
 
 const MB: u64 = 1_000_000;
@@ -568,27 +568,7 @@ fn dhcp_configured_stack_serves_a_request() {
                 if !matches!(early, Err(TcpErrorKind::AddressNotAvailable)) {
                     return Err(format!("connect before the lease: {early:?}"));
                 }
-                let lease_file = format!("/tmp/{}.leases", env.ns);
-                let dnsmasq = Command::new("ip")
-                    .args([
-                        "netns",
-                        "exec",
-                        &env.ns,
-                        "dnsmasq",
-                        "--no-daemon",
-                        "--conf-file=/dev/null",
-                        "--port=0",
-                        "--bind-interfaces",
-                        &format!("--interface={dev}"),
-                        &format!("--dhcp-range=10.198.{net}.50,10.198.{net}.60,255.255.255.0,2m"),
-                        &format!("--dhcp-leasefile={lease_file}"),
-                        "--pid-file=",
-                    ])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .map_err(|e| format!("spawn dnsmasq: {e}"))?;
-                let _dnsmasq = Reaped(dnsmasq);
+                let _dnsmasq = Dnsmasq::start(&env.ns, &dev, env.linux_ip)?;
                 let lease = event::timeout(Duration::from_secs(30), env.stack.wait_for_address())
                     .await
                     .map_err(|_| "no lease in 30 s".to_string())?
@@ -601,7 +581,6 @@ fn dhcp_configured_stack_serves_a_request() {
                     TOOL_TIMEOUT,
                 )
                 .await?;
-                let _ = std::fs::remove_file(&lease_file);
                 run.check("curl")?;
                 Ok((lease, run.stdout))
             }

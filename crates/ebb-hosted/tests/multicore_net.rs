@@ -42,7 +42,7 @@ use ebb_net::phy::{FaultConfig, Probability};
 
 mod common;
 use common::{
-    Netns, Reaped, Started, adopt, missing_tool, run_tool, skipped, start_netstack, unique_name,
+    Dnsmasq, Netns, Started, adopt, missing_tool, run_tool, skipped, start_netstack, unique_name,
 };
 
 /// One test at a time (see `multicore_echo`).
@@ -396,7 +396,7 @@ async fn run_body(
     // With DHCP: a server in the namespace; the lease it gives is our address.
     let _dnsmasq = match static_address {
         Some(_) => None,
-        None => Some(dnsmasq(ns, &dev, linux_ip)?),
+        None => Some(Dnsmasq::start(ns, &dev, linux_ip)?),
     };
     let ebb = match static_address {
         Some(cidr) => cidr,
@@ -464,31 +464,6 @@ async fn run_body(
         outbound,
         per_core,
     })
-}
-
-/// `dnsmasq` serving leases from `.50`-`.60` of `linux_ip`'s /24 on `dev` in `ns`.
-fn dnsmasq(ns: &str, dev: &str, linux_ip: Ipv4Addr) -> Result<Reaped, String> {
-    let [a, b, c, _] = linux_ip.octets();
-    std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            ns,
-            "dnsmasq",
-            "--no-daemon",
-            "--conf-file=/dev/null",
-            "--port=0",
-            "--bind-interfaces",
-            &format!("--interface={dev}"),
-            &format!("--dhcp-range={a}.{b}.{c}.50,{a}.{b}.{c}.60,255.255.255.0,2m"),
-            &format!("--dhcp-leasefile=/tmp/{ns}.leases"),
-            "--pid-file=",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map(Reaped)
-        .map_err(|e| format!("spawn dnsmasq: {e}"))
 }
 
 /// `ip netns exec NS python3 -c SCRIPT ARGS...`, output piped.

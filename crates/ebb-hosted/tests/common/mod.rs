@@ -188,3 +188,47 @@ pub fn start_netstack(config: ebb_hosted::netstack::NetStackConfig) -> Started {
         Err(e) => Started::Failed(format!("start: {e}")),
     }
 }
+
+/// A DHCP server (`dnsmasq`) in namespace `ns` on `dev`, leasing `.50`–`.60` of
+/// `server_ip`'s /24 for 2 minutes; killed, and its lease file removed, on drop.
+pub struct Dnsmasq {
+    _child: Reaped,
+    lease_file: String,
+}
+
+impl Dnsmasq {
+    /// Starts it (no DNS, no config file, bound to `dev` only).
+    pub fn start(ns: &str, dev: &str, server_ip: std::net::Ipv4Addr) -> Result<Dnsmasq, String> {
+        let [a, b, c, _] = server_ip.octets();
+        let lease_file = format!("/tmp/{ns}.leases");
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                ns,
+                "dnsmasq",
+                "--no-daemon",
+                "--conf-file=/dev/null",
+                "--port=0",
+                "--bind-interfaces",
+                &format!("--interface={dev}"),
+                &format!("--dhcp-range={a}.{b}.{c}.50,{a}.{b}.{c}.60,255.255.255.0,2m"),
+                &format!("--dhcp-leasefile={lease_file}"),
+                "--pid-file=",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map(|child| Dnsmasq {
+                _child: Reaped(child),
+                lease_file,
+            })
+            .map_err(|e| format!("spawn dnsmasq: {e}"))
+    }
+}
+
+impl Drop for Dnsmasq {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.lease_file);
+    }
+}
