@@ -629,21 +629,15 @@ impl Driver {
     /// bounded like a device ring: what would overflow [`MAX_STEERED_WAITING`] is
     /// dropped and counted (a core flooded by another's steering cannot grow it without
     /// bound).
-    fn receive_steered(&self, mut frames: Vec<IOBuf>) {
+    fn receive_steered(&self, frames: Vec<IOBuf>) {
         if self.stopped.get() {
             return;
         }
         let n = frames.len() as u64;
         self.count(|c| c.steered_in += n);
-        {
-            let mut inbox = self.inbox.borrow_mut();
-            let room = MAX_STEERED_WAITING.saturating_sub(inbox.len());
-            if frames.len() > room {
-                let dropped = (frames.len() - room) as u64;
-                frames.truncate(room);
-                self.count(|c| c.steered_dropped += dropped);
-            }
-            inbox.extend(frames);
+        let dropped = admit(&mut self.inbox.borrow_mut(), frames, MAX_STEERED_WAITING);
+        if dropped > 0 {
+            self.count(|c| c.steered_dropped += dropped);
         }
         self.poll_now();
     }
@@ -673,6 +667,16 @@ impl Driver {
             started?.await.unwrap_or(Err(TcpErrorKind::Other(0)))
         }
     }
+}
+
+/// Appends `frames` to `inbox` up to `limit` frames in all; returns how many were
+/// dropped for want of room (the newest, as a full device ring drops arrivals).
+fn admit(inbox: &mut Vec<IOBuf>, mut frames: Vec<IOBuf>, limit: usize) -> u64 {
+    let room = limit.saturating_sub(inbox.len());
+    let dropped = frames.len().saturating_sub(room);
+    frames.truncate(room);
+    inbox.extend(frames);
+    dropped as u64
 }
 
 /// One core's steering (see the module docs, "Several cores"): asks the directory about
@@ -1253,5 +1257,30 @@ impl std::fmt::Debug for NetStack {
             .field("address", &self.driver.address.get())
             .field("driver", &self.driver.counters.get())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(tags: std::ops::Range<u8>) -> Vec<IOBuf> {
+        tags.map(|t| IOBuf::copy_from_slice(&[t])).collect()
+    }
+
+    #[test]
+    fn the_steered_inbox_is_bounded_and_drops_the_newest() {
+        let mut inbox = Vec::new();
+        assert_eq!(admit(&mut inbox, frames(0..3), 5), 0);
+        assert_eq!(admit(&mut inbox, frames(3..7), 5), 2, "two over the bound");
+        let kept: Vec<u8> = inbox.iter().map(|f| f.as_slice()[0]).collect();
+        assert_eq!(kept, [0, 1, 2, 3, 4], "the oldest kept, in order");
+        assert_eq!(admit(&mut inbox, frames(7..9), 5), 2, "full: all dropped");
+        inbox.clear();
+        assert_eq!(
+            admit(&mut inbox, frames(0..2), 5),
+            0,
+            "room again once drained"
+        );
     }
 }
