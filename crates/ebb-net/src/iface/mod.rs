@@ -64,7 +64,7 @@ pub use udp::{UdpDatagram, UdpError, UdpHandle};
 
 use counters::bump;
 use dhcp::{Change, Destination, DhcpClient};
-use output::{ETH_IPV4_LEN, ETH_LEN, NextHop, Route, chain_sum};
+use output::{ETH_IPV4_LEN, ETH_LEN, IPV4_LEN, NextHop, Route, chain_sum};
 use udp::{Delivery, UdpSockets};
 
 use crate::phy::{self, DeviceCapabilities};
@@ -103,6 +103,19 @@ pub struct Interface {
     udp: UdpSockets,
     dhcp: Option<DhcpClient>,
     echo_replies: VecDeque<EchoReply>,
+    /// Whether [`Interface::receive_frame`] tries the TCP fast path first (see
+    /// [`Interface::set_fast_path`]).
+    fast_path: bool,
+}
+
+/// A TCP segment in an accepted IPv4 packet: its addresses, and where its bytes lie in
+/// the frame (`start..end`, the IPv4 payload).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TcpInIp {
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    start: usize,
+    end: usize,
 }
 
 /// Echo replies kept for [`Interface::next_echo_reply`]; older ones are dropped.
@@ -160,6 +173,7 @@ impl Interface {
             out,
             dhcp,
             echo_replies: VecDeque::new(),
+            fast_path: true,
         }
     }
 
@@ -255,11 +269,77 @@ impl Interface {
         frames.clear();
     }
 
+    /// Turns the receive fast path for plain TCP segments off (`false`) or on (the
+    /// default). Either way the interface behaves identically — the fast path only
+    /// skips parsing the general path would do to the same end — and tests use this
+    /// switch to check exactly that; it is not a tuning knob.
+    #[doc(hidden)]
+    pub fn set_fast_path(&mut self, on: bool) {
+        self.fast_path = on;
+    }
+
     /// Handles one received Ethernet frame: answers ARP and pings, queues UDP datagrams
     /// on their sockets, feeds DHCP, and hands TCP segments to `tcp` (zero copy).
     pub fn receive_frame(&mut self, now: Instant, frame: IOBuf, tcp: &mut dyn TcpInput) {
         self.out.now = now;
         bump(&mut self.out.counters.rx_frames);
+        if self.fast_path
+            && let Some(ip) = self.plain_tcp_to_us(frame.as_slice())
+        {
+            self.receive_tcp(now, ip, frame, tcp);
+        } else {
+            self.receive_frame_general(now, frame, tcp);
+        }
+        self.apply_dhcp_change();
+    }
+
+    /// The common frame, recognised from its first 34 bytes without the general parse:
+    /// Ethernet to our MAC carrying IPv4 with a 20-byte header (no options), a valid
+    /// checksum (unless the device verified it), not a fragment, from a unicast source
+    /// to our address, carrying TCP. For such a frame it returns what the general path
+    /// ([`receive_frame_general`](Self::receive_frame_general)) would hand to
+    /// [`receive_tcp`](Self::receive_tcp), and `None` for every other frame, which the
+    /// general path then handles (and counts, if it drops it). Pinned against the
+    /// general path by `tests::rx::fast_path_matches_general_path`.
+    #[inline]
+    fn plain_tcp_to_us(&self, frame: &[u8]) -> Option<TcpInIp> {
+        let (header, _) = frame.split_first_chunk::<ETH_IPV4_LEN>()?;
+        let (eth, ip) = header.split_at(ETH_LEN);
+        let our_address = self.out.address()?;
+        // Version 4 with IHL 5, TCP, to our MAC, as IPv4.
+        if ip[0] != 0x45
+            || ip[9] != u8::from(IpProtocol::Tcp)
+            || eth[..6] != self.out.mac.0
+            || eth[12..14] != u16::from(EtherType::Ipv4).to_be_bytes()
+        {
+            return None;
+        }
+        // Neither more fragments to come nor an offset (the DF bit may be either).
+        if ip[6] & 0x3f != 0 || ip[7] != 0 {
+            return None;
+        }
+        let total_len = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+        if total_len < IPV4_LEN || ETH_LEN + total_len > frame.len() {
+            return None;
+        }
+        let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+        let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+        if dst != our_address || src.is_broadcast() || src.is_multicast() {
+            return None;
+        }
+        if self.out.caps.ipv4.rx() && checksum::data(ip) != 0xffff {
+            return None;
+        }
+        Some(TcpInIp {
+            src,
+            dst,
+            start: ETH_IPV4_LEN,
+            end: ETH_LEN + total_len,
+        })
+    }
+
+    /// Every frame [`plain_tcp_to_us`](Self::plain_tcp_to_us) does not take.
+    fn receive_frame_general(&mut self, now: Instant, frame: IOBuf, tcp: &mut dyn TcpInput) {
         let eth = match EthernetFrame::new_checked(frame.as_slice())
             .and_then(|f| EthernetRepr::parse(&f))
         {
@@ -274,7 +354,6 @@ impl Interface {
             EtherType::Ipv4 => self.receive_ipv4(now, frame, tcp),
             _ => self.drop_rx(RxDropReason::EthernetUnknownType),
         }
-        self.apply_dhcp_change();
     }
 
     /// Counts a dropped frame. Cold: kept out of line so the receive path's common case
@@ -317,22 +396,26 @@ impl Interface {
             _ if addressed == Addressed::Unconfigured => self.drop_rx(RxDropReason::Ipv4NotForUs),
             IpProtocol::Icmp => self.receive_icmp(now, &ip, addressed, &frame[start..end], tcp),
             IpProtocol::Tcp if addressed == Addressed::Us => {
-                self.receive_tcp(now, &ip, frame, start, end, tcp)
+                let segment = TcpInIp {
+                    src: ip.src_addr,
+                    dst: ip.dst_addr,
+                    start,
+                    end,
+                };
+                self.receive_tcp(now, segment, frame, tcp)
             }
             IpProtocol::Tcp => self.drop_rx(RxDropReason::TcpMalformed),
             _ => self.drop_rx(RxDropReason::Ipv4UnknownProtocol),
         }
     }
 
-    fn receive_tcp(
-        &mut self,
-        now: Instant,
-        ip: &Ipv4Repr,
-        mut frame: IOBuf,
-        start: usize,
-        end: usize,
-        tcp: &mut dyn TcpInput,
-    ) {
+    fn receive_tcp(&mut self, now: Instant, ip: TcpInIp, mut frame: IOBuf, tcp: &mut dyn TcpInput) {
+        let TcpInIp {
+            src,
+            dst,
+            start,
+            end,
+        } = ip;
         let segment = &frame[start..end];
         let packet = match TcpPacket::new_checked(segment) {
             Ok(p) => p,
@@ -341,7 +424,7 @@ impl Interface {
         if packet.src_port() == 0 || packet.dst_port() == 0 {
             return self.drop_rx(RxDropReason::TcpMalformed);
         }
-        if self.out.caps.tcp.rx() && !packet.verify_checksum(ip.src_addr, ip.dst_addr) {
+        if self.out.caps.tcp.rx() && !packet.verify_checksum(src, dst) {
             return self.drop_rx(RxDropReason::TcpBadChecksum);
         }
         // Zero copy: the segment is the frame's own storage, trimmed to the TCP bytes.
@@ -350,7 +433,7 @@ impl Interface {
             return self.drop_rx(RxDropReason::TcpMalformed);
         }
         bump(&mut self.out.counters.rx_tcp);
-        tcp.receive(now, ip.src_addr, ip.dst_addr, frame, &mut self.out);
+        tcp.receive(now, src, dst, frame, &mut self.out);
     }
 
     fn receive_udp(
@@ -708,8 +791,18 @@ impl Interface {
     }
 
     /// Applies what the DHCP client decided: a new address (announced with a
-    /// gratuitous ARP) or none.
+    /// gratuitous ARP) or none. Runs after every frame and poll, so the common case, an
+    /// interface without a DHCP client, is decided inline without a call.
+    #[inline]
     fn apply_dhcp_change(&mut self) {
+        if self.dhcp.is_some() {
+            self.apply_dhcp_client_change();
+        }
+    }
+
+    /// [`apply_dhcp_change`](Self::apply_dhcp_change) for an interface with a client.
+    #[inline(never)]
+    fn apply_dhcp_client_change(&mut self) {
         let Some(change) = self.dhcp.as_mut().and_then(|c| c.take_change()) else {
             return;
         };

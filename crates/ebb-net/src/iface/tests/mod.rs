@@ -4,6 +4,7 @@
 
 mod arp;
 mod dhcp;
+mod fast_path;
 mod robustness;
 mod rx;
 mod tcp;
