@@ -146,11 +146,10 @@ use deadlines::DeadlineHeap;
 use isn::IsnGenerator;
 use state::{AppEvent, Ctx, Incoming, Tcb};
 
-use crate::transport::{TcpIcmpError, TcpInput, TcpOutput, TcpSegment};
+use crate::transport::{TcpIcmpError, TcpInput, TcpOutput};
 use crate::wire::checksum::ChecksumCapabilities;
 use crate::wire::tcp::{
-    Control, HEADER_LEN as TCP_HEADER_LEN, MAX_HEADER_LEN, MAX_SACK_BLOCKS, Packet, PlainHeader,
-    Repr, SeqNumber,
+    Control, HEADER_LEN as TCP_HEADER_LEN, MAX_HEADER_LEN, Packet, PlainHeader, Repr, SeqNumber,
 };
 
 /// Settings of one layer (and every connection it makes).
@@ -991,31 +990,7 @@ fn send_reset_for(ctx: &mut Ctx<'_>, tuple: FourTuple, repr: &Repr<'_>) {
         Some(ack) => (ack, None),
         None => (SeqNumber(0), Some(repr.seq_number + repr.segment_len())),
     };
-    ctx.counters.resets_sent += 1;
-    ctx.counters.segments_out += 1;
-    let segment = TcpSegment {
-        src: *tuple.local.ip(),
-        dst: *tuple.remote.ip(),
-        header: Repr {
-            src_port: tuple.local.port(),
-            dst_port: tuple.remote.port(),
-            control: Control::Rst,
-            push: false,
-            seq_number: seq,
-            ack_number: ack,
-            window_len: 0,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; MAX_SACK_BLOCKS],
-            timestamp: None,
-            payload: &[],
-        },
-        payload: IOBufChain::new(),
-    };
-    if ctx.out.send_tcp(segment).is_err() {
-        ctx.counters.output_errors += 1;
-    }
+    send::emit_reset(ctx, tuple.local, tuple.remote, seq, ack);
 }
 
 impl Conn {

@@ -388,32 +388,7 @@ impl Tcb {
     // Cold (loss recovery, challenges, resets): out of line, off the common path.
     #[cold]
     pub(crate) fn send_reset(&mut self, ctx: &mut Ctx<'_>, seq: SeqNumber, ack: Option<SeqNumber>) {
-        ctx.counters.resets_sent += 1;
-        ctx.counters.segments_out += 1;
-        let header = Repr {
-            src_port: self.local.port(),
-            dst_port: self.remote.port(),
-            control: Control::Rst,
-            push: false,
-            seq_number: seq,
-            ack_number: ack,
-            window_len: 0,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; MAX_SACK_BLOCKS],
-            timestamp: None,
-            payload: &[],
-        };
-        let segment = TcpSegment {
-            src: *self.local.ip(),
-            dst: *self.remote.ip(),
-            header,
-            payload: IOBufChain::new(),
-        };
-        if ctx.out.send_tcp(segment).is_err() {
-            ctx.counters.output_errors += 1;
-        }
+        emit_reset(ctx, self.local, self.remote, seq, ack);
     }
 
     /// Sends what the windows allow: new or rewound data, then the FIN, then a pure ACK
@@ -1035,5 +1010,42 @@ impl Tcb {
         self.emit(ctx, Control::None, seq, IOBufChain::new(), false);
         self.persist_backoff = self.persist_backoff.saturating_add(1);
         self.arm_persist(ctx);
+    }
+}
+
+/// Sends a RST from `local` to `remote` at `seq` (with an ACK of `ack` if given), and
+/// counts it: for a connection's own resets and for segments no connection matches.
+#[cold]
+pub(crate) fn emit_reset(
+    ctx: &mut Ctx<'_>,
+    local: core::net::SocketAddrV4,
+    remote: core::net::SocketAddrV4,
+    seq: SeqNumber,
+    ack: Option<SeqNumber>,
+) {
+    ctx.counters.resets_sent += 1;
+    ctx.counters.segments_out += 1;
+    let segment = TcpSegment {
+        src: *local.ip(),
+        dst: *remote.ip(),
+        header: Repr {
+            src_port: local.port(),
+            dst_port: remote.port(),
+            control: Control::Rst,
+            push: false,
+            seq_number: seq,
+            ack_number: ack,
+            window_len: 0,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; MAX_SACK_BLOCKS],
+            timestamp: None,
+            payload: &[],
+        },
+        payload: IOBufChain::new(),
+    };
+    if ctx.out.send_tcp(segment).is_err() {
+        ctx.counters.output_errors += 1;
     }
 }
