@@ -54,6 +54,11 @@ impl Cargo {
     /// Builds `app` (already known to be one of the workspace's apps) in release mode and
     /// returns its executable.
     pub fn build(&self, ws: &Workspace, app: &str, flavour: Flavour) -> Result<PathBuf, CliError> {
+        if flavour == Flavour::Native {
+            // A toolchain installed before the repository's toolchain file named the
+            // target lacks it: add it now rather than fail the build (one line says so).
+            ebb_toolchain::ensure_native_target(&ws.root, "ebb: ")?;
+        }
         let mut cmd = Command::new(&self.program);
         cmd.current_dir(&ws.root)
             .args([

@@ -3,8 +3,7 @@
 
 use std::path::PathBuf;
 
-/// The native target every image is built for.
-pub const NATIVE_TARGET: &str = "x86_64-unknown-none";
+pub use ebb_toolchain::NATIVE_TARGET;
 
 /// Why an `ebb` command failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +54,9 @@ pub enum CliError {
          `rustup target add {NATIVE_TARGET}` (or use --hosted)"
     )]
     TargetNotInstalled,
+    /// The toolchain lacks the native target and it could not be added.
+    #[error("{0} (or use --hosted)")]
+    Toolchain(#[from] ebb_toolchain::ToolchainError),
     /// `cargo build` failed (its diagnostics were printed above).
     #[error("cargo build of {app} ({flavour}) failed: {status}")]
     BuildFailed {

@@ -11,7 +11,8 @@
 //!   `--manifest-path`) and its apps (the packages under `apps/`);
 //! * [`cargo`] runs `cargo build --release -p APP` (plus `--target x86_64-unknown-none`
 //!   for native) from the workspace root and reads the executable's path from cargo's
-//!   JSON messages; it recognises a missing native target;
+//!   JSON messages; before a native build it adds the native target to the toolchain
+//!   when it is missing ([`ebb_toolchain`], one stderr line says so);
 //! * [`launch`] picks the runtime (one stderr line says which and why), boots images in
 //!   this process through the `ebb-vmm` library, or starts the hosted executable with
 //!   `EBB_CPUS` set;
