@@ -2,7 +2,7 @@
 //!
 //! Boots a native Ebbflow image — a static x86_64 ELF linked with `ebb-native` — in its own
 //! KVM VM, with the guest running **entirely at CPL 3** and the monitor doing everything
-//! privileged (see "Native runtime and monitor" in the architecture document: under the
+//! privileged (see `docs/00-overview.md` and `docs/06-native-monitor.md`: under the
 //! nested PVM KVM of our machines, CPL-0 guest code is emulated about 1,000× slower). The
 //! boot protocol and hypercall ABI are in [`ebb_native::abi`] and
 //! `docs/06-native-monitor.md`.
