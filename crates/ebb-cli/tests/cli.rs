@@ -4,8 +4,9 @@
 //! The apps are built once per test binary (`ebb build`, native and hosted) into a target
 //! directory of their own under `CARGO_TARGET_TMPDIR`, with the RUSTFLAGS-style variables
 //! cargo sets for this test removed (they would replace the native target's linker flags
-//! from the repository's `.cargo/config.toml`). Native tests print `SKIPPED: ...` and
-//! return when `/dev/kvm` is unusable. Every run has a `--timeout`, so none can hang.
+//! from the repository's `.cargo/config.toml`). Native tests skip (`ebb_testkit::skip`:
+//! `SKIPPED: ...`, or a failure where `EBB_REQUIRE` names kvm) when `/dev/kvm` is
+//! unusable. Every run has a `--timeout`, so none can hang.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -88,14 +89,15 @@ fn native_image(app: &str) -> &'static Path {
         .expect("a built app")
 }
 
-/// `Some(())` when KVM works; otherwise prints the SKIPPED line for `test`.
+/// `Some(())` when KVM works; otherwise skips `test` (see `ebb_testkit::skip`).
 fn kvm(test: &str) -> Option<()> {
     match ebb_vmm::kvm_usable() {
         Ok(()) => Some(()),
-        Err(e) => {
-            println!("SKIPPED: {test}: /dev/kvm unusable: {e}");
-            None
-        }
+        Err(e) => ebb_testkit::skip(
+            test,
+            ebb_testkit::Capability::Kvm,
+            &format!("/dev/kvm unusable: {e}"),
+        ),
     }
 }
 
@@ -480,27 +482,22 @@ fn native_without_kvm_is_a_clear_error() {
 }
 
 /// Runs `ebb ARGS` with `/dev/null` over `/dev/kvm` in a private mount namespace; `None`
-/// (after a SKIPPED line) when that cannot be arranged (not root, no `unshare`).
+/// (after a skip) when the machine cannot arrange that: not root, no `unshare`. As root
+/// with `unshare`, failing to hide `/dev/kvm` fails the test.
 fn without_kvm(args: &[&str]) -> Option<Run> {
     let test = "native_without_kvm_is_a_clear_error (KVM hidden)";
+    ebb_testkit::need_root(test, "hiding /dev/kvm in a mount namespace")?;
+    ebb_testkit::need_tools(test, &["unshare"])?;
     let probe = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c"])
         .arg("mount --bind /dev/null /dev/kvm")
-        .output();
-    match probe {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => {
-            println!(
-                "SKIPPED: {test}: cannot hide /dev/kvm: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            return None;
-        }
-        Err(e) => {
-            println!("SKIPPED: {test}: no unshare: {e}");
-            return None;
-        }
-    }
+        .output()
+        .expect("run unshare");
+    assert!(
+        probe.status.success(),
+        "{test}: cannot hide /dev/kvm: {}",
+        String::from_utf8_lossy(&probe.stderr).trim()
+    );
     let mut cmd = Command::new("unshare");
     cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
         .arg("mount --bind /dev/null /dev/kvm && exec \"$0\" \"$@\"")

@@ -49,7 +49,8 @@ use sink::{PatternSender, ReportFn, Sink, StreamReport, hex};
 
 mod common;
 use common::{
-    Dnsmasq, Netns, Started, adopt, missing_tool, run_tool, skipped, start_netstack, unique_name,
+    Dnsmasq, Started, adopt, namespace, need_namespace_and_tap, run_tool, start_netstack,
+    unique_name,
 };
 
 const MB: u64 = 1_000_000;
@@ -196,20 +197,9 @@ where
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let mut needed = vec!["ip"];
-    needed.extend_from_slice(tools);
-    if let Some(tool) = missing_tool(&needed) {
-        skipped(test, &format!("`{tool}` is not installed"));
-        return None;
-    }
+    need_namespace_and_tap(test, tools)?;
     let id = unique_name("");
-    let ns = match Netns::create(format!("ebbio{id}")) {
-        Ok(ns) => ns,
-        Err(reason) => {
-            skipped(test, &reason);
-            return None;
-        }
-    };
+    let ns = namespace(test, format!("ebbio{id}"));
     let ns_name = ns.name.clone();
     let tap_name = format!("ebi{id}");
     let linux_ip = Ipv4Addr::new(10, 198, net, 1);
@@ -233,13 +223,13 @@ where
         ..ebb_hosted::Config::with_cores(1)
     };
     enum Outcome<T> {
-        Skipped(String),
+        Skipped(ebb_testkit::Capability, String),
         Ran(Result<(T, Duration), String>, Box<Option<NetStackCounters>>),
     }
     let outcome = ebb_hosted::run(runtime, move || async move {
         let stack = match start_netstack(config) {
             Started::Running(stack) => stack,
-            Started::Skip(reason) => return Outcome::Skipped(reason),
+            Started::Skip(capability, reason) => return Outcome::Skipped(capability, reason),
             Started::Failed(e) => return Outcome::Ran(Err(e), Box::new(None)),
         };
         let dev = match stack.tap_name() {
@@ -264,10 +254,7 @@ where
     .expect("hosted runtime");
     drop(ns);
     match outcome {
-        Outcome::Skipped(reason) => {
-            skipped(test, &reason);
-            None
-        }
+        Outcome::Skipped(capability, reason) => ebb_testkit::skip(test, capability, &reason),
         Outcome::Ran(result, counters) => {
             if let Some(c) = counters.as_ref() {
                 println!("{test}: driver {:?}", c.driver);

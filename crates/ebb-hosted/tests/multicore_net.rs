@@ -42,7 +42,8 @@ use ebb_net::phy::{FaultConfig, Probability};
 
 mod common;
 use common::{
-    Dnsmasq, Netns, Started, adopt, missing_tool, run_tool, skipped, start_netstack, unique_name,
+    Dnsmasq, Started, adopt, namespace, need_namespace_and_tap, run_tool, start_netstack,
+    unique_name,
 };
 
 /// One test at a time (see `multicore_echo`).
@@ -254,18 +255,15 @@ fn multicore_echo(test: &str, net: u8, faults: Option<FaultSetting>, dhcp: bool)
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let tools: &[&str] = if dhcp {
-        &["ip", "python3", "dnsmasq"]
+        &["python3", "dnsmasq"]
     } else {
-        &["ip", "python3"]
+        &["python3"]
     };
-    if let Some(tool) = missing_tool(tools) {
-        return skipped(test, &format!("`{tool}` is not installed"));
+    if need_namespace_and_tap(test, tools).is_none() {
+        return;
     }
     let id = unique_name("");
-    let ns = match Netns::create(format!("ebbmc{id}")) {
-        Ok(ns) => ns,
-        Err(reason) => return skipped(test, &reason),
-    };
+    let ns = namespace(test, format!("ebbmc{id}"));
     let ns_name = ns.name.clone();
     let linux_ip = Ipv4Addr::new(10, 197, net, 1);
     let ebb_cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 197, net, 2), 24).expect("valid /24");
@@ -288,13 +286,13 @@ fn multicore_echo(test: &str, net: u8, faults: Option<FaultSetting>, dhcp: bool)
         ..ebb_hosted::Config::with_cores(2)
     };
     enum Outcome {
-        Skipped(String),
+        Skipped(ebb_testkit::Capability, String),
         Ran(Result<Seen, String>),
     }
     let outcome = ebb_hosted::run(runtime, move || async move {
         let stack = match start_netstack(config) {
             Started::Running(stack) => stack,
-            Started::Skip(reason) => return Outcome::Skipped(reason),
+            Started::Skip(capability, reason) => return Outcome::Skipped(capability, reason),
             Started::Failed(e) => return Outcome::Ran(Err(e)),
         };
         let result = run_body(&stack, &ns_name, linux_ip, (!dhcp).then_some(ebb_cidr)).await;
@@ -304,7 +302,9 @@ fn multicore_echo(test: &str, net: u8, faults: Option<FaultSetting>, dhcp: bool)
     .expect("hosted runtime");
     drop(ns);
     let seen = match outcome {
-        Outcome::Skipped(reason) => return skipped(test, &reason),
+        Outcome::Skipped(capability, reason) => {
+            return ebb_testkit::skip(test, capability, &reason).unwrap_or(());
+        }
         Outcome::Ran(result) => result.unwrap_or_else(|e| panic!("{test}: {e}")),
     };
     for (core, _, driver, tcp) in &seen.per_core {

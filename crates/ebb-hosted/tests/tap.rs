@@ -25,7 +25,8 @@ use ebb_net::transport::{TcpInput, TcpOutput};
 use ebb_net::wire::EthernetAddress;
 
 mod common;
-use common::{Netns, Reaped, have, skipped, unique_name};
+use common::{Netns, Reaped, have, namespace, need_namespace_and_tap, unique_name};
+use ebb_testkit::{Capability, skip};
 
 /// TCP is not exercised here: segments are counted and dropped.
 #[derive(Default)]
@@ -65,28 +66,16 @@ impl Setup {
 
 /// Creates the namespace and the TAP device, or says why the test must be skipped.
 fn setup(test: &str, net: u8, tools: &[&str]) -> Option<Setup> {
-    for tool in ["ip"].iter().chain(tools) {
-        if !have(tool) {
-            skipped(test, &format!("`{tool}` is not installed"));
-            return None;
-        }
-    }
+    need_namespace_and_tap(test, tools)?;
     let id = unique_name("");
     let tap = match TapDevice::open(&TapConfig::new(format!("ebt{id}"))) {
         Ok(tap) => tap,
         Err(e @ (TapError::NoTunDevice | TapError::PermissionDenied { .. })) => {
-            skipped(test, &e.to_string());
-            return None;
+            return skip(test, Capability::Tap, &e.to_string());
         }
         Err(e) => panic!("{e}"),
     };
-    let ns = match Netns::create(format!("ebbtest{id}")) {
-        Ok(ns) => ns,
-        Err(reason) => {
-            skipped(test, &reason);
-            return None;
-        }
-    };
+    let ns = namespace(test, format!("ebbtest{id}"));
     let dev = tap.name().to_string();
     ns.adopt(&dev, &format!("10.199.{net}.1/24"));
     Some(Setup { ns, tap, net })
@@ -247,7 +236,11 @@ fn udp_datagram_from_linux_is_answered() {
     };
     let ebb_ip = Ipv4Addr::new(10, 199, setup.net, 2);
     let Some(mut client) = udp_client(&setup, ebb_ip, 7777) else {
-        skipped(test, "neither `python3` nor `nc` is installed");
+        skip::<()>(
+            test,
+            Capability::tool("python3"),
+            "neither `python3` nor `nc` is installed",
+        );
         return;
     };
     let child = client.spawn().expect("spawn UDP client");

@@ -47,7 +47,8 @@ fn decode_exit(status: i32) -> Option<i32> {
     (status & 1 == 1).then_some(status >> 1)
 }
 
-/// `Some(())` when QEMU is installed; otherwise prints the SKIPPED line for `test`.
+/// `Some(())` when QEMU is installed; otherwise skips `test`. An installed QEMU whose
+/// `--version` fails is broken, not missing: the test fails.
 fn qemu(test: &str) -> Option<()> {
     match Command::new("qemu-system-x86_64")
         .arg("--version")
@@ -56,14 +57,12 @@ fn qemu(test: &str) -> Option<()> {
         .status()
     {
         Ok(s) if s.success() => Some(()),
-        Ok(s) => {
-            println!("SKIPPED: {test}: qemu-system-x86_64 --version failed ({s})");
-            None
-        }
-        Err(e) => {
-            println!("SKIPPED: {test}: qemu-system-x86_64 not installed ({e})");
-            None
-        }
+        Ok(s) => panic!("{test}: qemu-system-x86_64 --version failed ({s})"),
+        Err(e) => ebb_testkit::skip(
+            test,
+            ebb_testkit::Capability::Qemu,
+            &format!("qemu-system-x86_64 not installed ({e})"),
+        ),
     }
 }
 

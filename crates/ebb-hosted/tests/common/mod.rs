@@ -1,7 +1,8 @@
 //! Helpers shared by the tests that run ebb-net against Linux in a network namespace
-//! (`tap.rs`, `interop.rs`, `multicore_net.rs`): tool detection, the `SKIPPED:` line, `ip`
-//! commands, a namespace deleted on drop, a child process killed and reaped on drop, and
-//! running a tool from inside the runtime.
+//! (`tap.rs`, `interop.rs`, `multicore_net.rs`): what a test needs from the machine (root,
+//! TAP, tools — a missing one is a skip through `ebb_testkit`, anything else that fails is
+//! a failure), `ip` commands, a namespace deleted on drop, a child process killed and
+//! reaped on drop, and running a tool from inside the runtime.
 //!
 //! Not every test file uses every helper.
 #![allow(dead_code)]
@@ -12,23 +13,26 @@ use std::time::Duration;
 use ebb_core::event;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Prints the line that says a test could not run here, and why.
-pub fn skipped(test: &str, reason: &str) {
-    println!("SKIPPED: {test}: {reason}");
+#[allow(unused_imports)] // only tap.rs asks for a tool by hand
+pub use ebb_testkit::have_tool as have;
+use ebb_testkit::{Capability, skip};
+
+/// `Some(())` when this machine can give `test` a network namespace and a TAP device —
+/// root, `/dev/net/tun`, `ip` and every program in `tools`; otherwise the skip for the
+/// first capability missing.
+pub fn need_namespace_and_tap(test: &str, tools: &[&str]) -> Option<()> {
+    ebb_testkit::need_root(test, "a network namespace and a TAP device")?;
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return skip(test, Capability::Tap, "/dev/net/tun does not exist");
+    }
+    ebb_testkit::need_tools(test, &["ip"])?;
+    ebb_testkit::need_tools(test, tools)
 }
 
-/// Whether `program` is on the `PATH`.
-pub fn have(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// The first of `tools` that is not installed, if any.
-pub fn missing_tool<'a>(tools: &[&'a str]) -> Option<&'a str> {
-    tools.iter().copied().find(|tool| !have(tool))
+/// Creates namespace `name` for `test`; a failure is the test's failure (the capability
+/// was checked by [`need_namespace_and_tap`]).
+pub fn namespace(test: &str, name: String) -> Netns {
+    Netns::create(name).unwrap_or_else(|e| panic!("{test}: {e}"))
 }
 
 /// Runs `ip ARGS`, panicking with its output if it fails.
@@ -169,8 +173,9 @@ pub async fn run_tool(mut command: Command, timeout: Duration) -> Result<ToolRun
 pub enum Started {
     /// It runs.
     Running(ebb_hosted::netstack::NetStack),
-    /// This machine cannot run it (no `/dev/net/tun`, not root): the test skips.
-    Skip(String),
+    /// This machine cannot run it (no `/dev/net/tun`, no right to create TAP devices):
+    /// the test skips, or fails where `EBB_REQUIRE` names the capability.
+    Skip(Capability, String),
     /// It failed: the test fails.
     Failed(String),
 }
@@ -184,7 +189,7 @@ pub fn start_netstack(config: ebb_hosted::netstack::NetStackConfig) -> Started {
         Ok(stack) => Started::Running(stack),
         Err(NetStackError::Tap(
             e @ (TapError::NoTunDevice | TapError::PermissionDenied { .. }),
-        )) => Started::Skip(e.to_string()),
+        )) => Started::Skip(Capability::Tap, e.to_string()),
         Err(e) => Started::Failed(format!("start: {e}")),
     }
 }

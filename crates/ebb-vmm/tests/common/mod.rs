@@ -1,5 +1,5 @@
-//! Shared by the boot tests: building the test guests once, the KVM check with its
-//! SKIPPED line, and running the monitor on a guest.
+//! Shared by the boot tests: building the test guests once, the KVM check (a skip, or a
+//! failure where `EBB_REQUIRE` names kvm), and running the monitor on a guest.
 
 #![allow(dead_code)] // each test file uses its own subset
 
@@ -41,14 +41,15 @@ pub fn guests() -> &'static Path {
     })
 }
 
-/// `Some(())` when KVM works; otherwise prints the SKIPPED line for `test`.
+/// `Some(())` when KVM works; otherwise skips `test` (see `ebb_testkit::skip`).
 pub fn kvm(test: &str) -> Option<()> {
     match ebb_vmm::kvm_usable() {
         Ok(()) => Some(()),
-        Err(e) => {
-            println!("SKIPPED: {test}: /dev/kvm unusable: {e}");
-            None
-        }
+        Err(e) => ebb_testkit::skip(
+            test,
+            ebb_testkit::Capability::Kvm,
+            &format!("/dev/kvm unusable: {e}"),
+        ),
     }
 }
 
