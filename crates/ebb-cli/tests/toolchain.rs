@@ -44,9 +44,14 @@ fn write_script(path: &Path, body: &str) {
 }
 
 fn stand_in(name: &str, rustup: FakeRustup) -> StandIn {
-    // The real toolchain must have the target so the fake rustup can link it in.
-    ebb_toolchain::ensure_native_target(&repo_root(), "cli toolchain test: ")
-        .expect("the real toolchain gets the native target");
+    // The real toolchain must have the target so the fake rustup can link it in (one test
+    // at a time: two `rustup target add` at once would race).
+    static REAL_TARGET: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    {
+        let _one = REAL_TARGET.lock().unwrap_or_else(|p| p.into_inner());
+        ebb_toolchain::ensure_native_target(&repo_root(), "cli toolchain test: ")
+            .expect("the real toolchain gets the native target");
+    }
     let real = ebb_toolchain::Toolchain::for_dir(&repo_root()).expect("the real toolchain");
     let real_sysroot = real.sysroot().to_path_buf();
 
