@@ -8,8 +8,9 @@
 //! `SKIPPED: ...`, or a failure where `EBB_REQUIRE` names kvm) when `/dev/kvm` is
 //! unusable. Every run has a `--timeout`, so none can hang.
 
+use ebb_testkit::{Run, for_nested_cargo};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
 
 const APPS: [&str; 3] = ["hello", "multicore", "timer"];
@@ -25,43 +26,13 @@ fn apps_target_dir() -> PathBuf {
 /// `ebb` with the test's cargo variables removed and the apps' target directory.
 fn ebb() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ebb"));
-    cmd.arg("--target-dir")
-        .arg(apps_target_dir())
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("CARGO_BUILD_RUSTFLAGS")
-        .env_remove("CARGO_BUILD_TARGET")
-        .env_remove("CARGO_TARGET_DIR");
+    cmd.arg("--target-dir").arg(apps_target_dir());
+    for_nested_cargo(&mut cmd);
     cmd
 }
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit code {}\n--- stdout\n{}--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
-}
-
 fn output(cmd: &mut Command) -> Run {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = cmd.output().expect("run the ebb binary");
-    Run {
-        code: status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    }
+    Run::of(cmd)
 }
 
 /// The apps' executables, built once: (app, native image, hosted executable).
@@ -504,13 +475,8 @@ fn without_kvm(args: &[&str]) -> Option<Run> {
         .arg(env!("CARGO_BIN_EXE_ebb"))
         .arg("--target-dir")
         .arg(apps_target_dir())
-        .args(args)
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("CARGO_BUILD_RUSTFLAGS")
-        .env_remove("CARGO_BUILD_TARGET")
-        .env_remove("CARGO_TARGET_DIR");
-    Some(output(&mut cmd))
+        .args(args);
+    Some(output(for_nested_cargo(&mut cmd)))
 }
 
 /// A toolchain without the native target: simulated with an empty sysroot for the target

@@ -8,6 +8,7 @@
 //! a `rustup` script first on `PATH` that logs its arguments and either "installs" the
 //! target (links the real one in), fails like an offline rustup, or is absent.
 
+use ebb_testkit::{Run, for_nested_cargo};
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -110,22 +111,6 @@ fn stand_in(name: &str, rustup: FakeRustup) -> StandIn {
     }
 }
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit code {}\n--- stdout\n{}--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
-}
-
 /// `ebb build --native hello` with the stand-in toolchain; `keep_path` keeps the system's
 /// `PATH` after the fake rustup (cargo needs `cc` to link build scripts).
 fn build_hello(toolchain: &StandIn, keep_path: bool) -> Run {
@@ -135,25 +120,14 @@ fn build_hello(toolchain: &StandIn, keep_path: bool) -> Run {
     } else {
         toolchain.bin.display().to_string()
     };
-    let out = Command::new(env!("CARGO_BIN_EXE_ebb"))
-        .current_dir(repo_root())
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ebb"));
+    cmd.current_dir(repo_root())
         .arg("--target-dir")
         .arg(toolchain.dir.join("target"))
         .args(["build", "--native", "hello"])
         .env("PATH", path)
-        .env("RUSTC", &toolchain.rustc)
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("CARGO_BUILD_RUSTFLAGS")
-        .env_remove("CARGO_BUILD_TARGET")
-        .env_remove("CARGO_TARGET_DIR")
-        .output()
-        .expect("run the ebb binary");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+        .env("RUSTC", &toolchain.rustc);
+    Run::of(for_nested_cargo(&mut cmd))
 }
 
 fn rustup_calls(toolchain: &StandIn) -> String {

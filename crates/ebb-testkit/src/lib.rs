@@ -22,7 +22,7 @@
 
 use std::fmt;
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 /// Something a test needs from the machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,6 +171,59 @@ pub fn need_root(test: &str, for_what: &str) -> Option<()> {
     }
 }
 
+/// Removes from `cmd` the variables cargo sets for a test (or that a user may have set)
+/// which would leak into a cargo build the test starts: RUSTFLAGS-style flags would
+/// replace the native target's linker flags from the repository's `.cargo/config.toml`,
+/// and a build target or target directory would send the build elsewhere.
+pub fn for_nested_cargo(cmd: &mut Command) -> &mut Command {
+    cmd.env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_TARGET")
+        .env_remove("CARGO_TARGET_DIR")
+}
+
+/// How a program a test ran ended, its output as text; `Debug` prints all of it, so
+/// `assert!(.., "{run:?}")` shows what went wrong.
+pub struct Run {
+    /// The exit code, or -1 when a signal ended it.
+    pub code: i32,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+}
+
+impl Run {
+    /// Runs `cmd` to completion; panics if it cannot be started.
+    pub fn of(cmd: &mut Command) -> Run {
+        let output = cmd
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+        Run::from(output)
+    }
+}
+
+impl From<Output> for Run {
+    fn from(out: Output) -> Run {
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+impl fmt::Debug for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "exit code {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,6 +319,19 @@ mod tests {
             "two skips recorded, the required ones not"
         );
         let _ = std::fs::remove_file(&log);
+    }
+
+    #[test]
+    fn a_run_keeps_code_and_output() {
+        let run = Run::of(Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"]));
+        assert_eq!(
+            (run.code, run.stdout.as_str(), run.stderr.as_str()),
+            (3, "out\n", "err\n")
+        );
+        assert_eq!(
+            format!("{run:?}"),
+            "exit code 3\n--- stdout\nout\n--- stderr\nerr\n"
+        );
     }
 
     #[test]

@@ -17,19 +17,20 @@ pub fn guests() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../guests");
+        // The toolchain may predate the toolchain file's target: add it as `ebb` would.
+        if let Err(e) = ebb_toolchain::ensure_native_target(&repo_root(), "ebb-vmm tests: ") {
+            panic!("the test guests cannot be built: {e}");
+        }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(cargo)
+        let mut build = Command::new(cargo);
+        build
             .current_dir(repo_root()) // for .cargo/config.toml's target rustflags
             .args(["build", "--release", "--target", "x86_64-unknown-none"])
             .arg("--manifest-path")
             .arg(repo_root().join("tests/guests/Cargo.toml"))
             .arg("--target-dir")
-            .arg(&target_dir)
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_ENCODED_RUSTFLAGS")
-            .env_remove("CARGO_BUILD_RUSTFLAGS")
-            .env_remove("CARGO_BUILD_TARGET")
-            .env_remove("CARGO_TARGET_DIR")
+            .arg(&target_dir);
+        let out = ebb_testkit::for_nested_cargo(&mut build)
             .output()
             .expect("run cargo to build the test guests");
         assert!(
