@@ -49,8 +49,8 @@ use sink::{PatternSender, ReportFn, Sink, StreamReport, hex};
 
 mod common;
 use common::{
-    Dnsmasq, Started, adopt, namespace, need_namespace_and_tap, run_tool, start_netstack,
-    unique_name,
+    Dnsmasq, Started, adopt, assert_every_fault_happened, namespace, need_namespace_and_tap,
+    run_tool, start_netstack, unique_name,
 };
 
 const MB: u64 = 1_000_000;
@@ -198,6 +198,7 @@ where
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     need_namespace_and_tap(test, tools)?;
+    let faulty = fault.is_some();
     let id = unique_name("");
     let ns = namespace(test, format!("ebbio{id}"));
     let ns_name = ns.name.clone();
@@ -263,6 +264,12 @@ where
                 if let Some(f) = c.faults {
                     println!("{test}: faults {f:?}");
                 }
+            }
+            if faulty && result.is_ok() {
+                assert_every_fault_happened(
+                    test,
+                    &[counters.as_ref().as_ref().and_then(|c| c.faults)],
+                );
             }
             match result {
                 Ok((value, elapsed)) => {

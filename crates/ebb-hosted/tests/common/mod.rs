@@ -237,3 +237,43 @@ impl Drop for Dnsmasq {
         let _ = std::fs::remove_file(&self.lease_file);
     }
 }
+
+/// Asserts that the fault injector really made every kind of fault it was set to make —
+/// dropped, reordered, duplicated and corrupted frames — in both directions, so a test
+/// "with faults" cannot pass on a clean link. `stats` are the injectors' counters, one
+/// per queue, summed here.
+pub fn assert_every_fault_happened(test: &str, stats: &[Option<ebb_net::phy::FaultStats>]) {
+    assert!(
+        !stats.is_empty() && stats.iter().all(Option::is_some),
+        "{test}: a fault injector's counters are missing: {stats:?}"
+    );
+    let sum = |pick: fn(&ebb_net::phy::FaultStats) -> &ebb_net::phy::FaultCounts| {
+        let mut total = ebb_net::phy::FaultCounts::default();
+        for s in stats.iter().flatten() {
+            let c = pick(s);
+            total.seen += c.seen;
+            total.dropped += c.dropped;
+            total.reordered += c.reordered;
+            total.duplicated += c.duplicated;
+            total.corrupted += c.corrupted;
+        }
+        total
+    };
+    for (direction, counts) in [
+        ("received", sum(|s| &s.rx)),
+        ("transmitted", sum(|s| &s.tx)),
+    ] {
+        println!("{test}: faults on {direction} frames: {counts:?}");
+        for (kind, n) in [
+            ("dropped", counts.dropped),
+            ("reordered", counts.reordered),
+            ("duplicated", counts.duplicated),
+            ("corrupted", counts.corrupted),
+        ] {
+            assert!(
+                n > 0,
+                "{test}: the fault injector {kind} no {direction} frame ({counts:?})"
+            );
+        }
+    }
+}
