@@ -68,6 +68,7 @@ def parse(cell):
     return int(total), int(fields["frames"]), int(fields["allocs"]), int(fields["dropped"])
 
 print(f"ping-pong: {rounds} round trips of 64 B minus 1; stream: {nbytes} B minus 1460 B")
+print()
 print("| workload | stack | checksums | instructions | frames | instructions per frame | allocations |")
 print("|---|---|---|---|---|---|---|")
 for row in open(path):

@@ -47,6 +47,7 @@ for run in $(seq 1 "$RUNS"); do
   done
 done
 echo "# after:  $(uptime)"
+echo
 
 python3 - "$results" <<'PY'
 import statistics, sys
