@@ -65,7 +65,7 @@ def med(xs):
 metrics = {"ping-pong": [("round trips/s", "round_trips_s", False), ("p50 ns", "p50_ns", True)],
            "stream": [("Mbit/s", "mbit_s", False)]}
 print("| workload | checksums | metric | ebb | smoltcp (ack delay default) | smoltcp (ack delay none) "
-      "| ebb ÷ smoltcp default, median (per-run range) | ebb ÷ smoltcp none |")
+      "| ebb ÷ smoltcp default, median (per-run range) | ebb ÷ smoltcp none, likewise |")
 print("|---|---|---|---|---|---|---|---|")
 for (workload, checksums), by_stack in rows.items():
     for name, key, lower_is_better in metrics[workload]:
