@@ -6,7 +6,10 @@
 # the machine hits all three alike. Prints the load average before and after, then the
 # median (min–max) of each row and the ratios ebb-net ÷ smoltcp (for the p50 latency,
 # smoltcp's p50 ÷ ebb-net's, so above 1 means ebb-net is better either way) with the range
-# of the per-run ratios.
+# of the per-run ratios, and a verdict: "parity" where that range of per-run ratios
+# includes 1 (some runs favour each stack), otherwise which one is ahead. The per-run
+# ratio pairs rows measured moments apart, so a run slowed for all stacks alike (which
+# makes the rows' own min–max ranges overlap) does not hide a consistent difference.
 #
 # Usage: bench/scripts/net-smoltcp.sh   (env: RUNS=7 CPU=1 ROUNDS=50000 BYTES=100000000
 #        CARGO_TARGET_DIR=...). Needs taskset; prints SKIPPED otherwise.
@@ -77,7 +80,10 @@ for (workload, checksums), by_stack in rows.items():
             per_run = [(b / a if lower_is_better else a / b) for a, b in zip(ebb, o)]
             m = (statistics.median(o) / statistics.median(ebb) if lower_is_better
                  else statistics.median(ebb) / statistics.median(o))
-            cells.append(f"{m:.2f} ({min(per_run):.2f}–{max(per_run):.2f})")
+            # Paired within each run, so a run slowed for all stacks alike does not blur it.
+            spans_one = min(per_run) <= 1 <= max(per_run)
+            verdict = "parity" if spans_one else ("ebb ahead" if m > 1 else "smoltcp ahead")
+            cells.append(f"{m:.2f} ({min(per_run):.2f}–{max(per_run):.2f}), {verdict}")
         print(f"| {workload} | {checksums} | {name} | {med(ebb)} | "
               f"{med(vals['smoltcp (ack delay default)'])} | {med(vals['smoltcp (ack delay none)'])} | "
               f"{cells[0]} | {cells[1]} |")
