@@ -4,7 +4,8 @@
 # `valgrind --tool=callgrind`, with the harness's fixed setup subtracted: the same command
 # with `--rounds 1` (ping-pong) or `--bytes 1460` (stream) is run too, and the figures
 # are the differences, so they count only the extra round trips or bytes. Instruction
-# counts repeat to a few parts in 10^5 from run to run, so one run of each is enough.
+# counts repeat within 0.3 % from run to run (the real clock feeds the stacks' timers),
+# so one run of each is enough.
 #
 # Per configuration it prints instructions per round trip (ping-pong) or per MB (stream),
 # frames per round trip or per MB (counted at the benchmark's link), instructions per
