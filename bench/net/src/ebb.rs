@@ -1,5 +1,11 @@
-//! Ebbflow's side: two ebb-net [`Stack`]s (interface + TCP) joined by `phy::Link`, driven
-//! in one thread exactly like the smoltcp pair.
+//! Ebbflow's side: two ebb-net [`Stack`]s (interface + TCP) joined by the benchmark's
+//! [`BenchLink`], driven in one thread exactly like the smoltcp pair.
+//!
+//! The device hands each frame's chain (pooled header + payload slices) to the link,
+//! which gathers it into the far end's recycled receive buffer (one copy of the frame, as
+//! a NIC's gather DMA); the receiving stack gets that buffer as an `IOBuf`. (ebb-net's own
+//! `phy::Link`, used before, passed one-segment frames through without that copy; the
+//! shared link treats every frame of both stacks alike.)
 //!
 //! Configured to match the smoltcp side: Nagle off (ebb-net's default), delayed ACK off,
 //! 256 KiB receive window, MTU 1500, 1024-frame queues, software checksums both ways
@@ -9,6 +15,7 @@
 //! of the design — smoltcp copies into and out of its socket rings).
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::rc::Rc;
 
@@ -16,23 +23,76 @@ use ebb_core::Instant;
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
-use ebb_net::phy::{ChecksumCapabilities, Link, LinkEnd};
+use ebb_net::phy::{
+    ChecksumCapabilities, DeviceCapabilities, DeviceCounters, ETHERNET_HEADER_LEN, NetDevice,
+};
 use ebb_net::stack::Stack;
 use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::wire::EthernetAddress;
 
-use crate::{Clock, PatternCheck, PingPongReport, StreamReport, Workload, pattern_byte};
+use crate::link::{BenchLink, LinkEnd, MAX_FRAME};
+use crate::{
+    Clock, PatternCheck, PingPongReport, StreamReport, Tally, TallyStart, Workload, pattern_byte,
+};
 
-const QUEUE_FRAMES: usize = 1024;
 const PORT: u16 = 5000;
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 /// 4,096 pattern periods (~1 MiB): slices of it are the stream's data.
 const PATTERN_LEN: usize = 251 * 4096;
 
-type Node = Stack<LinkEnd, TcpLayer>;
+/// One end of the link as an ebb-net device.
+struct LinkDevice {
+    end: LinkEnd,
+    caps: DeviceCapabilities,
+}
 
-fn node(device: LinkEnd, mac: u8, ip: Ipv4Addr, tcp: TcpLayer) -> Node {
+impl NetDevice for LinkDevice {
+    fn capabilities(&self) -> DeviceCapabilities {
+        self.caps
+    }
+
+    fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+        let n = max.min(self.caps.max_burst);
+        for taken in 0..n {
+            let Some(frame) = self.end.receive() else {
+                return taken;
+            };
+            out.push(frame);
+        }
+        n
+    }
+
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+        let n = frames.len().min(self.caps.max_burst);
+        for _ in 0..n {
+            if let Some(frame) = frames.pop_front() {
+                self.end.send_gather(&frame);
+            }
+        }
+        n
+    }
+
+    /// Frames waiting are work to do now; the link has no timers.
+    fn poll_at(&self) -> Option<Instant> {
+        (self.end.pending() > 0).then_some(Instant::ZERO)
+    }
+
+    fn counters(&self) -> DeviceCounters {
+        let (received, sent) = self.end.counts();
+        DeviceCounters {
+            rx_frames: received.frames,
+            rx_bytes: received.bytes,
+            tx_frames: sent.frames,
+            tx_bytes: sent.bytes,
+            ..DeviceCounters::default()
+        }
+    }
+}
+
+type Node = Stack<LinkDevice, TcpLayer>;
+
+fn node(device: LinkDevice, mac: u8, ip: Ipv4Addr, tcp: TcpLayer) -> Node {
     let cidr = Ipv4Cidr::new(ip, 24).expect("a /24 is valid");
     let config = InterfaceConfig::new_static(EthernetAddress([2, 0, 0, 0, 0, mac]), cidr, None);
     Stack::new(device, config, tcp)
@@ -52,20 +112,19 @@ fn now(clock: &Clock) -> Instant {
 
 /// Two stacks, the server listening; the caller connects. With `offload` the link
 /// reports full checksum offload (a trusted wire), so neither stack computes checksums.
-fn pair(offload: bool) -> (Node, Node, TcpLayer, TcpLayer) {
-    let checksum = if offload {
+fn pair(offload: bool) -> (Node, Node, TcpLayer, TcpLayer, BenchLink) {
+    let mut caps = DeviceCapabilities::ETHERNET;
+    caps.mtu = MAX_FRAME - ETHERNET_HEADER_LEN;
+    caps.checksum = if offload {
         ChecksumCapabilities::ALL
     } else {
         ChecksumCapabilities::NONE
     };
-    let (a, b) = Link::new()
-        .with_capacity(QUEUE_FRAMES)
-        .with_checksum(checksum)
-        .connect();
+    let (link, a, b) = BenchLink::new();
     let (client_tcp, server_tcp) = (layer(1), layer(2));
-    let client = node(a, 1, CLIENT, client_tcp.clone());
-    let server = node(b, 2, SERVER, server_tcp.clone());
-    (client, server, client_tcp, server_tcp)
+    let client = node(LinkDevice { end: a, caps }, 1, CLIENT, client_tcp.clone());
+    let server = node(LinkDevice { end: b, caps }, 2, SERVER, server_tcp.clone());
+    (client, server, client_tcp, server_tcp, link)
 }
 
 fn poll_both(client: &mut Node, server: &mut Node, clock: &Clock) {
@@ -132,7 +191,7 @@ impl TcpHandler for StreamSender {
 
 /// Bulk: the client streams `bytes`, the server checks them.
 pub fn stream(bytes: usize, clock: &Clock, offload: bool) -> StreamReport {
-    let (mut client, mut server, client_tcp, server_tcp) = pair(offload);
+    let (mut client, mut server, client_tcp, server_tcp, link) = pair(offload);
     let received: Rc<Cell<usize>> = Rc::default();
     let r = received.clone();
     server_tcp
@@ -145,13 +204,15 @@ pub fn stream(bytes: usize, clock: &Clock, offload: bool) -> StreamReport {
         .expect("listen");
     let pattern = IOBuf::from_vec((0..PATTERN_LEN).map(pattern_byte).collect());
     let started: Rc<Cell<u64>> = Rc::default();
-    let (s, c) = (started.clone(), *clock);
+    let tally_start: Rc<Cell<Option<TallyStart>>> = Rc::default();
+    let (s, c, t, l) = (started.clone(), *clock, tally_start.clone(), link.clone());
     client_tcp
         .connect(
             SocketAddrV4::new(CLIENT, 0),
             SocketAddrV4::new(SERVER, PORT),
             move |result| {
                 let conn = result.expect("connected");
+                t.set(Some(TallyStart::now(&l)));
                 s.set(c.micros());
                 let mut sender = StreamSender {
                     pattern,
@@ -169,7 +230,13 @@ pub fn stream(bytes: usize, clock: &Clock, offload: bool) -> StreamReport {
     StreamReport {
         bytes,
         micros: clock.micros() - started.get(),
+        tally: tally_since(tally_start.get(), &link),
     }
+}
+
+/// What `link` carried since `start`, taken when the connection opened.
+fn tally_since(start: Option<TallyStart>, link: &BenchLink) -> Tally {
+    start.expect("the workload ran").tally(link)
 }
 
 /// Echoes everything back.
@@ -219,14 +286,20 @@ impl TcpHandler for PingPongClient {
 
 /// Ping-pong: `rounds` round trips of `size` bytes.
 pub fn ping_pong(rounds: usize, size: usize, clock: &Clock, offload: bool) -> PingPongReport {
-    let (mut client, mut server, client_tcp, server_tcp) = pair(offload);
+    let (mut client, mut server, client_tcp, server_tcp, link) = pair(offload);
     server_tcp
         .listen(SocketAddrV4::new(SERVER, PORT), 4, |conn| {
             conn.set_handler(Echo)
         })
         .expect("listen");
     let round_trips: Rc<RefCell<Vec<u64>>> = Rc::new(RefCell::new(Vec::with_capacity(rounds)));
-    let (trips, c) = (round_trips.clone(), *clock);
+    let tally_start: Rc<Cell<Option<TallyStart>>> = Rc::default();
+    let (trips, c, t, l) = (
+        round_trips.clone(),
+        *clock,
+        tally_start.clone(),
+        link.clone(),
+    );
     let message = IOBuf::from_vec((0..size).map(pattern_byte).collect());
     client_tcp
         .connect(
@@ -234,6 +307,7 @@ pub fn ping_pong(rounds: usize, size: usize, clock: &Clock, offload: bool) -> Pi
             SocketAddrV4::new(SERVER, PORT),
             move |result| {
                 let conn = result.expect("connected");
+                t.set(Some(TallyStart::now(&l)));
                 let mut client = PingPongClient {
                     clock: c,
                     message,
@@ -250,8 +324,9 @@ pub fn ping_pong(rounds: usize, size: usize, clock: &Clock, offload: bool) -> Pi
     while round_trips.borrow().len() < rounds {
         poll_both(&mut client, &mut server, clock);
     }
+    let tally = tally_since(tally_start.get(), &link);
     let trips = round_trips.take();
-    PingPongReport::new(size, trips)
+    PingPongReport::new(size, trips, tally)
 }
 
 /// Runs one workload on the ebb-net pair.

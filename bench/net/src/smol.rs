@@ -1,75 +1,69 @@
-//! The peer: two smoltcp interfaces joined by an in-memory pipe, driven in one thread the
-//! same way as the ebb-net pair (poll one, then the other, until the workload is done).
+//! The peer: two smoltcp interfaces joined by the benchmark's [`BenchLink`], driven in one
+//! thread the same way as the ebb-net pair (poll one, then the other, until the workload
+//! is done).
 //!
 //! smoltcp is configured the way its own benchmarks and a user wanting speed would: Nagle
-//! off, delayed ACK off for ping-pong, 256 KiB socket buffers (the same window ebb-net
-//! advertises), MTU 1500.
+//! off, 256 KiB socket buffers (the same window ebb-net advertises), MTU 1500, and the
+//! delayed ACK `--smoltcp-ack-delay` chooses (its default, or off).
+//!
+//! The device writes each frame straight into the link's receive buffer (`TxToken`) and
+//! lends the received buffer to smoltcp for the duration of `RxToken::consume`: no copy
+//! and, in the steady state, no allocation by the link.
 
-use std::cell::RefCell;
-use std::collections::VecDeque;
-use std::rc::Rc;
-
+use ebb_core::iobuf::IOBuf;
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;
 use smoltcp::time::Instant;
 use smoltcp::wire::{EthernetAddress, IpAddress, IpCidr};
 
-use crate::{Clock, PatternCheck, PingPongReport, StreamReport, Workload, pattern_byte};
+use crate::link::{BenchLink, LinkEnd, MAX_FRAME};
+use crate::{
+    AckDelay, Clock, PatternCheck, PingPongReport, StreamReport, TallyStart, Workload, pattern_byte,
+};
 
-const MTU: usize = 1514;
-const QUEUE_FRAMES: usize = 1024;
 const SOCKET_BUFFER: usize = 256 * 1024;
 const PORT: u16 = 5000;
 
-type Queue = Rc<RefCell<VecDeque<Vec<u8>>>>;
-
-/// One end of the pipe: frames sent here appear in the other end's receive queue.
+/// One end of the link as a smoltcp device.
 struct PipeEnd {
-    rx: Queue,
-    tx: Queue,
+    end: LinkEnd,
     /// Report full checksum offload (a trusted wire): smoltcp computes none.
     checksum_offload: bool,
 }
 
-struct RxToken(Vec<u8>);
-struct TxToken(Queue);
+struct RxToken(IOBuf);
+struct TxToken<'a>(&'a mut LinkEnd);
 
 impl phy::RxToken for RxToken {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        f(&self.0)
+        f(self.0.as_slice())
     }
 }
 
-impl phy::TxToken for TxToken {
+impl phy::TxToken for TxToken<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let mut frame = vec![0; len];
-        let result = f(&mut frame);
-        let mut queue = self.0.borrow_mut();
-        if queue.len() < QUEUE_FRAMES {
-            queue.push_back(frame);
-        }
-        result
+        self.0.send_in_place(len, f)
     }
 }
 
 impl Device for PipeEnd {
     type RxToken<'a> = RxToken;
-    type TxToken<'a> = TxToken;
+    type TxToken<'a> = TxToken<'a>;
 
-    fn receive(&mut self, _now: Instant) -> Option<(RxToken, TxToken)> {
-        let frame = self.rx.borrow_mut().pop_front()?;
-        Some((RxToken(frame), TxToken(self.tx.clone())))
+    fn receive(&mut self, _now: Instant) -> Option<(RxToken, TxToken<'_>)> {
+        let frame = self.end.receive()?;
+        Some((RxToken(frame), TxToken(&mut self.end)))
     }
 
-    fn transmit(&mut self, _now: Instant) -> Option<TxToken> {
-        Some(TxToken(self.tx.clone()))
+    fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_>> {
+        Some(TxToken(&mut self.end))
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
         let mut caps = DeviceCapabilities::default();
         caps.medium = Medium::Ethernet;
-        caps.max_transmission_unit = MTU;
+        caps.max_transmission_unit = MAX_FRAME;
         if self.checksum_offload {
             caps.checksum = phy::ChecksumCapabilities::ignored();
         }
@@ -85,7 +79,7 @@ struct Node {
 }
 
 impl Node {
-    fn new(device: PipeEnd, mac: u8, ip: [u8; 4], now: Instant) -> Node {
+    fn new(device: PipeEnd, mac: u8, ip: [u8; 4], now: Instant, ack: AckDelay) -> Node {
         let mut device = device;
         let mut config = Config::new(EthernetAddress([0x02, 0, 0, 0, 0, mac]).into());
         config.random_seed = u64::from(mac);
@@ -100,7 +94,9 @@ impl Node {
             tcp::SocketBuffer::new(vec![0; SOCKET_BUFFER]),
         );
         socket.set_nagle_enabled(false);
-        socket.set_ack_delay(None);
+        if ack == AckDelay::None {
+            socket.set_ack_delay(None);
+        }
         let mut sockets = SocketSet::new(Vec::new());
         let socket = sockets.add(socket);
         Node {
@@ -124,30 +120,29 @@ fn now(clock: &Clock) -> Instant {
     Instant::from_micros(clock.micros() as i64)
 }
 
-/// Client 10.0.0.1 connected to server 10.0.0.2:5000.
-fn connected_pair(clock: &Clock, checksum_offload: bool) -> (Node, Node) {
-    let a_to_b: Queue = Rc::default();
-    let b_to_a: Queue = Rc::default();
+/// Client 10.0.0.1 connected to server 10.0.0.2:5000, and their link.
+fn connected_pair(clock: &Clock, checksum_offload: bool, ack: AckDelay) -> (Node, Node, BenchLink) {
+    let (link, a, b) = BenchLink::new();
     let t = now(clock);
     let mut client = Node::new(
         PipeEnd {
-            rx: b_to_a.clone(),
-            tx: a_to_b.clone(),
+            end: a,
             checksum_offload,
         },
         1,
         [10, 0, 0, 1],
         t,
+        ack,
     );
     let mut server = Node::new(
         PipeEnd {
-            rx: a_to_b,
-            tx: b_to_a,
+            end: b,
             checksum_offload,
         },
         2,
         [10, 0, 0, 2],
         t,
+        ack,
     );
     server.tcp().listen(PORT).expect("listen");
     let cx = client.iface.context();
@@ -161,18 +156,19 @@ fn connected_pair(clock: &Clock, checksum_offload: bool) -> (Node, Node) {
         client.poll(t);
         server.poll(t);
     }
-    (client, server)
+    (client, server, link)
 }
 
 /// Bulk: the client streams `bytes`, the server reads and checks them.
-pub fn stream(bytes: usize, clock: &Clock, offload: bool) -> StreamReport {
-    let (mut client, mut server) = connected_pair(clock, offload);
+pub fn stream(bytes: usize, clock: &Clock, offload: bool, ack: AckDelay) -> StreamReport {
+    let (mut client, mut server, link) = connected_pair(clock, offload, ack);
     // A whole number of pattern periods, so chunk[sent % len] is pattern_byte(sent).
     let chunk: Vec<u8> = (0..251 * 256).map(pattern_byte).collect();
     let mut sent = 0usize;
     let mut received = 0usize;
     let mut scratch = vec![0u8; 64 * 1024];
     let check = PatternCheck::new();
+    let tally = TallyStart::now(&link);
     let start = clock.micros();
     while received < bytes {
         let t = now(clock);
@@ -200,15 +196,23 @@ pub fn stream(bytes: usize, clock: &Clock, offload: bool) -> StreamReport {
     StreamReport {
         bytes,
         micros: clock.micros() - start,
+        tally: tally.tally(&link),
     }
 }
 
 /// Ping-pong: the client sends `size` bytes, the server echoes them, `rounds` times.
-pub fn ping_pong(rounds: usize, size: usize, clock: &Clock, offload: bool) -> PingPongReport {
-    let (mut client, mut server) = connected_pair(clock, offload);
+pub fn ping_pong(
+    rounds: usize,
+    size: usize,
+    clock: &Clock,
+    offload: bool,
+    ack: AckDelay,
+) -> PingPongReport {
+    let (mut client, mut server, link) = connected_pair(clock, offload, ack);
     let message: Vec<u8> = (0..size).map(pattern_byte).collect();
     let mut scratch = vec![0u8; size];
     let mut round_trips = Vec::with_capacity(rounds);
+    let tally = TallyStart::now(&link);
     for _ in 0..rounds {
         let began = clock.nanos();
         let n = client.tcp().send_slice(&message).expect("window open");
@@ -237,13 +241,15 @@ pub fn ping_pong(rounds: usize, size: usize, clock: &Clock, offload: bool) -> Pi
         }
         round_trips.push(clock.nanos() - began);
     }
-    PingPongReport::new(size, round_trips)
+    PingPongReport::new(size, round_trips, tally.tally(&link))
 }
 
 /// Runs one workload on the smoltcp pair.
-pub fn run(workload: &Workload, clock: &Clock, offload: bool) -> String {
+pub fn run(workload: &Workload, clock: &Clock, offload: bool, ack: AckDelay) -> String {
     match *workload {
-        Workload::Stream { bytes } => stream(bytes, clock, offload).to_string(),
-        Workload::PingPong { rounds, size } => ping_pong(rounds, size, clock, offload).to_string(),
+        Workload::Stream { bytes } => stream(bytes, clock, offload, ack).to_string(),
+        Workload::PingPong { rounds, size } => {
+            ping_pong(rounds, size, clock, offload, ack).to_string()
+        }
     }
 }
