@@ -144,15 +144,72 @@ fn two_cpus_wait_kick_and_clock() {
     let Some(()) = kvm("two_cpus_wait_kick_and_clock") else {
         return;
     };
+    let host_before = unix_ns();
     let run = boot("smp", &["--cpus", "2"]);
+    let host_after = unix_ns();
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.stdout.contains("smp: core 1 answered 101"), "{run:?}");
+
+    // The CLOCK hypercall: realtime is the host's wall clock during the boot, monotonic
+    // counts from the VM's start (so it is below the boot's whole duration), and the 1 ms
+    // wait shows on both clocks as at least 1 ms and at most the boot's duration.
+    let field = |line: &str, name: &str| -> u64 {
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(line))
+            .unwrap_or_else(|| panic!("no line {line:?}: {run:?}"));
+        let mut words = line.split_whitespace();
+        words.find(|w| *w == name);
+        words
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+    };
+    let (real, mono) = (
+        field("smp: clock", "realtime_ns"),
+        field("smp: clock", "monotonic_ns"),
+    );
+    let (real_after, mono_after) = (
+        field("smp: after a 1 ms wait", "realtime_ns"),
+        field("smp: after a 1 ms wait", "monotonic_ns"),
+    );
+    let boot_ns = host_after - host_before;
+    for r in [real, real_after] {
+        assert!(
+            (host_before..=host_after).contains(&r),
+            "guest realtime {r} outside the host's {host_before}..={host_after}"
+        );
+    }
+    assert!(
+        mono > 0 && mono_after < boot_ns,
+        "monotonic {mono}..{mono_after} in a {boot_ns} ns boot"
+    );
+    for (clock, before, after) in [
+        ("monotonic", mono, mono_after),
+        ("realtime", real, real_after),
+    ] {
+        assert!(
+            after >= before + 1_000_000 && after - before < boot_ns,
+            "{clock} {before} -> {after} across a 1 ms wait (boot took {boot_ns} ns)"
+        );
+    }
+
     let run = boot("hello", &["--cpus", "2", "--mem", "64M"]);
+    assert_eq!(run.code, 0, "{run:?}");
     assert!(
         run.stdout
             .starts_with("hello from ring 3 (CPL 3, 2 cpus, 64 MiB"),
         "{run:?}"
     );
+}
+
+/// The host's wall clock, in nanoseconds since the Unix epoch.
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_nanos() as u64
 }
 
 #[test]
