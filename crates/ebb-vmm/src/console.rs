@@ -122,3 +122,122 @@ impl Console {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The drainer against a guest that writes what it likes into its ring (no KVM).
+    use super::*;
+    use crate::testing::FakeGuest;
+
+    /// Appends `bytes` to core `core`'s ring as the guest does, publishing `head`.
+    fn produce(g: &FakeGuest, core: u32, bytes: &[u8]) {
+        let ring = g.layout.console(core);
+        let head = g.mem().read_u64(ring).expect("in memory");
+        let data = ring + size_of::<ConsoleRing>() as u64;
+        for (i, b) in bytes.iter().enumerate() {
+            let at = (head + i as u64) % CONSOLE_CAPACITY;
+            g.mem().write_bytes(data + at, &[*b]).expect("in memory");
+        }
+        set_head(g, core, head + bytes.len() as u64);
+    }
+
+    fn set_head(g: &FakeGuest, core: u32, head: u64) {
+        let ring = g.layout.console(core);
+        g.mem()
+            .store_u64(ring, head, Ordering::Release)
+            .expect("in memory");
+    }
+
+    fn drain(g: &FakeGuest, core: u32) -> Result<(), AbiError> {
+        g.shared.console.drain(g.mem(), core)
+    }
+
+    #[test]
+    fn output_comes_out_in_order_across_the_wrap() {
+        let g = FakeGuest::new(1);
+        assert_eq!(
+            g.mem().read_u64(g.layout.console(0) + 16),
+            Some(CONSOLE_CAPACITY),
+            "the monitor sets the capacity"
+        );
+        // Fill to just before the end, drain, then write across the wrap.
+        let filler = vec![b'.'; CONSOLE_CAPACITY as usize - 3];
+        produce(&g, 0, &filler);
+        drain(&g, 0).expect("drains");
+        produce(&g, 0, b"partial ");
+        drain(&g, 0).expect("drains");
+        produce(&g, 0, b"line\n");
+        drain(&g, 0).expect("drains");
+        let printed = g.printed();
+        assert_eq!(&printed[filler.len()..], "partial line\n");
+        // The monitor publishes its tail for the guest.
+        let tail = g
+            .mem()
+            .read_u64(g.layout.console(0) + 8)
+            .expect("in memory");
+        assert_eq!(tail, CONSOLE_CAPACITY + 10);
+        // Nothing new: nothing printed, no error.
+        drain(&g, 0).expect("drains");
+        assert_eq!(g.printed().len(), printed.len());
+    }
+
+    #[test]
+    fn a_whole_ring_at_once_is_fine_and_more_is_corrupt() {
+        let g = FakeGuest::new(1);
+        set_head(&g, 0, CONSOLE_CAPACITY);
+        drain(&g, 0).expect("exactly a ring's worth");
+        assert_eq!(g.printed().len() as u64, CONSOLE_CAPACITY);
+        set_head(&g, 0, 2 * CONSOLE_CAPACITY + 1);
+        assert_eq!(
+            drain(&g, 0).unwrap_err(),
+            AbiError::ConsoleCorrupt {
+                core: 0,
+                head: 2 * CONSOLE_CAPACITY + 1,
+                tail: CONSOLE_CAPACITY
+            }
+        );
+    }
+
+    #[test]
+    fn a_head_that_jumps_back_or_far_ahead_is_corrupt_and_nothing_is_printed() {
+        let g = FakeGuest::new(1);
+        produce(&g, 0, b"hello\n");
+        drain(&g, 0).expect("drains");
+        for head in [0, 5, u64::MAX, 6 + CONSOLE_CAPACITY + 1] {
+            set_head(&g, 0, head);
+            assert!(
+                matches!(drain(&g, 0), Err(AbiError::ConsoleCorrupt { tail: 6, .. })),
+                "head {head:#x}"
+            );
+        }
+        assert_eq!(g.printed(), "hello\n");
+    }
+
+    #[test]
+    fn the_guests_tail_and_capacity_fields_are_not_trusted() {
+        let g = FakeGuest::new(1);
+        let ring = g.layout.console(0);
+        g.mem()
+            .write_u64(ring + 8, u64::MAX - 3)
+            .expect("in memory"); // tail
+        g.mem().write_u64(ring + 16, 7).expect("in memory"); // capacity
+        produce(&g, 0, b"still fine\n");
+        drain(&g, 0).expect("drains with the monitor's own tail");
+        assert_eq!(g.printed(), "still fine\n");
+    }
+
+    #[test]
+    fn every_ring_is_drained_even_after_a_corrupt_one() {
+        let g = FakeGuest::new(3);
+        produce(&g, 0, b"zero\n");
+        set_head(&g, 1, u64::MAX);
+        produce(&g, 2, b"two\n");
+        assert!(matches!(
+            g.shared.console.drain_all(g.mem()),
+            Err(AbiError::ConsoleCorrupt { core: 1, .. })
+        ));
+        assert_eq!(g.printed(), "zero\ntwo\n");
+        // A core the VM does not have is ignored.
+        drain(&g, 7).expect("no such ring");
+    }
+}

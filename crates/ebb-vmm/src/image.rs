@@ -188,12 +188,21 @@ impl Symbolizer {
     }
 
     /// The function containing `addr`: its start and name.
+    /// A symbolizer over `(address, size, name)` triples as an image's symbol table gives
+    /// them (any values: the tests feed it hostile ones).
+    #[cfg(test)]
+    pub(crate) fn from_symbols(mut symbols: Vec<(u64, u64, String)>) -> Self {
+        symbols.sort();
+        Symbolizer { symbols }
+    }
+
     fn function(&self, addr: u64) -> Option<(u64, &str)> {
         let i = self.symbols.partition_point(|s| s.0 <= addr);
         let (start, size, name) = self.symbols.get(i.checked_sub(1)?)?;
-        // A symbol without a size covers up to the next symbol.
+        // A symbol without a size covers up to the next symbol. Address and size come from
+        // the image: their sum may not fit (it then covers the rest of the address space).
         let end = if *size > 0 {
-            start + size
+            start.saturating_add(*size)
         } else {
             self.symbols.get(i).map_or(u64::MAX, |s| s.0)
         };
@@ -218,7 +227,10 @@ impl Symbolizer {
     /// holding the call, `addr - 1` (a call that never returns may be its function's last
     /// instruction, leaving the return address just past the end).
     pub fn describe_return(&self, addr: u64) -> String {
-        match self.function(addr.wrapping_sub(1)) {
+        // The call is the instruction before the return address; `function` found
+        // `start <= addr - 1`, so `addr - start` cannot underflow unless `addr` is 0, where
+        // `addr - 1` wrapped and no function can match it.
+        match addr.checked_sub(1).and_then(|call| self.function(call)) {
             Some((start, name)) => format!("{addr:#x} <{name}+{:#x}>", addr - start),
             None => format!("{addr:#x} <unknown>"),
         }
@@ -248,5 +260,34 @@ mod tests {
         for len in [16, 64, 100, 4096] {
             let _ = Image::parse(&me[..len.min(me.len())]);
         }
+    }
+
+    #[test]
+    fn symbol_arithmetic_cannot_overflow() {
+        let sym = Symbolizer::from_symbols(vec![
+            (0x40_0000, 0x10, "small".into()),
+            (0x40_0100, 0, "sizeless".into()),
+            (u64::MAX - 4, 100, "at_the_top".into()),
+        ]);
+        assert_eq!(sym.lookup(0x40_0004).as_deref(), Some("small+0x4"));
+        assert_eq!(sym.lookup(0x40_0010), None, "past its size");
+        assert_eq!(sym.lookup(0x3f_ffff), None, "before every symbol");
+        assert_eq!(
+            sym.lookup(0x40_0200).as_deref(),
+            Some("sizeless+0x100"),
+            "a sizeless symbol covers up to the next"
+        );
+        // start + size overflows: the symbol covers the rest of the address space.
+        assert_eq!(sym.lookup(u64::MAX - 1).as_deref(), Some("at_the_top+0x3"));
+        assert_eq!(sym.describe(u64::MAX), format!("{:#x} <unknown>", u64::MAX));
+        // A return address of 0 (the call would be at -1) and the top of memory.
+        assert_eq!(sym.describe_return(0), "0x0 <unknown>");
+        assert_eq!(
+            sym.describe_return(u64::MAX),
+            format!("{:#x} <at_the_top+0x4>", u64::MAX)
+        );
+        assert_eq!(sym.describe_return(0x40_0001), "0x400001 <small+0x1>");
+        let empty = Symbolizer::new(b"not an ELF");
+        assert_eq!(empty.describe(0x1234), "0x1234 <unknown>");
     }
 }

@@ -41,6 +41,8 @@ pub mod layout;
 pub mod paging;
 pub mod report;
 mod sys;
+#[cfg(test)]
+mod testing;
 mod vcpu;
 pub mod vm;
 

@@ -186,3 +186,143 @@ impl Outcome {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sym() -> Symbolizer {
+        Symbolizer::from_symbols(vec![(0x20_0000, 0x100, "guest::main".into())])
+    }
+
+    fn state(rip: u64) -> VcpuState {
+        let mut regs = kvm_regs::default();
+        regs.rip = rip;
+        let mut sregs = kvm_sregs::default();
+        sregs.cs.selector = 0x2b;
+        sregs.cr2 = 0xdead_0000;
+        VcpuState { regs, sregs }
+    }
+
+    #[test]
+    fn exit_codes_follow_the_outcome() {
+        let abi = AbiError::BadKick { target: 9 };
+        let cases = [
+            (Outcome::Exited { code: 0 }, 0),
+            (Outcome::Exited { code: 0x1_0007 }, 7),
+            (
+                Outcome::Panicked {
+                    core: 0,
+                    message: String::new(),
+                    backtrace: vec![],
+                },
+                EXIT_PANIC,
+            ),
+            (
+                Outcome::Fault {
+                    core: 0,
+                    reason: String::new(),
+                    state: None,
+                },
+                EXIT_FAULT,
+            ),
+            (
+                Outcome::AbiViolation {
+                    core: 0,
+                    error: abi,
+                    state: None,
+                },
+                EXIT_ABI_VIOLATION,
+            ),
+            (
+                Outcome::Timeout {
+                    after: Duration::from_secs(1),
+                    states: vec![],
+                },
+                EXIT_TIMEOUT,
+            ),
+            (
+                Outcome::MonitorError {
+                    core: 0,
+                    message: String::new(),
+                },
+                EXIT_MONITOR_ERROR,
+            ),
+        ];
+        for (outcome, code) in cases {
+            assert_eq!(outcome.exit_code(), code, "{outcome:?}");
+        }
+    }
+
+    #[test]
+    fn reports_say_what_happened_and_where() {
+        let sym = sym();
+        assert_eq!(Outcome::Exited { code: 0 }.report(&sym), "");
+        assert_eq!(
+            Outcome::Exited { code: 0x1_0007 }.report(&sym),
+            "ebb-vmm: guest exit code 65543 truncated to 7\n"
+        );
+        let panicked = Outcome::Panicked {
+            core: 1,
+            message: "oops \u{fffd}".into(),
+            backtrace: vec![0x20_0010, 0x10],
+        }
+        .report(&sym);
+        assert_eq!(
+            panicked,
+            "ebb-vmm: guest panicked on core 1: oops \u{fffd}\n  backtrace:\n     0: \
+             0x200010 <guest::main+0x10>\n     1: 0x10 <unknown>\n"
+        );
+        let fault = Outcome::Fault {
+            core: 0,
+            reason: "triple fault".into(),
+            state: Some(state(0x20_0004)),
+        }
+        .report(&sym);
+        assert!(
+            fault.starts_with("ebb-vmm: guest fault on core 0: triple fault\n"),
+            "{fault}"
+        );
+        assert!(
+            fault.contains("rip    0x200004 <guest::main+0x4>"),
+            "{fault}"
+        );
+        assert!(fault.contains("cr2    0x00000000dead0000"), "{fault}");
+        assert!(fault.contains("cs 0x2b (CPL 3)"), "{fault}");
+        let no_regs = Outcome::Fault {
+            core: 0,
+            reason: "x".into(),
+            state: None,
+        }
+        .report(&sym);
+        assert!(no_regs.ends_with("(registers unavailable)\n"), "{no_regs}");
+        let abi = Outcome::AbiViolation {
+            core: 2,
+            error: AbiError::Misaligned { addr: 0x13 },
+            state: None,
+        }
+        .report(&sym);
+        assert_eq!(
+            abi,
+            "ebb-vmm: guest on core 2 broke the hypercall ABI: hypercall argument block 0x13 \
+             is not 8-byte aligned\n"
+        );
+        let timeout = Outcome::Timeout {
+            after: Duration::from_millis(1500),
+            states: vec![Some(state(0x30_0000)), None],
+        }
+        .report(&sym);
+        assert!(
+            timeout.starts_with("ebb-vmm: guest timed out after 1.500 s"),
+            "{timeout}"
+        );
+        assert!(
+            timeout.contains("  core 0:\n    rip    0x300000 <unknown>"),
+            "{timeout}"
+        );
+        assert!(
+            timeout.ends_with("  core 1:\n    (did not stop in time)\n"),
+            "{timeout}"
+        );
+    }
+}

@@ -151,6 +151,21 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
+    /// The state of a VM with `cpus` vCPUs over `mem`, its clock starting now. Needs no
+    /// KVM: the hypercall and console tests build one over plain host memory.
+    pub(crate) fn new(mem: GuestMem, console: Console, cpus: u32) -> Shared {
+        Shared {
+            mem,
+            console,
+            started: Instant::now(),
+            stop: AtomicBool::new(false),
+            outcome: Mutex::new(None),
+            changed: Condvar::new(),
+            states: Mutex::new(vec![None; cpus as usize]),
+            stopped: AtomicU32::new(0),
+        }
+    }
+
     /// Ends the VM with `outcome`, unless another outcome came first.
     pub fn finish(&self, outcome: Outcome) {
         let mut slot = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
@@ -383,16 +398,7 @@ impl Vm {
         )
         .ok_or(VmError::GuestWrite("the boot info"))?;
 
-        let shared = Arc::new(Shared {
-            mem,
-            console,
-            started: Instant::now(),
-            stop: AtomicBool::new(false),
-            outcome: Mutex::new(None),
-            changed: Condvar::new(),
-            states: Mutex::new(vec![None; layout.cpus as usize]),
-            stopped: AtomicU32::new(0),
-        });
+        let shared = Arc::new(Shared::new(mem, console, layout.cpus));
         Ok(Vm {
             _kvm: kvm,
             _vm: vm,
