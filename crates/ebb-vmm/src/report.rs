@@ -196,8 +196,10 @@ mod tests {
     }
 
     fn state(rip: u64) -> VcpuState {
-        let mut regs = kvm_regs::default();
-        regs.rip = rip;
+        let regs = kvm_regs {
+            rip,
+            ..Default::default()
+        };
         let mut sregs = kvm_sregs::default();
         sregs.cs.selector = 0x2b;
         sregs.cr2 = 0xdead_0000;
