@@ -28,6 +28,13 @@
 #   OUT_DIR            raw results (JSON lines, server logs)
 #                      [target/echo-compare/YYYYmmdd-HHMMSS]
 #
+# Beside requests/s and latency, each run reports the server's CPU time per request:
+# user + system time of the server process (all threads, /proc/PID/stat) over the
+# measured interval (sampled when the warm-up ends and when the load ends), divided by
+# the requests answered in it. Ebbflow's core polls for --idle-poll-us (50 µs by
+# default) before it sleeps and tokio sleeps at once, so a throughput or latency win
+# can be bought with CPU time: the CPU column says whether it was.
+#
 # Both servers print `... listening on 127.0.0.1:PORT ...` once ready; the port
 # is parsed from that line. Exits non-zero if a server fails to start or
 # echo-load reports errors.
@@ -105,14 +112,17 @@ run_config() {
   tokio_args=(--port 0 --workers "$ncores")
 
   local tag="cores$ncores"
-  : >"$OUT_DIR/$tag-ebb.rps"; : >"$OUT_DIR/$tag-ebb.p99"
-  : >"$OUT_DIR/$tag-tokio.rps"; : >"$OUT_DIR/$tag-tokio.p99"
+  : >"$OUT_DIR/$tag-ebb.rps"; : >"$OUT_DIR/$tag-ebb.p99"; : >"$OUT_DIR/$tag-ebb.cpu"
+  : >"$OUT_DIR/$tag-tokio.rps"; : >"$OUT_DIR/$tag-tokio.p99"; : >"$OUT_DIR/$tag-tokio.cpu"
+  local tick_us duration_s
+  tick_us=$(awk -v hz="$(getconf CLK_TCK)" 'BEGIN { print 1000000 / hz }')
+  duration_s=$(seconds "$DURATION")
 
   echo
   echo "## SERVER_CORES=$ncores: servers on CPU $cpus, echo-load ${client_pin[*]:-unpinned}; conns=$CONNS size=$SIZE duration=$DURATION warmup=$WARMUP"
   echo
-  echo "| run | server | rps | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | errors |"
-  echo "|----:|--------|----:|-------:|-------:|-------:|---------:|-------:|-------:|"
+  echo "| run | server | rps | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | errors | server CPU µs/req | server CPU % of a core |"
+  echo "|----:|--------|----:|-------:|-------:|-------:|---------:|-------:|-------:|------:|------:|"
 
   local r order name
   for ((r = 1; r <= REPEATS; r++)); do
@@ -124,10 +134,18 @@ run_config() {
       else
         start_server tokio "$cpus" "$TOKIO_BIN" "${tokio_args[@]}"
       fi
-      local json rc=0
+      local json rc=0 ticks_file=$OUT_DIR/ticks-$name-$RUN_ID
+      # The server's CPU time when the warm-up ends (sampled beside the load) and when
+      # the load ends.
+      (sleep "$(seconds "$WARMUP")"; cpu_ticks "$SERVER_PID" >"$ticks_file") &
+      local sampler=$!
       json=$("$LOAD_BIN" --addr "127.0.0.1:$PORT" --conns "$CONNS" --size "$SIZE" \
         --duration "$DURATION" --warmup "$WARMUP" "${client_pin[@]}" \
         2>"$OUT_DIR/load-$name-$RUN_ID.err") || rc=$?
+      local ticks_end ticks_start
+      ticks_end=$(cpu_ticks "$SERVER_PID")
+      wait "$sampler" || true
+      ticks_start=$(cat "$ticks_file")
       cleanup
       echo "{\"config\":\"$tag\",\"run\":$r,\"server\":\"$name\",\"result\":${json:-null},\"rc\":$rc}" >>"$OUT_DIR/results.jsonl"
       if [[ -z $json ]]; then
@@ -138,19 +156,26 @@ run_config() {
         FAILED=1
         sed 's/^/    /' "$OUT_DIR/load-$name-$RUN_ID.err" >&2
       fi
-      local rps p99
+      local rps p99 cpu_us busy
       rps=$(json_field "$json" rps)
       p99=$(json_field "$json" p99_us)
+      read -r cpu_us busy < <(awk -v t=$((ticks_end - ticks_start)) -v tick="$tick_us" \
+        -v rps="$rps" -v d="$duration_s" 'BEGIN {
+          cpu = t * tick; printf "%.2f %.0f\n", (rps > 0 ? cpu / (rps * d) : 0), cpu / (d * 10000) }')
       echo "$rps" >>"$OUT_DIR/$tag-$name.rps"
       echo "$p99" >>"$OUT_DIR/$tag-$name.p99"
-      printf '| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$r" "$name" "$rps" \
+      echo "$cpu_us" >>"$OUT_DIR/$tag-$name.cpu"
+      printf '| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$r" "$name" "$rps" \
         "$(json_field "$json" p50_us)" "$(json_field "$json" p90_us)" "$p99" \
         "$(json_field "$json" p999_us)" "$(json_field "$json" max_us)" \
-        "$(json_field "$json" errors)"
+        "$(json_field "$json" errors)" "$cpu_us" "$busy"
     done
   done
 
   local er_med er_min er_max tr_med tr_min tr_max ep_med ep_min ep_max tp_med tp_min tp_max
+  local ec_med ec_min ec_max tc_med tc_min tc_max
+  read -r ec_med ec_min ec_max < <(stats "$OUT_DIR/$tag-ebb.cpu")
+  read -r tc_med tc_min tc_max < <(stats "$OUT_DIR/$tag-tokio.cpu")
   read -r er_med er_min er_max < <(stats "$OUT_DIR/$tag-ebb.rps")
   read -r tr_med tr_min tr_max < <(stats "$OUT_DIR/$tag-tokio.rps")
   read -r ep_med ep_min ep_max < <(stats "$OUT_DIR/$tag-ebb.p99")
@@ -158,12 +183,12 @@ run_config() {
   echo
   echo "### Summary SERVER_CORES=$ncores ($REPEATS runs each; medians, spread = min–max)"
   echo
-  echo "| server | median rps | rps spread | median p99 µs | p99 spread µs |"
-  echo "|--------|-----------:|-----------:|--------------:|--------------:|"
-  echo "| ebb ($(basename "$EBB_BIN")) | $er_med | $er_min–$er_max | $ep_med | $ep_min–$ep_max |"
-  echo "| tokio | $tr_med | $tr_min–$tr_max | $tp_med | $tp_min–$tp_max |"
-  awk -v er="$er_med" -v tr="$tr_med" -v ep="$ep_med" -v tp="$tp_med" 'BEGIN {
-    printf "| **ebb/tokio** | **%.3f×** | | **%.3f×** | |\n", (tr > 0 ? er / tr : 0), (tp > 0 ? ep / tp : 0) }'
+  echo "| server | median rps | rps spread | median p99 µs | p99 spread µs | median server CPU µs/req | CPU spread |"
+  echo "|--------|-----------:|-----------:|--------------:|--------------:|------:|------:|"
+  echo "| ebb ($(basename "$EBB_BIN")) | $er_med | $er_min–$er_max | $ep_med | $ep_min–$ep_max | $ec_med | $ec_min–$ec_max |"
+  echo "| tokio | $tr_med | $tr_min–$tr_max | $tp_med | $tp_min–$tp_max | $tc_med | $tc_min–$tc_max |"
+  awk -v er="$er_med" -v tr="$tr_med" -v ep="$ep_med" -v tp="$tp_med" -v ec="$ec_med" -v tc="$tc_med" 'BEGIN {
+    printf "| **ebb/tokio** | **%.3f×** | | **%.3f×** | | **%.2f×** | |\n", (tr > 0 ? er / tr : 0), (tp > 0 ? ep / tp : 0), (tc > 0 ? ec / tc : 0) }'
 }
 
 echo "# echo-compare $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nproc) CPUs ($(uname -r))"

@@ -32,3 +32,15 @@ stats() {
     m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
     printf "%.1f %.1f %.1f\n", m, v[1], v[NR] }'
 }
+
+# cpu_ticks PID -> user + system CPU time of the process (all its threads) in clock ticks
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+# seconds DURATION -> seconds in a "5s" / "500ms" / "2" duration
+seconds() {
+  case $1 in
+    *ms) awk -v v="${1%ms}" 'BEGIN { print v / 1000 }' ;;
+    *s) echo "${1%s}" ;;
+    *) echo "$1" ;;
+  esac
+}

@@ -18,11 +18,20 @@
 #
 # Every command is first run once and checked: ebb-vmm must exit 0 and print the
 # guest's line; QEMU must exit with status 1 (= guest exit code 0 through isa-debug-exit,
-# `(code << 1) | 1`) and print the same line on the serial console. hyperfine then runs
-# with -N (no shell) and -i (QEMU's status 1 is success here; the pre-flight check is what
-# guards correctness). The QEMU commands run under `timeout`, whose own exec is part of
-# their time (about 1 ms, next to QEMU's tens of milliseconds). Prints a Markdown table
-# (median, mean ± σ, min–max, ratios) and writes it to $OUT_DIR/boot.md with the JSON.
+# `(code << 1) | 1`) and print the same line on the serial console.
+#
+# Then hyperfine times every command alike, with -N (no shell) and without -i: each runs
+# under `expect-status --wait-descendants STATUS --` (bench/src/bin/expect-status.rs),
+# which turns the expected status into 0 and anything else into a failure — a failed run
+# stops the benchmark instead of counting as a fast one — and which waits for every
+# process the command left behind. So **every row includes the VM's teardown**: QEMU
+# tears its VM down before it exits; our monitor hands the teardown to a background
+# process and exits first (what a user waiting for the exit status sees; the
+# `ebb-vmm (exit status only)` row times that, without waiting for the teardown). The
+# wrapper's own cost (one fork + exec, about 1 ms here) is in every row, /bin/true's too.
+# The QEMU commands also run under `timeout` (its exec is part of their time). Prints a
+# Markdown table (median, mean ± σ, min–max, ratios) and writes it to $OUT_DIR/boot.md
+# with the JSON.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -46,9 +55,12 @@ if [[ $SKIP_BUILD != 1 ]]; then
   cargo build --release --target x86_64-unknown-none \
     --manifest-path tests/guests/Cargo.toml --target-dir "$TARGET/guests" >&2
   cargo build --release -p ebb-cli >&2
+  cargo build --release -p ebb-bench --bin expect-status >&2
   "$TARGET/release/ebb" build --native hello >&2
 fi
 EBB=$TARGET/release/ebb
+EXPECT=$TARGET/release/expect-status
+[[ -x $EXPECT ]] || die "no expect-status at $EXPECT (cargo build --release -p ebb-bench)"
 APP_IMAGE=$TARGET/x86_64-unknown-none/release/hello
 [[ -x $VMM ]] || die "no monitor at $VMM"
 [[ -f $IMAGE ]] || die "no image at $IMAGE"
@@ -72,10 +84,15 @@ check() {
     return 0
   fi
   names+=("$name")
-  commands+=("$*")
+  commands+=("$EXPECT --wait-descendants $expected -- $*")
 }
 
 check "ebb-vmm" 0 "$VMM" "$IMAGE"
+# The same, timed only until the exit status (the teardown continues in the background).
+check "ebb-vmm (exit status only)" 0 "$VMM" "$IMAGE"
+if [[ ${names[-1]} == "ebb-vmm (exit status only)" ]]; then
+  commands[-1]="$EXPECT 0 -- $VMM $IMAGE"
+fi
 # The user's command: `ebb run` on the apps/hello image (given as a file, so no cargo
 # call is timed; `ebb run hello` adds cargo's up-to-date check, ≈ 0.1 s).
 if [[ -x $EBB && -f $APP_IMAGE ]]; then
@@ -97,9 +114,9 @@ else
   echo "boot-compare: QEMU commands left out: qemu-system-x86_64 is not installed" >&2
 fi
 names+=("/bin/true")
-commands+=("/bin/true")
+commands+=("$EXPECT --wait-descendants 0 -- /bin/true")
 
-hyperfine -N -i --warmup 3 --runs "$RUNS" --export-json "$OUT_DIR/boot.json" \
+hyperfine -N --warmup 3 --runs "$RUNS" --export-json "$OUT_DIR/boot.json" \
   "${commands[@]}" >"$OUT_DIR/hyperfine.txt" 2>&1 || {
   cat "$OUT_DIR/hyperfine.txt" >&2
   die "hyperfine failed"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Native micro-benchmarks, each against its Linux peer in the same run (see
 # bench/results/native-micro.md):
-#   1. library-OS call (event::core_id, event::now) vs Linux getpid (raw syscall), cycles;
+#   1. library-OS call (event::core_id, event::now) vs Linux: getpid (raw system call) and
+#      clock_gettime(CLOCK_MONOTONIC) (vDSO, no system call: the peer of event::now), cycles;
 #   2. OS noise: gaps between back-to-back TSC reads, native guest vs Linux process, core 0;
 #   3. cross-core wake-up: spawn_on to a vCPU asleep in WAIT vs FUTEX_WAKE of a thread;
 #   4. Hoard threadtest natively (1 and 2 vCPUs) vs hosted ebb, glibc, jemalloc, mimalloc.
 # Usage: bench/scripts/native-micro.sh [REPEATS] [NOISE_SECONDS] [RAW_OUT]
+#   BENCHES="libos noise wake threadtest" (the default) picks which to run.
 # Each repeat runs every benchmark once, native and Linux back to back, so slow drifts in
 # background load hit both alike. Prints medians, min–max and native/Linux ratios.
 set -euo pipefail
@@ -13,6 +15,8 @@ cd "$(dirname "$0")/../.."
 REPEATS=${1:-3}
 NOISE_SECONDS=${2:-5}
 RAW=${3:-${TMPDIR:-/tmp}/native-micro-raw.txt}
+BENCHES=${BENCHES:-libos noise wake threadtest}
+want() { [[ " $BENCHES " == *" $1 "* ]]; }
 TARGET=${CARGO_TARGET_DIR:-target}
 
 cargo build --release -q -p ebb-vmm
@@ -39,12 +43,19 @@ run() {
 
 : >"$RAW"
 for rep in $(seq 1 "$REPEATS"); do
-  run libos "$VMM" "$GUESTS/bench_libos_call" --cpus 1 --pin --timeout 120
-  run libos taskset -c 0 "$BIN/getpid-cycles"
-  run noise "$VMM" "$GUESTS/bench_noise" --cpus 1 --pin --timeout $((NOISE_SECONDS + 60)) -- "seconds=$NOISE_SECONDS"
-  run noise taskset -c 0 "$BIN/tsc-noise" --seconds "$NOISE_SECONDS"
-  run wake "$VMM" "$GUESTS/bench_wake" --cpus 2 --pin --timeout 120 -- rounds=500
-  run wake "$BIN/wake-latency" --rounds 500 --waker-core 0 --sleeper-core 1
+  if want libos; then
+    run libos "$VMM" "$GUESTS/bench_libos_call" --cpus 1 --pin --timeout 120
+    run libos taskset -c 0 "$BIN/getpid-cycles"
+  fi
+  if want noise; then
+    run noise "$VMM" "$GUESTS/bench_noise" --cpus 1 --pin --timeout $((NOISE_SECONDS + 60)) -- "seconds=$NOISE_SECONDS"
+    run noise taskset -c 0 "$BIN/tsc-noise" --seconds "$NOISE_SECONDS"
+  fi
+  if want wake; then
+    run wake "$VMM" "$GUESTS/bench_wake" --cpus 2 --pin --timeout 120 -- rounds=500
+    run wake "$BIN/wake-latency" --rounds 500 --waker-core 0 --sleeper-core 1
+  fi
+  want threadtest || continue
   for cfg in "100000 1000" "100 1000000"; do
     read -r n i <<<"$cfg"
     for t in 1 2; do
@@ -92,6 +103,8 @@ print("\n| ratio (per repeat, median batch) | value |\n|---|---|")
 for call in ("core_id", "now"):
     if ("native", call) in calls and ("linux", "getpid") in calls:
         ratio_line(f"getpid / {call}", calls[("linux", "getpid")][1], calls[("native", call)][1])
+if ("native", "now") in calls and ("linux", "clock_gettime") in calls:
+    ratio_line("clock_gettime (vDSO) / now", calls[("linux", "clock_gettime")][1], calls[("native", "now")][1])
 
 print("\n### 2. OS noise (gaps between consecutive TSC reads, core 0)\n")
 keys = ["median", "p999", "p9999", "max", "max_ns", "over_1us", "over_10us", "over_100us", "gaps"]

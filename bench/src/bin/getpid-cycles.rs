@@ -1,8 +1,10 @@
 //! `getpid-cycles`: the cost of a Linux system call in TSC cycles, the peer of the native
 //! `bench_libos_call` guest (a library-OS call is a function call there).
 //!
-//! Times `libc::syscall(SYS_getpid)` (raw: glibc may cache `getpid()`), a plain
-//! non-inlined function call, the empty loop, and an 8-byte `Box` allocated and freed
+//! Times `libc::syscall(SYS_getpid)` (raw: glibc may cache `getpid()`), the system call
+//! row; `clock_gettime(CLOCK_MONOTONIC)` through glibc and the vDSO, no system call — the
+//! real peer of the native `event::now()`, which a Linux program reads its clock with; a
+//! plain non-inlined function call, the empty loop, and an 8-byte `Box` allocated and freed
 //! through ebb-mem's general-purpose allocator (this binary's global allocator, on a thread
 //! declared Ebbflow core 0, as natively), each as `--batches` batches of `--per-batch`
 //! calls, with the same loop as the guest (`bench/src/tsc_bench.rs`). Prints
@@ -79,6 +81,16 @@ fn main() {
         black_box(unsafe { libc::syscall(libc::SYS_getpid) });
     });
     report("getpid", &mut batches, per_batch);
+
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    time_batches(&host_rdtsc, per_batch, &mut batches, || {
+        // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+        black_box(unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, black_box(&mut ts)) });
+    });
+    report("clock_gettime", &mut batches, per_batch);
 
     percore::set_current_core(Some(CoreId(0)));
     time_batches(&host_rdtsc, per_batch, &mut batches, || {
