@@ -44,3 +44,17 @@ seconds() {
     *) echo "$1" ;;
   esac
 }
+
+# net_bench SCRIPT TOOLS... : for the ebb-net-bench scripts — prints "SKIPPED: SCRIPT:
+# ..." and exits 0 when one of TOOLS is missing, else builds ebb-net-bench (package
+# bench/net) and sets REPO and NET_BENCH (its executable)
+net_bench() {
+  local script=$1 tool
+  shift
+  for tool in "$@" cargo python3; do
+    command -v "$tool" >/dev/null || { echo "SKIPPED: $script: \`$tool\` is not installed"; exit 0; }
+  done
+  REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  (cd "$REPO" && cargo build --release -q -p ebb-net-bench)
+  NET_BENCH="${CARGO_TARGET_DIR:-$REPO/target}/release/ebb-net-bench"
+}

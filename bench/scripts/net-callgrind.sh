@@ -18,18 +18,11 @@ set -euo pipefail
 ROUNDS=${ROUNDS:-5000}
 BYTES=${BYTES:-10000000}
 
-skip() {
-  echo "SKIPPED: net-callgrind: $1"
-  exit 0
-}
-for tool in valgrind cargo python3; do
-  command -v "$tool" >/dev/null || skip "\`$tool\` is not installed"
-done
-
-repo="$(cd "$(dirname "$0")/../.." && pwd)"
-target="${CARGO_TARGET_DIR:-$repo/target}"
-(cd "$repo" && cargo build --release -q -p ebb-net-bench)
-bench="$target/release/ebb-net-bench"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/../lib.sh"
+net_bench net-callgrind valgrind
+repo=$REPO
+bench=$NET_BENCH
 echo "# $(cd "$repo" && git rev-parse --short HEAD) $(date -u +%FT%TZ) $(valgrind --version)"
 
 work=$(mktemp -d)

@@ -20,18 +20,11 @@ CPU=${CPU:-1}
 ROUNDS=${ROUNDS:-50000}
 BYTES=${BYTES:-100000000}
 
-skip() {
-  echo "SKIPPED: net-smoltcp: $1"
-  exit 0
-}
-for tool in taskset cargo python3; do
-  command -v "$tool" >/dev/null || skip "\`$tool\` is not installed"
-done
-
-repo="$(cd "$(dirname "$0")/../.." && pwd)"
-target="${CARGO_TARGET_DIR:-$repo/target}"
-(cd "$repo" && cargo build --release -q -p ebb-net-bench)
-bench="$target/release/ebb-net-bench"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/../lib.sh"
+net_bench net-smoltcp taskset
+repo=$REPO
+bench=$NET_BENCH
 echo "# $(cd "$repo" && git rev-parse --short HEAD) $(date -u +%FT%TZ) on CPU $CPU, $RUNS runs"
 echo "# before: $(uptime)"
 
