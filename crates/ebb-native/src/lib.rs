@@ -3,8 +3,8 @@
 //! The guest side of the native runtime. An image built with this crate is a static
 //! x86_64 ELF that `ebb-vmm` boots directly at CPL 3 (see `docs/06-native-monitor.md`):
 //!
-//! * [`abi`] — the boot protocol and hypercall ABI shared with the monitor (plain data,
-//!   builds everywhere; the monitor depends on it);
+//! * [`abi`] — the boot protocol and hypercall ABI, re-exported from the `ebb-abi` crate
+//!   that the monitor depends on too (the monitor does not depend on this crate);
 //! * `entry!` — declares the image's main function; `_start` validates the boot info and
 //!   runs it on core 0 (other cores run an optional secondary function, then park);
 //! * `runtime_entry!` / `runtime` — runs **ebb-core's runtime** on every vCPU: core 0
@@ -67,7 +67,8 @@
 #[cfg(target_os = "none")]
 extern crate alloc;
 
-pub mod abi;
+/// The boot protocol and hypercall ABI, from the crate both sides share.
+pub use ebb_abi as abi;
 
 #[cfg(target_os = "none")]
 pub mod arch;

@@ -1,5 +1,5 @@
 //! The guest console: one single-producer, single-consumer byte ring per core in guest
-//! memory ([`ConsoleRing`](ebb_native::abi::ConsoleRing)), drained by the monitor.
+//! memory ([`ConsoleRing`](ebb_abi::ConsoleRing)), drained by the monitor.
 //!
 //! The guest never exits to print: it appends to its ring and publishes the new `head`.
 //! The monitor drains every ring periodically from its main thread, on the flush
@@ -11,7 +11,7 @@
 use crate::guest::GuestMem;
 use crate::hypercall::AbiError;
 use crate::layout::Layout;
-use ebb_native::abi::{CONSOLE_CAPACITY, ConsoleRing};
+use ebb_abi::{CONSOLE_CAPACITY, ConsoleRing};
 use std::io::Write;
 use std::mem::{offset_of, size_of};
 use std::sync::Mutex;

@@ -4,7 +4,7 @@
 //! Pure data: the caller ([`crate::vm`]) writes [`gdt_page`] into guest memory and hands the
 //! register sets to KVM.
 
-use ebb_native::abi::{
+use ebb_abi::{
     GDT_ADDR, GDT_ENTRIES, PAGE_TABLES_ADDR, TSS_ADDR, TSS_IO_BITMAP_OFFSET, TSS_SIZE, gdt_entries,
     selectors,
 };

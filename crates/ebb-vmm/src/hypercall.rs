@@ -1,6 +1,6 @@
 //! Hypercall decoding and handling: the trust boundary between the guest and the monitor.
 //!
-//! A hypercall is a 32-bit `out` to [`HYPERCALL_PORT`](ebb_native::abi::HYPERCALL_PORT)
+//! A hypercall is a 32-bit `out` to [`HYPERCALL_PORT`](ebb_abi::HYPERCALL_PORT)
 //! whose value is the guest-physical address of an argument block. Everything in the block
 //! is guest-controlled: the block itself, and every address and length inside it, is
 //! checked against guest memory before use, and anything malformed ends the VM with an
@@ -9,7 +9,7 @@
 
 use crate::report::Outcome;
 use crate::vm::Shared;
-use ebb_native::abi::{
+use ebb_abi::{
     HC_CLOCK, HC_CONSOLE_FLUSH, HC_EXIT, HC_PANIC, HC_WAIT, HcClock, HcExit, HcPanic, HcWait,
     HypercallHeader, PANIC_FRAMES_MAX, PANIC_MESSAGE_MAX, WAIT_KICKED, WAIT_TIMED_OUT,
 };
@@ -283,7 +283,7 @@ mod tests {
     //! The decoder against a hostile guest, over plain host memory (no KVM).
     use super::*;
     use crate::testing::{FakeGuest, MEM_SIZE};
-    use ebb_native::abi::HcPanic;
+    use ebb_abi::HcPanic;
 
     /// Where the tests put argument blocks: inside guest memory, 8-byte aligned, clear of
     /// the console rings (which the flush hypercall reads).

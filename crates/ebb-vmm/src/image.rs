@@ -1,12 +1,12 @@
 //! Guest images: static, non-PIE x86_64 ELF executables linked at
-//! [`IMAGE_BASE`](ebb_native::abi::IMAGE_BASE) and above, parsed with the `object` crate.
+//! [`IMAGE_BASE`](ebb_abi::IMAGE_BASE) and above, parsed with the `object` crate.
 //!
 //! [`Image::parse`] validates everything the loader relies on (machine, type, every
 //! loadable segment's bounds, the entry point) before a byte reaches guest memory;
 //! [`Symbolizer`] turns guest addresses back into `function+offset` for fault and panic
 //! reports.
 
-use ebb_native::abi::IMAGE_BASE;
+use ebb_abi::IMAGE_BASE;
 use object::{Architecture, Object, ObjectKind, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::path::Path;
 

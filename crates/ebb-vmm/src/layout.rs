@@ -3,9 +3,9 @@
 //! Pure computation (no KVM, no guest memory): [`Layout::new`] places the image, the stacks
 //! and the free memory for a VM and [`Layout::page_map`] says how every 4 KiB page is
 //! mapped; [`crate::paging`] turns that into page tables. The fixed part of the layout is
-//! in [`ebb_native::abi`].
+//! in [`ebb_abi`].
 
-use ebb_native::abi::{
+use ebb_abi::{
     BOOT_INFO_ADDR, CMDLINE_ADDR, CMDLINE_MAX, CONSOLE_ADDR, CONSOLE_STRIDE, GDT_ADDR, IMAGE_BASE,
     MAX_CPUS, MemKind, MemRegion, PERCORE_STRIDE, STACK_SIZE, TSS_ADDR, TSS_SIZE,
 };

@@ -4,7 +4,7 @@
 //! KVM VM, with the guest running **entirely at CPL 3** and the monitor doing everything
 //! privileged (see `docs/00-overview.md` and `docs/06-native-monitor.md`: under the
 //! nested PVM KVM of our machines, CPL-0 guest code is emulated about 1,000× slower). The
-//! boot protocol and hypercall ABI are in [`ebb_native::abi`] and
+//! boot protocol and hypercall ABI are in [`ebb_abi`] and
 //! `docs/06-native-monitor.md`.
 //!
 //! Pipeline: [`image`] parses and validates the ELF → [`layout`] places image, stacks and

@@ -7,7 +7,7 @@
 //! host buffer and copied into the guest's page-table area in one write.
 
 use crate::layout::{LARGE_PAGE_SIZE, MappedRange, PAGE_SIZE, PageKind};
-use ebb_native::abi::{PAGE_TABLES_ADDR, PAGE_TABLES_END};
+use ebb_abi::{PAGE_TABLES_ADDR, PAGE_TABLES_END};
 
 const PRESENT: u64 = 1 << 0;
 const WRITABLE: u64 = 1 << 1;
@@ -134,7 +134,7 @@ impl PageTables {
 mod tests {
     use super::*;
     use crate::layout::Layout;
-    use ebb_native::abi::{BOOT_INFO_ADDR, GDT_ADDR, IMAGE_BASE, PERCORE_STRIDE};
+    use ebb_abi::{BOOT_INFO_ADDR, GDT_ADDR, IMAGE_BASE, PERCORE_STRIDE};
 
     #[test]
     fn maps_layout_like_the_page_map() {

@@ -8,7 +8,7 @@ use crate::guest::GuestMem;
 use crate::hypercall::{self, AbiError, Caller, Step};
 use crate::layout::Layout;
 use crate::vm::Shared;
-use ebb_native::abi::IMAGE_BASE;
+use ebb_abi::IMAGE_BASE;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use vm_memory::{GuestAddress, GuestMemoryMmap};

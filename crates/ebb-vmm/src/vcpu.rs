@@ -6,7 +6,7 @@
 use crate::hypercall::{self, AbiError, Caller, Step};
 use crate::report::{Outcome, VcpuState};
 use crate::vm::Shared;
-use ebb_native::abi::{HYPERCALL_PORT, KICK_PORT};
+use ebb_abi::{HYPERCALL_PORT, KICK_PORT};
 use kvm_ioctls::{VcpuExit, VcpuFd};
 use std::sync::Arc;
 use vmm_sys_util::eventfd::EventFd;

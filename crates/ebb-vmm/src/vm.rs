@@ -21,7 +21,7 @@ use crate::layout::{Layout, LayoutError};
 use crate::paging::{PageTables, PagingError};
 use crate::report::{Outcome, VcpuState};
 use crate::sys;
-use ebb_native::abi::{
+use ebb_abi::{
     BOOT_INFO_ADDR, BOOT_MAGIC, BOOT_VERSION, BootInfo, CMDLINE_ADDR, GDT_ADDR, HOST_EBB_VMM,
     HYPERCALL_PORT, KICK_PORT, MAX_MEM_REGIONS, MemRegion, PAGE_TABLES_ADDR, PERCORE_STRIDE,
     PerCore, TSS_ADDR,
@@ -323,7 +323,7 @@ impl Vm {
         let image = Image::parse(bytes)?;
         let layout = Layout::new(config.mem_size, config.cpus, image.start, image.end)?;
         let vcpu_threads = spawn_vcpu_threads(layout.cpus, config.pin)?;
-        if config.cmdline.len() as u64 > ebb_native::abi::CMDLINE_MAX {
+        if config.cmdline.len() as u64 > ebb_abi::CMDLINE_MAX {
             return Err(LayoutError::CmdlineTooLong(config.cmdline.len()).into());
         }
         let tables = PageTables::build(&layout.page_map(), layout.mem_size)?;

@@ -1,6 +1,9 @@
-//! The boot protocol and hypercall ABI shared by `ebb-vmm` (the monitor) and the guest.
+//! # ebb-abi — the boot protocol and hypercall ABI between monitor and guest
 //!
-//! This module is the single source of truth for both sides: the monitor writes these
+//! The interface two programs share: `ebb-vmm` (the monitor) and `ebb-native` (the guest
+//! runtime) both depend on this crate and on nothing of each other.
+//!
+//! This crate is the single source of truth for both sides: the monitor writes these
 //! structures into guest memory field by field (at `core::mem::offset_of!` offsets), the
 //! guest reads them through `#[repr(C)]` references. Under a standard hypervisor the
 //! image's own PVH stub (`pvh::boot`) writes the same structures at the same addresses
@@ -23,6 +26,10 @@
 //! | `percore_addr` = `image_end` + core × [`PERCORE_STRIDE`] | per-core blocks ([`PerCore`] header, then the runtime's part) | user, read-write |
 //! | after the per-core blocks | per-core stacks, each below a 4 KiB guard page | user, read-write |
 //! | the rest up to `mem_size` | free ([`MemKind::Usable`]) | user, read-write |
+
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 /// `BootInfo::magic`: "EBBFLOW1" in little-endian byte order.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"EBBFLOW1");
