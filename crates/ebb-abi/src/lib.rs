@@ -31,6 +31,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod virtio;
+
 /// `BootInfo::magic`: "EBBFLOW1" in little-endian byte order.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"EBBFLOW1");
 /// Version of this protocol; the guest refuses a block with another one. Version 3 added
