@@ -41,7 +41,7 @@ async fn serve_linux(args: Args) -> Result<(), String> {
 }
 
 async fn serve_tap(args: Args, config: ebb_hosted::netstack::NetStackConfig) -> Result<(), String> {
-    let stack = ebb_hosted::netstack::NetStack::start(config)
+    let stack = ebb_hosted::netstack::start(config)
         .map_err(|e| format!("cannot start ebb-net: {e}"))?;
     let cidr = event::timeout(Duration::from_secs(60), stack.wait_for_address())
         .await
@@ -58,7 +58,7 @@ async fn serve_tap(args: Args, config: ebb_hosted::netstack::NetStackConfig) -> 
     println!(
         "httpd: listening on {} (ebb-net on {}, {} core(s))",
         SocketAddrV4::new(cidr.address(), args.port),
-        stack.tap_name().unwrap_or_default(),
+        stack.device_name().unwrap_or_default(),
         stack.cores().len()
     );
     let _ = std::io::stdout().flush();

@@ -19,7 +19,7 @@ use clap::Parser;
 use ebb_core::event;
 use ebb_core::future::promise;
 use ebb_core::net::{CloseReason, TcpConnection, TcpErrorKind, TcpHandler};
-use ebb_hosted::netstack::{NetStack, Placement};
+use ebb_hosted::netstack::Placement;
 use sink::net_args::{NetArgs, run_app};
 use sink::pattern::Pattern;
 use sink::{Echo, PatternSender, ReportFn, Sink, StreamReport};
@@ -164,7 +164,7 @@ async fn wait_or_forever(once: bool, done: ebb_core::future::PromiseFuture<()>) 
 }
 
 async fn main_tap(args: Args, config: ebb_hosted::netstack::NetStackConfig) -> Result<(), String> {
-    let stack = NetStack::start(config).map_err(|e| format!("cannot start ebb-net: {e}"))?;
+    let stack = ebb_hosted::netstack::start(config).map_err(|e| format!("cannot start ebb-net: {e}"))?;
     let cidr = event::timeout(Duration::from_secs(60), stack.wait_for_address())
         .await
         .map_err(|_| "no address within 60 s".to_string())?
@@ -199,7 +199,7 @@ async fn main_tap(args: Args, config: ebb_hosted::netstack::NetStackConfig) -> R
         println!(
             "sink: listening on {} (ebb-net on {}, {} core(s))",
             SocketAddrV4::new(cidr.address(), args.port),
-            stack.tap_name().unwrap_or_default(),
+            stack.device_name().unwrap_or_default(),
             stack.cores().len()
         );
         let _ = std::io::stdout().flush();

@@ -233,7 +233,7 @@ where
             Started::Skip(capability, reason) => return Outcome::Skipped(capability, reason),
             Started::Failed(e) => return Outcome::Ran(Err(e), Box::new(None)),
         };
-        let dev = match stack.tap_name() {
+        let dev = match stack.device_name() {
             Ok(dev) => dev,
             Err(e) => return Outcome::Ran(Err(e.to_string()), Box::new(None)),
         };
@@ -556,7 +556,7 @@ fn dhcp_configured_stack_serves_a_request() {
         true,
         move |env| async move {
             let result = async {
-                let dev = env.stack.tap_name().map_err(|e| e.to_string())?;
+                let dev = env.stack.device_name().map_err(|e| e.to_string())?;
                 // No address before the lease: connecting is refused at once.
                 let early = env.stack.connect(SocketAddrV4::new(env.linux_ip, 80)).await;
                 if !matches!(early, Err(TcpErrorKind::AddressNotAvailable)) {

@@ -443,7 +443,7 @@ async fn run_body(
     linux_ip: Ipv4Addr,
     static_address: Option<Ipv4Cidr>,
 ) -> Result<Seen, String> {
-    let dev = stack.tap_name().map_err(|e| e.to_string())?;
+    let dev = stack.device_name().map_err(|e| e.to_string())?;
     adopt(ns, &dev, &format!("{linux_ip}/24"));
     stack.ready().await.map_err(|e| format!("ready: {e}"))?;
     // With DHCP: a server in the namespace; the lease it gives is our address.

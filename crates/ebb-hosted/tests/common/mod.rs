@@ -183,11 +183,11 @@ pub enum Started {
 /// Starts a `NetStack` (on a core of a running runtime), telling "cannot run here"
 /// apart from failure.
 pub fn start_netstack(config: ebb_hosted::netstack::NetStackConfig) -> Started {
-    use ebb_hosted::netstack::{NetStack, NetStackError};
+    use ebb_hosted::netstack::{StartError, start};
     use ebb_hosted::tap::TapError;
-    match NetStack::start(config) {
+    match start(config) {
         Ok(stack) => Started::Running(stack),
-        Err(NetStackError::Tap(
+        Err(StartError::Tap(
             e @ (TapError::NoTunDevice | TapError::PermissionDenied { .. }),
         )) => Started::Skip(Capability::Tap, e.to_string()),
         Err(e) => Started::Failed(format!("start: {e}")),
