@@ -16,6 +16,9 @@
 //!   scaled by the boot-info frequency (anchored to the monitor's monotonic clock); an idle
 //!   core makes the WAIT hypercall with its next timer deadline; `wake` is the kick
 //!   (ioeventfd), which ebb-core sends only to a core that may be asleep;
+//! * `poll` — devices a core polls (virtio-net queue pairs in shared memory): checked on
+//!   every poll for device events, armed before the WAIT hypercall so the device can wake
+//!   the vCPU — the native counterpart of the hosted epoll reactor;
 //! * `heap` — the `#[global_allocator]`: ebb-mem's general-purpose allocator (per-core
 //!   slabs with remote frees over a buddy page allocator) fed every usable region of the
 //!   boot memory map on first use (feature `global-allocator`, on by default);
@@ -84,6 +87,8 @@ pub mod hypercall;
 mod panic;
 #[cfg(target_os = "none")]
 pub mod platform;
+#[cfg(target_os = "none")]
+pub mod poll;
 #[cfg(target_os = "none")]
 pub mod pvh;
 #[cfg(target_os = "none")]

@@ -173,7 +173,11 @@ impl Platform for NativePlatform {
     }
 
     fn poll_events(&self, core: CoreId, deadline: Instant) -> usize {
-        // No devices yet: the only event source is the kick, which needs no dispatching.
+        // Devices first (shared-memory rings, no exit); the kick needs no dispatching.
+        let dispatched = crate::poll::poll();
+        if dispatched > 0 {
+            return dispatched;
+        }
         let now = self.now();
         if deadline <= now {
             return 0;
@@ -187,6 +191,11 @@ impl Platform for NativePlatform {
             }
             left - self.wait_early_ns
         };
+        // About to sleep: devices ask the monitor to wake this vCPU, and look once more.
+        let dispatched = crate::poll::arm_all();
+        if dispatched > 0 {
+            return dispatched;
+        }
         let counters = self.cores.get(core.index());
         if let Some(c) = counters {
             c.in_wait.store(true, Ordering::Relaxed);

@@ -16,14 +16,15 @@ pub const PAGE_SIZE: u64 = 0x1000;
 pub const LARGE_PAGE_SIZE: u64 = 0x20_0000;
 /// Smallest guest memory accepted.
 pub const MIN_MEM: u64 = 8 << 20;
-/// Largest guest memory accepted (the page-table area is sized for it).
-pub const MAX_MEM: u64 = 16 << 30;
+/// Largest guest memory accepted: RAM ends below the virtio-MMIO window
+/// ([`ebb_abi::virtio::MMIO_WINDOW_START`], 4,074 MiB), which every guest has mapped.
+pub const MAX_MEM: u64 = ebb_abi::virtio::MMIO_WINDOW_START;
 
 /// Why a layout cannot be built.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LayoutError {
     /// Guest memory must be a multiple of 2 MiB between [`MIN_MEM`] and [`MAX_MEM`].
-    #[error("guest memory of {0:#x} bytes is not a multiple of 2 MiB between 8 MiB and 16 GiB")]
+    #[error("guest memory of {0:#x} bytes is not a multiple of 2 MiB between 8 MiB and 4074 MiB")]
     BadMemSize(u64),
     /// The vCPU count must be between 1 and [`MAX_CPUS`].
     #[error("{0} vCPUs requested: must be between 1 and {MAX_CPUS}")]

@@ -13,6 +13,8 @@ const PRESENT: u64 = 1 << 0;
 const WRITABLE: u64 = 1 << 1;
 const USER: u64 = 1 << 2;
 const LARGE: u64 = 1 << 7;
+const WRITE_THROUGH: u64 = 1 << 3;
+const CACHE_DISABLE: u64 = 1 << 4;
 const NO_EXECUTE: u64 = 1 << 63;
 const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
 const ENTRIES: usize = 512;
@@ -96,6 +98,35 @@ impl PageTables {
                 }
             }
         }
+        // The virtio-MMIO window: one uncached user read-write large page above RAM
+        // (`Layout` keeps RAM below it), in the PD of the fourth GiB.
+        let window = ebb_abi::virtio::MMIO_WINDOW_START;
+        debug_assert!(mem_size <= window);
+        let window_gib = window / GIB;
+        let pd = if window_gib < gibs {
+            2 + window_gib
+        } else {
+            let pd = pages;
+            pages += 1;
+            if pages > available {
+                return Err(PagingError::AreaFull {
+                    needed: pages,
+                    available,
+                });
+            }
+            words.resize(pages as usize * ENTRIES, 0);
+            words[ENTRIES + window_gib as usize] = page_addr(pd) | TABLE_FLAGS;
+            pd
+        };
+        let pde = pd as usize * ENTRIES + ((window % GIB) / LARGE_PAGE_SIZE) as usize;
+        words[pde] = window
+            | PRESENT
+            | WRITABLE
+            | USER
+            | NO_EXECUTE
+            | WRITE_THROUGH
+            | CACHE_DISABLE
+            | LARGE;
         Ok(PageTables { words })
     }
 
@@ -182,9 +213,22 @@ mod tests {
     }
 
     #[test]
-    fn sixteen_gib_fits_the_area() {
+    fn the_largest_memory_fits_the_area() {
         let mem = crate::layout::MAX_MEM;
         let l = Layout::new(mem, 64, IMAGE_BASE, IMAGE_BASE + (40 << 20)).unwrap();
         PageTables::build(&l.page_map(), mem).unwrap();
+    }
+
+    #[test]
+    fn the_virtio_window_is_mapped_uncached_for_the_user() {
+        for mem in [64 << 20, crate::layout::MAX_MEM] {
+            let l = Layout::new(mem, 1, IMAGE_BASE, IMAGE_BASE + 0x1000).unwrap();
+            let tables = PageTables::build(&l.page_map(), mem).unwrap();
+            let (phys, flags) = tables
+                .translate(ebb_abi::virtio::MMIO_BASE + 0x50)
+                .expect("the window is mapped");
+            assert_eq!(phys, ebb_abi::virtio::MMIO_BASE + 0x50);
+            assert_eq!(flags & (USER | WRITABLE | CACHE_DISABLE), USER | WRITABLE | CACHE_DISABLE);
+        }
     }
 }

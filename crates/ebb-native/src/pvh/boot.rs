@@ -395,6 +395,8 @@ fn write_gdt_and_tss() {
 const PRESENT: u64 = 1 << 0;
 const WRITABLE: u64 = 1 << 1;
 const USER: u64 = 1 << 2;
+const WRITE_THROUGH: u64 = 1 << 3;
+const CACHE_DISABLE: u64 = 1 << 4;
 const LARGE: u64 = 1 << 7;
 const USER_RW: u64 = PRESENT | WRITABLE | USER;
 
@@ -402,7 +404,8 @@ const USER_RW: u64 = PRESENT | WRITABLE | USER;
 /// two page tables of 4 KiB pages, for the low 2 MiB (as the monitor maps it: GDT and TSS
 /// supervisor, boot info and command line user read-only, the console ring user
 /// read-write, the rest not present) and for the chunk holding the stack guard page (not
-/// present). Every other 2 MiB chunk below `mem_size` is one user read-write large page.
+/// present). Every other 2 MiB chunk below `mem_size` is one user read-write large page,
+/// and so is the virtio-MMIO window (uncached), as the monitor maps it.
 /// Returns the PML4's address.
 fn write_page_tables(layout: &PvhLayout) -> u64 {
     let gib = layout.mem_size.div_ceil(1 << 30);
@@ -411,21 +414,33 @@ fn write_page_tables(layout: &PvhLayout) -> u64 {
     let pds = pdpt + PAGE;
     let low_pt = pds + gib * PAGE;
     let guard_pt = low_pt + PAGE;
+    let window = crate::abi::virtio::MMIO_WINDOW_START;
+    let window_gib = window >> 30;
+    let window_pd = if window_gib < gib {
+        pds + window_gib * PAGE
+    } else {
+        guard_pt + PAGE
+    };
     let set = |table: u64, index: u64, entry: u64| {
         // SAFETY: `table` is one of the page-table pages above, inside the page-table area
-        // of the fixed layout (at most 8 pages of it), and `index < 512`.
+        // of the fixed layout (at most 9 pages of it), and `index < 512`.
         unsafe { ((table + index * 8) as *mut u64).write(entry) };
     };
-    // SAFETY: the page-table pages (at most 8 of the area's 112), zeroed before use.
-    unsafe { core::ptr::write_bytes(pml4 as *mut u8, 0, (guard_pt + PAGE - pml4) as usize) };
+    // SAFETY: the page-table pages (at most 9 of the area's 112), zeroed before use.
+    unsafe { core::ptr::write_bytes(pml4 as *mut u8, 0, (guard_pt + 2 * PAGE - pml4) as usize) };
 
     set(pml4, 0, pdpt | USER_RW);
     let guard_chunk = layout.guard & !(LARGE_PAGE - 1);
     for g in 0..gib {
         set(pdpt, g, (pds + g * PAGE) | USER_RW);
     }
+    if window_gib >= gib {
+        set(pdpt, window_gib, window_pd | USER_RW);
+    }
+    let window_entry = window | USER_RW | WRITE_THROUGH | CACHE_DISABLE | LARGE;
+    set(window_pd, (window >> 21) & 511, window_entry);
     let mut chunk = 0;
-    while chunk < layout.mem_size {
+    while chunk < layout.mem_size.min(window) {
         let (pd, index) = (pds + (chunk >> 30) * PAGE, (chunk >> 21) & 511);
         let entry = match chunk {
             0 => low_pt | USER_RW,
