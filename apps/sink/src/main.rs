@@ -164,7 +164,8 @@ async fn wait_or_forever(once: bool, done: ebb_core::future::PromiseFuture<()>) 
 }
 
 async fn main_tap(args: Args, config: ebb_hosted::netstack::NetStackConfig) -> Result<(), String> {
-    let stack = ebb_hosted::netstack::start(config).map_err(|e| format!("cannot start ebb-net: {e}"))?;
+    let stack =
+        ebb_hosted::netstack::start(config).map_err(|e| format!("cannot start ebb-net: {e}"))?;
     let cidr = event::timeout(Duration::from_secs(60), stack.wait_for_address())
         .await
         .map_err(|_| "no address within 60 s".to_string())?

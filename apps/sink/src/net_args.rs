@@ -8,12 +8,10 @@
 //! directions; reordered frames wait at most 1 ms for the next one, delayed frames 1–5 ms.
 
 use std::net::Ipv4Addr;
-use std::time::Duration;
 
 use clap::Args;
 use ebb_hosted::netstack::{AddressConfig, FaultSetting, NetStackConfig};
 use ebb_net::iface::Ipv4Cidr;
-use ebb_net::phy::{FaultConfig, Probability};
 
 /// Network backend options (flatten into an app's arguments).
 #[derive(Args, Debug, Clone, Default)]
@@ -136,35 +134,14 @@ pub fn parse_cidr(s: &str) -> Result<Ipv4Cidr, NetArgsError> {
 
 /// A fault spec (see the module docs).
 pub fn parse_faults(spec: &str) -> Result<FaultSetting, NetArgsError> {
-    let mut config = FaultConfig::NONE;
-    let mut seed = 1;
-    for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let bad = || NetArgsError::BadFault(item.to_string());
-        let (kind, value) = item.split_once('=').ok_or_else(bad)?;
-        if kind == "seed" {
-            seed = value.parse().map_err(|_| bad())?;
-            continue;
-        }
-        let fraction: f64 = value.parse().map_err(|_| bad())?;
-        if !(0.0..=1.0).contains(&fraction) {
-            return Err(bad());
-        }
-        let p = Probability::from_ppm((fraction * 1e6).round() as u32);
-        config = match kind {
-            "drop" => config.with_drop(p),
-            "duplicate" => config.with_duplicate(p),
-            "corrupt" => config.with_corrupt(p),
-            "reorder" => config.with_reorder(p, Duration::from_millis(1)),
-            "delay" => config.with_delay(p, Duration::from_millis(1), Duration::from_millis(5)),
-            _ => return Err(bad()),
-        };
-    }
+    let (config, seed) = ebb_net::phy::parse_fault_spec(spec).map_err(NetArgsError::BadFault)?;
     Ok(FaultSetting { config, seed })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ebb_net::phy::Probability;
 
     #[test]
     fn fault_specs_parse_and_bad_ones_are_refused() {

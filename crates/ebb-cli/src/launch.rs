@@ -121,6 +121,7 @@ fn boot(image: &Path, name: &str, options: &RunOptions, why: &str) -> Result<i32
         cmdline: options.args.join(" "),
         timeout: options.timeout,
         pin: false,
+        net: None,
     };
     // `Vm::new` validates the image before it opens /dev/kvm, so a bad image is reported
     // as such even where KVM is unusable.

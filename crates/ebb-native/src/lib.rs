@@ -22,6 +22,9 @@
 //! * `heap` — the `#[global_allocator]`: ebb-mem's general-purpose allocator (per-core
 //!   slabs with remote frees over a buddy page allocator) fed every usable region of the
 //!   boot memory map on first use (feature `global-allocator`, on by default);
+//! * `virtio` — the virtio-net driver (virtio-MMIO transport, split rings with EVENT_IDX,
+//!   one queue pair per core as an `ebb_netstack::PlatformDevice`), which runs unchanged
+//!   against ebb-vmm's device and QEMU's;
 //! * `hypercall` — typed wrappers around the port-I/O hypercalls (exit, clock, wait,
 //!   kick, console flush, panic);
 //! * `console` — `print!`/`println!` into this core's shared-memory console ring: no exit
@@ -93,6 +96,8 @@ pub mod poll;
 pub mod pvh;
 #[cfg(target_os = "none")]
 pub mod runtime;
+#[cfg(target_os = "none")]
+pub mod virtio;
 
 #[cfg(target_os = "none")]
 pub use ebb_core;

@@ -380,8 +380,7 @@ impl NetStack {
             .unwrap_or_else(|| unreachable!("there is at least one device"));
         let driver = Driver::start(id, link(first, 0), iface, config.tcp.clone(), multi.clone())?;
         if let Some(multi) = &multi {
-            for (queue, (device, &core)) in devices.zip(&multi.directory.cores()[1..]).enumerate()
-            {
+            for (queue, (device, &core)) in devices.zip(&multi.directory.cores()[1..]).enumerate() {
                 let device = link(device, queue as u64 + 1);
                 // With DHCP only the home core runs the client; the others take the
                 // address it leases (see `Driver::share_address`).
@@ -670,4 +669,3 @@ impl core::fmt::Debug for NetStack {
             .finish()
     }
 }
-

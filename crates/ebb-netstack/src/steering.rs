@@ -102,7 +102,6 @@ impl FrameSteering for CoreSteering {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,4 +127,3 @@ mod tests {
         );
     }
 }
-

@@ -65,6 +65,28 @@ impl GuestMem {
             .flatten()
     }
 
+    /// Atomically loads an aligned `u16` that the guest writes concurrently (ring indices).
+    pub fn load_u16(&self, addr: u64, order: Ordering) -> Option<u16> {
+        (self.contains(addr, 2) && addr.is_multiple_of(2))
+            .then(|| self.mem.load(GuestAddress(addr), order).ok())
+            .flatten()
+    }
+
+    /// Atomically stores an aligned `u16` that the guest reads concurrently.
+    pub fn store_u16(&self, addr: u64, value: u16, order: Ordering) -> Option<()> {
+        (self.contains(addr, 2) && addr.is_multiple_of(2))
+            .then(|| self.mem.store(value, GuestAddress(addr), order).ok())
+            .flatten()
+    }
+
+    /// Copies `buf.len()` bytes out of the guest into `buf`.
+    pub fn read_into(&self, addr: u64, buf: &mut [u8]) -> Option<()> {
+        if !self.contains(addr, buf.len() as u64) {
+            return None;
+        }
+        self.mem.read_slice(buf, GuestAddress(addr)).ok()
+    }
+
     /// Copies `len` bytes out of the guest.
     pub fn read_bytes(&self, addr: u64, len: u64) -> Option<Vec<u8>> {
         if !self.contains(addr, len) {

@@ -44,6 +44,7 @@ mod sys;
 #[cfg(test)]
 mod testing;
 mod vcpu;
+pub mod virtio;
 pub mod vm;
 
 pub use report::Outcome;

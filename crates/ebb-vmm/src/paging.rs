@@ -119,14 +119,8 @@ impl PageTables {
             pd
         };
         let pde = pd as usize * ENTRIES + ((window % GIB) / LARGE_PAGE_SIZE) as usize;
-        words[pde] = window
-            | PRESENT
-            | WRITABLE
-            | USER
-            | NO_EXECUTE
-            | WRITE_THROUGH
-            | CACHE_DISABLE
-            | LARGE;
+        words[pde] =
+            window | PRESENT | WRITABLE | USER | NO_EXECUTE | WRITE_THROUGH | CACHE_DISABLE | LARGE;
         Ok(PageTables { words })
     }
 
@@ -228,7 +222,10 @@ mod tests {
                 .translate(ebb_abi::virtio::MMIO_BASE + 0x50)
                 .expect("the window is mapped");
             assert_eq!(phys, ebb_abi::virtio::MMIO_BASE + 0x50);
-            assert_eq!(flags & (USER | WRITABLE | CACHE_DISABLE), USER | WRITABLE | CACHE_DISABLE);
+            assert_eq!(
+                flags & (USER | WRITABLE | CACHE_DISABLE),
+                USER | WRITABLE | CACHE_DISABLE
+            );
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use crate::hypercall::{self, AbiError, Caller, Step};
 use crate::report::{Outcome, VcpuState};
+use crate::virtio::VirtioNet;
 use crate::vm::Shared;
 use ebb_abi::{HYPERCALL_PORT, KICK_PORT};
 use kvm_ioctls::{VcpuExit, VcpuFd};
@@ -31,8 +32,30 @@ fn value(data: &[u8]) -> u64 {
     u64::from_le_bytes(b)
 }
 
-fn next_exit(vcpu: &mut VcpuFd) -> Exit {
-    match vcpu.run() {
+fn next_exit(vcpu: &mut VcpuFd, shared: &Shared) -> Exit {
+    let exit = vcpu.run();
+    if exit.is_ok() {
+        shared
+            .exits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    match exit {
+        Ok(VcpuExit::MmioRead(addr, data))
+            if VirtioNet::claims(addr) && shared.net.get().is_some() =>
+        {
+            if let Some(net) = shared.net.get() {
+                net.mmio_read(addr, data);
+            }
+            Exit::Interrupted
+        }
+        Ok(VcpuExit::MmioWrite(addr, data))
+            if VirtioNet::claims(addr) && shared.net.get().is_some() =>
+        {
+            if let Some(net) = shared.net.get() {
+                net.mmio_write(addr, data);
+            }
+            Exit::Interrupted
+        }
         Ok(VcpuExit::IoOut(HYPERCALL_PORT, data)) if data.len() == 4 => {
             Exit::Hypercall(value(data) as u32)
         }
@@ -77,7 +100,7 @@ pub fn run(shared: Arc<Shared>, mut vcpu: VcpuFd, core: u32, kick: EventFd) {
     };
     log::debug!("vcpu{core}: first KVM_RUN");
     while !shared.stopping() {
-        let outcome = match next_exit(&mut vcpu) {
+        let outcome = match next_exit(&mut vcpu, &shared) {
             Exit::Hypercall(v) => match hypercall::handle(&caller, v) {
                 Ok(Step::Continue) => continue,
                 Ok(Step::End(outcome)) => *outcome,

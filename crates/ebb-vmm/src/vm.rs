@@ -57,6 +57,28 @@ pub struct VmConfig {
     pub timeout: Option<Duration>,
     /// Pin vCPU `i` to host CPU `i` (modulo the host's CPU count).
     pub pin: bool,
+    /// A virtio-net device, if any.
+    pub net: Option<NetConfig>,
+}
+
+/// The VM's network device: where its frames go.
+#[derive(Clone, Debug)]
+pub struct NetConfig {
+    /// The backend.
+    pub backend: NetBackend,
+    /// The guest's MAC address.
+    pub mac: [u8; 6],
+    /// Seeded faults between guest and backend (`--net-faults`).
+    pub faults: Option<(ebb_net::phy::FaultConfig, u64)>,
+}
+
+/// See [`NetConfig::backend`].
+#[derive(Clone, Debug)]
+pub enum NetBackend {
+    /// A TAP device (one queue per vCPU); needs root or CAP_NET_ADMIN.
+    Tap(String),
+    /// passt user-mode networking with TCP port forwards; no root.
+    User(Vec<crate::virtio::PortForward>),
 }
 
 impl Default for VmConfig {
@@ -67,6 +89,7 @@ impl Default for VmConfig {
             cmdline: String::new(),
             timeout: None,
             pin: false,
+            net: None,
         }
     }
 }
@@ -108,6 +131,9 @@ pub enum VmError {
     /// A boot structure did not fit guest memory (a layout bug).
     #[error("cannot write {0} into guest memory")]
     GuestWrite(&'static str),
+    /// The network backend could not start.
+    #[error(transparent)]
+    Net(#[from] crate::virtio::BackendError),
     /// An OS resource could not be created.
     #[error("{what}: {source}")]
     Os {
@@ -142,6 +168,10 @@ pub struct Shared {
     changed: Condvar,
     states: Mutex<Vec<Option<VcpuState>>>,
     stopped: AtomicU32,
+    /// Exits to this process (every `KVM_RUN` return but errors), all vCPUs.
+    pub exits: std::sync::atomic::AtomicU64,
+    /// The virtio-net device, when the VM has one (its MMIO exits go there).
+    pub net: std::sync::OnceLock<Arc<crate::virtio::VirtioNet>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -163,6 +193,8 @@ impl Shared {
             changed: Condvar::new(),
             states: Mutex::new(vec![None; cpus as usize]),
             stopped: AtomicU32::new(0),
+            exits: std::sync::atomic::AtomicU64::new(0),
+            net: std::sync::OnceLock::new(),
         }
     }
 
@@ -249,6 +281,7 @@ pub struct Vm {
     vcpus: Vec<(VcpuFd, EventFd)>,
     vcpu_threads: Vec<VcpuThread>,
     config: VmConfig,
+    net_io: Option<crate::virtio::IoThread>,
 }
 
 /// What a vCPU thread needs to run its vCPU.
@@ -360,6 +393,10 @@ impl Vm {
             Console::new(&mem, &layout, sink).ok_or(VmError::GuestWrite("the console rings"))?;
 
         log::debug!("guest memory written");
+        let backends = match &config.net {
+            Some(net) => Some(open_backends(net, layout.cpus)?),
+            None => None,
+        };
         let kvm = Kvm::new().map_err(VmError::OpenKvm)?;
         let vm = kvm.create_vm().map_err(VmError::CreateVm)?;
         log::debug!("VM created");
@@ -399,6 +436,37 @@ impl Vm {
         .ok_or(VmError::GuestWrite("the boot info"))?;
 
         let shared = Arc::new(Shared::new(mem, console, layout.cpus));
+        let net_io = match (&config.net, backends) {
+            (Some(net), Some(backends)) => {
+                let os = |what| move |source| VmError::Os { what, source };
+                let device = Arc::new(
+                    crate::virtio::VirtioNet::new(net.mac, layout.cpus as u16)
+                        .map_err(os("creating the virtio-net control eventfd"))?,
+                );
+                let mut queue_kicks = Vec::new();
+                for queue in 0..device.queue_count() {
+                    let kick =
+                        EventFd::new(EFD_NONBLOCK).map_err(os("creating a queue eventfd"))?;
+                    let notify = ebb_abi::virtio::MMIO_BASE + ebb_abi::virtio::regs::QUEUE_NOTIFY;
+                    vm.register_ioevent(&kick, &IoEventAddress::Mmio(notify), u32::from(queue))
+                        .map_err(kvm_err("KVM_IOEVENTFD (virtio-net notify)"))?;
+                    queue_kicks.push(kick);
+                }
+                let mut vcpu_wakes = Vec::new();
+                for (_, kick) in &vcpus {
+                    vcpu_wakes.push(kick.try_clone().map_err(os("cloning a kick eventfd"))?);
+                }
+                let _ = shared.net.set(device.clone());
+                Some(crate::virtio::IoThread {
+                    device,
+                    shared: shared.clone(),
+                    backends,
+                    queue_kicks,
+                    vcpu_wakes,
+                })
+            }
+            _ => None,
+        };
         Ok(Vm {
             _kvm: kvm,
             _vm: vm,
@@ -406,6 +474,7 @@ impl Vm {
             vcpus,
             vcpu_threads,
             config,
+            net_io,
         })
     }
 
@@ -427,7 +496,17 @@ impl Vm {
             vcpus,
             vcpu_threads,
             config,
+            net_io,
         } = self;
+        if let Some(io) = net_io {
+            std::thread::Builder::new()
+                .name("virtio-net".into())
+                .spawn(move || io.run())
+                .map_err(|source| VmError::Os {
+                    what: "spawning the virtio-net thread",
+                    source,
+                })?;
+        }
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
         for (core, (thread, (vcpu, kick))) in vcpu_threads.into_iter().zip(vcpus).enumerate() {
             let start = VcpuStart {
@@ -500,6 +579,24 @@ impl Vm {
                 .unwrap_or_else(|e| e.into_inner());
         }
         log::debug!("vCPU threads stopped");
+        if let Some(net) = shared.net.get() {
+            let s = &net.stats;
+            let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+            eprintln!(
+                "ebb-vmm: virtio-net: {} frames out, {} in, {} dropped; exits: {} to the monitor \
+                 ({} MMIO), {} queue kicks; {} vCPU wake-ups{}",
+                get(&s.tx_frames),
+                get(&s.rx_frames),
+                get(&s.rx_dropped),
+                shared.exits.load(Ordering::Relaxed),
+                get(&s.mmio_exits),
+                get(&s.kicks),
+                get(&s.wakes),
+                net.broken()
+                    .map(|b| format!("; device broken: {b}"))
+                    .unwrap_or_default(),
+            );
+        }
         // The guest is stopped (or lost): what is left in the rings is final.
         let _ = shared.console.drain_all(&shared.mem);
         let mut outcome = shared
@@ -630,4 +727,33 @@ fn write_boot_info(
             .and_then(|()| u32_at(at + offset_of!(MemRegion, kind), r.kind));
     }
     ok.ok_or(VmError::GuestWrite("the boot info"))
+}
+
+/// Opens the backends of `net`: one TAP queue per vCPU, or one passt.
+fn open_backends(
+    net: &NetConfig,
+    cpus: u32,
+) -> Result<Vec<Box<dyn crate::virtio::Backend>>, VmError> {
+    use crate::virtio::backend::{Passt, open_tap};
+    let mut backends: Vec<Box<dyn crate::virtio::Backend>> = match &net.backend {
+        NetBackend::Tap(name) => open_tap(name, cpus as usize)?
+            .into_iter()
+            .map(|tap| Box::new(tap) as Box<dyn crate::virtio::Backend>)
+            .collect(),
+        NetBackend::User(forwards) => vec![Box::new(Passt::start(forwards)?)],
+    };
+    if let Some((faults, seed)) = net.faults {
+        backends = backends
+            .into_iter()
+            .enumerate()
+            .map(|(i, b)| {
+                Box::new(
+                    ebb_net::phy::FaultInjector::new(b, seed.wrapping_add(i as u64))
+                        .with_rx_faults(faults)
+                        .with_tx_faults(faults),
+                ) as Box<dyn crate::virtio::Backend>
+            })
+            .collect();
+    }
+    Ok(backends)
 }

@@ -187,9 +187,9 @@ pub fn start_netstack(config: ebb_hosted::netstack::NetStackConfig) -> Started {
     use ebb_hosted::tap::TapError;
     match start(config) {
         Ok(stack) => Started::Running(stack),
-        Err(StartError::Tap(
-            e @ (TapError::NoTunDevice | TapError::PermissionDenied { .. }),
-        )) => Started::Skip(Capability::Tap, e.to_string()),
+        Err(StartError::Tap(e @ (TapError::NoTunDevice | TapError::PermissionDenied { .. }))) => {
+            Started::Skip(Capability::Tap, e.to_string())
+        }
         Err(e) => Started::Failed(format!("start: {e}")),
     }
 }

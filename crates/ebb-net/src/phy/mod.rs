@@ -57,7 +57,9 @@ use alloc::vec::Vec;
 use ebb_core::{IOBuf, IOBufChain, Instant};
 
 pub use counters::{DeviceCounters, DropCounters, DropReason};
-pub use fault::{FaultConfig, FaultCounts, FaultInjector, FaultStats, Probability};
+pub use fault::{
+    FaultConfig, FaultCounts, FaultInjector, FaultStats, Probability, parse_fault_spec,
+};
 pub use link::{Link, LinkEnd};
 
 /// Length of an Ethernet II header (destination, source, EtherType), which frames carry

@@ -584,3 +584,33 @@ impl<F: Frame> FaultPipe<F> {
 fn duration_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
+
+/// Parses a fault spec, `drop=P,reorder=P,duplicate=P,corrupt=P,delay=P,seed=N` (each
+/// `P` a fraction from 0 to 1, every item optional), into a configuration and a seed
+/// (default 1). The error names the item that is not understood.
+pub fn parse_fault_spec(spec: &str) -> Result<(FaultConfig, u64), alloc::string::String> {
+    let mut config = FaultConfig::NONE;
+    let mut seed = 1;
+    for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let bad = || alloc::string::String::from(item);
+        let (kind, value) = item.split_once('=').ok_or_else(bad)?;
+        if kind == "seed" {
+            seed = value.parse().map_err(|_| bad())?;
+            continue;
+        }
+        let fraction: f64 = value.parse().map_err(|_| bad())?;
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(bad());
+        }
+        let p = Probability::from_ppm((fraction * 1e6 + 0.5) as u32);
+        config = match kind {
+            "drop" => config.with_drop(p),
+            "duplicate" => config.with_duplicate(p),
+            "corrupt" => config.with_corrupt(p),
+            "reorder" => config.with_reorder(p, Duration::from_millis(1)),
+            "delay" => config.with_delay(p, Duration::from_millis(1), Duration::from_millis(5)),
+            _ => return Err(bad()),
+        };
+    }
+    Ok((config, seed))
+}

@@ -1,0 +1,504 @@
+//! The virtio-net driver: finds the device, negotiates, sets up one receive/transmit
+//! queue pair per core, and drives each pair as an `ebb_net` device ([`QueuePair`]).
+//!
+//! * **Receive**: every receive descriptor is one [`IOBuf`] of [`RX_BUFFER_LEN`] bytes,
+//!   posted by address. A returned buffer becomes the received frame without a copy (its
+//!   12-byte virtio-net header trimmed off) and its slot gets a fresh buffer.
+//! * **Transmit**: a frame's `IOBufChain` becomes one descriptor chain — a shared, all-zero
+//!   virtio-net header (no offloads) and one descriptor per segment — without a copy; the
+//!   chain is kept until the device returns it. When descriptors run out, `transmit`
+//!   takes no more frames (back-pressure).
+//! * **Readiness**: each pair registers with its core's poll list (`crate::poll`): the
+//!   core checks both used rings whenever it polls for events and arms `used_event`
+//!   before it sleeps.
+//!
+//! Feature set: VERSION_1 and RING_EVENT_IDX are required; MAC, STATUS, MTU, MQ and
+//! CTRL_VQ are used when offered. No checksum offload, no merged receive buffers.
+
+use alloc::boxed::Box;
+use alloc::collections::VecDeque;
+use alloc::format;
+use alloc::rc::Rc;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use ebb_core::{IOBuf, IOBufChain, Instant};
+use ebb_net::phy::{DeviceCapabilities, DeviceCounters, DropReason, NetDevice};
+use ebb_netstack::{DeviceError, DeviceReady, PlatformDevice, Readiness};
+
+use super::mmio::Regs;
+use super::ring::{Buffer, SplitRing, UsedWatch};
+use crate::abi::virtio::{
+    DEVICE_ID_NET, MMIO_SLOTS, MMIO_VERSION, NET_CTRL_MQ, NET_CTRL_MQ_VQ_PAIRS_SET, NET_HDR_LEN,
+    NET_OK, ctrl_queue, features, regs, rx_queue, status, tx_queue,
+};
+use crate::poll::{self, PollId, PolledDevice};
+
+/// Bytes of each receive buffer: the virtio-net header and a full Ethernet frame.
+pub const RX_BUFFER_LEN: usize = NET_HDR_LEN + 1514;
+/// Entries per queue we ask for (less if the device offers less).
+pub const QUEUE_SIZE: u16 = 256;
+
+/// Why the device could not be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VirtioError {
+    /// No virtio-net transport answered.
+    #[error("no virtio-net device found (probed {MMIO_SLOTS} virtio-MMIO slots)")]
+    NotFound,
+    /// A legacy (version 1) transport.
+    #[error(
+        "virtio-MMIO slot at {0:#x} is a legacy (version 1) transport: under QEMU add \
+         -global virtio-mmio.force-legacy=false"
+    )]
+    Legacy(u64),
+    /// The device lacks a feature we require.
+    #[error("the virtio-net device does not offer {0}")]
+    MissingFeature(&'static str),
+    /// The device refused our features.
+    #[error("the virtio-net device refused the negotiated features")]
+    FeaturesRefused,
+    /// A queue we need does not exist or is already live.
+    #[error("virtio-net queue {0} is unavailable")]
+    Queue(u16),
+    /// The device did not accept the number of queue pairs.
+    #[error("the virtio-net device refused {0} queue pairs")]
+    QueuePairs(u16),
+}
+
+/// What the driver found and set up.
+pub struct VirtioNet {
+    /// The device's MAC address (or a locally administered default without one).
+    pub mac: [u8; 6],
+    /// The device's MTU (1500 unless it reports one).
+    pub mtu: u16,
+    /// The transport's address.
+    pub base: u64,
+    /// One queue pair per core, pair `i` for core `i`.
+    pub pairs: Vec<QueuePair>,
+}
+
+impl core::fmt::Debug for VirtioNet {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("VirtioNet")
+            .field("base", &self.base)
+            .field("pairs", &self.pairs.len())
+            .finish()
+    }
+}
+
+/// Finds the first virtio-net device and sets it up with up to `want_pairs` queue pairs.
+pub fn open(want_pairs: u16) -> Result<VirtioNet, VirtioError> {
+    let regs = find()?;
+    regs.write(regs::STATUS, 0);
+    while regs.read(regs::STATUS) != 0 {
+        core::hint::spin_loop();
+    }
+    regs.write(regs::STATUS, status::ACKNOWLEDGE);
+    regs.write(regs::STATUS, status::ACKNOWLEDGE | status::DRIVER);
+    let offered = {
+        regs.write(regs::DEVICE_FEATURES_SEL, 0);
+        let low = regs.read(regs::DEVICE_FEATURES);
+        regs.write(regs::DEVICE_FEATURES_SEL, 1);
+        let high = regs.read(regs::DEVICE_FEATURES);
+        u64::from(low) | (u64::from(high) << 32)
+    };
+    let has = |bit: u32| offered & features::bit(bit) != 0;
+    for (bit, name) in [
+        (features::VERSION_1, "VERSION_1"),
+        (features::RING_EVENT_IDX, "RING_EVENT_IDX"),
+    ] {
+        if !has(bit) {
+            fail(regs);
+            return Err(VirtioError::MissingFeature(name));
+        }
+    }
+    let mut accepted = features::bit(features::VERSION_1) | features::bit(features::RING_EVENT_IDX);
+    for bit in [features::NET_MAC, features::NET_STATUS, features::NET_MTU] {
+        if has(bit) {
+            accepted |= features::bit(bit);
+        }
+    }
+    let multi = want_pairs > 1 && has(features::NET_MQ) && has(features::NET_CTRL_VQ);
+    if multi {
+        accepted |= features::bit(features::NET_MQ) | features::bit(features::NET_CTRL_VQ);
+    }
+    for sel in 0..2u32 {
+        regs.write(regs::DRIVER_FEATURES_SEL, sel);
+        regs.write(regs::DRIVER_FEATURES, (accepted >> (32 * sel)) as u32);
+    }
+    let negotiating = status::ACKNOWLEDGE | status::DRIVER | status::FEATURES_OK;
+    regs.write(regs::STATUS, negotiating);
+    if regs.read(regs::STATUS) & status::FEATURES_OK == 0 {
+        fail(regs);
+        return Err(VirtioError::FeaturesRefused);
+    }
+    let (mac, mtu, max_pairs) = read_config(regs, accepted);
+    let pairs_used = if multi {
+        want_pairs.min(max_pairs).max(1)
+    } else {
+        1
+    };
+    let mut pairs = Vec::new();
+    for pair in 0..pairs_used {
+        let rx = setup_queue(regs, rx_queue(pair))?;
+        let tx = setup_queue(regs, tx_queue(pair))?;
+        pairs.push(QueuePair::new(pair, pairs_used, mtu, rx, tx));
+    }
+    let ctrl = if multi {
+        Some(setup_queue(regs, ctrl_queue(max_pairs))?)
+    } else {
+        None
+    };
+    regs.write(regs::STATUS, negotiating | status::DRIVER_OK);
+    for pair in &mut pairs {
+        pair.refill();
+    }
+    if let Some(mut ctrl) = ctrl
+        && pairs_used > 1
+    {
+        set_queue_pairs(&mut ctrl, pairs_used)?;
+    }
+    Ok(VirtioNet {
+        mac,
+        mtu,
+        base: regs.base(),
+        pairs,
+    })
+}
+
+/// The first transport with a network device.
+fn find() -> Result<Regs, VirtioError> {
+    for n in 0..MMIO_SLOTS {
+        let Some(regs) = Regs::slot(n) else { break };
+        if !regs.present() {
+            break;
+        }
+        if regs.read(regs::DEVICE_ID) != DEVICE_ID_NET {
+            continue;
+        }
+        if regs.read(regs::VERSION) != MMIO_VERSION {
+            return Err(VirtioError::Legacy(regs.base()));
+        }
+        return Ok(regs);
+    }
+    Err(VirtioError::NotFound)
+}
+
+fn fail(regs: Regs) {
+    regs.write(regs::STATUS, regs.read(regs::STATUS) | status::FAILED);
+}
+
+/// MAC, MTU and queue pairs from the config space (generation-checked).
+fn read_config(regs: Regs, accepted: u64) -> ([u8; 6], u16, u16) {
+    loop {
+        let generation = regs.read(regs::CONFIG_GENERATION);
+        let mut mac = [0x02, 0xeb, 0xb0, 0, 0, 1];
+        if accepted & features::bit(features::NET_MAC) != 0 {
+            for (i, byte) in mac.iter_mut().enumerate() {
+                *byte = regs.config_u8(i as u64);
+            }
+        }
+        let le16 = |at: u64| u16::from_le_bytes([regs.config_u8(at), regs.config_u8(at + 1)]);
+        let max_pairs = if accepted & features::bit(features::NET_MQ) != 0 {
+            le16(8).max(1)
+        } else {
+            1
+        };
+        let mtu = if accepted & features::bit(features::NET_MTU) != 0 {
+            le16(10)
+        } else {
+            1500
+        };
+        if regs.read(regs::CONFIG_GENERATION) == generation {
+            return (mac, mtu, max_pairs);
+        }
+    }
+}
+
+fn setup_queue(regs: Regs, queue: u16) -> Result<SplitRing, VirtioError> {
+    regs.write(regs::QUEUE_SEL, u32::from(queue));
+    if regs.read(regs::QUEUE_READY) != 0 {
+        return Err(VirtioError::Queue(queue));
+    }
+    let max = regs.read(regs::QUEUE_NUM_MAX);
+    if max == 0 {
+        return Err(VirtioError::Queue(queue));
+    }
+    let size = QUEUE_SIZE.min(u16::try_from(max).unwrap_or(u16::MAX));
+    // The largest power of two not above the device's maximum.
+    let size = 1u16 << (15 - size.leading_zeros());
+    let ring = SplitRing::new(regs, queue, size);
+    regs.write(regs::QUEUE_READY, 1);
+    Ok(ring)
+}
+
+/// Sends VIRTIO_NET_CTRL_MQ / VQ_PAIRS_SET on the control queue and waits for the ack.
+fn set_queue_pairs(ctrl: &mut SplitRing, pairs: u16) -> Result<(), VirtioError> {
+    // Command, argument and ack in one (leaked, tiny) buffer: the device may write the
+    // ack after we stop looking if it misbehaves, so it must stay valid.
+    let buf: &'static mut [u8; 8] = Box::leak(Box::new([0u8; 8]));
+    buf[0] = NET_CTRL_MQ;
+    buf[1] = NET_CTRL_MQ_VQ_PAIRS_SET;
+    buf[2..4].copy_from_slice(&pairs.to_le_bytes());
+    buf[4] = 0xff;
+    let at = buf.as_ptr() as u64;
+    let chain = [
+        Buffer {
+            addr: at,
+            len: 2,
+            write: false,
+        },
+        Buffer {
+            addr: at + 2,
+            len: 2,
+            write: false,
+        },
+        Buffer {
+            addr: at + 4,
+            len: 1,
+            write: true,
+        },
+    ];
+    ctrl.push(&chain).ok_or(VirtioError::QueuePairs(pairs))?;
+    ctrl.publish();
+    // The device answers at once (it processes the control queue on the kick); bounded
+    // by a generous spin so a dead device fails the open instead of hanging it.
+    for _ in 0..100_000_000u64 {
+        if ctrl.pop_used().is_some() {
+            let ack = super::mmio::shared::read_u16(at + 4) as u8;
+            return if ack == NET_OK {
+                Ok(())
+            } else {
+                Err(VirtioError::QueuePairs(pairs))
+            };
+        }
+        core::hint::spin_loop();
+    }
+    Err(VirtioError::QueuePairs(pairs))
+}
+
+/// The transmit header every frame carries: all zero (no checksum or segmentation
+/// offload). Read-only for the device; one for every chain.
+static TX_HEADER: [u8; NET_HDR_LEN] = [0; NET_HDR_LEN];
+
+/// One receive/transmit queue pair, as the stack drives it (see the module docs).
+pub struct QueuePair {
+    pair: u16,
+    pairs: u16,
+    mtu: u16,
+    rx: SplitRing,
+    tx: SplitRing,
+    /// The buffer posted under each receive descriptor head.
+    rx_buffers: Vec<Option<IOBuf>>,
+    /// The frame in flight under each transmit descriptor head.
+    tx_frames: Vec<Option<IOBufChain>>,
+    counters: DeviceCounters,
+    /// Chains the device returned that we did not post, or receive lengths out of range.
+    device_errors: u64,
+    watch: Option<PollId>,
+}
+
+impl QueuePair {
+    fn new(pair: u16, pairs: u16, mtu: u16, rx: SplitRing, tx: SplitRing) -> QueuePair {
+        QueuePair {
+            pair,
+            pairs,
+            mtu,
+            rx_buffers: vec![None; usize::from(rx.size())],
+            tx_frames: vec![None; usize::from(tx.size())],
+            rx,
+            tx,
+            counters: DeviceCounters::default(),
+            device_errors: 0,
+            watch: None,
+        }
+    }
+
+    /// Which pair this is (pair `i` serves core `i`).
+    pub fn index(&self) -> u16 {
+        self.pair
+    }
+
+    /// Kicks sent to the device on (receive, transmit).
+    pub fn kicks(&self) -> (u64, u64) {
+        (self.rx.kicks(), self.tx.kicks())
+    }
+
+    /// Posts a fresh buffer in every free receive descriptor, then publishes.
+    fn refill(&mut self) {
+        while self.rx.free() > 0 {
+            let mut buffer = IOBuf::with_capacity(RX_BUFFER_LEN);
+            let Ok(space) = buffer.spare_capacity_mut() else {
+                break;
+            };
+            let chain = [Buffer {
+                addr: space.as_mut_ptr() as u64,
+                len: RX_BUFFER_LEN as u32,
+                write: true,
+            }];
+            let Some(head) = self.rx.push(&chain) else {
+                break;
+            };
+            self.rx_buffers[usize::from(head)] = Some(buffer);
+        }
+        self.rx.publish();
+    }
+
+    /// Takes back every frame the device has sent.
+    fn reclaim_tx(&mut self) {
+        while let Some((head, _)) = self.tx.pop_used() {
+            if self.tx_frames[usize::from(head)].take().is_none() {
+                self.device_errors += 1;
+            }
+        }
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        if let Some(id) = self.watch.take() {
+            poll::deregister(id);
+        }
+        // The device is not reset here and may still write posted receive buffers and
+        // read frames in flight: their memory must never be reused.
+        core::mem::forget(core::mem::take(&mut self.rx_buffers));
+        core::mem::forget(core::mem::take(&mut self.tx_frames));
+    }
+}
+
+impl NetDevice for QueuePair {
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = DeviceCapabilities::ETHERNET;
+        caps.mtu = usize::from(self.mtu);
+        caps.queues = usize::from(self.pairs);
+        caps
+    }
+
+    fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+        self.reclaim_tx();
+        let mut received = 0;
+        while received < max {
+            let Some((head, len)) = self.rx.pop_used() else {
+                break;
+            };
+            let Some(mut buffer) = self.rx_buffers[usize::from(head)].take() else {
+                self.device_errors += 1;
+                continue;
+            };
+            let len = len as usize;
+            if !(NET_HDR_LEN..=RX_BUFFER_LEN).contains(&len)
+                || buffer.commit(len).is_err()
+                || buffer.trim_front(NET_HDR_LEN).is_err()
+            {
+                self.device_errors += 1;
+                self.counters.rx_dropped.record(DropReason::Oversized);
+                continue;
+            }
+            self.counters.record_rx(buffer.len());
+            out.push(buffer);
+            received += 1;
+        }
+        if received > 0 || self.rx.free() > 0 {
+            self.refill();
+        }
+        received
+    }
+
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+        self.reclaim_tx();
+        let max_frame = self.capabilities().max_frame_len();
+        let mut taken = 0;
+        let mut chain: Vec<Buffer> = Vec::new();
+        while let Some(frame) = frames.front() {
+            chain.clear();
+            chain.push(Buffer {
+                addr: TX_HEADER.as_ptr() as u64,
+                len: NET_HDR_LEN as u32,
+                write: false,
+            });
+            for segment in frame.segments().filter(|s| !s.is_empty()) {
+                chain.push(Buffer {
+                    addr: segment.as_ptr() as u64,
+                    len: segment.len() as u32,
+                    write: false,
+                });
+            }
+            let len = frame.len();
+            if len > max_frame || chain.len() > usize::from(self.tx.size()) {
+                frames.pop_front();
+                self.counters.tx_dropped.record(DropReason::Oversized);
+                taken += 1;
+                continue;
+            }
+            let Some(head) = self.tx.push(&chain) else {
+                break; // out of descriptors: the rest waits (back-pressure)
+            };
+            self.tx_frames[usize::from(head)] = frames.pop_front();
+            self.counters.record_tx(len);
+            taken += 1;
+        }
+        if taken > 0 {
+            self.tx.publish();
+        }
+        taken
+    }
+
+    fn counters(&self) -> DeviceCounters {
+        self.counters
+    }
+}
+
+/// A queue pair's entry in its core's poll list.
+struct PairWatch {
+    rx: UsedWatch,
+    tx: UsedWatch,
+    ready: DeviceReady,
+}
+
+impl PolledDevice for PairWatch {
+    fn has_work(&self) -> bool {
+        self.rx.has_used() || self.tx.has_used()
+    }
+    fn arm(&self) -> bool {
+        // Both: a returned transmit chain may be what a blocked sender waits for.
+        let rx = self.rx.arm();
+        let tx = self.tx.arm();
+        rx || tx
+    }
+    fn dispatch(&self) {
+        self.ready.ready(Readiness {
+            readable: true,
+            writable: true,
+        });
+    }
+}
+
+impl PlatformDevice for QueuePair {
+    fn watch(&mut self, ready: DeviceReady) -> Result<(), DeviceError> {
+        let watch = Rc::new(PairWatch {
+            rx: self.rx.watch(),
+            tx: self.tx.watch(),
+            ready,
+        });
+        let id = poll::register(watch).ok_or_else(|| {
+            DeviceError(String::from("cannot create this core's device poll list"))
+        })?;
+        self.watch = Some(id);
+        Ok(())
+    }
+
+    fn unwatch(&mut self) {
+        if let Some(id) = self.watch.take() {
+            poll::deregister(id);
+        }
+    }
+
+    fn name(&self) -> String {
+        format!("virtio-net pair {}", self.pair)
+    }
+
+    fn io_errors(&self) -> u64 {
+        self.device_errors
+    }
+}

@@ -1,0 +1,271 @@
+//! Where the device's frames go on the host: a TAP device (`--net tap=NAME`, root) or
+//! passt (`--net user`, no root), optionally through ebb-net's seeded fault injector
+//! (`--net-faults`). Every backend is an `ebb_net` `NetDevice` with a descriptor the I/O
+//! thread sleeps on.
+
+use ebb_core::{IOBuf, IOBufChain, Instant};
+use ebb_hosted::tap::{TapConfig, TapDevice};
+use ebb_net::phy::{DeviceCapabilities, DeviceCounters, FaultInjector, NetDevice};
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
+
+/// A backend the I/O thread drives.
+pub trait Backend: NetDevice + Send {
+    /// The descriptor that becomes readable when frames arrive.
+    fn fd(&self) -> BorrowedFd<'_>;
+}
+
+impl Backend for TapDevice {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.as_fd()
+    }
+}
+
+impl<B: Backend> Backend for FaultInjector<B> {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.inner().fd()
+    }
+}
+
+impl<B: Backend + ?Sized> Backend for Box<B> {
+    fn fd(&self) -> BorrowedFd<'_> {
+        (**self).fd()
+    }
+}
+
+/// Why a backend could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The TAP device could not be opened.
+    #[error("--net tap={name}: {source}")]
+    Tap {
+        /// Interface name.
+        name: String,
+        /// Why.
+        source: ebb_hosted::tap::TapError,
+    },
+    /// passt is not installed.
+    #[error(
+        "--net user needs passt, which is not installed (Debian/Ubuntu: apt-get install passt)"
+    )]
+    PasstMissing,
+    /// passt could not start or exited.
+    #[error("--net user: passt failed: {0}")]
+    Passt(String),
+}
+
+/// Opens `queues` queues of TAP device `name`.
+pub fn open_tap(name: &str, queues: usize) -> Result<Vec<TapDevice>, BackendError> {
+    let mut config = TapConfig::new(name);
+    config.queues = queues;
+    TapDevice::open_queues(&config).map_err(|source| BackendError::Tap {
+        name: name.to_string(),
+        source,
+    })
+}
+
+/// A TCP port forward from the host to the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortForward {
+    /// Host address to bind (127.0.0.1 unless given).
+    pub host_addr: std::net::Ipv4Addr,
+    /// Host port.
+    pub host_port: u16,
+    /// Guest port.
+    pub guest_port: u16,
+}
+
+impl std::str::FromStr for PortForward {
+    type Err = String;
+    /// `[ADDR:]HOST:GUEST`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let bad = || format!("{s:?} is not [ADDR:]HOST_PORT:GUEST_PORT");
+        let (addr, host, guest) = match parts.as_slice() {
+            [h, g] => ("127.0.0.1", *h, *g),
+            [a, h, g] => (*a, *h, *g),
+            _ => return Err(bad()),
+        };
+        Ok(PortForward {
+            host_addr: addr.parse().map_err(|_| bad())?,
+            host_port: host.parse().map_err(|_| bad())?,
+            guest_port: guest.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+/// The guest's address on passt's network, as passt is told to hand out (the same as
+/// QEMU's user networking, so an image's defaults work under both).
+pub const USER_GUEST_ADDR: &str = "10.0.2.15";
+/// The gateway (the host) on passt's network.
+pub const USER_GATEWAY: &str = "10.0.2.2";
+
+/// passt, user-mode networking without root: a child process on one end of a socket
+/// pair, speaking QEMU's stream protocol (each frame behind a 4-byte big-endian length).
+pub struct Passt {
+    sock: UnixStream,
+    child: Child,
+    read_buf: Vec<u8>,
+    write_buf: Vec<u8>,
+    counters: DeviceCounters,
+}
+
+/// Most bytes queued toward passt before `transmit` pushes back.
+const PASST_WRITE_LIMIT: usize = 512 * 1024;
+
+impl Passt {
+    /// Starts passt with `forwards`.
+    pub fn start(forwards: &[PortForward]) -> Result<Passt, BackendError> {
+        let (ours, theirs) =
+            UnixStream::pair().map_err(|e| BackendError::Passt(format!("socketpair: {e}")))?;
+        let fd = theirs.as_raw_fd();
+        // The child must inherit `theirs`: clear close-on-exec on it only.
+        rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty())
+            .map_err(|e| BackendError::Passt(format!("fcntl: {e}")))?;
+        let mut cmd = Command::new("passt");
+        cmd.args(["-f", "-q", "-1", "--fd", &fd.to_string()])
+            .args(["-a", USER_GUEST_ADDR, "-n", "24", "-g", USER_GATEWAY])
+            // No DNS list: the guest resolves nothing. (passt forwards no ports unless
+            // told: only the `-t` below.)
+            .arg("--no-dhcp-dns")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for f in forwards {
+            cmd.arg("-t")
+                .arg(format!("{}/{}:{}", f.host_addr, f.host_port, f.guest_port));
+        }
+        let mut child = cmd.spawn().map_err(|e| match e.kind() {
+            ErrorKind::NotFound => BackendError::PasstMissing,
+            _ => BackendError::Passt(e.to_string()),
+        })?;
+        drop(theirs);
+        // passt binds its forwards before it serves the socket; give it a moment to fail
+        // (a busy port) so the error names the cause instead of a dead link.
+        for _ in 0..50 {
+            if let Ok(Some(status)) = child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut stderr) = child.stderr.take() {
+                    let _ = stderr.read_to_string(&mut err);
+                }
+                return Err(BackendError::Passt(format!(
+                    "exited with {status}: {} (is a forwarded port busy?)",
+                    err.trim()
+                )));
+            }
+            if forwards.iter().all(port_bound) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        ours.set_nonblocking(true)
+            .map_err(|e| BackendError::Passt(format!("nonblocking socket: {e}")))?;
+        Ok(Passt {
+            sock: ours,
+            child,
+            read_buf: Vec::with_capacity(256 * 1024),
+            write_buf: Vec::with_capacity(PASST_WRITE_LIMIT),
+            counters: DeviceCounters::default(),
+        })
+    }
+
+    fn flush(&mut self) {
+        while !self.write_buf.is_empty() {
+            match self.sock.write(&self.write_buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    self.write_buf.drain(..n);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// Whether something listens on the forward's host port (passt bound it).
+fn port_bound(f: &PortForward) -> bool {
+    std::net::TcpListener::bind((f.host_addr, f.host_port)).is_err()
+}
+
+impl Drop for Passt {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl NetDevice for Passt {
+    fn capabilities(&self) -> DeviceCapabilities {
+        DeviceCapabilities::ETHERNET
+    }
+
+    fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            match self.sock.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    self.read_buf.extend_from_slice(&chunk[..n]);
+                    if self.read_buf.len() > 192 * 1024 {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let mut taken = 0;
+        let mut at = 0;
+        while taken < max && self.read_buf.len() >= at + 4 {
+            let len = u32::from_be_bytes([
+                self.read_buf[at],
+                self.read_buf[at + 1],
+                self.read_buf[at + 2],
+                self.read_buf[at + 3],
+            ]) as usize;
+            if self.read_buf.len() < at + 4 + len {
+                break;
+            }
+            let frame = &self.read_buf[at + 4..at + 4 + len];
+            self.counters.record_rx(len);
+            out.push(IOBuf::copy_from_slice(frame));
+            at += 4 + len;
+            taken += 1;
+        }
+        self.read_buf.drain(..at);
+        taken
+    }
+
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+        self.flush();
+        let mut taken = 0;
+        while self.write_buf.len() < PASST_WRITE_LIMIT {
+            let Some(frame) = frames.pop_front() else {
+                break;
+            };
+            self.write_buf
+                .extend_from_slice(&(frame.len() as u32).to_be_bytes());
+            for segment in frame.segments() {
+                self.write_buf.extend_from_slice(segment);
+            }
+            self.counters.record_tx(frame.len());
+            taken += 1;
+        }
+        self.flush();
+        taken
+    }
+
+    fn counters(&self) -> DeviceCounters {
+        self.counters
+    }
+}
+
+impl Backend for Passt {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}

@@ -1,0 +1,9 @@
+//! virtio-net for native guests: a modern virtio-MMIO device ([`net`]) with validated split
+//! queues ([`queue`]) and host backends ([`backend`]: TAP, passt, fault injection).
+
+pub mod backend;
+pub mod net;
+pub mod queue;
+
+pub use backend::{Backend, BackendError, PortForward};
+pub use net::{IoThread, NetStats, VirtioNet};

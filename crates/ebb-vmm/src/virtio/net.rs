@@ -1,0 +1,672 @@
+//! The virtio-net device: its MMIO transport (registers served on the vCPU threads'
+//! MMIO exits) and its I/O thread (rings ⇄ backend).
+//!
+//! * **Transport.** Modern virtio-MMIO at [`MMIO_BASE`] (slot 0; other slots read as
+//!   absent). Offers VERSION_1, RING_EVENT_IDX, MAC, STATUS, MTU, MQ and CTRL_VQ, one queue
+//!   pair per vCPU. Writing 0 to Status resets; features outside the offer (or without
+//!   VERSION_1) are refused by leaving FEATURES_OK clear; queue registers are ignored
+//!   while the queue is ready. A bad access or bad ring marks the device broken
+//!   (DEVICE_NEEDS_RESET, one log line); the VM keeps running.
+//! * **Kicks** from the guest arrive on ioeventfds (one per queue; registered by the VM)
+//!   and are suppressed with EVENT_IDX while the I/O thread polls: it asks for kicks
+//!   (`avail_event`) only just before it sleeps.
+//! * **Wake-ups** of the guest: after returning receive buffers the device writes the
+//!   kick eventfd of the pair's vCPU only if the driver's `used_event` asks for it, which
+//!   the guest arms only just before it sleeps in WAIT.
+//! * **The I/O thread** polls the transmit queues and the backend; after [`IDLE_POLL`]
+//!   without work it sleeps in epoll on the backend, the ioeventfds and its control
+//!   eventfd. Transmit copies each frame out of guest memory once, receive writes each
+//!   frame into the guest's buffer once.
+
+use super::backend::Backend;
+use super::queue::{Chain, DeviceQueue, Direction, QueueConfig, QueueError};
+use crate::guest::GuestMem;
+use crate::vm::Shared;
+use ebb_abi::virtio::{
+    DEVICE_ID_NET, MAGIC, MMIO_BASE, MMIO_SLOT_SIZE, MMIO_VERSION, NET_CTRL_MQ,
+    NET_CTRL_MQ_VQ_PAIRS_SET, NET_ERR, NET_HDR_LEN, NET_OK, NET_S_LINK_UP, VENDOR_ID_EBB, features,
+    regs, status,
+};
+use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
+use rustix::event::epoll;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
+
+/// How long the I/O thread keeps polling after its last work before it sleeps.
+pub const IDLE_POLL: Duration = Duration::from_micros(50);
+/// Entries per queue the device accepts at most.
+pub const QUEUE_MAX: u16 = 256;
+/// Frames received from the backend that may wait for guest buffers, per pair.
+const RX_BACKLOG: usize = 256;
+/// Longest sleep of the I/O thread (it checks for the VM's end this often).
+const SLEEP_MAX: Duration = Duration::from_millis(20);
+
+/// Counters of the device.
+#[derive(Debug, Default)]
+pub struct NetStats {
+    /// Guest kicks (ioeventfd signals) — each one a VM exit.
+    pub kicks: AtomicU64,
+    /// Times the device woke a vCPU (wrote its kick eventfd).
+    pub wakes: AtomicU64,
+    /// MMIO register accesses (each one a VM exit to this process).
+    pub mmio_exits: AtomicU64,
+    /// Frames moved guest → backend.
+    pub tx_frames: AtomicU64,
+    /// Frames moved backend → guest.
+    pub rx_frames: AtomicU64,
+    /// Frames from the backend dropped for want of guest buffers or room.
+    pub rx_dropped: AtomicU64,
+}
+
+/// Register state, behind a lock the vCPU threads and the I/O thread share.
+#[derive(Debug, Default)]
+struct Transport {
+    status: u32,
+    device_features_sel: u32,
+    driver_features_sel: u32,
+    driver_features: u64,
+    queue_sel: u32,
+    queues: Vec<(QueueConfig, bool)>,
+    broken: Option<String>,
+    /// Bumped on every activation or reset: the I/O thread rebuilds its queues.
+    epoch: u64,
+}
+
+/// The device: see the module docs.
+pub struct VirtioNet {
+    mac: [u8; 6],
+    pairs: u16,
+    transport: Mutex<Transport>,
+    /// Tells the I/O thread that the transport changed.
+    control: EventFd,
+    /// Counters.
+    pub stats: NetStats,
+}
+
+impl std::fmt::Debug for VirtioNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VirtioNet")
+            .field("pairs", &self.pairs)
+            .finish()
+    }
+}
+
+fn offered() -> u64 {
+    [
+        features::VERSION_1,
+        features::RING_EVENT_IDX,
+        features::NET_MAC,
+        features::NET_STATUS,
+        features::NET_MTU,
+        features::NET_MQ,
+        features::NET_CTRL_VQ,
+    ]
+    .into_iter()
+    .fold(0, |acc, bit| acc | features::bit(bit))
+}
+
+impl VirtioNet {
+    /// A device with `pairs` queue pairs (one per vCPU) and MAC `mac`.
+    pub fn new(mac: [u8; 6], pairs: u16) -> std::io::Result<VirtioNet> {
+        Ok(VirtioNet {
+            mac,
+            pairs,
+            transport: Mutex::new(Transport {
+                queues: vec![(QueueConfig::default(), false); usize::from(2 * pairs + 1)],
+                ..Transport::default()
+            }),
+            control: EventFd::new(EFD_NONBLOCK)?,
+            stats: NetStats::default(),
+        })
+    }
+
+    /// Queues: two per pair and the control queue.
+    pub fn queue_count(&self) -> u16 {
+        2 * self.pairs + 1
+    }
+
+    /// Whether `addr` is in the window this device answers for (every slot).
+    pub fn claims(addr: u64) -> bool {
+        (ebb_abi::virtio::MMIO_WINDOW_START..ebb_abi::virtio::MMIO_WINDOW_END).contains(&addr)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Transport> {
+        self.transport.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn config_bytes(&self) -> [u8; 12] {
+        let mut c = [0u8; 12];
+        c[..6].copy_from_slice(&self.mac);
+        c[6..8].copy_from_slice(&NET_S_LINK_UP.to_le_bytes());
+        c[8..10].copy_from_slice(&self.pairs.to_le_bytes());
+        c[10..12].copy_from_slice(&1500u16.to_le_bytes());
+        c
+    }
+
+    /// A read exit at `addr`: fills `data`.
+    pub fn mmio_read(&self, addr: u64, data: &mut [u8]) {
+        self.stats.mmio_exits.fetch_add(1, Ordering::Relaxed);
+        data.fill(0);
+        if !(MMIO_BASE..MMIO_BASE + MMIO_SLOT_SIZE).contains(&addr) {
+            return; // other slots: no transport (magic reads 0)
+        }
+        let offset = addr - MMIO_BASE;
+        if offset >= regs::CONFIG {
+            let config = self.config_bytes();
+            for (i, byte) in data.iter_mut().enumerate() {
+                *byte = config
+                    .get((offset - regs::CONFIG) as usize + i)
+                    .copied()
+                    .unwrap_or(0);
+            }
+            return;
+        }
+        if data.len() != 4 || !offset.is_multiple_of(4) {
+            self.break_device(&format!("{}-byte read of register {offset:#x}", data.len()));
+            return;
+        }
+        let t = self.lock();
+        let queue = t.queues.get(t.queue_sel as usize);
+        let value = match offset {
+            regs::MAGIC => MAGIC,
+            regs::VERSION => MMIO_VERSION,
+            regs::DEVICE_ID => DEVICE_ID_NET,
+            regs::VENDOR_ID => VENDOR_ID_EBB,
+            regs::DEVICE_FEATURES => match t.device_features_sel {
+                0 => offered() as u32,
+                1 => (offered() >> 32) as u32,
+                _ => 0,
+            },
+            regs::QUEUE_NUM_MAX => queue.map_or(0, |_| u32::from(QUEUE_MAX)),
+            regs::QUEUE_READY => queue.map_or(0, |q| u32::from(q.1)),
+            regs::INTERRUPT_STATUS => 0,
+            regs::STATUS => t.status,
+            regs::CONFIG_GENERATION => 0,
+            _ => 0,
+        };
+        data.copy_from_slice(&value.to_le_bytes());
+    }
+
+    /// A write exit at `addr` of `data`.
+    pub fn mmio_write(&self, addr: u64, data: &[u8]) {
+        self.stats.mmio_exits.fetch_add(1, Ordering::Relaxed);
+        if !(MMIO_BASE..MMIO_BASE + regs::CONFIG).contains(&addr) {
+            return; // config space is read-only here; other slots are empty
+        }
+        let offset = addr - MMIO_BASE;
+        let Ok(bytes) = <[u8; 4]>::try_from(data) else {
+            self.break_device(&format!(
+                "{}-byte write to register {offset:#x}",
+                data.len()
+            ));
+            return;
+        };
+        let value = u32::from_le_bytes(bytes);
+        let mut t = self.lock();
+        let sel = t.queue_sel as usize;
+        let ready = t.queues.get(sel).is_some_and(|q| q.1);
+        let set_queue = |t: &mut Transport, f: &dyn Fn(&mut QueueConfig)| {
+            if let Some((config, false)) = t.queues.get_mut(sel) {
+                f(config);
+            }
+        };
+        let low = |old: u64| (old & !0xffff_ffff) | u64::from(value);
+        let high = |old: u64| (old & 0xffff_ffff) | (u64::from(value) << 32);
+        match offset {
+            regs::DEVICE_FEATURES_SEL => t.device_features_sel = value,
+            regs::DRIVER_FEATURES_SEL => t.driver_features_sel = value,
+            regs::DRIVER_FEATURES => match t.driver_features_sel {
+                0 => t.driver_features = (t.driver_features & !0xffff_ffff) | u64::from(value),
+                1 => {
+                    t.driver_features = (t.driver_features & 0xffff_ffff) | (u64::from(value) << 32)
+                }
+                _ => {}
+            },
+            regs::QUEUE_SEL => t.queue_sel = value,
+            regs::QUEUE_NUM => set_queue(&mut t, &|q| q.size = value as u16),
+            regs::QUEUE_DESC_LOW => set_queue(&mut t, &|q| q.desc = low(q.desc)),
+            regs::QUEUE_DESC_HIGH => set_queue(&mut t, &|q| q.desc = high(q.desc)),
+            regs::QUEUE_DRIVER_LOW => set_queue(&mut t, &|q| q.avail = low(q.avail)),
+            regs::QUEUE_DRIVER_HIGH => set_queue(&mut t, &|q| q.avail = high(q.avail)),
+            regs::QUEUE_DEVICE_LOW => set_queue(&mut t, &|q| q.used = low(q.used)),
+            regs::QUEUE_DEVICE_HIGH => set_queue(&mut t, &|q| q.used = high(q.used)),
+            regs::QUEUE_READY => {
+                if let Some(q) = t.queues.get_mut(sel)
+                    && !ready
+                {
+                    q.1 = value == 1;
+                }
+            }
+            regs::QUEUE_NOTIFY => {} // kicks arrive through the ioeventfd
+            regs::INTERRUPT_ACK => {}
+            regs::STATUS => self.write_status(&mut t, value),
+            _ => {}
+        }
+    }
+
+    fn write_status(&self, t: &mut Transport, value: u32) {
+        if value == 0 {
+            let queues = t.queues.len();
+            *t = Transport {
+                queues: vec![(QueueConfig::default(), false); queues],
+                epoch: t.epoch + 1,
+                ..Transport::default()
+            };
+            let _ = self.control.write(1);
+            return;
+        }
+        let mut value = value;
+        if value & status::FEATURES_OK != 0 && t.status & status::FEATURES_OK == 0 {
+            let acceptable = t.driver_features & !offered() == 0
+                && t.driver_features & features::bit(features::VERSION_1) != 0;
+            if !acceptable {
+                value &= !status::FEATURES_OK;
+            }
+        }
+        let activated = value & status::DRIVER_OK != 0 && t.status & status::DRIVER_OK == 0;
+        t.status = value | (t.status & status::DEVICE_NEEDS_RESET);
+        if activated {
+            t.epoch += 1;
+            let _ = self.control.write(1);
+        }
+    }
+
+    /// Marks the device broken: the guest sees DEVICE_NEEDS_RESET, the I/O thread stops.
+    pub fn break_device(&self, why: &str) {
+        let mut t = self.lock();
+        if t.broken.is_none() {
+            log::error!("virtio-net: guest driver error, device stopped: {why}");
+            t.broken = Some(why.to_string());
+        }
+        t.status |= status::DEVICE_NEEDS_RESET;
+        t.epoch += 1;
+        let _ = self.control.write(1);
+    }
+
+    /// Why the device is broken, if it is.
+    pub fn broken(&self) -> Option<String> {
+        self.lock().broken.clone()
+    }
+
+    /// The live queues if the driver is done setting up, validated against `mem`.
+    fn activation(
+        &self,
+        mem: &GuestMem,
+    ) -> Result<Option<(u64, Vec<QueueConfig>, bool)>, QueueError> {
+        let t = self.lock();
+        if t.broken.is_some() || t.status & status::DRIVER_OK == 0 {
+            return Ok(None);
+        }
+        let mut configs = Vec::new();
+        for (config, ready) in &t.queues {
+            if *ready {
+                config.validate(QUEUE_MAX, mem.size())?;
+                configs.push(*config);
+            } else {
+                configs.push(QueueConfig::default());
+            }
+        }
+        let multi = t.driver_features & features::bit(features::NET_MQ) != 0;
+        Ok(Some((t.epoch, configs, multi)))
+    }
+}
+
+/// What the I/O thread needs.
+pub struct IoThread {
+    /// The device.
+    pub device: Arc<VirtioNet>,
+    /// The VM.
+    pub shared: Arc<Shared>,
+    /// One backend per pair, or one for all.
+    pub backends: Vec<Box<dyn Backend>>,
+    /// The guest's kick eventfd per queue (ioeventfds on QueueNotify).
+    pub queue_kicks: Vec<EventFd>,
+    /// Each vCPU's wake-up eventfd (the one WAIT sleeps on), pair `i` ↔ vCPU `i`.
+    pub vcpu_wakes: Vec<EventFd>,
+}
+
+/// One live queue pair in the I/O thread.
+struct Pair {
+    rx: Option<DeviceQueue>,
+    tx: Option<DeviceQueue>,
+    backlog: VecDeque<IOBuf>,
+}
+
+impl IoThread {
+    /// Runs until the VM stops.
+    pub fn run(mut self) {
+        let epoll = match epoll::create(epoll::CreateFlags::CLOEXEC) {
+            Ok(e) => e,
+            Err(e) => {
+                log::error!("virtio-net: epoll: {e}");
+                return;
+            }
+        };
+        let add = |fd: std::os::fd::BorrowedFd<'_>| {
+            let _ = epoll::add(
+                &epoll,
+                fd,
+                epoll::EventData::new_u64(0),
+                epoll::EventFlags::IN,
+            );
+        };
+        add(crate::sys::borrow_eventfd(&self.device.control));
+        for kick in &self.queue_kicks {
+            add(crate::sys::borrow_eventfd(kick));
+        }
+        for backend in &self.backends {
+            add(backend.fd());
+        }
+        let shared = self.shared.clone();
+        let mem = &shared.mem;
+        let mut epoch = u64::MAX;
+        let mut pairs: Vec<Pair> = Vec::new();
+        let mut ctrl: Option<DeviceQueue> = None;
+        let mut active_pairs = 1usize;
+        let mut last_work = Instant::now();
+        let started = Instant::now();
+        let mut frames: Vec<IOBuf> = Vec::new();
+        let mut outgoing: VecDeque<IOBufChain> = VecDeque::new();
+        let mut events = Vec::with_capacity(16);
+        while !self.shared.stopping() {
+            let now = NetInstant::from_nanos(started.elapsed().as_nanos() as u64);
+            // The transport changed: rebuild the queues.
+            let _ = self.device.control.read();
+            match self.device.activation(mem) {
+                Ok(Some((e, configs, _multi))) if e != epoch => {
+                    epoch = e;
+                    let queue = |i: usize, want| {
+                        configs
+                            .get(i)
+                            .filter(|c| c.size != 0)
+                            .map(|c| DeviceQueue::new(*c, want))
+                    };
+                    pairs = (0..usize::from(self.device.pairs))
+                        .map(|p| Pair {
+                            rx: queue(2 * p, Direction::Write),
+                            tx: queue(2 * p + 1, Direction::Read),
+                            backlog: VecDeque::new(),
+                        })
+                        .collect();
+                    ctrl = queue(2 * usize::from(self.device.pairs), Direction::ReadThenWrite);
+                    active_pairs = 1;
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    pairs.clear();
+                    ctrl = None;
+                    epoch = u64::MAX;
+                }
+                Err(e) => {
+                    self.device.break_device(&e.to_string());
+                    pairs.clear();
+                }
+            }
+            let result = self.work(
+                mem,
+                now,
+                &mut pairs,
+                &mut ctrl,
+                &mut active_pairs,
+                &mut frames,
+                &mut outgoing,
+            );
+            let worked = match result {
+                Ok(worked) => worked,
+                Err(e) => {
+                    self.device.break_device(&e.to_string());
+                    pairs.clear();
+                    ctrl = None;
+                    false
+                }
+            };
+            if worked {
+                last_work = Instant::now();
+                continue;
+            }
+            if last_work.elapsed() < IDLE_POLL {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Sleep: ask for kicks, look once more, then wait.
+            let mut arrived = false;
+            for pair in &pairs {
+                for q in [&pair.tx, &pair.rx].into_iter().flatten() {
+                    arrived |= q.set_kicks_wanted(mem, true).unwrap_or(false);
+                }
+            }
+            if let Some(q) = &ctrl {
+                arrived |= q.set_kicks_wanted(mem, true).unwrap_or(false);
+            }
+            if !arrived {
+                events.clear();
+                let timeout = rustix::time::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: SLEEP_MAX.as_nanos() as i64,
+                };
+                let _ = epoll::wait(
+                    &epoll,
+                    rustix::buffer::spare_capacity(&mut events),
+                    Some(&timeout),
+                );
+            }
+            for kick in &self.queue_kicks {
+                if let Ok(n) = kick.read() {
+                    self.device.stats.kicks.fetch_add(n, Ordering::Relaxed);
+                }
+            }
+            for pair in &pairs {
+                for q in [&pair.tx, &pair.rx].into_iter().flatten() {
+                    let _ = q.set_kicks_wanted(mem, false);
+                }
+            }
+            last_work = Instant::now();
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn work(
+        &mut self,
+        mem: &GuestMem,
+        now: NetInstant,
+        pairs: &mut [Pair],
+        ctrl: &mut Option<DeviceQueue>,
+        active_pairs: &mut usize,
+        frames: &mut Vec<IOBuf>,
+        outgoing: &mut VecDeque<IOBufChain>,
+    ) -> Result<bool, QueueError> {
+        if pairs.is_empty() {
+            return Ok(false);
+        }
+        let mut worked = false;
+        // Control commands.
+        if let Some(q) = ctrl {
+            while let Some(chain) = q.pop(mem)? {
+                let ack = control_command(mem, &chain, self.device.pairs, active_pairs);
+                let written = match chain.writable.first() {
+                    Some(buf) => {
+                        mem.write_bytes(buf.addr, &[ack])
+                            .ok_or(QueueError::Access("control ack"))?;
+                        1
+                    }
+                    None => 0,
+                };
+                q.push_used(mem, chain.head, written)?;
+                worked = true;
+            }
+        }
+        // Transmit: guest → backend.
+        let backends = self.backends.len();
+        for (p, pair) in pairs.iter_mut().enumerate() {
+            let Some(tx) = &mut pair.tx else { continue };
+            let mut returned = None;
+            while outgoing.len() < 256 {
+                let Some(chain) = tx.pop(mem)? else { break };
+                let frame = gather(mem, &chain)?;
+                let old = tx.push_used(mem, chain.head, 0)?;
+                returned.get_or_insert(old);
+                if let Some(frame) = frame {
+                    outgoing.push_back(IOBufChain::from(frame));
+                }
+                worked = true;
+            }
+            if let Some(old) = returned
+                && tx.needs_notification(mem, old)?
+            {
+                self.wake(p);
+            }
+            let backend = &mut self.backends[p.min(backends - 1)];
+            let before = outgoing.len();
+            backend.transmit(now, outgoing);
+            self.device
+                .stats
+                .tx_frames
+                .fetch_add((before - outgoing.len()) as u64, Ordering::Relaxed);
+            // What the backend could not take now is dropped only if it is still
+            // full next round; keep it for now (bounded above).
+        }
+        // Receive: backend → guest.
+        for b in 0..backends {
+            frames.clear();
+            let n = self.backends[b].receive(now, frames, 64);
+            if n > 0 {
+                worked = true;
+            }
+            for frame in frames.drain(..) {
+                let p = if backends == pairs.len() {
+                    b
+                } else {
+                    flow_pair(frame.as_slice(), *active_pairs)
+                };
+                let backlog = &mut pairs[p.min(pairs.len() - 1)].backlog;
+                if backlog.len() >= RX_BACKLOG {
+                    self.device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    backlog.push_back(frame);
+                }
+            }
+        }
+        for (p, pair) in pairs.iter_mut().enumerate() {
+            let Some(rx) = &mut pair.rx else { continue };
+            let mut returned = None;
+            while let Some(frame) = pair.backlog.front() {
+                let Some(chain) = rx.pop(mem)? else { break };
+                let written = scatter(mem, &chain, frame.as_slice())?;
+                if written.is_none() {
+                    self.device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.device.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
+                }
+                let old = rx.push_used(mem, chain.head, written.unwrap_or(0))?;
+                returned.get_or_insert(old);
+                pair.backlog.pop_front();
+                worked = true;
+            }
+            if let Some(old) = returned
+                && rx.needs_notification(mem, old)?
+            {
+                self.wake(p);
+            }
+        }
+        Ok(worked)
+    }
+
+    fn wake(&self, pair: usize) {
+        if let Some(fd) = self.vcpu_wakes.get(pair) {
+            let _ = fd.write(1);
+            self.device.stats.wakes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The frame of a transmit chain (its bytes after the virtio-net header), or `None` for
+/// a chain too short to hold one.
+fn gather(mem: &GuestMem, chain: &Chain) -> Result<Option<IOBuf>, QueueError> {
+    let total: u64 = chain.readable.iter().map(|b| u64::from(b.len)).sum();
+    if total <= NET_HDR_LEN as u64 || total > 65_536 {
+        return Ok(None);
+    }
+    let mut bytes = vec![0u8; total as usize];
+    let mut at = 0;
+    for buf in &chain.readable {
+        let len = buf.len as usize;
+        mem.read_into(buf.addr, &mut bytes[at..at + len])
+            .ok_or(QueueError::Access("a transmit buffer"))?;
+        at += len;
+    }
+    bytes.drain(..NET_HDR_LEN);
+    Ok(Some(IOBuf::from_vec(bytes)))
+}
+
+/// Writes the header and `frame` into a receive chain; the bytes written, or `None` if
+/// the chain is too small (the frame is dropped).
+fn scatter(mem: &GuestMem, chain: &Chain, frame: &[u8]) -> Result<Option<u32>, QueueError> {
+    let room: u64 = chain.writable.iter().map(|b| u64::from(b.len)).sum();
+    let total = NET_HDR_LEN + frame.len();
+    if (total as u64) > room {
+        return Ok(None);
+    }
+    let mut header = [0u8; NET_HDR_LEN];
+    header[10] = 1; // num_buffers
+    let mut data = header.iter().chain(frame.iter()).copied();
+    let mut left = total;
+    for buf in &chain.writable {
+        if left == 0 {
+            break;
+        }
+        let n = left.min(buf.len as usize);
+        let piece: Vec<u8> = data.by_ref().take(n).collect();
+        mem.write_bytes(buf.addr, &piece)
+            .ok_or(QueueError::Access("a receive buffer"))?;
+        left -= n;
+    }
+    Ok(Some(total as u32))
+}
+
+/// Handles one control command; returns the ack byte.
+fn control_command(mem: &GuestMem, chain: &Chain, max_pairs: u16, active: &mut usize) -> u8 {
+    let mut bytes = Vec::new();
+    for buf in &chain.readable {
+        match mem.read_bytes(buf.addr, u64::from(buf.len).min(64)) {
+            Some(b) => bytes.extend(b),
+            None => return NET_ERR,
+        }
+    }
+    match bytes.as_slice() {
+        [class, cmd, lo, hi, ..] if *class == NET_CTRL_MQ && *cmd == NET_CTRL_MQ_VQ_PAIRS_SET => {
+            let n = u16::from_le_bytes([*lo, *hi]);
+            if (1..=max_pairs).contains(&n) {
+                *active = usize::from(n);
+                NET_OK
+            } else {
+                NET_ERR
+            }
+        }
+        _ => NET_ERR,
+    }
+}
+
+/// The queue pair for a frame from a single-queue backend: a symmetric hash of its IPv4
+/// addresses and TCP/UDP ports, so both directions of a flow agree; other frames go to
+/// pair 0.
+fn flow_pair(frame: &[u8], pairs: usize) -> usize {
+    if pairs <= 1 || frame.len() < 14 + 20 || frame[12..14] != [0x08, 0x00] {
+        return 0;
+    }
+    let ip = &frame[14..];
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    let proto = ip[9];
+    let addrs = u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]])
+        ^ u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
+    let ports = if (proto == 6 || proto == 17) && ip.len() >= ihl + 4 {
+        u32::from(u16::from_be_bytes([ip[ihl], ip[ihl + 1]]))
+            ^ u32::from(u16::from_be_bytes([ip[ihl + 2], ip[ihl + 3]]))
+    } else {
+        0
+    };
+    let h = (addrs ^ ports).wrapping_mul(0x9e37_79b9);
+    (h >> 16) as usize % pairs
+}

@@ -1,0 +1,71 @@
+//! A TCP echo server on port 7 over ebb-net on virtio-net: probes the device, runs the
+//! network runtime (one queue pair per core) at 10.0.2.15/24 via 10.0.2.2 (QEMU's and
+//! passt's user network), and echoes every byte until the VM is stopped.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::net::Ipv4Addr;
+use ebb_core::IOBuf;
+use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
+use ebb_native::println;
+use ebb_net::iface::Ipv4Cidr;
+use ebb_netstack::{AddressConfig, NetStack, NetStackConfig, Placement, SendableDevice};
+
+struct Echo;
+
+impl TcpHandler for Echo {
+    fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
+        let _ = conn.send(data.into());
+    }
+    fn closed(&mut self, _reason: CloseReason) {}
+}
+
+async fn main() -> i32 {
+    let cores = ebb_core::event::num_cores() as u16;
+    let net = match ebb_native::virtio::open(cores) {
+        Ok(net) => net,
+        Err(e) => {
+            println!("net_echo: {e}");
+            return 1;
+        }
+    };
+    let pairs = net.pairs.len();
+    let devices: Vec<SendableDevice> = net
+        .pairs
+        .into_iter()
+        .map(|p| Box::new(p) as SendableDevice)
+        .collect();
+    let address = AddressConfig::Static {
+        cidr: Ipv4Cidr::new(Ipv4Addr::new(10, 0, 2, 15), 24).expect("a /24"),
+        gateway: Some(Ipv4Addr::new(10, 0, 2, 2)),
+    };
+    let seed = ebb_native::arch::rdtsc();
+    let mut config = NetStackConfig::new(address, [seed, seed.rotate_left(17) ^ 0x5a5a]);
+    config.mac.0 = net.mac;
+    let stack = match NetStack::start(devices, config) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("net_echo: {e}");
+            return 1;
+        }
+    };
+    if let Err(e) = stack.ready().await {
+        println!("net_echo: {e}");
+        return 1;
+    }
+    let listening = stack
+        .listen_on_every_core(7, Placement::AcceptingCore, |conn| conn.set_handler(Echo))
+        .await;
+    if let Err(e) = listening {
+        println!("net_echo: cannot listen: {e}");
+        return 1;
+    }
+    println!("net_echo: listening on 10.0.2.15:7 ({pairs} queue pairs)");
+    core::future::pending::<i32>().await
+}
+
+ebb_native::runtime_entry!(main);
