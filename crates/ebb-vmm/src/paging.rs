@@ -58,6 +58,21 @@ fn kind_at(map: &[MappedRange], addr: u64) -> Option<PageKind> {
     map.get(i).filter(|r| r.start <= addr).map(|r| r.kind)
 }
 
+/// Appends a zeroed table page to `words` (`pages` of them so far) and returns its
+/// number, or [`PagingError::AreaFull`] past `available` pages.
+fn new_table(words: &mut Vec<u64>, pages: &mut u64, available: u64) -> Result<u64, PagingError> {
+    let page = *pages;
+    *pages += 1;
+    if *pages > available {
+        return Err(PagingError::AreaFull {
+            needed: *pages,
+            available,
+        });
+    }
+    words.resize(*pages as usize * ENTRIES, 0);
+    Ok(page)
+}
+
 impl PageTables {
     /// Builds tables mapping `map` (sorted, disjoint, page-aligned, below `mem_size`, which
     /// is a multiple of 2 MiB) at identical virtual and physical addresses.
@@ -82,15 +97,7 @@ impl PageTables {
                 words[pde] = chunk | leaf_flags(r.kind) | LARGE;
                 continue;
             }
-            let pt = pages;
-            pages += 1;
-            if pages > available {
-                return Err(PagingError::AreaFull {
-                    needed: pages,
-                    available,
-                });
-            }
-            words.resize(pages as usize * ENTRIES, 0);
+            let pt = new_table(&mut words, &mut pages, available)?;
             words[pde] = page_addr(pt) | TABLE_FLAGS;
             for (i, addr) in (chunk..end).step_by(PAGE_SIZE as usize).enumerate() {
                 if let Some(kind) = kind_at(map, addr) {
@@ -106,15 +113,7 @@ impl PageTables {
         let pd = if window_gib < gibs {
             2 + window_gib
         } else {
-            let pd = pages;
-            pages += 1;
-            if pages > available {
-                return Err(PagingError::AreaFull {
-                    needed: pages,
-                    available,
-                });
-            }
-            words.resize(pages as usize * ENTRIES, 0);
+            let pd = new_table(&mut words, &mut pages, available)?;
             words[ENTRIES + window_gib as usize] = page_addr(pd) | TABLE_FLAGS;
             pd
         };
