@@ -273,6 +273,35 @@ fn install_stop_signal() -> Result<(), VmError> {
     result
 }
 
+/// Set by SIGUSR1: print the network counters now (see [`net_summary`]).
+static STATS_REQUESTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stats_signal(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    STATS_REQUESTED.store(true, Ordering::SeqCst);
+}
+
+/// One line of network and exit counters, printed at the VM's end and on SIGUSR1 (so a
+/// benchmark or test can take the difference over a steady phase).
+pub fn net_summary(shared: &Shared) -> Option<String> {
+    let net = shared.net.get()?;
+    let s = &net.stats;
+    let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    Some(format!(
+        "ebb-vmm: virtio-net: tx_frames={} rx_frames={} rx_dropped={} exits={} mmio_exits={} \
+         kicks={} wakeups={}{}",
+        get(&s.tx_frames),
+        get(&s.rx_frames),
+        get(&s.rx_dropped),
+        shared.exits.load(Ordering::Relaxed),
+        get(&s.mmio_exits),
+        get(&s.kicks),
+        get(&s.wakes),
+        net.broken()
+            .map(|b| format!(" broken: {b}"))
+            .unwrap_or_default(),
+    ))
+}
+
 /// A VM ready to run.
 pub struct Vm {
     _kvm: Kvm,
@@ -499,6 +528,10 @@ impl Vm {
             net_io,
         } = self;
         if let Some(io) = net_io {
+            register_signal_handler(libc::SIGUSR1, on_stats_signal).map_err(|e| VmError::Os {
+                what: "installing the SIGUSR1 (network counters) handler",
+                source: std::io::Error::from_raw_os_error(e.errno()),
+            })?;
             std::thread::Builder::new()
                 .name("virtio-net".into())
                 .spawn(move || io.run())
@@ -546,6 +579,11 @@ impl Vm {
                     state: None,
                 });
             }
+            if STATS_REQUESTED.swap(false, Ordering::SeqCst)
+                && let Some(line) = net_summary(&shared)
+            {
+                eprintln!("{line}");
+            }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 shared.finish(Outcome::Timeout {
                     after: config.timeout.unwrap_or_default(),
@@ -579,23 +617,8 @@ impl Vm {
                 .unwrap_or_else(|e| e.into_inner());
         }
         log::debug!("vCPU threads stopped");
-        if let Some(net) = shared.net.get() {
-            let s = &net.stats;
-            let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-            eprintln!(
-                "ebb-vmm: virtio-net: {} frames out, {} in, {} dropped; exits: {} to the monitor \
-                 ({} MMIO), {} queue kicks; {} vCPU wake-ups{}",
-                get(&s.tx_frames),
-                get(&s.rx_frames),
-                get(&s.rx_dropped),
-                shared.exits.load(Ordering::Relaxed),
-                get(&s.mmio_exits),
-                get(&s.kicks),
-                get(&s.wakes),
-                net.broken()
-                    .map(|b| format!("; device broken: {b}"))
-                    .unwrap_or_default(),
-            );
+        if let Some(line) = net_summary(&shared) {
+            eprintln!("{line}");
         }
         // The guest is stopped (or lost): what is left in the rings is final.
         let _ = shared.console.drain_all(&shared.mem);
