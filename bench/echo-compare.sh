@@ -20,7 +20,8 @@
 #                      point it at another server (e.g. target/release/tokio-echo)
 #                      to run the comparison without Ebbflow's echo. The `echo`
 #                      package is then not built.
-#   EBB_ECHO_ARGS      server arguments [--port 0 --cores N], or
+#   EBB_ECHO_ARGS      server arguments [--port 0] (the core count is the CPUs the
+#                      server is pinned to; EBB_IDLE_POLL_US=0 turns polling off), or
 #                      [--port 0 --workers N] when EBB_ECHO_BIN is a tokio-echo
 #   BIN_DIR            where echo-load and tokio-echo are [$CARGO_TARGET_DIR or
 #                      target]/release
@@ -31,7 +32,7 @@
 # Beside requests/s and latency, each run reports the server's CPU time per request:
 # user + system time of the server process (all threads, /proc/PID/stat) over the
 # measured interval (sampled when the warm-up ends and when the load ends), divided by
-# the requests answered in it. Ebbflow's core polls for --idle-poll-us (50 µs by
+# the requests answered in it. Ebbflow's core polls for EBB_IDLE_POLL_US (50 µs by
 # default) before it sleeps and tokio sleeps at once, so a throughput or latency win
 # can be bought with CPU time: the CPU column says whether it was.
 #
@@ -107,7 +108,7 @@ run_config() {
   elif [[ $(basename "$EBB_BIN") == tokio-echo ]]; then
     ebb_args=(--port 0 --workers "$ncores")
   else
-    ebb_args=(--port 0 --cores "$ncores")
+    ebb_args=(--port 0)
   fi
   tokio_args=(--port 0 --workers "$ncores")
 

@@ -144,7 +144,7 @@ bulk() {
     ebb) start_ebb httpd-ebb "$httpd" --port 8080; ip=$tap_ebb ;;
     linux | linux-nooffload)
       [[ $config == linux-nooffload ]] && offloads off
-      start_server httpd-linux "$httpd" --addr "$veth_linux_host" --port 8080 --cores 1
+      start_server httpd-linux "$httpd" --addr "$veth_linux_host" --port 8080
       ip=$veth_linux_host
       ;;
   esac
@@ -170,7 +170,7 @@ pingpong() {
         start_ebb echo-ebb "$sink" --echo --port 7000
         ip=$tap_ebb
       else
-        start_server echo-linux "$sink" --echo --addr "$veth_linux_host" --port 7000 --cores 1
+        start_server echo-linux "$sink" --echo --addr "$veth_linux_host" --port 7000
         ip=$veth_linux_host
       fi
       out=$(in_ns "$echo_load" --addr "$ip:7000" --conns 1 --size 64 \

@@ -21,8 +21,20 @@ impl ServerProcess {
     ///
     /// If the program cannot start or prints something else (it is a test helper).
     pub fn spawn(program: &str, args: &[&str], banner: &str) -> ServerProcess {
+        Self::spawn_with_env(program, args, &[], banner)
+    }
+
+    /// As [`ServerProcess::spawn`], with `env` (name, value) pairs added to the server's
+    /// environment (an Ebbflow app's core count is `EBB_CPUS`).
+    pub fn spawn_with_env(
+        program: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        banner: &str,
+    ) -> ServerProcess {
         let mut child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));

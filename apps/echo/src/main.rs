@@ -1,88 +1,92 @@
-//! `echo`: a TCP echo server on Ebbflow.
+//! `echo`: a TCP echo server on Ebbflow, one source for both runtimes.
 //!
-//! Every core accepts connections on the same port (one listening socket per core) and owns
-//! the connections it accepts. Received IOBufs are sent straight back, without copying.
-//! When a slow reader lets more than [`HIGH_WATER`] bytes queue up on a connection, the
-//! server closes its receive window on that connection (stops reading, so TCP pushes back on
-//! the sender) and reopens it once the queue has drained below [`LOW_WATER`].
+//! Every core listens on the same port and owns the connections it accepts. Received
+//! IOBufs go straight back out, without copying (`ebb_bytestream::Echo`: when a slow
+//! reader lets echoed data pile up, the server stops reading that connection until it
+//! drains, so TCP pushes back on the sender).
+//!
+//! Hosted it listens through Linux sockets on 127.0.0.1:7000 (or ebb-net over a TAP
+//! device with `--tap`); native, ebb-net on the VM's virtio-net device on port 7 (the
+//! image has an address of its own: `ebb run echo --net user -p 7000:7`). Prints
+//! `echo: listening on ADDR (BACKEND, N cores)` when ready.
 
-use clap::Parser;
-use ebb::net::{self, CloseReason, IOBuf, TcpConnection, TcpHandler};
-use std::io::Write;
-use std::net::SocketAddr;
+#![cfg_attr(target_os = "none", no_std, no_main)]
 
-/// Stop reading from a connection with this much echo data queued for it.
-const HIGH_WATER: usize = 1 << 20;
-/// Resume reading once the queue is below this.
-const LOW_WATER: usize = 256 << 10;
+extern crate alloc;
 
-#[derive(Parser, Debug)]
-#[command(about = "TCP echo server on the Ebbflow hosted runtime")]
-struct Args {
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1")]
-    addr: std::net::IpAddr,
-    /// Port to listen on (0 picks a free one; the chosen port is printed).
-    #[arg(long, default_value_t = 7000)]
+use alloc::string::{String, ToString};
+use ebb::net::{self, NetConfig};
+use ebb_bytestream::Echo;
+
+/// The default port: the echo service's own natively, where the image has an address of
+/// its own; hosted the process shares the host's ports, where 7 needs root.
+const DEFAULT_PORT: u16 = if cfg!(target_os = "none") { 7 } else { 7000 };
+
+const USAGE: &str = "usage: echo [--port N] [network options]";
+
+/// What the command line asks for.
+struct Options {
     port: u16,
-    /// Number of cores (event loops); default: every CPU the process may use.
-    #[arg(long)]
-    cores: Option<usize>,
-    /// Microseconds an idle core keeps polling its sockets before sleeping (0: sleep at once).
-    #[arg(long, default_value_t = 50)]
-    idle_poll_us: u64,
+    net: NetConfig,
 }
 
-/// One connection's handler: echo, with back-pressure.
-struct Echo;
-
-impl TcpHandler for Echo {
-    fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
-        if conn.send(data.into()).is_err() {
-            return; // the connection is failing; `closed` follows
-        }
-        if conn.queued_bytes() > HIGH_WATER {
-            conn.set_receive_window_open(false);
+fn parse_options() -> Result<Options, String> {
+    let (net, rest) = NetConfig::from_args(&ebb::args()).map_err(|e| e.to_string())?;
+    let mut port = DEFAULT_PORT;
+    let mut opts = getargs::Options::new(rest.iter().map(String::as_str));
+    while let Some(opt) = opts.next_opt().map_err(|e| e.to_string())? {
+        match opt {
+            getargs::Opt::Long("port") => {
+                let value = opts.value().map_err(|e| e.to_string())?;
+                port = value
+                    .parse()
+                    .map_err(|_| alloc::format!("bad --port {value:?}"))?;
+            }
+            getargs::Opt::Long("help") | getargs::Opt::Short('h') => {
+                return Err(alloc::format!("{USAGE}\n{}", net::OPTIONS_HELP));
+            }
+            other => return Err(alloc::format!("unknown option {other}\n{USAGE}")),
         }
     }
-
-    fn send_window_increased(&mut self, conn: &dyn TcpConnection) {
-        if conn.queued_bytes() < LOW_WATER {
-            conn.set_receive_window_open(true);
-        }
+    if let Some(extra) = opts.next_positional() {
+        return Err(alloc::format!("unexpected argument {extra:?}\n{USAGE}"));
     }
-
-    fn closed(&mut self, _reason: CloseReason) {}
+    Ok(Options { port, net })
 }
 
-fn main() -> std::process::ExitCode {
-    let args = Args::parse();
-    let mut config = ebb::Config::default();
-    if let Some(cores) = args.cores {
-        config.cores = cores;
-    }
-    config.idle_poll = std::time::Duration::from_micros(args.idle_poll_us);
-    let cores = config.cores;
-    let addr = SocketAddr::new(args.addr, args.port);
-    let result = ebb::run(config, move || async move {
-        let listener = net::listen(addr, |conn| conn.set_handler(Echo))?;
-        println!(
-            "echo: listening on {} ({cores} cores)",
-            listener.local_addr()
-        );
-        let _ = std::io::stdout().flush();
-        // Serve until the process is stopped.
-        std::future::pending::<Result<(), net::TcpErrorKind>>().await
-    });
-    match result {
-        Ok(Ok(())) => std::process::ExitCode::SUCCESS,
-        Ok(Err(e)) => {
-            eprintln!("echo: cannot listen on {addr}: {e}");
-            std::process::ExitCode::FAILURE
-        }
+async fn app_main() -> i32 {
+    let options = match parse_options() {
+        Ok(options) => options,
         Err(e) => {
-            eprintln!("echo: {e}");
-            std::process::ExitCode::FAILURE
+            ebb::eprintln!("echo: {e}");
+            return 2;
         }
-    }
+    };
+    let network = match net::start(options.net).await {
+        Ok(network) => network,
+        Err(e) => {
+            ebb::eprintln!("echo: cannot start the network: {e}");
+            return 1;
+        }
+    };
+    let listener = match network
+        .listen(options.port, |conn| conn.set_handler(Echo::default()))
+        .await
+    {
+        Ok(listener) => listener,
+        Err(e) => {
+            ebb::eprintln!("echo: cannot listen on port {}: {e}", options.port);
+            return 1;
+        }
+    };
+    let cores = ebb::num_cores();
+    ebb::println!(
+        "echo: listening on {} ({network}, {cores} core{})",
+        listener.local_addr(),
+        if cores == 1 { "" } else { "s" }
+    );
+    // Serve until the process or VM is stopped.
+    core::future::pending::<i32>().await
 }
+
+ebb::main!(app_main);

@@ -9,9 +9,10 @@ use std::time::Duration;
 const MIB: usize = 1024 * 1024;
 
 fn start_echo(cores: usize) -> ServerProcess {
-    ServerProcess::spawn(
+    ServerProcess::spawn_with_env(
         env!("CARGO_BIN_EXE_echo"),
-        &["--port", "0", "--cores", &cores.to_string()],
+        &["--port", "0"],
+        &[(ebb::CPUS_ENV, &cores.to_string())],
         "echo: listening on ",
     )
 }

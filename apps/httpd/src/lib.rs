@@ -1,11 +1,11 @@
-//! A small HTTP/1.1 responder, written once against `ebb_core::net` so it runs over Linux
-//! sockets and over ebb-net on TAP unchanged.
+//! A small HTTP/1.1 responder, written once against `ebb::net` so it runs over every
+//! backend — Linux sockets, ebb-net on TAP, ebb-net on virtio-net natively — unchanged.
 //!
-//! * `GET /bytes/N` answers N bytes of the pattern stream (`sink::pattern`: a 1 MiB
+//! * `GET /bytes/N` answers N bytes of the pattern stream (`ebb_bytestream::pattern`: a 1 MiB
 //!   pseudo-random block repeated) with `Content-Length: N`. The body is never copied:
 //!   it goes out as `IOBuf` slices of the one static pattern block, offered with
 //!   `try_send` as the send window allows and resumed on `send_window_increased`
-//!   (`sink::send_pattern`), so a 100 MB answer holds at most one 256 KiB chunk beyond
+//!   (`ebb_bytestream::send_pattern`), so a 100 MB answer holds at most one 256 KiB chunk beyond
 //!   what the connection accepted.
 //! * `GET /` answers a small HTML page.
 //! * Keep-alive: HTTP/1.1 connections stay open (unless `Connection: close`), HTTP/1.0
@@ -16,10 +16,15 @@
 //!   or a bad `/bytes/N` gets `400 Bad Request` and the connection closes; other
 //!   methods get `405`, other paths `404` (keep-alive).
 
-use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
-use ebb_core::{IOBuf, IOBufChain};
-use sink::pattern::Pattern;
-use sink::send_pattern;
+#![no_std]
+
+extern crate alloc;
+
+use alloc::format;
+use alloc::vec::Vec;
+use ebb::net::{CloseReason, IOBuf, IOBufChain, TcpConnection, TcpHandler};
+use ebb_bytestream::pattern::Pattern;
+use ebb_bytestream::send_pattern;
 
 /// Longest request head (request line and headers) accepted.
 pub const MAX_HEAD: usize = 16 * 1024;
@@ -62,7 +67,7 @@ pub fn parse_head(head: &[u8]) -> Head {
         request: Request::Bad,
         keep_alive: false,
     };
-    let Ok(text) = std::str::from_utf8(head) else {
+    let Ok(text) = core::str::from_utf8(head) else {
         return bad;
     };
     let mut lines = text.split("\r\n");
@@ -177,7 +182,7 @@ impl Http {
         let _ = conn.send(IOBufChain::from(IOBuf::from_vec(response.into_bytes())));
     }
 
-    /// Sends body bytes as the connection takes them (`sink::send_pattern`: at most one
+    /// Sends body bytes as the connection takes them (`ebb_bytestream::send_pattern`: at most one
     /// chunk queued); true when the whole body was accepted.
     fn pump(&mut self, conn: &dyn TcpConnection) -> bool {
         let Some((mut offset, end)) = self.body else {

@@ -1,72 +1,81 @@
 //! `httpd`: a small HTTP/1.1 responder on Ebbflow (see the library docs for what it
-//! answers), over Linux sockets (default, one event loop per core) or over ebb-net on a
-//! TAP device (`--tap NAME --ip A/P` or `--dhcp`, optionally `--faults SPEC`; one core
-//! per TAP queue, `--queues N`).
-//! Prints `httpd: listening on ADDR` when ready.
+//! answers), one source for both runtimes.
+//!
+//! Hosted it listens through Linux sockets on 127.0.0.1:8080 (or ebb-net over a TAP
+//! device with `--tap`, one core per TAP queue with `--queues N`); native, ebb-net on the
+//! VM's virtio-net device on port 80 (`ebb run httpd --net user -p 8080:80`). Every core
+//! listens; each connection is served by the core that accepted it. Prints
+//! `httpd: listening on ADDR (BACKEND, N cores)` when ready.
 
-use std::io::Write;
-use std::net::{IpAddr, SocketAddr, SocketAddrV4};
-use std::process::ExitCode;
-use std::time::Duration;
+#![cfg_attr(target_os = "none", no_std, no_main)]
 
-use clap::Parser;
-use ebb_core::event;
-use ebb_hosted::netstack::Placement;
+extern crate alloc;
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use ebb::net::{self, NetConfig};
 use httpd::Http;
-use sink::net_args::{NetArgs, run_app};
 
-#[derive(Parser, Debug)]
-#[command(about = "HTTP/1.1 responder on the Ebbflow hosted runtime")]
-struct Args {
-    /// Address to listen on (Linux sockets; ebb-net listens on its interface address).
-    #[arg(long, default_value = "127.0.0.1")]
-    addr: IpAddr,
-    /// Port to listen on (Linux sockets: 0 picks a free one).
-    #[arg(long, default_value_t = 8080)]
-    port: u16,
-    /// Cores for the Linux-socket backend (ebb-net runs on one per `--queues`).
-    #[arg(long)]
-    cores: Option<usize>,
-    #[command(flatten)]
-    net: NetArgs,
+/// The default port: HTTP's own natively, where the image has an address of its own;
+/// hosted the process shares the host's ports, where 80 needs root.
+const DEFAULT_PORT: u16 = if cfg!(target_os = "none") { 80 } else { 8080 };
+
+const USAGE: &str = "usage: httpd [--port N] [network options]";
+
+fn parse_options() -> Result<(u16, NetConfig), String> {
+    let (net, rest) = NetConfig::from_args(&ebb::args()).map_err(|e| e.to_string())?;
+    let mut port = DEFAULT_PORT;
+    let mut opts = getargs::Options::new(rest.iter().map(String::as_str));
+    while let Some(opt) = opts.next_opt().map_err(|e| e.to_string())? {
+        match opt {
+            getargs::Opt::Long("port") => {
+                let value = opts.value().map_err(|e| e.to_string())?;
+                port = value.parse().map_err(|_| format!("bad --port {value:?}"))?;
+            }
+            getargs::Opt::Long("help") | getargs::Opt::Short('h') => {
+                return Err(format!("{USAGE}\n{}", net::OPTIONS_HELP));
+            }
+            other => return Err(format!("unknown option {other}\n{USAGE}")),
+        }
+    }
+    if let Some(extra) = opts.next_positional() {
+        return Err(format!("unexpected argument {extra:?}\n{USAGE}"));
+    }
+    Ok((port, net))
 }
 
-async fn serve_linux(args: Args) -> Result<(), String> {
-    let addr = SocketAddr::new(args.addr, args.port);
-    let listener = ebb_hosted::tcp::listen(addr, |conn| conn.set_handler(Http::default()))
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    println!("httpd: listening on {}", listener.local_addr());
-    let _ = std::io::stdout().flush();
-    std::future::pending::<Result<(), String>>().await
-}
-
-async fn serve_tap(args: Args, config: ebb_hosted::netstack::NetStackConfig) -> Result<(), String> {
-    let stack =
-        ebb_hosted::netstack::start(config).map_err(|e| format!("cannot start ebb-net: {e}"))?;
-    let cidr = event::timeout(Duration::from_secs(60), stack.wait_for_address())
+async fn app_main() -> i32 {
+    let (port, net) = match parse_options() {
+        Ok(options) => options,
+        Err(e) => {
+            ebb::eprintln!("httpd: {e}");
+            return 2;
+        }
+    };
+    let network = match net::start(net).await {
+        Ok(network) => network,
+        Err(e) => {
+            ebb::eprintln!("httpd: cannot start the network: {e}");
+            return 1;
+        }
+    };
+    let listener = match network
+        .listen(port, |conn| conn.set_handler(Http::default()))
         .await
-        .map_err(|_| "no address within 60 s".to_string())?
-        .map_err(|e| e.to_string())?;
-    stack.ready().await.map_err(|e| e.to_string())?;
-    // Every core listens; a connection stays on the core whose queue got its SYN.
-    let _listener = stack
-        .listen_on_every_core(args.port, Placement::AcceptingCore, |conn| {
-            conn.set_handler(Http::default())
-        })
-        .await
-        .map_err(|e| format!("cannot listen: {e}"))?;
-    println!(
-        "httpd: listening on {} (ebb-net on {}, {} core(s))",
-        SocketAddrV4::new(cidr.address(), args.port),
-        stack.device_name().unwrap_or_default(),
-        stack.cores().len()
+    {
+        Ok(listener) => listener,
+        Err(e) => {
+            ebb::eprintln!("httpd: cannot listen on port {port}: {e}");
+            return 1;
+        }
+    };
+    let cores = ebb::num_cores();
+    ebb::println!(
+        "httpd: listening on {} ({network}, {cores} core{})",
+        listener.local_addr(),
+        if cores == 1 { "" } else { "s" }
     );
-    let _ = std::io::stdout().flush();
-    std::future::pending::<Result<(), String>>().await
+    core::future::pending::<i32>().await
 }
 
-fn main() -> ExitCode {
-    let args = Args::parse();
-    let (net, cores) = (args.net.clone(), args.cores);
-    run_app("httpd", &net, cores, args, serve_tap, serve_linux)
-}
+ebb::main!(app_main);

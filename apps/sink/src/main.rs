@@ -1,102 +1,105 @@
-//! `sink`: byte-stream endpoints on Ebbflow, over Linux sockets or ebb-net on TAP.
+//! `sink`: byte-stream endpoints on Ebbflow, one source for both runtimes.
 //!
 //! * default: listen, and for each connection print
 //!   `sink: N bytes sha256 HEX from PEER` when it closes (`--once`: exit after one);
 //! * `--echo`: listen, and send back everything each connection sends (no report);
 //! * `--connect ADDR --send N`: connect, send N bytes of the pattern (see
-//!   `sink::pattern`), print `sink: sent N bytes sha256 HEX to PEER`;
+//!   `ebb_bytestream::pattern`), print `sink: sent N bytes sha256 HEX to PEER`;
 //! * `--connect ADDR --receive`: connect, receive until the peer's FIN, print
 //!   `sink: N bytes sha256 HEX from PEER`.
 //!
-//! The handlers are the library's, the same over both backends.
+//! Hosted over Linux sockets (127.0.0.1:9000) or ebb-net on a TAP device (`--tap`);
+//! native over ebb-net on virtio-net. The handlers are `ebb_bytestream`'s, the same on
+//! every backend. Prints `sink: listening on ADDR (BACKEND, N cores)` when listening.
 
-use std::io::Write;
-use std::net::{IpAddr, SocketAddr, SocketAddrV4};
-use std::process::ExitCode;
-use std::time::Duration;
+#![cfg_attr(target_os = "none", no_std, no_main)]
 
-use clap::Parser;
-use ebb_core::event;
-use ebb_core::future::promise;
-use ebb_core::net::{CloseReason, TcpConnection, TcpErrorKind, TcpHandler};
-use ebb_hosted::netstack::Placement;
-use sink::net_args::{NetArgs, run_app};
-use sink::pattern::Pattern;
-use sink::{Echo, PatternSender, ReportFn, Sink, StreamReport};
+extern crate alloc;
 
-#[derive(Parser, Debug)]
-#[command(about = "TCP sink / pattern sender on the Ebbflow hosted runtime")]
-struct Args {
-    /// Address to listen on (Linux sockets; ebb-net listens on its interface address).
-    #[arg(long, default_value = "127.0.0.1")]
-    addr: IpAddr,
-    /// Port to listen on.
-    #[arg(long, default_value_t = 9000)]
-    port: u16,
-    /// Exit after the first connection closes.
-    #[arg(long)]
-    once: bool,
-    /// Echo what each connection sends instead of counting it (latency tests).
-    #[arg(long, conflicts_with_all = ["connect", "once"])]
-    echo: bool,
-    /// Connect to this address instead of listening.
-    #[arg(long, value_name = "ADDR")]
-    connect: Option<SocketAddr>,
-    /// With --connect: send this many pattern bytes.
-    #[arg(
-        long,
-        value_name = "N",
-        requires = "connect",
-        conflicts_with = "receive"
-    )]
-    send: Option<u64>,
-    /// With --connect: receive until the peer closes.
-    #[arg(long, requires = "connect")]
-    receive: bool,
-    /// Cores for the Linux-socket backend (ebb-net runs on one).
-    #[arg(long)]
-    cores: Option<usize>,
-    #[command(flatten)]
-    net: NetArgs,
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::{String, ToString};
+use core::time::Duration;
+
+use ebb::future::{Promise, PromiseFuture, promise};
+use ebb::net::{self, CloseReason, Connection, NetConfig, SocketAddr, TcpConnection};
+use ebb_bytestream::pattern::Pattern;
+use ebb_bytestream::{Echo, PatternSender, ReportFn, Sink, StreamReport};
+
+const USAGE: &str = "usage: sink [--port N] [--once | --echo] [network options]
+       sink --connect ADDR:PORT (--send N | --receive) [network options]";
+
+/// What the command line asks for.
+enum Mode {
+    /// Listen and report each connection (`once`: exit after the first).
+    Sink { port: u16, once: bool },
+    /// Listen and echo.
+    Echo { port: u16 },
+    /// Connect; send `Some(n)` pattern bytes, or receive until the peer closes.
+    Connect { addr: SocketAddr, send: Option<u64> },
 }
 
-/// The two connection types, installed the same way.
-trait Installable: TcpConnection {
-    fn install(&self, handler: impl TcpHandler);
-}
-
-impl Installable for ebb_hosted::tcp::TcpConn {
-    fn install(&self, handler: impl TcpHandler) {
-        self.set_handler(handler)
+fn parse_options() -> Result<(Mode, NetConfig), String> {
+    let (net, rest) = NetConfig::from_args(&ebb::args()).map_err(|e| e.to_string())?;
+    let (mut port, mut once, mut echo) = (9000u16, false, false);
+    let (mut connect, mut send, mut receive) = (None, None, false);
+    let mut opts = getargs::Options::new(rest.iter().map(String::as_str));
+    while let Some(opt) = opts.next_opt().map_err(|e| e.to_string())? {
+        let mut value = || opts.value().map_err(|e| e.to_string());
+        match opt {
+            getargs::Opt::Long("port") => {
+                let v = value()?;
+                port = v.parse().map_err(|_| format!("bad --port {v:?}"))?;
+            }
+            getargs::Opt::Long("once") => once = true,
+            getargs::Opt::Long("echo") => echo = true,
+            getargs::Opt::Long("connect") => {
+                let v = value()?;
+                connect = Some(
+                    v.parse::<SocketAddr>()
+                        .map_err(|_| format!("bad --connect {v:?}: expected ADDR:PORT"))?,
+                );
+            }
+            getargs::Opt::Long("send") => {
+                let v = value()?;
+                send = Some(v.parse::<u64>().map_err(|_| format!("bad --send {v:?}"))?);
+            }
+            getargs::Opt::Long("receive") => receive = true,
+            getargs::Opt::Long("help") | getargs::Opt::Short('h') => {
+                return Err(format!("{USAGE}\n{}", net::OPTIONS_HELP));
+            }
+            other => return Err(format!("unknown option {other}\n{USAGE}")),
+        }
     }
-}
-
-impl Installable for ebb_hosted::netstack::TcpConn {
-    fn install(&self, handler: impl TcpHandler) {
-        self.set_handler(handler)
+    if let Some(extra) = opts.next_positional() {
+        return Err(format!("unexpected argument {extra:?}\n{USAGE}"));
     }
+    let mode = match (connect, send, receive, echo) {
+        (Some(addr), Some(_), false, false) | (Some(addr), None, true, false) if !once => {
+            Mode::Connect { addr, send }
+        }
+        (None, None, false, true) if !once => Mode::Echo { port },
+        (None, None, false, false) => Mode::Sink { port, once },
+        _ => return Err(format!("conflicting options\n{USAGE}")),
+    };
+    Ok((mode, net))
 }
 
 fn print_report(report: &StreamReport, sent: bool) {
-    if sent {
-        println!(
-            "sink: sent {} bytes sha256 {} to {}",
-            report.bytes, report.sha256, report.peer
-        );
-    } else {
-        println!(
-            "sink: {} bytes sha256 {} from {}",
-            report.bytes, report.sha256, report.peer
-        );
-    }
+    let (verb, dir) = if sent { ("sent ", "to") } else { ("", "from") };
+    ebb::println!(
+        "sink: {verb}{} bytes sha256 {} {dir} {}",
+        report.bytes,
+        report.sha256,
+        report.peer
+    );
     if report.reason != CloseReason::Normal {
-        println!("sink: connection with {} {}", report.peer, report.reason);
+        ebb::println!("sink: connection with {} {}", report.peer, report.reason);
     }
-    let _ = std::io::stdout().flush();
 }
 
-/// Installs the mode's handler on a connected `conn`; resolves when it closes.
-async fn run_client(conn: impl Installable, send: Option<u64>) -> Result<(), String> {
+/// Installs the client's handler on `conn`; resolves when the connection closes.
+async fn run_client(conn: Connection, send: Option<u64>) -> Result<(), String> {
     let (tx, rx) = promise::<StreamReport>();
     let report: ReportFn = Box::new(move |r| {
         let _ = tx.set(r);
@@ -106,20 +109,20 @@ async fn run_client(conn: impl Installable, send: Option<u64>) -> Result<(), Str
         Some(n) => {
             let mut sender = PatternSender::new(Pattern::get(), peer, n, report);
             sender.start(&conn);
-            conn.install(sender);
+            conn.set_handler(sender);
         }
-        None => conn.install(Sink::new(peer, report)),
+        None => conn.set_handler(Sink::new(peer, report)),
     }
     let report = rx.await.map_err(|e| e.to_string())?;
     print_report(&report, send.is_some());
-    if report.reason == CloseReason::Normal {
-        Ok(())
-    } else {
-        Err(format!("connection {}", report.reason))
+    match report.reason {
+        CloseReason::Normal => Ok(()),
+        reason => Err(format!("connection {reason}")),
     }
 }
 
-fn sink_report(once: Option<ebb_core::future::Promise<()>>) -> ReportFn {
+/// A report callback that prints, and with `once` resolves the first time.
+fn sink_report(once: Option<Promise<()>>) -> ReportFn {
     Box::new(move |r| {
         print_report(&r, false);
         if let Some(done) = once {
@@ -128,95 +131,75 @@ fn sink_report(once: Option<ebb_core::future::Promise<()>>) -> ReportFn {
     })
 }
 
-async fn main_linux(args: Args) -> Result<(), String> {
-    if let Some(addr) = args.connect {
-        let conn = ebb_hosted::tcp::connect(addr)
-            .await
-            .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-        return run_client(conn, args.send).await;
-    }
-    let addr = SocketAddr::new(args.addr, args.port);
-    let (done_tx, done_rx) = promise::<()>();
-    let done = std::sync::Mutex::new(args.once.then_some(done_tx));
-    let echo = args.echo;
-    let listener = ebb_hosted::tcp::listen(addr, move |conn| {
-        if echo {
-            conn.set_handler(Echo::default());
-            return;
-        }
-        let once = done.lock().ok().and_then(|mut d| d.take());
-        let peer = conn.peer_addr();
-        conn.set_handler(Sink::new(peer, sink_report(once)));
-    })
-    .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    println!("sink: listening on {}", listener.local_addr());
-    let _ = std::io::stdout().flush();
-    wait_or_forever(args.once, done_rx).await;
-    Ok(())
-}
-
-async fn wait_or_forever(once: bool, done: ebb_core::future::PromiseFuture<()>) {
-    if once {
-        let _ = done.await;
-    } else {
-        std::future::pending::<()>().await
-    }
-}
-
-async fn main_tap(args: Args, config: ebb_hosted::netstack::NetStackConfig) -> Result<(), String> {
-    let stack =
-        ebb_hosted::netstack::start(config).map_err(|e| format!("cannot start ebb-net: {e}"))?;
-    let cidr = event::timeout(Duration::from_secs(60), stack.wait_for_address())
-        .await
-        .map_err(|_| "no address within 60 s".to_string())?
-        .map_err(|e| e.to_string())?;
-    let result = if let Some(addr) = args.connect {
-        let SocketAddr::V4(v4) = addr else {
-            return Err("ebb-net speaks IPv4 only".into());
-        };
-        match stack.connect(v4).await {
-            Ok(conn) => run_client(conn, args.send).await,
-            Err(e) => Err(format!("cannot connect to {addr}: {e}")),
-        }
-    } else {
-        let (done_tx, done_rx) = promise::<()>();
-        let mut once = args.once.then_some(done_tx);
-        // The echo runs on every core (a connection stays where its SYN arrived); the
-        // sink reports on the home core, which owns all its connections.
-        let _listener = if args.echo {
-            stack.ready().await.map_err(|e| e.to_string())?;
-            stack
-                .listen_on_every_core(args.port, Placement::AcceptingCore, |conn| {
-                    conn.set_handler(Echo::default())
-                })
+async fn run(mode: Mode, network: &net::Network) -> Result<(), String> {
+    let (port, once) = match mode {
+        Mode::Connect { addr, send } => {
+            let conn = network
+                .connect(addr)
                 .await
-        } else {
-            stack.listen(args.port, move |conn| {
-                let peer = conn.peer_addr();
-                conn.set_handler(Sink::new(peer, sink_report(once.take())));
-            })
+                .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+            return run_client(conn, send).await;
         }
-        .map_err(|e: TcpErrorKind| format!("cannot listen: {e}"))?;
-        println!(
-            "sink: listening on {} (ebb-net on {}, {} core(s))",
-            SocketAddrV4::new(cidr.address(), args.port),
-            stack.device_name().unwrap_or_default(),
-            stack.cores().len()
-        );
-        let _ = std::io::stdout().flush();
-        wait_or_forever(args.once, done_rx).await;
-        Ok(())
+        Mode::Echo { port } => (port, None),
+        Mode::Sink { port, once } => (port, Some(once)),
     };
-    // Let the last ACK/FIN leave before the device closes.
-    event::sleep(Duration::from_millis(50)).await;
-    if let Ok(counters) = stack.shutdown() {
-        eprintln!("sink: tcp {:?}", counters.tcp);
+    let (done_tx, done_rx): (Promise<()>, PromiseFuture<()>) = promise();
+    let first = spin::Mutex::new(once.unwrap_or(false).then_some(done_tx));
+    let listener = network
+        .listen(port, move |conn| {
+            if once.is_none() {
+                conn.set_handler(Echo::default());
+                return;
+            }
+            let peer = conn.peer_addr();
+            conn.set_handler(Sink::new(peer, sink_report(first.lock().take())));
+        })
+        .await
+        .map_err(|e| format!("cannot listen on port {port}: {e}"))?;
+    let cores = ebb::num_cores();
+    ebb::println!(
+        "sink: listening on {} ({network}, {cores} core{})",
+        listener.local_addr(),
+        if cores == 1 { "" } else { "s" }
+    );
+    if once == Some(true) {
+        let _ = done_rx.await;
+        Ok(())
+    } else {
+        core::future::pending().await
     }
-    result
 }
 
-fn main() -> ExitCode {
-    let args = Args::parse();
-    let (net, cores) = (args.net.clone(), args.cores);
-    run_app("sink", &net, cores, args, main_tap, main_linux)
+async fn app_main() -> i32 {
+    let (mode, net) = match parse_options() {
+        Ok(options) => options,
+        Err(e) => {
+            ebb::eprintln!("sink: {e}");
+            return 2;
+        }
+    };
+    let network = match net::start(net).await {
+        Ok(network) => network,
+        Err(e) => {
+            ebb::eprintln!("sink: cannot start the network: {e}");
+            return 1;
+        }
+    };
+    let result = run(mode, &network).await;
+    if network.stack().is_some() {
+        // Let the last ACK or FIN leave before the device closes.
+        ebb::sleep(Duration::from_millis(50)).await;
+        if let Some(counters) = network.shutdown() {
+            ebb::eprintln!("sink: tcp {:?}", counters.tcp);
+        }
+    }
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            ebb::eprintln!("sink: {e}");
+            1
+        }
+    }
 }
+
+ebb::main!(app_main);

@@ -3,7 +3,7 @@
 //! * [`listen`] opens one `SO_REUSEPORT` listening socket per core, so the kernel spreads
 //!   incoming connections over the cores and each connection is owned, for its whole life,
 //!   by the core that accepted it. The accept handler runs there.
-//! * [`connect`] returns a future of an established [`TcpConn`] owned by the calling core.
+//! * [`connect`] returns a future of an established [`SocketConn`] owned by the calling core.
 //! * A connection calls its [`TcpHandler`] with each chunk of data as it is read — no
 //!   `read` call, no receive buffer beyond the kernel's. Closing the receive window stops
 //!   reading, so the kernel's buffer fills and TCP flow control pushes back on the peer.
@@ -85,7 +85,7 @@ struct Conn {
 
 /// A TCP connection, owned by one core. Cheap to clone (a reference count); not `Send`.
 #[derive(Clone)]
-pub struct TcpConn(Rc<Conn>);
+pub struct SocketConn(Rc<Conn>);
 
 fn error_kind(e: Errno) -> TcpErrorKind {
     match e {
@@ -189,7 +189,7 @@ impl Conn {
     }
 
     /// Calls the handler, unless a callback is already running or there is none.
-    fn callback(self: &Rc<Self>, f: impl FnOnce(&mut dyn TcpHandler, &TcpConn)) {
+    fn callback(self: &Rc<Self>, f: impl FnOnce(&mut dyn TcpHandler, &SocketConn)) {
         if self.in_callback.get() {
             return;
         }
@@ -197,7 +197,7 @@ impl Conn {
             return;
         };
         self.in_callback.set(true);
-        f(&mut *handler, &TcpConn(self.clone()));
+        f(&mut *handler, &SocketConn(self.clone()));
         self.in_callback.set(false);
         if let State::Closed(reason) = self.state.get() {
             // The connection ended during the callback: deliver that now, then let go of
@@ -429,7 +429,7 @@ impl Source for Conn {
     }
 }
 
-impl TcpConn {
+impl SocketConn {
     /// Installs the connection's handler (replacing any previous one). Data that arrived
     /// before a handler was set is delivered to it.
     pub fn set_handler(&self, handler: impl TcpHandler) {
@@ -448,7 +448,7 @@ impl TcpConn {
     }
 }
 
-impl TcpConnection for TcpConn {
+impl TcpConnection for SocketConn {
     fn send(&self, data: IOBufChain) -> Result<(), SendError> {
         self.0.is_open_for_sending()?;
         self.0.send_queue.borrow_mut().append(&mut { data });
@@ -528,9 +528,9 @@ impl TcpConnection for TcpConn {
     }
 }
 
-impl fmt::Debug for TcpConn {
+impl fmt::Debug for SocketConn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TcpConn")
+        f.debug_struct("SocketConn")
             .field("local", &self.0.local)
             .field("peer", &self.0.peer)
             .field("state", &self.0.state.get())
@@ -555,7 +555,7 @@ fn new_socket(addr: &SocketAddr) -> Result<OwnedFd, TcpErrorKind> {
 }
 
 /// Connects to `addr`; the connection is owned by the calling core. On a core.
-pub async fn connect(addr: SocketAddr) -> Result<TcpConn, TcpErrorKind> {
+pub async fn connect(addr: SocketAddr) -> Result<SocketConn, TcpErrorKind> {
     let fd = new_socket(&addr)?;
     let state = match rnet::connect(&fd, &addr) {
         Ok(()) => State::Open,
@@ -571,12 +571,12 @@ pub async fn connect(addr: SocketAddr) -> Result<TcpConn, TcpErrorKind> {
         }
         State::ConnectFailed(kind) => std::task::Poll::Ready(Err(kind)),
         State::Closed(_) => std::task::Poll::Ready(Err(TcpErrorKind::ConnectionReset)),
-        _ => std::task::Poll::Ready(Ok(TcpConn(conn.clone()))),
+        _ => std::task::Poll::Ready(Ok(SocketConn(conn.clone()))),
     })
     .await
 }
 
-type AcceptFn = dyn Fn(TcpConn) + Send + Sync;
+type AcceptFn = dyn Fn(SocketConn) + Send + Sync;
 
 struct ListenerShared {
     closed: AtomicBool,
@@ -590,7 +590,7 @@ struct ListenSource {
 }
 
 thread_local! {
-    /// This core's listening sockets, so `Listener::close` can find them.
+    /// This core's listening sockets, so `SocketListener::close` can find them.
     static LISTENERS: RefCell<Vec<Rc<ListenSource>>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -604,7 +604,7 @@ impl Source for ListenSource {
                 Ok(fd) => {
                     let conn = Conn::new(fd, State::Open, None);
                     match conn.register() {
-                        Ok(()) => (self.on_accept)(TcpConn(conn)),
+                        Ok(()) => (self.on_accept)(SocketConn(conn)),
                         Err(kind) => log::warn!("dropping an accepted connection: {kind}"),
                     }
                 }
@@ -622,13 +622,13 @@ impl Source for ListenSource {
 }
 
 /// A listening port, served by every core.
-pub struct Listener {
+pub struct SocketListener {
     addr: SocketAddr,
     shared: Arc<ListenerShared>,
     handle: Handle,
 }
 
-impl Listener {
+impl SocketListener {
     /// The bound address (with the actual port when port 0 was asked for).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
@@ -654,9 +654,9 @@ impl Listener {
     }
 }
 
-impl fmt::Debug for Listener {
+impl fmt::Debug for SocketListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Listener")
+        f.debug_struct("SocketListener")
             .field("addr", &self.addr)
             .finish()
     }
@@ -678,8 +678,8 @@ fn listening_socket(addr: &SocketAddr) -> Result<OwnedFd, TcpErrorKind> {
 /// starts accepting as soon as it processes its registration event.
 pub fn listen(
     addr: SocketAddr,
-    on_accept: impl Fn(TcpConn) + Send + Sync + 'static,
-) -> Result<Listener, TcpErrorKind> {
+    on_accept: impl Fn(SocketConn) + Send + Sync + 'static,
+) -> Result<SocketListener, TcpErrorKind> {
     let handle = Handle::current().ok_or(TcpErrorKind::Other(0))?;
     let first = listening_socket(&addr)?;
     let bound = sock_addr(rnet::getsockname(&first)).ok_or(TcpErrorKind::AddressNotAvailable)?;
@@ -713,7 +713,7 @@ pub fn listen(
             })
             .map_err(|_| TcpErrorKind::Other(0))?;
     }
-    Ok(Listener {
+    Ok(SocketListener {
         addr: bound,
         shared,
         handle,

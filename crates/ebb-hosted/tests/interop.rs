@@ -4,7 +4,7 @@
 //! Each test runs a one-core hosted runtime in the test process; its main task starts a
 //! `NetStack` (which creates the TAP device), moves the device into the namespace at
 //! `10.198.{net}.1/24` (ebb is `.2`, or a DHCP lease), runs the apps' own handlers
-//! (`httpd::Http`, `sink::Sink`, `sink::PatternSender`) on the stack and the Linux side's
+//! (`httpd::Http`, `ebb_bytestream::Sink`, `ebb_bytestream::PatternSender`) on the stack and the Linux side's
 //! tool in the namespace, and returns what both saw; the test thread checks it:
 //!
 //! * `ping` from Linux to ebb;
@@ -35,6 +35,8 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use ebb_bytestream::pattern::Pattern;
+use ebb_bytestream::{PatternSender, ReportFn, Sink, StreamReport, hex};
 use ebb_core::event;
 use ebb_core::future::promise;
 use ebb_core::net::{CloseReason, TcpErrorKind};
@@ -44,8 +46,6 @@ use ebb_hosted::netstack::{
 use ebb_net::iface::Ipv4Cidr;
 use ebb_net::phy::{FaultConfig, Probability};
 use sha2::{Digest, Sha256};
-use sink::pattern::Pattern;
-use sink::{PatternSender, ReportFn, Sink, StreamReport, hex};
 
 mod common;
 use common::{
@@ -375,7 +375,7 @@ fn curl_keep_alive_page_and_bytes_and_bad_request() {
     assert!(out.contains("status 400"), "{out}");
 }
 
-/// nc in the namespace uploads `len` random bytes to `sink::Sink` on ebb.
+/// nc in the namespace uploads `len` random bytes to `ebb_bytestream::Sink` on ebb.
 fn nc_upload(test: &str, net: u8, len: u64, fault: Option<FaultSetting>) {
     let Some((report, sent_sha256)) =
         with_netstack(test, net, &["nc"], fault, false, move |env| async move {

@@ -25,6 +25,8 @@
 //! * `virtio` — the virtio-net driver (virtio-MMIO transport, split rings with EVENT_IDX,
 //!   one queue pair per core as an `ebb_netstack::PlatformDevice`), which runs unchanged
 //!   against ebb-vmm's device and QEMU's;
+//! * `netstack` — ebb-net over those queue pairs: `netstack::start` is what
+//!   `ebb::net` calls natively (the counterpart of `ebb_hosted::netstack::start`);
 //! * `hypercall` — typed wrappers around the port-I/O hypercalls (exit, clock, wait,
 //!   kick, console flush, panic);
 //! * `console` — `print!`/`println!` into this core's shared-memory console ring: no exit
@@ -86,6 +88,8 @@ mod entry;
 pub mod heap;
 #[cfg(target_os = "none")]
 pub mod hypercall;
+#[cfg(target_os = "none")]
+pub mod netstack;
 #[cfg(target_os = "none")]
 mod panic;
 #[cfg(target_os = "none")]

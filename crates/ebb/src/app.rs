@@ -54,9 +54,28 @@ pub fn print(args: fmt::Arguments<'_>) {
     }
 }
 
+/// Writes formatted text for errors: hosted to standard error, native into this core's
+/// console ring (a VM has one console).
+pub fn eprint(args: fmt::Arguments<'_>) {
+    #[cfg(not(target_os = "none"))]
+    {
+        use std::io::Write;
+        let _ = std::io::stderr().lock().write_fmt(args);
+    }
+    #[cfg(target_os = "none")]
+    {
+        ebb_native::print!("{}", args);
+    }
+}
+
 /// The environment variable that sets a hosted app's core count.
 #[cfg(not(target_os = "none"))]
 pub const CPUS_ENV: &str = "EBB_CPUS";
+
+/// The environment variable that sets how long a hosted app's idle core keeps polling
+/// before it sleeps, in microseconds (0: sleep at once, like tokio; default 50).
+#[cfg(not(target_os = "none"))]
+pub const IDLE_POLL_ENV: &str = "EBB_IDLE_POLL_US";
 
 /// `EBB_CPUS` is set but is not a core count.
 #[cfg(not(target_os = "none"))]
@@ -88,6 +107,20 @@ pub fn hosted_cores() -> Result<usize, CoresError> {
         None => Ok(ebb_hosted::Config::default().cores),
         Some(value) => parse_cores(&value.to_string_lossy()),
     }
+}
+
+/// The runtime's settings for `cores` cores, with `EBB_IDLE_POLL_US` applied (a value
+/// that is not a whole number is reported and ignored).
+#[cfg(not(target_os = "none"))]
+fn hosted_config(cores: usize) -> ebb_hosted::Config {
+    let mut config = ebb_hosted::Config::with_cores(cores);
+    if let Some(value) = std::env::var_os(IDLE_POLL_ENV) {
+        match value.to_string_lossy().trim().parse::<u64>() {
+            Ok(us) => config.idle_poll = std::time::Duration::from_micros(us),
+            Err(_) => eprintln!("ebb: ignoring {IDLE_POLL_ENV}={value:?}: not microseconds"),
+        }
+    }
+    config
 }
 
 #[cfg(not(target_os = "none"))]
@@ -124,7 +157,7 @@ where
             eprintln!("ebb: {e}");
             EXIT_BAD_CPUS
         }
-        Ok(cores) => match ebb_hosted::run(ebb_hosted::Config::with_cores(cores), main) {
+        Ok(cores) => match ebb_hosted::run(hosted_config(cores), main) {
             Ok(code) => code,
             Err(ebb_hosted::ConfigError::Run(
                 e @ ebb_core::event::RunError::CorePanicked { .. },

@@ -31,8 +31,10 @@
 //! linker script) gives a native image for `ebb-vmm`. The `ebb` command (`crates/ebb-cli`)
 //! does both and picks one to run.
 //!
-//! The hosted-only API stays as it was: [`run`] with a [`Config`], and [`net`] (TCP over
-//! Linux sockets; native networking is not built yet), as `apps/echo` uses them.
+//! Networking is [`net`]: one API over Linux sockets, ebb-net on a TAP device (hosted)
+//! and ebb-net on virtio-net (native), the backend chosen once when the app starts its
+//! network. The hosted-only [`run`] with a [`Config`] stays for programs that set up the
+//! hosted runtime themselves.
 //!
 //! ## Invariants
 //!
@@ -52,7 +54,7 @@ mod app;
 
 pub use app::args;
 #[cfg(not(target_os = "none"))]
-pub use app::{CPUS_ENV, CoresError, hosted_cores};
+pub use app::{CPUS_ENV, CoresError, IDLE_POLL_ENV, hosted_cores};
 
 pub use ebb_core::ebb::{EbbError, EbbId, MulticoreEbb, SharedEbb};
 pub use ebb_core::event::{
@@ -65,20 +67,14 @@ pub use ebb_core::{CoreId, Ebb, EbbRef, Instant, future, rcu};
 #[cfg(not(target_os = "none"))]
 pub use ebb_hosted::{Config, ConfigError as RunError, run};
 
-/// Networking: EbbRT's event-driven TCP interface (hosted only for now).
-#[cfg(not(target_os = "none"))]
-pub mod net {
-    pub use ebb_core::iobuf::{IOBuf, IOBufChain};
-    pub use ebb_core::net::*;
-    pub use ebb_hosted::tcp::{Listener, TcpConn, connect, listen};
-}
+pub mod net;
 
 /// What the macros expand to; not part of the API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::app::print;
     #[cfg(not(target_os = "none"))]
     pub use crate::app::run_main;
+    pub use crate::app::{eprint, print};
     #[cfg(target_os = "none")]
     pub use ebb_native;
 }
@@ -88,7 +84,8 @@ pub mod __private {
 ///
 /// * Hosted, it defines `fn main()`: the hosted runtime starts with one pinned event loop
 ///   per core — [`CPUS_ENV`] (`EBB_CPUS`) cores if that variable is set, else every CPU the
-///   process may run on — `app_main` runs as core 0's first task, and the process exits
+///   process may run on — each polling for [`IDLE_POLL_ENV`] (`EBB_IDLE_POLL_US`, default
+///   50) microseconds when idle before it sleeps; `app_main` runs as core 0's first task, and the process exits
 ///   with its result once it completes (every loop stops). A bad `EBB_CPUS` exits with 2,
 ///   a panic on a core with 101 (the monitor's code for a guest panic), another runtime
 ///   failure with 1.
@@ -137,6 +134,17 @@ macro_rules! println {
     };
     ($($arg:tt)*) => {
         $crate::__private::print(::core::format_args!(
+            "{}\n",
+            ::core::format_args!($($arg)*)
+        ))
+    };
+}
+
+/// Prints a line to standard error (hosted) or this core's console ring (native).
+#[macro_export]
+macro_rules! eprintln {
+    ($($arg:tt)*) => {
+        $crate::__private::eprint(::core::format_args!(
             "{}\n",
             ::core::format_args!($($arg)*)
         ))

@@ -1,11 +1,12 @@
 //! The test pattern: a 1 MiB block of SplitMix64 output (seed [`SEED`]) repeated without
 //! end. Byte `i` of the stream is byte `i % BLOCK_LEN` of the block.
 //!
-//! The block is made once per process and leaked, so every payload is an
+//! The block is made once per process (or image) and leaked, so every payload is an
 //! `IOBuf::from_static` slice of it: sending N bytes allocates only the chain, never the
 //! bytes (zero copy), and the slices cost no reference counting.
 
-use std::sync::OnceLock;
+use alloc::boxed::Box;
+use alloc::vec::Vec;
 
 use ebb_core::{IOBuf, IOBufChain};
 use sha2::{Digest, Sha256};
@@ -38,8 +39,8 @@ fn splitmix64(state: &mut u64) -> u64 {
 impl Pattern {
     /// The pattern (made on first use).
     pub fn get() -> Self {
-        static BLOCK: OnceLock<&'static [u8]> = OnceLock::new();
-        let block = BLOCK.get_or_init(|| {
+        static BLOCK: spin::Once<&'static [u8]> = spin::Once::new();
+        let block = BLOCK.call_once(|| {
             let mut state = SEED;
             let mut block = Vec::with_capacity(BLOCK_LEN);
             while block.len() < BLOCK_LEN {

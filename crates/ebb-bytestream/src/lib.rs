@@ -1,25 +1,32 @@
-//! Byte-stream endpoints written once against `ebb_core::net`, so they run over Linux
-//! sockets (`ebb_hosted::tcp`) and over ebb-net on a TAP device
-//! (`ebb_hosted::netstack`) unchanged:
+//! # ebb-bytestream — byte-stream endpoints for apps, tests and benchmarks
 //!
-//! * [`pattern`] — the deterministic byte stream both apps serve and check: one 1 MiB
+//! Handlers written once against `ebb_core::net`, so they run over every backend of
+//! `ebb::net` unchanged — Linux sockets, ebb-net over TAP, ebb-net over virtio-net — and
+//! in tests that drive a backend directly:
+//!
+//! * [`pattern`] — the deterministic byte stream the apps serve and check: one 1 MiB
 //!   pseudo-random block, repeated; payloads are zero-copy slices of that one block;
 //! * [`Sink`] — counts and SHA-256s everything received, reports when the connection
 //!   ends;
 //! * [`PatternSender`] — sends N bytes of the pattern, respecting back-pressure
 //!   (`try_send` what the window takes, continue on `send_window_increased`), then closes;
 //! * [`Echo`] — sends back everything it receives, zero copy (the received buffers go
-//!   out as they are), for request/response latency tests;
-//! * [`net_args`] — the command-line choice between Linux sockets and ebb-net on TAP
-//!   shared by `sink` and `httpd`.
+//!   out as they are), for request/response latency tests.
 //!
-//! Invariant: handlers never block and never queue more than one send window of data
+//! Invariants: handlers never block and never queue more than one send window of data
 //! beyond what the connection accepted, so memory stays bounded for any transfer size.
+//! `no_std` + `alloc`, so native images link it too.
 
-pub mod net_args;
+#![no_std]
+#![warn(missing_docs)]
+
+extern crate alloc;
+
 pub mod pattern;
 
-use std::fmt::Write as _;
+use alloc::boxed::Box;
+use alloc::string::String;
+use core::fmt::Write as _;
 
 use ebb_core::net::{CloseReason, SocketAddr, TcpConnection, TcpHandler};
 use ebb_core::{IOBuf, IOBufChain};
@@ -79,7 +86,7 @@ impl TcpHandler for Sink {
     }
 
     fn closed(&mut self, reason: CloseReason) {
-        let hasher = std::mem::take(&mut self.hasher);
+        let hasher = core::mem::take(&mut self.hasher);
         if let Some(report) = self.report.take() {
             report(StreamReport {
                 bytes: self.bytes,
@@ -199,7 +206,7 @@ impl TcpHandler for PatternSender {
     }
 
     fn closed(&mut self, reason: CloseReason) {
-        let hasher = std::mem::take(&mut self.hasher);
+        let hasher = core::mem::take(&mut self.hasher);
         if let Some(report) = self.report.take() {
             report(StreamReport {
                 bytes: self.offset,

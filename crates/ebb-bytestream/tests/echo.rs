@@ -1,4 +1,4 @@
-//! `sink::Echo` over Linux sockets: a client on another thread sends 32 MiB and starts
+//! `ebb_bytestream::Echo` over Linux sockets: a client on another thread sends 32 MiB and starts
 //! reading only 300 ms later — more than the four socket buffers on the way hold, so the
 //! echo meets back-pressure (its queue bound closes the receive window,
 //! `send_window_increased` reopens it). Every byte must come back, in order.
@@ -7,9 +7,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use ebb_bytestream::Echo;
 use ebb_core::future::promise;
 use ebb_hosted::{Config, tcp};
-use sink::Echo;
 
 #[test]
 fn echo_returns_every_byte_in_order_under_back_pressure() {
