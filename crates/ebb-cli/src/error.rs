@@ -102,6 +102,21 @@ pub enum CliError {
         /// The error.
         source: std::io::Error,
     },
+    /// An app's `[package.metadata.ebb]` table is malformed.
+    #[error("apps/{app}/Cargo.toml: [package.metadata.ebb]: {reason}")]
+    BadAppMetadata {
+        /// The app.
+        app: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The VM's network could not be set up (passt missing, a busy port, a TAP device
+    /// that cannot be opened).
+    #[error("{0}")]
+    Network(ebb_vmm::virtio::BackendError),
+    /// The network options do not make a device.
+    #[error(transparent)]
+    NetOptions(#[from] ebb_vmm::net_options::NetOptionError),
     /// A command-line value is out of range.
     #[error("{0}")]
     BadArgument(String),

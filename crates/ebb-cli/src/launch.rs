@@ -12,8 +12,10 @@
 
 use crate::cargo::{Cargo, Flavour};
 use crate::error::CliError;
-use crate::workspace::Workspace;
+use crate::workspace::{AppNetwork, Workspace};
 use ebb_vmm::image::Symbolizer;
+use ebb_vmm::net_options::net_config;
+use ebb_vmm::virtio::PortForward;
 use ebb_vmm::{Outcome, Vm, VmConfig, VmError};
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
@@ -46,6 +48,117 @@ pub struct RunOptions {
     pub timeout: Option<Duration>,
     /// The app's arguments (natively: its command line, joined with spaces).
     pub args: Vec<String>,
+    /// The network options as given.
+    pub net: NetRequest,
+}
+
+/// `--net`, `-p` and `--net-faults` as the user gave them.
+#[derive(Clone, Debug, Default)]
+pub struct NetRequest {
+    /// `--net`: `user`, `tap=NAME` or `none`.
+    pub backend: Option<String>,
+    /// `-p` forwards.
+    pub publish: Vec<PortForward>,
+    /// `--net-faults`.
+    pub faults: Option<String>,
+}
+
+/// The network a run gets: the options given, else the app's manifest's defaults.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Network {
+    /// `--net`, or `user` for a network app.
+    backend: Option<String>,
+    forwards: Vec<PortForward>,
+    faults: Option<String>,
+}
+
+impl Network {
+    /// What `request` and the app's manifest (`None` for an image file) ask for.
+    fn resolve(request: &NetRequest, app: Option<&AppNetwork>) -> Network {
+        if request.backend.as_deref() == Some("none") {
+            return Network::default();
+        }
+        let wants_network = request.backend.is_some()
+            || !request.publish.is_empty()
+            || request.faults.is_some()
+            || app.is_some_and(|a| a.network);
+        if !wants_network {
+            return Network::default();
+        }
+        let backend = request
+            .backend
+            .clone()
+            .unwrap_or_else(|| "user".to_string());
+        let forwards = if !request.publish.is_empty() || backend != "user" {
+            request.publish.clone()
+        } else {
+            app.map(|a| a.publish.clone()).unwrap_or_default()
+        };
+        Network {
+            backend: Some(backend),
+            forwards,
+            faults: request.faults.clone(),
+        }
+    }
+
+    /// The monitor's device for it (`None`: no network).
+    fn device(&self) -> Result<Option<ebb_vmm::vm::NetConfig>, CliError> {
+        if self.backend.is_none() {
+            return Ok(None);
+        }
+        Ok(net_config(
+            self.backend.as_deref(),
+            &self.forwards,
+            self.faults.as_deref(),
+        )?)
+    }
+
+    /// One phrase for the start line: `, network: passt forwarding 127.0.0.1:8080 → port
+    /// 80` and the like (empty without a network).
+    fn describe(&self) -> String {
+        match self.backend.as_deref() {
+            None => String::new(),
+            Some("user") if self.forwards.is_empty() => {
+                "; network: user-mode (passt), no ports forwarded".to_string()
+            }
+            Some("user") => {
+                let forwards: Vec<String> = self
+                    .forwards
+                    .iter()
+                    .map(|f| format!("{}:{} → port {}", f.host_addr, f.host_port, f.guest_port))
+                    .collect();
+                format!("; network: user-mode (passt), {}", forwards.join(", "))
+            }
+            Some(tap) => format!("; network: TAP device {}", tap.trim_start_matches("tap=")),
+        }
+    }
+
+    /// Hosted there is no monitor between the app and the network: the app listens on
+    /// the host port itself (`--addr ADDR --port HOST` are added to its arguments).
+    fn hosted_args(&self) -> Result<Vec<String>, CliError> {
+        let hosted_only = |what: &str| {
+            CliError::BadArgument(format!(
+                "{what} applies natively; a hosted app reaches the network through Linux                  sockets (or its own --tap NAME --ip A/P options)"
+            ))
+        };
+        match self.backend.as_deref() {
+            None => Ok(Vec::new()),
+            Some(tap) if tap != "user" => Err(hosted_only(&format!("--net {tap}"))),
+            Some(_) if self.faults.is_some() => Err(hosted_only("--net-faults")),
+            Some(_) => match self.forwards.as_slice() {
+                [] => Ok(Vec::new()),
+                [f] => Ok(vec![
+                    "--addr".to_string(),
+                    f.host_addr.to_string(),
+                    "--port".to_string(),
+                    f.host_port.to_string(),
+                ]),
+                _ => Err(CliError::BadArgument(
+                    "a hosted app listens on one port: give at most one -p".to_string(),
+                )),
+            },
+        }
+    }
 }
 
 /// Runs `app` — an existing file (an image, or with `--hosted` a Linux executable) or an
@@ -63,20 +176,22 @@ pub fn run(
         let name = as_file
             .file_name()
             .map_or_else(|| app.to_string(), |n| n.to_string_lossy().into_owned());
+        let network = Network::resolve(&options.net, None);
         return match requested {
             Requested::Hosted => {
                 eprintln!(
                     "ebb: running {name} hosted ({}; --hosted)",
                     cores(options.cpus)
                 );
-                run_hosted(as_file, &name, options)
+                run_hosted(as_file, &name, options, &network)
             }
-            Requested::Native => boot(as_file, &name, options, "--native"),
-            Requested::Auto => boot(as_file, &name, options, "an image file"),
+            Requested::Native => boot(as_file, &name, options, &network, "--native"),
+            Requested::Auto => boot(as_file, &name, options, &network, "an image file"),
         };
     }
     let ws = workspace()?;
     ws.require_app(app)?;
+    let network = Network::resolve(&options.net, Some(&ws.app_network(app)?));
     let (flavour, why) = match requested {
         Requested::Hosted => (Flavour::Hosted, "--hosted".to_string()),
         Requested::Native => {
@@ -88,16 +203,31 @@ pub fn run(
             Err(e) => (Flavour::Hosted, format!("/dev/kvm unusable ({e})")),
         },
     };
+    // Refuse a network the runtime cannot give before building anything.
+    match flavour {
+        Flavour::Native => drop(network.device()?),
+        Flavour::Hosted => drop(network.hosted_args()?),
+    }
     let executable = cargo.build(&ws, app, flavour)?;
     match flavour {
-        Flavour::Native => boot(&executable, app, options, &why),
+        Flavour::Native => boot(&executable, app, options, &network, &why),
         Flavour::Hosted => {
+            let listens = match network.forwards.as_slice() {
+                [f] => format!("; it listens on {}:{} itself", f.host_addr, f.host_port),
+                _ => String::new(),
+            };
             if requested == Requested::Auto {
-                eprintln!("ebb: {why}: running {app} hosted ({})", cores(options.cpus));
+                eprintln!(
+                    "ebb: {why}: running {app} hosted ({}{listens})",
+                    cores(options.cpus)
+                );
             } else {
-                eprintln!("ebb: running {app} hosted ({}; {why})", cores(options.cpus));
+                eprintln!(
+                    "ebb: running {app} hosted ({}; {why}{listens})",
+                    cores(options.cpus)
+                );
             }
-            run_hosted(&executable, app, options)
+            run_hosted(&executable, app, options, &network)
         }
     }
 }
@@ -112,8 +242,15 @@ fn cores(n: u32) -> String {
 
 /// Boots `image` in this process and ends the process with the monitor's exit code for the
 /// outcome; errors before the guest runs are returned.
-fn boot(image: &Path, name: &str, options: &RunOptions, why: &str) -> Result<i32, CliError> {
+fn boot(
+    image: &Path,
+    name: &str,
+    options: &RunOptions,
+    network: &Network,
+    why: &str,
+) -> Result<i32, CliError> {
     let image_error = |source: VmError| CliError::image(image, source);
+    let net = network.device()?;
     let bytes = ebb_vmm::image::read(image).map_err(|e| image_error(e.into()))?;
     let config = VmConfig {
         mem_size: options.mem,
@@ -121,19 +258,21 @@ fn boot(image: &Path, name: &str, options: &RunOptions, why: &str) -> Result<i32
         cmdline: options.args.join(" "),
         timeout: options.timeout,
         pin: false,
-        net: None,
+        net,
     };
     // `Vm::new` validates the image before it opens /dev/kvm, so a bad image is reported
     // as such even where KVM is unusable.
     let vm = Vm::new(&bytes, config, Box::new(std::io::stdout())).map_err(|e| match e {
         VmError::OpenKvm(_) | VmError::CreateVm(_) => CliError::kvm_unusable(&e),
+        VmError::Net(e) => CliError::Network(e),
         e => image_error(e),
     })?;
     let vcpus = if options.cpus == 1 { "vCPU" } else { "vCPUs" };
     eprintln!(
-        "ebb: running {name} natively ({} {vcpus}, {} MiB; {why})",
+        "ebb: running {name} natively ({} {vcpus}, {} MiB; {why}{})",
         options.cpus,
-        options.mem >> 20
+        options.mem >> 20,
+        network.describe()
     );
     let (outcome, remains) = vm.run_keeping_vm().map_err(image_error)?;
     let _ = std::io::stdout().flush();
@@ -147,12 +286,19 @@ fn boot(image: &Path, name: &str, options: &RunOptions, why: &str) -> Result<i32
 }
 
 /// Runs a hosted executable with `EBB_CPUS` and the arguments; returns its exit code.
-fn run_hosted(executable: &Path, name: &str, options: &RunOptions) -> Result<i32, CliError> {
+fn run_hosted(
+    executable: &Path,
+    name: &str,
+    options: &RunOptions,
+    network: &Network,
+) -> Result<i32, CliError> {
+    let net_args = network.hosted_args()?;
     let spawn_error = |source| CliError::HostedSpawn {
         path: executable.to_path_buf(),
         source,
     };
     let mut child = Command::new(executable)
+        .args(&net_args)
         .args(&options.args)
         .env("EBB_CPUS", options.cpus.to_string())
         .spawn()
@@ -189,4 +335,62 @@ pub fn build(
 ) -> Result<PathBuf, CliError> {
     ws.require_app(app)?;
     cargo.build(ws, app, flavour)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(backend: Option<&str>, publish: &[&str], faults: Option<&str>) -> NetRequest {
+        NetRequest {
+            backend: backend.map(String::from),
+            publish: publish
+                .iter()
+                .map(|p| p.parse().expect("forward"))
+                .collect(),
+            faults: faults.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_network_app_gets_user_networking_with_its_forwards_unless_told_otherwise() {
+        let web = AppNetwork {
+            network: true,
+            publish: vec!["8080:80".parse().expect("forward")],
+        };
+        let quiet = AppNetwork::default();
+        let default = Network::resolve(&request(None, &[], None), Some(&web));
+        assert_eq!(default.backend.as_deref(), Some("user"));
+        assert_eq!(default.forwards, web.publish);
+        assert!(default.describe().contains("127.0.0.1:8080 → port 80"));
+        assert_eq!(
+            default.hosted_args().unwrap(),
+            ["--addr", "127.0.0.1", "--port", "8080"]
+        );
+        let replaced = Network::resolve(&request(None, &["9090:80"], None), Some(&web));
+        assert_eq!(replaced.forwards[0].host_port, 9090);
+        let none = Network::resolve(&request(Some("none"), &[], None), Some(&web));
+        assert_eq!(none, Network::default());
+        assert!(none.device().unwrap().is_none());
+        assert!(none.hosted_args().unwrap().is_empty());
+        let tap = Network::resolve(&request(Some("tap=ebb0"), &[], None), Some(&web));
+        assert!(tap.forwards.is_empty(), "a TAP device takes no forwards");
+        assert!(tap.device().unwrap().is_some());
+        assert!(
+            tap.hosted_args().is_err(),
+            "a hosted app cannot use --net tap"
+        );
+        let app_without = Network::resolve(&request(None, &[], None), Some(&quiet));
+        assert_eq!(app_without, Network::default());
+        let asked = Network::resolve(&request(None, &[], Some("drop=0.1")), Some(&quiet));
+        assert_eq!(asked.backend.as_deref(), Some("user"));
+        assert!(asked.hosted_args().is_err(), "faults are the monitor's");
+        let two = Network::resolve(&request(None, &["1:2", "3:4"], None), None);
+        assert!(two.hosted_args().is_err());
+        assert!(
+            Network::resolve(&request(Some("bridge"), &[], None), None)
+                .device()
+                .is_err()
+        );
+    }
 }

@@ -4,8 +4,14 @@
 //!
 //! ```text
 //! ebb build [--native|--hosted] APP          # prints the executable's path; default native
-//! ebb run APP|IMAGE [--cpus N] [--mem SIZE] [--timeout S] [--native|--hosted] [-- ARGS]
+//! ebb run APP|IMAGE [--cpus N] [--mem SIZE] [--timeout S] [--native|--hosted]
+//!         [--net user|tap=NAME|none] [-p [ADDR:]HOST:GUEST]... [--net-faults SPEC] [-- ARGS]
 //! ```
+//!
+//! A network app (`[package.metadata.ebb] network = true` in its manifest) gets `--net
+//! user` by default — rootless user-mode networking (passt) with the host ports its
+//! manifest publishes forwarded to it; `-p` replaces those, `--net tap=NAME` (root) puts
+//! it on a TAP device instead, `--net none` runs it without a network.
 //!
 //! * [`workspace`] finds the workspace (from the current directory upwards, or
 //!   `--manifest-path`) and its apps (the packages under `apps/`);
@@ -37,7 +43,7 @@ pub mod workspace;
 pub use error::CliError;
 
 use crate::cargo::{Cargo, Flavour};
-use crate::launch::{Requested, RunOptions};
+use crate::launch::{NetRequest, Requested, RunOptions};
 use crate::workspace::Workspace;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -88,6 +94,19 @@ pub enum Command {
         /// Which runtime to run on (default: native if /dev/kvm is usable, else hosted).
         #[command(flatten)]
         runtime: RuntimeFlags,
+        /// The network, native: `user` (passt, no root; the default for network apps),
+        /// `tap=NAME` (a TAP device, one queue per vCPU; root) or `none`.
+        #[arg(long, value_name = "user|tap=NAME|none")]
+        net: Option<String>,
+        /// With --net user: forward host TCP port HOST (on ADDR, default 127.0.0.1) to the
+        /// app's port GUEST. Repeatable; replaces the app's default forwards. Hosted, the
+        /// app listens on ADDR:HOST itself (one forward at most).
+        #[arg(short = 'p', long = "publish", value_name = "[ADDR:]HOST:GUEST")]
+        publish: Vec<ebb_vmm::virtio::PortForward>,
+        /// Native: seeded faults between the guest and the network,
+        /// `drop=P,reorder=P,duplicate=P,corrupt=P,seed=N`.
+        #[arg(long, value_name = "SPEC")]
+        net_faults: Option<String>,
         /// Arguments for the app (natively: its command line, joined with spaces).
         #[arg(last = true)]
         args: Vec<String>,
@@ -166,6 +185,9 @@ impl Cli {
                 mem,
                 timeout,
                 runtime,
+                net,
+                publish,
+                net_faults,
                 args,
             } => {
                 let cpus = match cpus {
@@ -178,6 +200,11 @@ impl Cli {
                     mem,
                     timeout,
                     args,
+                    net: NetRequest {
+                        backend: net,
+                        publish,
+                        faults: net_faults,
+                    },
                 };
                 launch::run(&app, runtime.requested(), &options, workspace, &cargo)
             }
@@ -231,6 +258,7 @@ mod tests {
             timeout,
             runtime,
             args,
+            ..
         } = cli.command
         else {
             panic!("not run");

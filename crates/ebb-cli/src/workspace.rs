@@ -5,6 +5,15 @@
 //! condition skips a member crate's own workspace, such as `tests/guests`), or the parent
 //! of `--manifest-path`. An app is a package directly under `apps/`; its name is the
 //! `name` of its manifest's `[package]` table.
+//!
+//! A network app says so in its manifest, with the host ports `ebb run` forwards to it
+//! by default:
+//!
+//! ```toml
+//! [package.metadata.ebb]
+//! network = true
+//! publish = ["8080:80"]   # [ADDR:]HOST:GUEST, as -p takes them
+//! ```
 
 use crate::error::CliError;
 use std::path::{Path, PathBuf};
@@ -67,16 +76,33 @@ impl Workspace {
 
     /// The apps' package names, sorted (unreadable entries are skipped).
     pub fn apps(&self) -> Vec<String> {
+        let mut apps: Vec<String> = self.manifests().into_iter().map(|m| m.name).collect();
+        apps.sort();
+        apps
+    }
+
+    /// Every readable app manifest under `apps/`.
+    fn manifests(&self) -> Vec<AppManifest> {
         let Ok(entries) = std::fs::read_dir(self.apps_dir()) else {
             return Vec::new();
         };
-        let mut apps: Vec<String> = entries
+        entries
             .flatten()
             .filter_map(|entry| std::fs::read_to_string(entry.path().join("Cargo.toml")).ok())
-            .filter_map(|manifest| package_name(&manifest))
-            .collect();
-        apps.sort();
-        apps
+            .filter_map(|manifest| AppManifest::parse(&manifest))
+            .collect()
+    }
+
+    /// What `name`'s manifest says about its network (an app without the table, or one
+    /// that cannot be read, has none).
+    pub fn app_network(&self, name: &str) -> Result<AppNetwork, CliError> {
+        match self.manifests().into_iter().find(|m| m.name == name) {
+            Some(m) => m.network.map_err(|reason| CliError::BadAppMetadata {
+                app: name.to_string(),
+                reason,
+            }),
+            None => Ok(AppNetwork::default()),
+        }
     }
 
     /// Checks that `name` is one of the apps.
@@ -100,31 +126,54 @@ fn is_workspace_root(dir: &Path) -> bool {
             .is_ok_and(|manifest| manifest.lines().any(|l| l.trim() == "[workspace]"))
 }
 
-/// The `name` in a manifest's `[package]` table. A line-level reading of the TOML that
-/// handles what `cargo new` writes (`name = "x"` on its own line), which is all `apps/`
-/// holds.
-fn package_name(manifest: &str) -> Option<String> {
-    let mut in_package = false;
-    for line in manifest.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_package = line == "[package]";
-            continue;
-        }
-        if !in_package {
-            continue;
-        }
-        let Some((key, value)) = line.split_once('=') else {
-            continue;
+/// An app's network, from `[package.metadata.ebb]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AppNetwork {
+    /// The app serves or uses a network: `ebb run` gives it one by default.
+    pub network: bool,
+    /// Host ports forwarded to it by default (`--net user`).
+    pub publish: Vec<ebb_vmm::virtio::PortForward>,
+}
+
+/// What `ebb` reads from an app's `Cargo.toml`.
+struct AppManifest {
+    name: String,
+    network: Result<AppNetwork, String>,
+}
+
+impl AppManifest {
+    /// `None` when the text is not TOML or has no `package.name` string.
+    fn parse(manifest: &str) -> Option<AppManifest> {
+        let table: toml::Table = manifest.parse().ok()?;
+        let package = table.get("package")?.as_table()?;
+        let name = package.get("name")?.as_str()?.to_string();
+        let network = match package.get("metadata").and_then(|m| m.get("ebb")) {
+            None => Ok(AppNetwork::default()),
+            Some(ebb) => parse_network(ebb),
         };
-        if key.trim() == "name" {
-            let value = value.trim();
-            return value
-                .strip_prefix('"')
-                .and_then(|v| v.strip_suffix('"'))
-                .map(str::to_string);
-        }
+        Some(AppManifest { name, network })
     }
-    None
+}
+
+fn parse_network(ebb: &toml::Value) -> Result<AppNetwork, String> {
+    let network = match ebb.get("network") {
+        None => false,
+        Some(v) => v.as_bool().ok_or("`network` must be true or false")?,
+    };
+    let publish = match ebb.get("publish") {
+        None => Vec::new(),
+        Some(v) => v
+            .as_array()
+            .ok_or("`publish` must be a list of \"[ADDR:]HOST:GUEST\" strings")?
+            .iter()
+            .map(|p| {
+                p.as_str()
+                    .ok_or_else(|| format!("`publish` entry {p} is not a string"))?
+                    .parse()
+            })
+            .collect::<Result<_, String>>()?,
+    };
+    Ok(AppNetwork { network, publish })
 }
 
 #[cfg(test)]
@@ -132,11 +181,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn package_names_parse() {
-        let manifest = "[workspace]\nname = \"no\"\n\n[package]\nversion = \"1\"\n name = \"hello\" \n[dependencies]\nname = \"x\"\n";
-        assert_eq!(package_name(manifest).as_deref(), Some("hello"));
-        assert_eq!(package_name("[dependencies]\nname = \"x\"\n"), None);
-        assert_eq!(package_name("[package]\nname.workspace = true\n"), None);
+    fn manifests_give_names_and_networks() {
+        let name = |m: &str| AppManifest::parse(m).map(|m| m.name);
+        let manifest = "[workspace]\n\n[package]\nversion = \"1\"\n name = \"hello\" \n[dependencies]\nname = \"x\"\n";
+        assert_eq!(name(manifest).as_deref(), Some("hello"));
+        assert_eq!(name("[dependencies]\nname = \"x\"\n"), None);
+        assert_eq!(name("[package]\nname.workspace = true\n"), None);
+        let net = |m: &str| AppManifest::parse(m).expect("parses").network;
+        assert_eq!(net("[package]\nname = \"a\"\n"), Ok(AppNetwork::default()));
+        let web = net("[package]\nname = \"w\"\n[package.metadata.ebb]\nnetwork = true\npublish = [\"8080:80\", \"0.0.0.0:1:2\"]\n")
+            .expect("valid");
+        assert!(web.network);
+        assert_eq!(web.publish.len(), 2);
+        assert_eq!(web.publish[1].host_port, 1);
+        assert!(
+            net("[package]\nname = \"b\"\n[package.metadata.ebb]\npublish = [\"80\"]\n").is_err()
+        );
+        assert!(net("[package]\nname = \"b\"\n[package.metadata.ebb]\nnetwork = 1\n").is_err());
     }
 
     #[test]
@@ -145,9 +206,11 @@ mod tests {
         let ws = Workspace::find_from(here).expect("the repository is an Ebbflow workspace");
         assert!(here.starts_with(&ws.root));
         let apps = ws.apps();
-        for app in ["echo", "hello", "multicore", "timer"] {
+        for app in ["echo", "hello", "httpd", "multicore", "sink", "timer"] {
             assert!(apps.iter().any(|a| a == app), "{app} missing from {apps:?}");
         }
+        assert!(ws.app_network("httpd").expect("httpd's metadata").network);
+        assert!(!ws.app_network("hello").expect("hello's metadata").network);
         assert!(ws.require_app("hello").is_ok());
         let err = ws.require_app("nope").unwrap_err().to_string();
         assert!(

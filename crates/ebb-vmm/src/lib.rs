@@ -38,6 +38,7 @@ pub mod guest;
 pub mod hypercall;
 pub mod image;
 pub mod layout;
+pub mod net_options;
 pub mod paging;
 pub mod report;
 mod sys;

@@ -4,7 +4,7 @@
 
 use clap::Parser;
 use ebb_vmm::image::{self, Symbolizer};
-use ebb_vmm::vm::{NetBackend, NetConfig};
+use ebb_vmm::net_options;
 use ebb_vmm::{Vm, VmConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,8 +37,8 @@ struct Args {
     #[arg(short = 'p', long = "publish", value_name = "[ADDR:]HOST:GUEST")]
     publish: Vec<ebb_vmm::virtio::PortForward>,
     /// Seeded faults between guest and backend: `drop=P,reorder=P,duplicate=P,corrupt=P,seed=N`.
-    #[arg(long, value_parser = parse_faults)]
-    net_faults: Option<(ebb_net::phy::FaultConfig, u64)>,
+    #[arg(long, value_name = "SPEC")]
+    net_faults: Option<String>,
     /// Arguments for the guest, passed as its command line (joined with spaces).
     #[arg(last = true)]
     args: Vec<String>,
@@ -57,30 +57,6 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size {s:?} is too large"))
 }
 
-fn parse_faults(s: &str) -> Result<(ebb_net::phy::FaultConfig, u64), String> {
-    ebb_net::phy::parse_fault_spec(s).map_err(|item| format!("bad fault {item:?}"))
-}
-
-/// `--net` and its companions as a [`NetConfig`].
-fn net_config(args: &Args) -> Result<Option<NetConfig>, String> {
-    let backend = match args.net.as_deref() {
-        None if args.publish.is_empty() && args.net_faults.is_none() => return Ok(None),
-        None | Some("user") => NetBackend::User(args.publish.clone()),
-        Some(tap) if tap.starts_with("tap=") && args.publish.is_empty() => {
-            NetBackend::Tap(tap["tap=".len()..].to_string())
-        }
-        Some(tap) if tap.starts_with("tap=") => {
-            return Err("-p forwards ports of --net user; a TAP device is reached directly".into());
-        }
-        Some(other) => return Err(format!("--net {other:?}: expected user or tap=NAME")),
-    };
-    Ok(Some(NetConfig {
-        backend,
-        mac: [0x02, 0xeb, 0xb0, 0, 0, 2],
-        faults: args.net_faults,
-    }))
-}
-
 fn parse_seconds(s: &str) -> Result<Duration, String> {
     let secs: f64 = s.parse().map_err(|e| format!("bad timeout {s:?}: {e}"))?;
     Duration::try_from_secs_f64(secs).map_err(|e| format!("bad timeout {s:?}: {e}"))
@@ -97,7 +73,11 @@ fn main() -> ExitCode {
         .init();
     log::debug!("monitor started");
     let args = Args::parse();
-    let net = match net_config(&args) {
+    let net = match net_options::net_config(
+        args.net.as_deref(),
+        &args.publish,
+        args.net_faults.as_deref(),
+    ) {
         Ok(net) => net,
         Err(e) => {
             eprintln!("ebb-vmm: {e}");

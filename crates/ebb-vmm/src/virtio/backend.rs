@@ -52,6 +52,16 @@ pub enum BackendError {
         "--net user needs passt, which is not installed (Debian/Ubuntu: apt-get install passt)"
     )]
     PasstMissing,
+    /// A forwarded host port cannot be bound (in use, or privileged).
+    #[error("-p {addr}:{port}:...: cannot listen on {addr}:{port}: {reason}")]
+    PortUnavailable {
+        /// The host address.
+        addr: std::net::Ipv4Addr,
+        /// The host port.
+        port: u16,
+        /// Why, with advice.
+        reason: String,
+    },
     /// passt could not start or exited.
     #[error("--net user: passt failed: {0}")]
     Passt(String),
@@ -119,6 +129,27 @@ const PASST_WRITE_LIMIT: usize = 512 * 1024;
 impl Passt {
     /// Starts passt with `forwards`.
     pub fn start(forwards: &[PortForward]) -> Result<Passt, BackendError> {
+        // Try each host port first: passt's own complaint about a busy port is a line
+        // in its log, ours names the port and what to do.
+        for f in forwards {
+            if let Err(e) = std::net::TcpListener::bind((f.host_addr, f.host_port)) {
+                let reason = match e.kind() {
+                    ErrorKind::AddrInUse => {
+                        "the port is in use by another program; pick another with -p HOST:GUEST"
+                            .to_string()
+                    }
+                    ErrorKind::PermissionDenied => {
+                        "ports below 1024 need root; pick a higher host port".to_string()
+                    }
+                    _ => e.to_string(),
+                };
+                return Err(BackendError::PortUnavailable {
+                    addr: f.host_addr,
+                    port: f.host_port,
+                    reason,
+                });
+            }
+        }
         let (ours, theirs) =
             UnixStream::pair().map_err(|e| BackendError::Passt(format!("socketpair: {e}")))?;
         let fd = theirs.as_raw_fd();

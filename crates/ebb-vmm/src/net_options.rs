@@ -1,0 +1,104 @@
+//! The network options of a VM as a user writes them — `--net user|tap=NAME`,
+//! `-p [ADDR:]HOST:GUEST`, `--net-faults SPEC` — turned into a [`NetConfig`]. Shared by
+//! the `ebb-vmm` binary and the `ebb` command, so both accept and refuse the same things.
+
+use crate::virtio::PortForward;
+use crate::vm::{NetBackend, NetConfig};
+
+/// The guest's MAC address on every backend (locally administered, unicast).
+pub const GUEST_MAC: [u8; 6] = [0x02, 0xeb, 0xb0, 0, 0, 2];
+
+/// A bad network option.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NetOptionError {
+    /// `--net` is neither `user` nor `tap=NAME`.
+    #[error("--net {0:?}: expected user or tap=NAME")]
+    UnknownBackend(String),
+    /// `tap=` without a name.
+    #[error("--net tap= needs a device name (tap=NAME)")]
+    NoTapName,
+    /// Port forwards with a TAP device.
+    #[error(
+        "-p forwards ports of --net user; a TAP device is reached directly at the guest's address"
+    )]
+    ForwardsWithTap,
+    /// A fault spec that does not parse.
+    #[error(
+        "--net-faults: bad item {0:?} (expected drop|reorder|duplicate|corrupt|delay=FRACTION or seed=N)"
+    )]
+    BadFaults(String),
+}
+
+/// `--net` (`None`: not given), the `-p` forwards and `--net-faults`: a device with the
+/// given backend; `-p` or `--net-faults` alone imply `--net user`; nothing at all is no
+/// device (`Ok(None)`).
+pub fn net_config(
+    net: Option<&str>,
+    forwards: &[PortForward],
+    faults: Option<&str>,
+) -> Result<Option<NetConfig>, NetOptionError> {
+    let faults = faults
+        .map(|spec| ebb_net::phy::parse_fault_spec(spec).map_err(NetOptionError::BadFaults))
+        .transpose()?;
+    let backend = match net {
+        None if forwards.is_empty() && faults.is_none() => return Ok(None),
+        None | Some("user") => NetBackend::User(forwards.to_vec()),
+        Some(tap) if tap.starts_with("tap=") => {
+            let name = &tap["tap=".len()..];
+            if name.is_empty() {
+                return Err(NetOptionError::NoTapName);
+            }
+            if !forwards.is_empty() {
+                return Err(NetOptionError::ForwardsWithTap);
+            }
+            NetBackend::Tap(name.to_string())
+        }
+        Some(other) => return Err(NetOptionError::UnknownBackend(other.to_string())),
+    };
+    Ok(Some(NetConfig {
+        backend,
+        mac: GUEST_MAC,
+        faults,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_become_a_device_or_a_clear_error() {
+        let fwd: PortForward = "8080:80".parse().unwrap();
+        assert!(net_config(None, &[], None).unwrap().is_none());
+        let user = net_config(None, &[fwd], None).unwrap().unwrap();
+        assert!(matches!(user.backend, NetBackend::User(ref f) if f == &[fwd]));
+        let tap = net_config(Some("tap=ebb0"), &[], Some("drop=0.5,seed=9"))
+            .unwrap()
+            .unwrap();
+        assert!(matches!(tap.backend, NetBackend::Tap(ref n) if n == "ebb0"));
+        assert_eq!(tap.faults.map(|f| f.1), Some(9));
+        assert!(matches!(
+            net_config(None, &[], Some("seed=2"))
+                .unwrap()
+                .unwrap()
+                .backend,
+            NetBackend::User(_)
+        ));
+        assert_eq!(
+            net_config(Some("tap=x"), &[fwd], None).unwrap_err(),
+            NetOptionError::ForwardsWithTap
+        );
+        assert_eq!(
+            net_config(Some("tap="), &[], None).unwrap_err(),
+            NetOptionError::NoTapName
+        );
+        assert!(matches!(
+            net_config(Some("bridge"), &[], None),
+            Err(NetOptionError::UnknownBackend(_))
+        ));
+        assert!(matches!(
+            net_config(None, &[], Some("lose=1")),
+            Err(NetOptionError::BadFaults(_))
+        ));
+    }
+}
