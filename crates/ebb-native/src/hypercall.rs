@@ -71,7 +71,8 @@ pub fn clock() -> (u64, u64) {
 /// Sleeps this vCPU until another core kicks it (true) or `timeout_ns` passes (false).
 /// `u64::MAX` waits for a kick only.
 ///
-/// Under PVH: spins on the TSC until the timeout (no monitor to sleep in).
+/// Under PVH: spins on the TSC until the timeout or until a polled device has work (no
+/// monitor to sleep in).
 pub fn wait(timeout_ns: u64) -> bool {
     if pvh::active() {
         return pvh::wait(timeout_ns);

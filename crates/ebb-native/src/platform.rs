@@ -11,7 +11,7 @@
 //!   host's timer slack (≈ 0.2–0.3 ms measured here); [`NativePlatform::with_wait_early`]
 //!   trades that for spinning: the WAIT ends that much before the deadline and the loop
 //!   polls the rest. Under a standard hypervisor (PVH boot, one vCPU) the same WAIT spins
-//!   on the TSC until the deadline instead (`crate::pvh::wait`).
+//!   on the TSC until the deadline or until a polled device has work (`crate::pvh::wait`).
 //! * **Wake**: the kick, an `out` to the kick port that the host kernel turns into an
 //!   eventfd signal (ioeventfd). ebb-core calls it only for a core that announced it may
 //!   sleep, so a running core is never kicked; a kick that lands before the target's wait

@@ -95,6 +95,14 @@ pub(crate) fn poll() -> usize {
     ready.len()
 }
 
+/// Whether any device of this core has work, without dispatching it: what a wait that
+/// cannot be woken by the device (under PVH, which spins instead of sleeping) checks to
+/// end early.
+pub(crate) fn any_work() -> bool {
+    let Some(here) = devices() else { return false };
+    here.devices.borrow().iter().any(|(_, d)| d.has_work())
+}
+
 /// Arms every device of this core before it sleeps; dispatches those that found work
 /// meanwhile and returns how many (0: the core may sleep).
 pub(crate) fn arm_all() -> usize {

@@ -13,7 +13,7 @@
 //! | EXIT | a 32-bit write of the code to QEMU's `isa-debug-exit` at [`PVH_DEBUG_EXIT_PORT`]; QEMU exits with `(code << 1) \| 1` |
 //! | PANIC | message and raw return addresses to the serial port, then EXIT 101 |
 //! | CLOCK | monotonic = TSC since the stub started, scaled by the boot info's `tsc_khz`; realtime = 0 (unknown) |
-//! | WAIT | spin on the TSC until the deadline (never kicked: one vCPU) |
+//! | WAIT | spin on the TSC until the deadline or until a polled device (`crate::poll`) has work |
 //! | CONSOLE_FLUSH, kick | nothing to do |
 //!
 //! # Invariants
@@ -85,11 +85,19 @@ pub fn monotonic_ns() -> u64 {
     (u128::from(ticks) * 1_000_000 / u128::from(khz)) as u64
 }
 
-/// WAIT without a monitor: spins until `timeout_ns` has passed (`u64::MAX`: forever, as
-/// no other vCPU exists to kick this one). Always "timed out".
+/// WAIT without a monitor: spins until `timeout_ns` has passed (`u64::MAX`: forever) or
+/// a device on this core's poll list has work (true, as if the device had kicked us).
+///
+/// Under the monitor a device wakes a sleeping vCPU through its kick eventfd; here no one
+/// can (the guest takes no interrupts), so the spin itself must look at the devices, or
+/// a frame arriving while the event loop waits for a far deadline (an idle listener
+/// waits for `u64::MAX`) would never be seen.
 pub fn wait(timeout_ns: u64) -> bool {
     let deadline = monotonic_ns().saturating_add(timeout_ns);
     while monotonic_ns() < deadline {
+        if crate::poll::any_work() {
+            return true;
+        }
         core::hint::spin_loop();
     }
     false
