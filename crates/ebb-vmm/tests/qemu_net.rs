@@ -24,7 +24,8 @@
 
 mod common;
 
-use common::guests;
+use common::{app_image, guests};
+use sha2::Digest;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
@@ -82,9 +83,9 @@ struct Qemu {
 }
 
 impl Qemu {
-    /// Boots net_echo with `-smp cpus` and `device_extra` appended to the virtio-net
-    /// device's options.
-    fn boot(test: &str, image: &Path, cpus: u32, device_extra: &str) -> Qemu {
+    /// Boots `image` with `-smp cpus`, `device_extra` appended to the virtio-net device's
+    /// options and a free host port forwarded to `guest_port`.
+    fn boot(test: &str, image: &Path, cpus: u32, device_extra: &str, guest_port: u16) -> Qemu {
         let port = free_port();
         let qmp = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("qmp-{test}-{}.sock", std::process::id()));
@@ -101,7 +102,9 @@ impl Qemu {
             // microvm's transports default to the legacy (version 1) interface.
             .args(["-global", "virtio-mmio.force-legacy=false"])
             .arg("-netdev")
-            .arg(format!("user,id=n0,hostfwd=tcp:127.0.0.1:{port}-:7"))
+            .arg(format!(
+                "user,id=n0,hostfwd=tcp:127.0.0.1:{port}-:{guest_port}"
+            ))
             .arg("-device")
             .arg(format!("virtio-net-device,netdev=n0,id=vn0{device_extra}"))
             .arg("-qmp")
@@ -310,7 +313,7 @@ fn run(test: &str, cpus: u32, device_extra: &str, offered: &[&str]) {
     let image = guests().join("net_echo");
     let started = Instant::now();
     let left = || TEST_BUDGET.saturating_sub(started.elapsed());
-    let mut vm = Qemu::boot(test, &image, cpus, device_extra);
+    let mut vm = Qemu::boot(test, &image, cpus, device_extra, 7);
     let listening = match vm.wait_for("listening", BOOT_TIMEOUT.min(left())) {
         Ok(line) => line,
         Err(e) => vm.fail(&e),
@@ -400,4 +403,60 @@ fn two_vcpus_and_an_offered_mq_still_serve_on_one_queue_pair() {
         ",mq=on",
         &["VIRTIO_NET_F_MQ", "VIRTIO_NET_F_CTRL_VQ"],
     );
+}
+
+/// Bytes `apps/httpd` serves through QEMU (TCG emulates every guest instruction).
+const HTTPD_BYTES: u64 = 20 << 20;
+
+#[test]
+fn the_httpd_app_image_serves_curl_through_qemus_virtio_net() {
+    let test = "the_httpd_app_image_serves_curl_through_qemus_virtio_net";
+    let Some(()) = qemu(test) else { return };
+    let Some(()) = ebb_testkit::need_tools(test, &["curl"]) else {
+        return;
+    };
+    // The very image `ebb run httpd` boots under our monitor.
+    let image = app_image("httpd");
+    let started = Instant::now();
+    let left = || TEST_BUDGET.saturating_sub(started.elapsed());
+    let mut vm = Qemu::boot(test, &image, 1, "", 80);
+    if let Err(e) = vm.wait_for("httpd: listening on 10.0.2.15:80", BOOT_TIMEOUT.min(left())) {
+        vm.fail(&e);
+    }
+    let url = |path: &str| format!("http://127.0.0.1:{}{path}", vm.port);
+    let curl = |url: &str| {
+        Command::new("curl")
+            .args([
+                "-sS",
+                "--fail",
+                "--max-time",
+                &left().as_secs().max(1).to_string(),
+            ])
+            .arg(url)
+            .output()
+            .expect("run curl")
+    };
+    let index = curl(&url("/"));
+    let body = curl(&url(&format!("/bytes/{HTTPD_BYTES}")));
+    let expected = ebb_bytestream::pattern::Pattern::get().sha256(HTTPD_BYTES);
+    let got: [u8; 32] = sha2::Sha256::digest(&body.stdout).into();
+    let mut wrong = Vec::new();
+    if !index.status.success() || !String::from_utf8_lossy(&index.stdout).contains("Ebbflow httpd")
+    {
+        wrong.push(format!("GET / failed: {index:?}"));
+    }
+    if !body.status.success() || body.stdout.len() as u64 != HTTPD_BYTES || got != expected {
+        wrong.push(format!(
+            "GET /bytes/{HTTPD_BYTES}: {} bytes, status {}, sha256 matches: {}; curl: {}",
+            body.stdout.len(),
+            body.status,
+            got == expected,
+            String::from_utf8_lossy(&body.stderr)
+        ));
+    }
+    if !wrong.is_empty() {
+        vm.fail(&wrong.join("\n"));
+    }
+    vm.stop();
+    eprintln!("{test}: {HTTPD_BYTES} bytes in {:?}", started.elapsed());
 }

@@ -42,6 +42,43 @@ pub fn guests() -> &'static Path {
     })
 }
 
+/// Builds the native image of `app` (a package under `apps/`) once, as `ebb build
+/// --native` would; its path.
+pub fn app_image(app: &str) -> PathBuf {
+    static DIRS: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = DIRS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = built.iter().find(|(name, _)| name == app) {
+        return path.clone();
+    }
+    guests(); // adds the native target if the toolchain lacks it
+    let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../apps");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .current_dir(repo_root()) // for .cargo/config.toml's target rustflags
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "x86_64-unknown-none",
+            "-p",
+            app,
+        ])
+        .arg("--target-dir")
+        .arg(&target_dir);
+    let out = ebb_testkit::for_nested_cargo(&mut build)
+        .output()
+        .expect("run cargo to build an app");
+    assert!(
+        out.status.success(),
+        "building apps/{app} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = target_dir.join("x86_64-unknown-none/release").join(app);
+    built.push((app.to_string(), path.clone()));
+    path
+}
+
 /// `Some(())` when KVM works; otherwise skips `test` (see `ebb_testkit::skip`).
 pub fn kvm(test: &str) -> Option<()> {
     match ebb_vmm::kvm_usable() {
