@@ -8,28 +8,15 @@
 //! `SKIPPED: ...`, or a failure where `EBB_REQUIRE` names kvm) when `/dev/kvm` is
 //! unusable. Every run has a `--timeout`, so none can hang.
 
+mod common;
+
+use common::{apps_target_dir, build, ebb, kvm, repo_root};
 use ebb_testkit::{Run, for_nested_cargo};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 const APPS: [&str; 3] = ["hello", "multicore", "timer"];
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn apps_target_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("../ebb-apps")
-}
-
-/// `ebb` with the test's cargo variables removed and the apps' target directory.
-fn ebb() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ebb"));
-    cmd.arg("--target-dir").arg(apps_target_dir());
-    for_nested_cargo(&mut cmd);
-    cmd
-}
 
 fn output(cmd: &mut Command) -> Run {
     Run::of(cmd)
@@ -39,13 +26,6 @@ fn output(cmd: &mut Command) -> Run {
 fn built() -> &'static [(&'static str, PathBuf, PathBuf)] {
     static BUILT: OnceLock<Vec<(&'static str, PathBuf, PathBuf)>> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let build = |app: &str, flavour: &str| {
-            let run = output(ebb().args(["build", flavour, app]));
-            assert_eq!(run.code, 0, "ebb build {flavour} {app}: {run:?}");
-            let path = PathBuf::from(run.stdout.trim());
-            assert!(path.is_file(), "ebb build printed {path:?}: {run:?}");
-            path
-        };
         APPS.iter()
             .map(|&app| (app, build(app, "--native"), build(app, "--hosted")))
             .collect()
@@ -58,18 +38,6 @@ fn native_image(app: &str) -> &'static Path {
         .find(|(name, _, _)| *name == app)
         .map(|(_, image, _)| image.as_path())
         .expect("a built app")
-}
-
-/// `Some(())` when KVM works; otherwise skips `test` (see `ebb_testkit::skip`).
-fn kvm(test: &str) -> Option<()> {
-    match ebb_vmm::kvm_usable() {
-        Ok(()) => Some(()),
-        Err(e) => ebb_testkit::skip(
-            test,
-            ebb_testkit::Capability::Kvm,
-            &format!("/dev/kvm unusable: {e}"),
-        ),
-    }
 }
 
 /// `ebb run APP --timeout 60 EXTRA... -- ARGS...`, after the apps are built.

@@ -20,6 +20,8 @@
 //! * The decisions are pure functions of their inputs ([`is_required`], [`skip_line`]), so
 //!   they are unit-tested without touching the process environment.
 
+pub mod netns;
+
 use std::fmt;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};

@@ -1,0 +1,514 @@
+//! The network apps (`apps/httpd`, `apps/sink`, `apps/echo`) built as native images and
+//! run by `ebb run`, talked to from the host with real tools, bytes checked by SHA-256:
+//!
+//! * through `--net user` (passt, the default for network apps) and `-p` port forwards:
+//!   `curl` downloads 100 MB from httpd, `nc` uploads 100 MB to sink, concurrent
+//!   connections echo through echo — with 2 vCPUs, one queue pair each;
+//! * through `--net tap=NAME` (root), the TAP device's kernel end moved into a network
+//!   namespace where Linux is 10.0.2.2/24: `ping`, `curl`, `nc`, with 1 and 2 vCPUs;
+//! * with `--net-faults` between the guest and the TAP device, the monitor's fault
+//!   counters asserted non-zero and the bytes still right.
+//!
+//! Every app is built once (`ebb build --native`); every run has a `--timeout`, and is
+//! killed when its test ends. Without KVM, passt, root, TAP or a tool, a test prints
+//! `SKIPPED: ...` through `ebb_testkit` (a failure where `EBB_REQUIRE` names it).
+
+mod common;
+
+use common::{build, ebb, kvm};
+use ebb_testkit::netns::{Netns, adopt, namespace, need_namespace_and_tap, unique_name};
+use sha2::{Digest, Sha256};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Bytes moved by the bulk transfers.
+const BULK: u64 = 100_000_000;
+/// From `ebb run` to the app's "listening" line (the image is already built).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// The guest's address on both backends (the apps' native default).
+const GUEST: &str = "10.0.2.15";
+
+/// The native image of `app`, built once per test binary.
+fn image(app: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<Vec<(String, PathBuf)>>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
+    let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = built.iter().find(|(a, _)| a == app) {
+        return path.clone();
+    }
+    let path = build(app, "--native");
+    built.push((app.to_string(), path.clone()));
+    path
+}
+
+/// A free port on 127.0.0.1 (bound and released: passt binds it next).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// An app running under `ebb run`, killed when dropped.
+struct Served {
+    child: Child,
+    /// The app's console lines (the monitor writes the guest's console to stdout).
+    lines: mpsc::Receiver<String>,
+    stdout: String,
+    stderr_lines: mpsc::Receiver<String>,
+    stderr: String,
+    _readers: [JoinHandle<()>; 2],
+}
+
+fn lines_of(pipe: impl Read + Send + 'static) -> (mpsc::Receiver<String>, JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (rx, reader)
+}
+
+impl Served {
+    /// `ebb run TARGET --timeout 600 EXTRA...`, then waits for the app's "listening" line.
+    fn start(target: &str, extra: &[&str]) -> Served {
+        let mut child = ebb()
+            .args(["run", target, "--timeout", "600"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ebb run");
+        let (lines, out) = lines_of(child.stdout.take().expect("stdout"));
+        let (stderr_lines, err) = lines_of(child.stderr.take().expect("stderr"));
+        let mut served = Served {
+            child,
+            lines,
+            stdout: String::new(),
+            stderr_lines,
+            stderr: String::new(),
+            _readers: [out, err],
+        };
+        if let Err(e) = served.wait_for(": listening on ", START_TIMEOUT) {
+            served.fail(&e);
+        }
+        served
+    }
+
+    /// Waits for a console line containing `needle`; returns it.
+    fn wait_for(&mut self, needle: &str, timeout: Duration) -> Result<String, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.stdout.push_str(&line);
+                    self.stdout.push('\n');
+                    if line.contains(needle) {
+                        return Ok(line);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(format!("no {needle:?} within {timeout:?}"));
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(format!("ebb run ended before {needle:?}"));
+                }
+            }
+        }
+    }
+
+    /// The monitor's counter line, asked for with SIGUSR1 (see `ebb_vmm::vm::net_summary`).
+    fn counters(&mut self) -> Result<String, String> {
+        let signalled = Command::new("kill")
+            .args(["-USR1", &self.child.id().to_string()])
+            .status()
+            .map_err(|e| format!("kill -USR1: {e}"))?;
+        if !signalled.success() {
+            return Err("kill -USR1 failed".into());
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.stderr.push_str(&line);
+                    self.stderr.push('\n');
+                    if line.starts_with("ebb-vmm: virtio-net:") {
+                        return Ok(line);
+                    }
+                }
+                Err(_) => return Err("no counter line after SIGUSR1".into()),
+            }
+        }
+    }
+
+    /// Stops the app; everything it printed, for a failure message.
+    fn stop(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+            self.stdout.push_str(&line);
+            self.stdout.push('\n');
+        }
+        while let Ok(line) = self.stderr_lines.recv_timeout(Duration::from_millis(200)) {
+            self.stderr.push_str(&line);
+            self.stderr.push('\n');
+        }
+        format!("--- stdout\n{}--- stderr\n{}", self.stdout, self.stderr)
+    }
+
+    fn fail(&mut self, what: &str) -> ! {
+        let output = self.stop();
+        panic!("{what}\n{output}");
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of `key=` in the monitor's counter line (0 when absent).
+fn counter(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `curl` (optionally inside namespace `ns`) fetches `/bytes/len` from `base` and checks
+/// the length and SHA-256 against the pattern httpd serves; with the index page first
+/// on the same connection (keep-alive).
+fn curl_bytes(ns: Option<&Netns>, base: &str, len: u64) -> Result<(), String> {
+    let mut cmd = match ns {
+        Some(ns) => ns.exec(&["curl"]),
+        None => Command::new("curl"),
+    };
+    let out = cmd
+        .args(["-sS", "--fail", "--max-time", "120"])
+        .args(["-o", "/dev/null", &format!("{base}/")])
+        .args(["-o", "/dev/null", &format!("{base}/bytes/{len}")])
+        .args(["-w", "%{size_download} %{num_connects}\\n"])
+        .output()
+        .map_err(|e| format!("run curl: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("curl failed: {out:?}"));
+    }
+    // `-o /dev/null` for the sizes and connection count; the bytes themselves next.
+    let report = String::from_utf8_lossy(&out.stdout);
+    let sizes: Vec<&str> = report.lines().collect();
+    if sizes.len() != 2 || !sizes[1].starts_with(&format!("{len} ")) || !sizes[1].ends_with(" 0") {
+        return Err(format!(
+            "expected two answers on one kept-alive connection, the second {len} bytes: {report}"
+        ));
+    }
+    let mut cmd = match ns {
+        Some(ns) => ns.exec(&["curl"]),
+        None => Command::new("curl"),
+    };
+    let mut child = cmd
+        .args(["-sS", "--fail", "--max-time", "120"])
+        .arg(format!("{base}/bytes/{len}"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("run curl: {e}"))?;
+    let mut body = child.stdout.take().expect("curl's stdout");
+    let mut hasher = Sha256::new();
+    let mut got = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match body.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                got += n as u64;
+            }
+            Err(e) => return Err(format!("reading curl's output: {e}")),
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let expected = ebb_bytestream::pattern::Pattern::get().sha256(len);
+    if !status.success() || got != len || hasher.finalize().as_slice() != expected {
+        return Err(format!(
+            "GET /bytes/{len}: curl {status}, {got} bytes, sha256 matches the pattern: no"
+        ));
+    }
+    Ok(())
+}
+
+/// `BULK` bytes of a 1 MiB random block repeated, and their SHA-256.
+fn upload_file() -> &'static (PathBuf, String) {
+    static FILE: OnceLock<(PathBuf, String)> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let path = std::env::temp_dir().join(format!("ebb-upload-{}", std::process::id()));
+        let mut block = vec![0u8; 1 << 20];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for b in block.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        let mut file = std::fs::File::create(&path).expect("create the upload file");
+        let mut hasher = Sha256::new();
+        let mut left = BULK;
+        while left > 0 {
+            let n = left.min(block.len() as u64) as usize;
+            file.write_all(&block[..n]).expect("write the upload file");
+            hasher.update(&block[..n]);
+            left -= n as u64;
+        }
+        (path, hex(&hasher.finalize()))
+    })
+}
+
+/// `nc` (optionally inside `ns`) uploads the file to `host:port`; the sink must report
+/// its length and SHA-256.
+fn nc_upload(served: &mut Served, ns: Option<&Netns>, host: &str, port: u16) -> Result<(), String> {
+    let (path, sha) = upload_file();
+    let mut cmd = match ns {
+        Some(ns) => ns.exec(&["nc"]),
+        None => Command::new("nc"),
+    };
+    let status = cmd
+        .args(["-N", "-w", "60", host, &port.to_string()])
+        .stdin(std::fs::File::open(path).map_err(|e| e.to_string())?)
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("run nc: {e}"))?;
+    if !status.success() {
+        return Err(format!("nc exited with {status}"));
+    }
+    let line = served.wait_for(
+        &format!("sink: {BULK} bytes sha256"),
+        Duration::from_secs(60),
+    )?;
+    if !line.contains(sha.as_str()) {
+        return Err(format!(
+            "the sink's digest differs from the file's ({sha}): {line}"
+        ));
+    }
+    Ok(())
+}
+
+/// Sends `len` pseudo-random bytes to `port` on 127.0.0.1 and checks the echo.
+fn echo(port: u16, len: usize, seed: u64) -> Result<(), String> {
+    let mut stream =
+        TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(|e| e.to_string())?;
+    let mut x = seed | 1;
+    let data: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let writer = {
+        let mut s = stream.try_clone().map_err(|e| e.to_string())?;
+        let data = data.clone();
+        std::thread::spawn(move || s.write_all(&data))
+    };
+    let mut got = vec![0u8; len];
+    let read = stream.read_exact(&mut got);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    let written = writer.join().map_err(|_| "writer panicked".to_string())?;
+    read.map_err(|e| format!("reading the echo: {e}"))?;
+    written.map_err(|e| format!("write: {e}"))?;
+    if got != data {
+        return Err(format!(
+            "echo differs from byte {:?}",
+            got.iter().zip(&data).position(|(a, b)| a != b)
+        ));
+    }
+    Ok(())
+}
+
+fn user_networking(test: &str, tools: &[&str]) -> Option<()> {
+    kvm(test)?;
+    ebb_testkit::need_tools(test, &["passt"])?;
+    ebb_testkit::need_tools(test, tools)
+}
+
+#[test]
+fn httpd_serves_curl_natively_through_user_networking() {
+    let test = "httpd_serves_curl_natively_through_user_networking";
+    let Some(()) = user_networking(test, &["curl"]) else {
+        return;
+    };
+    image("httpd");
+    let port = free_port();
+    // By app name: `ebb run` finds httpd's network in its manifest (--net user); -p
+    // replaces its default forward (8080 may be taken on a test machine).
+    let forward = format!("{port}:80");
+    let mut served = Served::start("httpd", &["--cpus", "2", "-p", &forward]);
+    if !served.stderr_lines_contain("network: user-mode (passt)") {
+        served.fail("ebb run did not say it gave httpd user-mode networking");
+    }
+    if let Err(e) = curl_bytes(None, &format!("http://127.0.0.1:{port}"), BULK) {
+        served.fail(&e);
+    }
+    let counters = served.counters().unwrap_or_else(|e| served.fail(&e));
+    if counter(&counters, "rx_frames") == 0 || counters.contains("broken") {
+        served.fail(&format!("the device is not healthy: {counters}"));
+    }
+}
+
+#[test]
+fn sink_counts_an_nc_upload_natively_through_user_networking() {
+    let test = "sink_counts_an_nc_upload_natively_through_user_networking";
+    let Some(()) = user_networking(test, &["nc"]) else {
+        return;
+    };
+    let image = image("sink");
+    let port = free_port();
+    let forward = format!("{port}:9000");
+    let mut served = Served::start(image.to_str().expect("a UTF-8 path"), &["-p", &forward]);
+    if let Err(e) = nc_upload(&mut served, None, "127.0.0.1", port) {
+        served.fail(&e);
+    }
+}
+
+#[test]
+fn echo_answers_concurrent_connections_natively_on_two_vcpus() {
+    let test = "echo_answers_concurrent_connections_natively_on_two_vcpus";
+    let Some(()) = user_networking(test, &[]) else {
+        return;
+    };
+    let image = image("echo");
+    let port = free_port();
+    let forward = format!("{port}:7");
+    let mut served = Served::start(
+        image.to_str().expect("a UTF-8 path"),
+        &["--cpus", "2", "-p", &forward],
+    );
+    let results: Vec<Result<(), String>> = (0..4)
+        .map(|i| std::thread::spawn(move || echo(port, 1 << 20, 0x5eed + i)))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap_or_else(|_| Err("panicked".into())))
+        .collect();
+    for (i, r) in results.into_iter().enumerate() {
+        if let Err(e) = r {
+            served.fail(&format!("connection {i}: {e}"));
+        }
+    }
+}
+
+impl Served {
+    /// Whether the monitor's start line (stderr) says `text`; waits up to 5 s for it.
+    fn stderr_lines_contain(&mut self, text: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.stderr.contains(text) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.stderr.push_str(&line);
+                    self.stderr.push('\n');
+                }
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+}
+
+/// httpd and sink natively on a TAP device whose kernel end sits in a namespace with
+/// Linux at 10.0.2.2/24; `faults` adds `--net-faults`, whose counters must move.
+fn over_tap(test: &str, cpus: u32, faults: Option<&str>) {
+    let Some(()) = kvm(test) else { return };
+    let Some(()) = need_namespace_and_tap(test, &["ping", "curl", "nc"]) else {
+        return;
+    };
+    let ns = namespace(test, unique_name("ebbn"));
+    let cpus = cpus.to_string();
+    // httpd: ping and curl.
+    let tap = unique_name("ebbt");
+    let net = format!("tap={tap}");
+    let mut args = vec!["--cpus", cpus.as_str(), "--net", net.as_str()];
+    if let Some(spec) = faults {
+        args.extend(["--net-faults", spec]);
+    }
+    let httpd = image("httpd");
+    let mut served = Served::start(httpd.to_str().expect("a UTF-8 path"), &args);
+    adopt(&ns.name, &tap, "10.0.2.2/24");
+    let ping = ns
+        .exec(&["ping", "-c", "3", "-W", "5", GUEST])
+        .output()
+        .expect("run ping");
+    if !ping.status.success() {
+        served.fail(&format!("ping {GUEST} failed: {ping:?}"));
+    }
+    let len = if faults.is_some() { BULK / 5 } else { BULK };
+    if let Err(e) = curl_bytes(Some(&ns), &format!("http://{GUEST}"), len) {
+        served.fail(&e);
+    }
+    if faults.is_some() {
+        let line = served.counters().unwrap_or_else(|e| served.fail(&e));
+        for key in [
+            "fault_dropped",
+            "fault_reordered",
+            "fault_duplicated",
+            "fault_corrupted",
+        ] {
+            if counter(&line, key) == 0 {
+                served.fail(&format!("the fault injector reports no {key}: {line}"));
+            }
+        }
+    }
+    drop(served);
+    // sink: an nc upload (a fresh TAP device: the last one left with its VM).
+    let tap = unique_name("ebbt");
+    let net = format!("tap={tap}");
+    args[3] = net.as_str();
+    let sink = image("sink");
+    let mut served = Served::start(sink.to_str().expect("a UTF-8 path"), &args);
+    adopt(&ns.name, &tap, "10.0.2.2/24");
+    if let Err(e) = nc_upload(&mut served, Some(&ns), GUEST, 9000) {
+        served.fail(&e);
+    }
+}
+
+#[test]
+fn httpd_and_sink_natively_over_tap_in_a_namespace() {
+    over_tap("httpd_and_sink_natively_over_tap_in_a_namespace", 1, None);
+}
+
+#[test]
+fn httpd_and_sink_natively_over_a_two_queue_tap_device() {
+    over_tap(
+        "httpd_and_sink_natively_over_a_two_queue_tap_device",
+        2,
+        None,
+    );
+}
+
+#[test]
+fn httpd_and_sink_natively_over_tap_with_faults() {
+    over_tap(
+        "httpd_and_sink_natively_over_tap_with_faults",
+        2,
+        Some("drop=0.01,reorder=0.01,duplicate=0.01,corrupt=0.01,seed=7"),
+    );
+}
