@@ -1,0 +1,1 @@
+//! The text and binary protocols (being written).
