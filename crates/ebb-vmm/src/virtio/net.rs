@@ -335,6 +335,209 @@ struct Pair {
     backlog: VecDeque<IOBuf>,
 }
 
+/// The I/O thread's live queues and what it carries from one round to the next. One
+/// [`step`](Self::step) is one round of processing without the sleeping, so the
+/// hostile-guest tests drive the device a round at a time over fake guest memory and an
+/// in-memory backend, without KVM or a thread.
+pub(crate) struct Engine {
+    /// The transport epoch the queues were built for (`u64::MAX`: none).
+    epoch: u64,
+    pairs: Vec<Pair>,
+    ctrl: Option<DeviceQueue>,
+    active_pairs: usize,
+    frames: Vec<IOBuf>,
+    outgoing: VecDeque<IOBufChain>,
+}
+
+impl Engine {
+    pub(crate) fn new() -> Engine {
+        Engine {
+            epoch: u64::MAX,
+            pairs: Vec::new(),
+            ctrl: None,
+            active_pairs: 1,
+            frames: Vec::new(),
+            outgoing: VecDeque::new(),
+        }
+    }
+
+    /// Rebuilds the queues if the transport changed, then moves what can move between
+    /// the rings and `backends`, writing `wakes[pair]` when the driver asked to hear.
+    /// A queue fault breaks the device. Returns whether there was work.
+    pub(crate) fn step(
+        &mut self,
+        device: &VirtioNet,
+        mem: &GuestMem,
+        now: NetInstant,
+        backends: &mut [Box<dyn Backend>],
+        wakes: &[EventFd],
+    ) -> bool {
+        match device.activation(mem) {
+            Ok(Some((e, configs, _multi))) if e != self.epoch => {
+                self.epoch = e;
+                let queue = |i: usize, want| {
+                    configs
+                        .get(i)
+                        .filter(|c| c.size != 0)
+                        .map(|c| DeviceQueue::new(*c, want))
+                };
+                self.pairs = (0..usize::from(device.pairs))
+                    .map(|p| Pair {
+                        rx: queue(2 * p, Direction::Write),
+                        tx: queue(2 * p + 1, Direction::Read),
+                        backlog: VecDeque::new(),
+                    })
+                    .collect();
+                self.ctrl = queue(2 * usize::from(device.pairs), Direction::ReadThenWrite);
+                self.active_pairs = 1;
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                self.pairs.clear();
+                self.ctrl = None;
+                self.epoch = u64::MAX;
+            }
+            Err(e) => {
+                device.break_device(&e.to_string());
+                self.pairs.clear();
+            }
+        }
+        match self.work(device, mem, now, backends, wakes) {
+            Ok(worked) => worked,
+            Err(e) => {
+                device.break_device(&e.to_string());
+                self.pairs.clear();
+                self.ctrl = None;
+                false
+            }
+        }
+    }
+
+    /// EVENT_IDX on every live queue: asks for kicks (before sleeping) or stops asking
+    /// (while polling). Returns whether chains arrived meanwhile.
+    pub(crate) fn want_kicks(&self, mem: &GuestMem, wanted: bool) -> bool {
+        let mut arrived = false;
+        let pairs = self.pairs.iter().flat_map(|p| [&p.tx, &p.rx]);
+        for q in pairs.chain([&self.ctrl]).flatten() {
+            arrived |= q.set_kicks_wanted(mem, wanted).unwrap_or(false);
+        }
+        arrived
+    }
+
+    fn work(
+        &mut self,
+        device: &VirtioNet,
+        mem: &GuestMem,
+        now: NetInstant,
+        backends: &mut [Box<dyn Backend>],
+        wakes: &[EventFd],
+    ) -> Result<bool, QueueError> {
+        if self.pairs.is_empty() {
+            return Ok(false);
+        }
+        let wake = |pair: usize| {
+            if let Some(fd) = wakes.get(pair) {
+                let _ = fd.write(1);
+                device.stats.wakes.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        let outgoing = &mut self.outgoing;
+        let mut worked = false;
+        // Control commands.
+        if let Some(q) = &mut self.ctrl {
+            while let Some(chain) = q.pop(mem)? {
+                let ack = control_command(mem, &chain, device.pairs, &mut self.active_pairs);
+                let written = match chain.writable.first() {
+                    Some(buf) => {
+                        mem.write_bytes(buf.addr, &[ack])
+                            .ok_or(QueueError::Access("control ack"))?;
+                        1
+                    }
+                    None => 0,
+                };
+                q.push_used(mem, chain.head, written)?;
+                worked = true;
+            }
+        }
+        // Transmit: guest → backend.
+        let n_backends = backends.len();
+        for (p, pair) in self.pairs.iter_mut().enumerate() {
+            let Some(tx) = &mut pair.tx else { continue };
+            let mut returned = None;
+            while outgoing.len() < 256 {
+                let Some(chain) = tx.pop(mem)? else { break };
+                let frame = gather(mem, &chain)?;
+                let old = tx.push_used(mem, chain.head, 0)?;
+                returned.get_or_insert(old);
+                if let Some(frame) = frame {
+                    outgoing.push_back(IOBufChain::from(frame));
+                }
+                worked = true;
+            }
+            if let Some(old) = returned
+                && tx.needs_notification(mem, old)?
+            {
+                wake(p);
+            }
+            let backend = &mut backends[p.min(n_backends - 1)];
+            let before = outgoing.len();
+            backend.transmit(now, outgoing);
+            device
+                .stats
+                .tx_frames
+                .fetch_add((before - outgoing.len()) as u64, Ordering::Relaxed);
+            // What the backend could not take now is dropped only if it is still
+            // full next round; keep it for now (bounded above).
+        }
+        // Receive: backend → guest.
+        let frames = &mut self.frames;
+        for (b, backend) in backends.iter_mut().enumerate() {
+            frames.clear();
+            let n = backend.receive(now, frames, 64);
+            if n > 0 {
+                worked = true;
+            }
+            for frame in frames.drain(..) {
+                let p = if n_backends == self.pairs.len() {
+                    b
+                } else {
+                    flow_pair(frame.as_slice(), self.active_pairs)
+                };
+                let last = self.pairs.len() - 1;
+                let backlog = &mut self.pairs[p.min(last)].backlog;
+                if backlog.len() >= RX_BACKLOG {
+                    device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    backlog.push_back(frame);
+                }
+            }
+        }
+        for (p, pair) in self.pairs.iter_mut().enumerate() {
+            let Some(rx) = &mut pair.rx else { continue };
+            let mut returned = None;
+            while let Some(frame) = pair.backlog.front() {
+                let Some(chain) = rx.pop(mem)? else { break };
+                let written = scatter(mem, &chain, frame.as_slice())?;
+                if written.is_none() {
+                    device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    device.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
+                }
+                let old = rx.push_used(mem, chain.head, written.unwrap_or(0))?;
+                returned.get_or_insert(old);
+                pair.backlog.pop_front();
+                worked = true;
+            }
+            if let Some(old) = returned
+                && rx.needs_notification(mem, old)?
+            {
+                wake(p);
+            }
+        }
+        Ok(worked)
+    }
+}
+
 impl IoThread {
     /// Runs until the VM stops.
     pub fn run(mut self) {
@@ -362,67 +565,15 @@ impl IoThread {
         }
         let shared = self.shared.clone();
         let mem = &shared.mem;
-        let mut epoch = u64::MAX;
-        let mut pairs: Vec<Pair> = Vec::new();
-        let mut ctrl: Option<DeviceQueue> = None;
-        let mut active_pairs = 1usize;
+        let mut engine = Engine::new();
         let mut last_work = Instant::now();
         let started = Instant::now();
-        let mut frames: Vec<IOBuf> = Vec::new();
-        let mut outgoing: VecDeque<IOBufChain> = VecDeque::new();
         let mut events = Vec::with_capacity(16);
         while !self.shared.stopping() {
             let now = NetInstant::from_nanos(started.elapsed().as_nanos() as u64);
-            // The transport changed: rebuild the queues.
+            // The transport may have changed: the step rebuilds the queues.
             let _ = self.device.control.read();
-            match self.device.activation(mem) {
-                Ok(Some((e, configs, _multi))) if e != epoch => {
-                    epoch = e;
-                    let queue = |i: usize, want| {
-                        configs
-                            .get(i)
-                            .filter(|c| c.size != 0)
-                            .map(|c| DeviceQueue::new(*c, want))
-                    };
-                    pairs = (0..usize::from(self.device.pairs))
-                        .map(|p| Pair {
-                            rx: queue(2 * p, Direction::Write),
-                            tx: queue(2 * p + 1, Direction::Read),
-                            backlog: VecDeque::new(),
-                        })
-                        .collect();
-                    ctrl = queue(2 * usize::from(self.device.pairs), Direction::ReadThenWrite);
-                    active_pairs = 1;
-                }
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    pairs.clear();
-                    ctrl = None;
-                    epoch = u64::MAX;
-                }
-                Err(e) => {
-                    self.device.break_device(&e.to_string());
-                    pairs.clear();
-                }
-            }
-            let result = self.work(
-                mem,
-                now,
-                &mut pairs,
-                &mut ctrl,
-                &mut active_pairs,
-                &mut frames,
-                &mut outgoing,
-            );
-            let worked = match result {
-                Ok(worked) => worked,
-                Err(e) => {
-                    self.device.break_device(&e.to_string());
-                    pairs.clear();
-                    ctrl = None;
-                    false
-                }
-            };
+            let worked = engine.step(&self.device, mem, now, &mut self.backends, &self.vcpu_wakes);
             if worked {
                 last_work = Instant::now();
                 continue;
@@ -432,16 +583,7 @@ impl IoThread {
                 continue;
             }
             // Sleep: ask for kicks, look once more, then wait.
-            let mut arrived = false;
-            for pair in &pairs {
-                for q in [&pair.tx, &pair.rx].into_iter().flatten() {
-                    arrived |= q.set_kicks_wanted(mem, true).unwrap_or(false);
-                }
-            }
-            if let Some(q) = &ctrl {
-                arrived |= q.set_kicks_wanted(mem, true).unwrap_or(false);
-            }
-            if !arrived {
+            if !engine.want_kicks(mem, true) {
                 events.clear();
                 let timeout = rustix::time::Timespec {
                     tv_sec: 0,
@@ -458,126 +600,8 @@ impl IoThread {
                     self.device.stats.kicks.fetch_add(n, Ordering::Relaxed);
                 }
             }
-            for pair in &pairs {
-                for q in [&pair.tx, &pair.rx].into_iter().flatten() {
-                    let _ = q.set_kicks_wanted(mem, false);
-                }
-            }
+            engine.want_kicks(mem, false);
             last_work = Instant::now();
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn work(
-        &mut self,
-        mem: &GuestMem,
-        now: NetInstant,
-        pairs: &mut [Pair],
-        ctrl: &mut Option<DeviceQueue>,
-        active_pairs: &mut usize,
-        frames: &mut Vec<IOBuf>,
-        outgoing: &mut VecDeque<IOBufChain>,
-    ) -> Result<bool, QueueError> {
-        if pairs.is_empty() {
-            return Ok(false);
-        }
-        let mut worked = false;
-        // Control commands.
-        if let Some(q) = ctrl {
-            while let Some(chain) = q.pop(mem)? {
-                let ack = control_command(mem, &chain, self.device.pairs, active_pairs);
-                let written = match chain.writable.first() {
-                    Some(buf) => {
-                        mem.write_bytes(buf.addr, &[ack])
-                            .ok_or(QueueError::Access("control ack"))?;
-                        1
-                    }
-                    None => 0,
-                };
-                q.push_used(mem, chain.head, written)?;
-                worked = true;
-            }
-        }
-        // Transmit: guest → backend.
-        let backends = self.backends.len();
-        for (p, pair) in pairs.iter_mut().enumerate() {
-            let Some(tx) = &mut pair.tx else { continue };
-            let mut returned = None;
-            while outgoing.len() < 256 {
-                let Some(chain) = tx.pop(mem)? else { break };
-                let frame = gather(mem, &chain)?;
-                let old = tx.push_used(mem, chain.head, 0)?;
-                returned.get_or_insert(old);
-                if let Some(frame) = frame {
-                    outgoing.push_back(IOBufChain::from(frame));
-                }
-                worked = true;
-            }
-            if let Some(old) = returned
-                && tx.needs_notification(mem, old)?
-            {
-                self.wake(p);
-            }
-            let backend = &mut self.backends[p.min(backends - 1)];
-            let before = outgoing.len();
-            backend.transmit(now, outgoing);
-            self.device
-                .stats
-                .tx_frames
-                .fetch_add((before - outgoing.len()) as u64, Ordering::Relaxed);
-            // What the backend could not take now is dropped only if it is still
-            // full next round; keep it for now (bounded above).
-        }
-        // Receive: backend → guest.
-        for b in 0..backends {
-            frames.clear();
-            let n = self.backends[b].receive(now, frames, 64);
-            if n > 0 {
-                worked = true;
-            }
-            for frame in frames.drain(..) {
-                let p = if backends == pairs.len() {
-                    b
-                } else {
-                    flow_pair(frame.as_slice(), *active_pairs)
-                };
-                let backlog = &mut pairs[p.min(pairs.len() - 1)].backlog;
-                if backlog.len() >= RX_BACKLOG {
-                    self.device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    backlog.push_back(frame);
-                }
-            }
-        }
-        for (p, pair) in pairs.iter_mut().enumerate() {
-            let Some(rx) = &mut pair.rx else { continue };
-            let mut returned = None;
-            while let Some(frame) = pair.backlog.front() {
-                let Some(chain) = rx.pop(mem)? else { break };
-                let written = scatter(mem, &chain, frame.as_slice())?;
-                if written.is_none() {
-                    self.device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    self.device.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
-                }
-                let old = rx.push_used(mem, chain.head, written.unwrap_or(0))?;
-                returned.get_or_insert(old);
-                pair.backlog.pop_front();
-                worked = true;
-            }
-            if let Some(old) = returned
-                && rx.needs_notification(mem, old)?
-            {
-                self.wake(p);
-            }
-        }
-        Ok(worked)
-    }
-
-    fn wake(&self, pair: usize) {
-        if let Some(fd) = self.vcpu_wakes.get(pair) {
-            let _ = fd.write(1);
-            self.device.stats.wakes.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
