@@ -286,6 +286,12 @@ impl VirtioNet {
         let _ = self.control.write(1);
     }
 
+    /// The features the driver accepted, once the device has agreed to them (FEATURES_OK).
+    pub fn features(&self) -> Option<u64> {
+        let t = self.lock();
+        (t.status & status::FEATURES_OK != 0).then_some(t.driver_features)
+    }
+
     /// Why the device is broken, if it is.
     pub fn broken(&self) -> Option<String> {
         self.lock().broken.clone()
