@@ -61,6 +61,34 @@ pub struct NetStats {
     pub rx_dropped: AtomicU64,
 }
 
+/// A fault on one queue: what `broken()` reports, so a driver's author sees which queue
+/// (and so which ring in their memory) holds the bad index or descriptor.
+#[derive(Debug, thiserror::Error)]
+#[error("queue {queue} ({}): {error}", role(*.queue, *.pairs))]
+pub(crate) struct QueueFault {
+    queue: u16,
+    pairs: u16,
+    error: QueueError,
+}
+
+/// What queue `queue` of a device with `pairs` pairs is for.
+fn role(queue: u16, pairs: u16) -> String {
+    match queue {
+        q if q == 2 * pairs => "control".to_string(),
+        q if q % 2 == 0 => format!("receive, pair {}", q / 2),
+        q => format!("transmit, pair {}", q / 2),
+    }
+}
+
+/// Tags a queue error with its queue.
+fn on(queue: usize, pairs: u16) -> impl Fn(QueueError) -> QueueFault {
+    move |error| QueueFault {
+        queue: queue as u16,
+        pairs,
+        error,
+    }
+}
+
 /// Register state, behind a lock the vCPU threads and the I/O thread share.
 #[derive(Debug, Default)]
 struct Transport {
@@ -301,15 +329,17 @@ impl VirtioNet {
     fn activation(
         &self,
         mem: &GuestMem,
-    ) -> Result<Option<(u64, Vec<QueueConfig>, bool)>, QueueError> {
+    ) -> Result<Option<(u64, Vec<QueueConfig>, bool)>, QueueFault> {
         let t = self.lock();
         if t.broken.is_some() || t.status & status::DRIVER_OK == 0 {
             return Ok(None);
         }
         let mut configs = Vec::new();
-        for (config, ready) in &t.queues {
+        for (i, (config, ready)) in t.queues.iter().enumerate() {
             if *ready {
-                config.validate(QUEUE_MAX, mem.size())?;
+                config
+                    .validate(QUEUE_MAX, mem.size())
+                    .map_err(on(i, self.pairs))?;
                 configs.push(*config);
             } else {
                 configs.push(QueueConfig::default());
@@ -437,10 +467,11 @@ impl Engine {
         now: NetInstant,
         backends: &mut [Box<dyn Backend>],
         wakes: &[EventFd],
-    ) -> Result<bool, QueueError> {
+    ) -> Result<bool, QueueFault> {
         if self.pairs.is_empty() {
             return Ok(false);
         }
+        let pairs = device.pairs;
         let wake = |pair: usize| {
             if let Some(fd) = wakes.get(pair) {
                 let _ = fd.write(1);
@@ -451,17 +482,19 @@ impl Engine {
         let mut worked = false;
         // Control commands.
         if let Some(q) = &mut self.ctrl {
-            while let Some(chain) = q.pop(mem)? {
+            let on = on(2 * usize::from(pairs), pairs);
+            while let Some(chain) = q.pop(mem).map_err(&on)? {
                 let ack = control_command(mem, &chain, device.pairs, &mut self.active_pairs);
                 let written = match chain.writable.first() {
                     Some(buf) => {
                         mem.write_bytes(buf.addr, &[ack])
-                            .ok_or(QueueError::Access("control ack"))?;
+                            .ok_or(QueueError::Access("control ack"))
+                            .map_err(&on)?;
                         1
                     }
                     None => 0,
                 };
-                q.push_used(mem, chain.head, written)?;
+                q.push_used(mem, chain.head, written).map_err(&on)?;
                 worked = true;
             }
         }
@@ -469,11 +502,14 @@ impl Engine {
         let n_backends = backends.len();
         for (p, pair) in self.pairs.iter_mut().enumerate() {
             let Some(tx) = &mut pair.tx else { continue };
+            let on = on(2 * p + 1, pairs);
             let mut returned = None;
             while outgoing.len() < 256 {
-                let Some(chain) = tx.pop(mem)? else { break };
-                let frame = gather(mem, &chain)?;
-                let old = tx.push_used(mem, chain.head, 0)?;
+                let Some(chain) = tx.pop(mem).map_err(&on)? else {
+                    break;
+                };
+                let frame = gather(mem, &chain).map_err(&on)?;
+                let old = tx.push_used(mem, chain.head, 0).map_err(&on)?;
                 returned.get_or_insert(old);
                 if let Some(frame) = frame {
                     outgoing.push_back(IOBufChain::from(frame));
@@ -481,7 +517,7 @@ impl Engine {
                 worked = true;
             }
             if let Some(old) = returned
-                && tx.needs_notification(mem, old)?
+                && tx.needs_notification(mem, old).map_err(&on)?
             {
                 wake(p);
             }
@@ -520,22 +556,27 @@ impl Engine {
         }
         for (p, pair) in self.pairs.iter_mut().enumerate() {
             let Some(rx) = &mut pair.rx else { continue };
+            let on = on(2 * p, pairs);
             let mut returned = None;
             while let Some(frame) = pair.backlog.front() {
-                let Some(chain) = rx.pop(mem)? else { break };
-                let written = scatter(mem, &chain, frame.as_slice())?;
+                let Some(chain) = rx.pop(mem).map_err(&on)? else {
+                    break;
+                };
+                let written = scatter(mem, &chain, frame.as_slice()).map_err(&on)?;
                 if written.is_none() {
                     device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
                 } else {
                     device.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
                 }
-                let old = rx.push_used(mem, chain.head, written.unwrap_or(0))?;
+                let old = rx
+                    .push_used(mem, chain.head, written.unwrap_or(0))
+                    .map_err(&on)?;
                 returned.get_or_insert(old);
                 pair.backlog.pop_front();
                 worked = true;
             }
             if let Some(old) = returned
-                && rx.needs_notification(mem, old)?
+                && rx.needs_notification(mem, old).map_err(&on)?
             {
                 wake(p);
             }

@@ -416,7 +416,6 @@ fn chain_case(q: u16, descs: &[(u64, u32, u16, u16)], head: u16) -> Guest {
 }
 
 #[test]
-#[ignore = "bug: the reason does not name the queue (fixed in the next commit)"]
 fn hostile_chains_break_the_device_naming_the_queue_and_the_fault() {
     let long_cycle: Vec<_> = (0..SIZE)
         .map(|i| d(BUF + 64 * u64::from(i), 64, DESC_F_NEXT, (i + 1) % SIZE))
@@ -578,7 +577,6 @@ fn hostile_chains_break_the_device_naming_the_queue_and_the_fault() {
 }
 
 #[test]
-#[ignore = "bug: the reason does not name the queue (fixed in the next commit)"]
 fn an_available_index_may_not_run_more_than_a_queue_ahead() {
     for (name, idx) in [("one too many", SIZE + 1), ("backwards", 0xffff)] {
         let mut g = Guest::new();
@@ -769,7 +767,6 @@ fn setup_case(size: u32, rings: (u64, u64, u64)) -> Guest {
 }
 
 #[test]
-#[ignore = "bug: the reason does not name the queue (fixed in the next commit)"]
 fn bad_queue_sizes_and_ring_addresses_break_the_device_naming_the_queue() {
     let (desc, avail, used) = Guest::rings(TX);
     type Case<'a> = (&'a str, u32, (u64, u64, u64), &'a str);
