@@ -254,7 +254,16 @@ impl VirtioNet {
                 _ => {}
             },
             regs::QUEUE_SEL => t.queue_sel = value,
-            regs::QUEUE_NUM => set_queue(&mut t, &|q| q.size = value as u16),
+            regs::QUEUE_NUM => match u16::try_from(value) {
+                Ok(size) => set_queue(&mut t, &|q| q.size = size),
+                // Kept as 16 bits, 0x1_0010 would become a valid 16.
+                Err(_) if t.queues.get(sel).is_some_and(|q| !q.1) => {
+                    drop(t);
+                    let fault = on(sel, self.pairs)(QueueError::BadSize(value));
+                    self.break_device(&fault.to_string());
+                }
+                Err(_) => {}
+            },
             regs::QUEUE_DESC_LOW => set_queue(&mut t, &|q| q.desc = low(q.desc)),
             regs::QUEUE_DESC_HIGH => set_queue(&mut t, &|q| q.desc = high(q.desc)),
             regs::QUEUE_DRIVER_LOW => set_queue(&mut t, &|q| q.avail = low(q.avail)),

@@ -848,7 +848,6 @@ fn bad_queue_sizes_and_ring_addresses_break_the_device_naming_the_queue() {
 }
 
 #[test]
-#[ignore = "bug: QUEUE_NUM keeps only 16 bits"]
 fn a_queue_size_beyond_16_bits_is_not_truncated() {
     // 0x1_0010 would be 16 if the device kept only the low 16 bits.
     let g = setup_case(0x1_0010, Guest::rings(TX));
