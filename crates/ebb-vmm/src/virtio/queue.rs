@@ -62,6 +62,11 @@ pub enum QueueError {
         /// Its address.
         addr: u64,
     },
+    /// Two rings share bytes (a driver that made the queue ready before writing its
+    /// addresses has all three at 0): the device would write its used ring over the
+    /// driver's descriptors or available ring.
+    #[error("the {0} and the {1} overlap")]
+    RingsOverlap(&'static str, &'static str),
     /// `avail.idx` ran more than a queue's worth ahead of what the device consumed.
     #[error("available index jumped from {from} to {to} (queue size {size})")]
     IndexJump {
@@ -218,14 +223,23 @@ impl QueueConfig {
         if size == 0 || !size.is_power_of_two() || size > max_size || size > MAX_QUEUE_SIZE {
             return Err(QueueError::BadSize(u32::from(size)));
         }
-        for (ring, addr, len, align) in [
+        let rings = [
             ("descriptor table", self.desc, desc_table_bytes(size), 16),
             ("available ring", self.avail, avail_ring_bytes(size), 2),
             ("used ring", self.used, used_ring_bytes(size), 4),
-        ] {
+        ];
+        for (ring, addr, len, align) in rings {
             let fits = addr.checked_add(len).is_some_and(|end| end <= mem_size);
             if !fits || !addr.is_multiple_of(align) {
                 return Err(QueueError::BadRing { ring, addr });
+            }
+        }
+        // Every ring is inside memory now, so the ends cannot overflow.
+        for (i, (a, a_addr, a_len, _)) in rings.iter().enumerate() {
+            for (b, b_addr, b_len, _) in &rings[i + 1..] {
+                if a_addr < &(b_addr + b_len) && b_addr < &(a_addr + a_len) {
+                    return Err(QueueError::RingsOverlap(a, b));
+                }
             }
         }
         Ok(())
@@ -459,6 +473,13 @@ mod tests {
             used: 0x3000,
         };
         assert!(good.validate(256, MEM).is_ok());
+        // Back to back is not overlap: the available ring of 256 is 518 bytes.
+        let tight = QueueConfig {
+            avail: 0x1000 + 4096,
+            used: 0x1000 + 4096 + 520,
+            ..good
+        };
+        assert!(tight.validate(256, MEM).is_ok());
         for bad in [
             QueueConfig { size: 0, ..good },
             QueueConfig { size: 100, ..good },
@@ -481,6 +502,16 @@ mod tests {
             },
             QueueConfig {
                 desc: u64::MAX - 8,
+                ..good
+            },
+            QueueConfig {
+                desc: 0,
+                avail: 0,
+                used: 0,
+                ..good
+            },
+            QueueConfig {
+                used: 0x2000 + 516,
                 ..good
             },
         ] {

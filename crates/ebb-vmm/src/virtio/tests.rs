@@ -855,7 +855,6 @@ fn a_queue_size_beyond_16_bits_is_not_truncated() {
 }
 
 #[test]
-#[ignore = "bug: rings on top of each other are accepted"]
 fn a_queue_made_ready_before_its_addresses_is_refused() {
     let mut g = Guest::new();
     assert!(g.negotiate(Guest::good_features()));
