@@ -246,6 +246,8 @@ impl VirtioNet {
         match offset {
             regs::DEVICE_FEATURES_SEL => t.device_features_sel = value,
             regs::DRIVER_FEATURES_SEL => t.driver_features_sel = value,
+            // Negotiated is negotiated: the device acts on the accepted set from here on.
+            regs::DRIVER_FEATURES if t.status & status::FEATURES_OK != 0 => {}
             regs::DRIVER_FEATURES => match t.driver_features_sel {
                 0 => t.driver_features = (t.driver_features & !0xffff_ffff) | u64::from(value),
                 1 => {

@@ -970,7 +970,6 @@ fn features_without_event_idx_are_refused() {
 }
 
 #[test]
-#[ignore = "bug: driver features change after FEATURES_OK"]
 fn feature_writes_after_features_ok_are_ignored() {
     let g = Guest::new();
     let good = Guest::good_features();
