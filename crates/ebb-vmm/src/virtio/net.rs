@@ -4,7 +4,7 @@
 //! * **Transport.** Modern virtio-MMIO at [`MMIO_BASE`] (slot 0; other slots read as
 //!   absent). Offers VERSION_1, RING_EVENT_IDX, MAC, STATUS, MTU, MQ and CTRL_VQ, one queue
 //!   pair per vCPU. Writing 0 to Status resets; features outside the offer (or without
-//!   VERSION_1) are refused by leaving FEATURES_OK clear; queue registers are ignored
+//!   VERSION_1 and RING_EVENT_IDX) are refused by leaving FEATURES_OK clear; queue registers are ignored
 //!   while the queue is ready. A bad access or bad ring marks the device broken
 //!   (DEVICE_NEEDS_RESET, one log line); the VM keeps running.
 //! * **Kicks** from the guest arrive on ioeventfds (one per queue; registered by the VM)
@@ -299,8 +299,13 @@ impl VirtioNet {
         }
         let mut value = value;
         if value & status::FEATURES_OK != 0 && t.status & status::FEATURES_OK == 0 {
-            let acceptable = t.driver_features & !offered() == 0
-                && t.driver_features & features::bit(features::VERSION_1) != 0;
+            // The device implements only EVENT_IDX notification suppression: a driver
+            // without it would wait for notifications (and skip kicks) by rules the device
+            // does not follow.
+            let required =
+                features::bit(features::VERSION_1) | features::bit(features::RING_EVENT_IDX);
+            let acceptable =
+                t.driver_features & !offered() == 0 && t.driver_features & required == required;
             if !acceptable {
                 value &= !status::FEATURES_OK;
             }

@@ -960,7 +960,6 @@ fn features_outside_the_offer_or_without_version_1_are_refused() {
 }
 
 #[test]
-#[ignore = "bug: FEATURES_OK without RING_EVENT_IDX is accepted"]
 fn features_without_event_idx_are_refused() {
     // The device always suppresses notifications with EVENT_IDX; a driver that did not
     // accept it would wait for notifications the device never sends.
