@@ -260,9 +260,8 @@ impl VirtioNet {
                 Ok(size) => set_queue(&mut t, &|q| q.size = size),
                 // Kept as 16 bits, 0x1_0010 would become a valid 16.
                 Err(_) if t.queues.get(sel).is_some_and(|q| !q.1) => {
-                    drop(t);
                     let fault = on(sel, self.pairs)(QueueError::BadSize(value));
-                    self.break_device(&fault.to_string());
+                    self.break_locked(&mut t, &fault.to_string());
                 }
                 Err(_) => {}
             },
@@ -312,6 +311,12 @@ impl VirtioNet {
         }
         let activated = value & status::DRIVER_OK != 0 && t.status & status::DRIVER_OK == 0;
         t.status = value | (t.status & status::DEVICE_NEEDS_RESET);
+        if activated && value & status::FEATURES_OK == 0 {
+            // Never negotiated, or refused and the driver went on: the device does not know
+            // which ring layout and notification rules the driver expects.
+            self.break_locked(t, "DRIVER_OK without FEATURES_OK: no features were agreed");
+            return;
+        }
         if activated {
             t.epoch += 1;
             let _ = self.control.write(1);
@@ -320,7 +325,11 @@ impl VirtioNet {
 
     /// Marks the device broken: the guest sees DEVICE_NEEDS_RESET, the I/O thread stops.
     pub fn break_device(&self, why: &str) {
-        let mut t = self.lock();
+        self.break_locked(&mut self.lock(), why);
+    }
+
+    /// [`break_device`](Self::break_device) with the transport already locked.
+    fn break_locked(&self, t: &mut Transport, why: &str) {
         if t.broken.is_none() {
             log::error!("virtio-net: guest driver error, device stopped: {why}");
             t.broken = Some(why.to_string());

@@ -984,7 +984,6 @@ fn feature_writes_after_features_ok_are_ignored() {
 }
 
 #[test]
-#[ignore = "bug: DRIVER_OK without FEATURES_OK activates the queues"]
 fn driver_ok_without_features_ok_breaks_the_device() {
     for accepted in [None, Some(features::bit(features::RING_INDIRECT_DESC))] {
         let mut g = Guest::new();
