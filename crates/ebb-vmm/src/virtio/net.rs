@@ -5,7 +5,7 @@
 //!   absent). Offers VERSION_1, RING_EVENT_IDX, MAC, STATUS, MTU, MQ and CTRL_VQ, one queue
 //!   pair per vCPU. Writing 0 to Status resets; features outside the offer (or without
 //!   VERSION_1 and RING_EVENT_IDX) are refused by leaving FEATURES_OK clear; queue registers are ignored
-//!   while the queue is ready. A bad access or bad ring marks the device broken
+//!   while the queue is ready and after DRIVER_OK. A bad access or bad ring marks the device broken
 //!   (DEVICE_NEEDS_RESET, one log line); the VM keeps running.
 //! * **Kicks** from the guest arrive on ioeventfds (one per queue; registered by the VM)
 //!   and are suppressed with EVENT_IDX while the I/O thread polls: it asks for kicks
@@ -235,9 +235,14 @@ impl VirtioNet {
         let value = u32::from_le_bytes(bytes);
         let mut t = self.lock();
         let sel = t.queue_sel as usize;
-        let ready = t.queues.get(sel).is_some_and(|q| q.1);
+        // The selected queue's registers are read-only once it is ready, and every
+        // queue's once the driver is running: the device uses (or, for a queue not ready
+        // at DRIVER_OK, ignores) what it saw at DRIVER_OK until a reset.
+        let frozen = t.queues.get(sel).is_some_and(|q| q.1) || t.status & status::DRIVER_OK != 0;
         let set_queue = |t: &mut Transport, f: &dyn Fn(&mut QueueConfig)| {
-            if let Some((config, false)) = t.queues.get_mut(sel) {
+            if let Some((config, _)) = t.queues.get_mut(sel)
+                && !frozen
+            {
                 f(config);
             }
         };
@@ -259,7 +264,7 @@ impl VirtioNet {
             regs::QUEUE_NUM => match u16::try_from(value) {
                 Ok(size) => set_queue(&mut t, &|q| q.size = size),
                 // Kept as 16 bits, 0x1_0010 would become a valid 16.
-                Err(_) if t.queues.get(sel).is_some_and(|q| !q.1) => {
+                Err(_) if t.queues.get(sel).is_some() && !frozen => {
                     let fault = on(sel, self.pairs)(QueueError::BadSize(value));
                     self.break_locked(&mut t, &fault.to_string());
                 }
@@ -273,7 +278,7 @@ impl VirtioNet {
             regs::QUEUE_DEVICE_HIGH => set_queue(&mut t, &|q| q.used = high(q.used)),
             regs::QUEUE_READY => {
                 if let Some(q) = t.queues.get_mut(sel)
-                    && !ready
+                    && !frozen
                 {
                     q.1 = value == 1;
                 }

@@ -895,7 +895,6 @@ fn queue_registers_of_a_ready_queue_are_ignored() {
 }
 
 #[test]
-#[ignore = "bug: queue registers are taken after DRIVER_OK"]
 fn a_queue_set_up_after_driver_ok_is_refused() {
     let mut g = Guest::new();
     assert!(g.negotiate(Guest::good_features()));
