@@ -89,6 +89,18 @@ fn on(queue: usize, pairs: u16) -> impl Fn(QueueError) -> QueueFault {
     }
 }
 
+/// Why an access of `len` bytes to register `offset` is not one the transport takes (the
+/// spec allows only aligned 32-bit accesses below the config space), or `None`.
+fn bad_access(what: &str, len: usize, offset: u64) -> Option<String> {
+    if len != 4 {
+        Some(format!("{len}-byte {what} register {offset:#x}"))
+    } else if !offset.is_multiple_of(4) {
+        Some(format!("misaligned {what} register {offset:#x}"))
+    } else {
+        None
+    }
+}
+
 /// Register state, behind a lock the vCPU threads and the I/O thread share.
 #[derive(Debug, Default)]
 struct Transport {
@@ -192,8 +204,8 @@ impl VirtioNet {
             }
             return;
         }
-        if data.len() != 4 || !offset.is_multiple_of(4) {
-            self.break_device(&format!("{}-byte read of register {offset:#x}", data.len()));
+        if let Some(why) = bad_access("read of", data.len(), offset) {
+            self.break_device(&why);
             return;
         }
         let t = self.lock();
@@ -225,12 +237,12 @@ impl VirtioNet {
             return; // config space is read-only here; other slots are empty
         }
         let offset = addr - MMIO_BASE;
-        let Ok(bytes) = <[u8; 4]>::try_from(data) else {
-            self.break_device(&format!(
-                "{}-byte write to register {offset:#x}",
-                data.len()
-            ));
+        if let Some(why) = bad_access("write to", data.len(), offset) {
+            self.break_device(&why);
             return;
+        }
+        let Ok(bytes) = <[u8; 4]>::try_from(data) else {
+            return; // four bytes: checked just above
         };
         let value = u32::from_le_bytes(bytes);
         let mut t = self.lock();

@@ -1008,7 +1008,6 @@ fn driver_ok_without_features_ok_breaks_the_device() {
 // ===== register accesses =====
 
 #[test]
-#[ignore = "bug: the reason does not say misaligned"]
 fn register_accesses_that_are_not_32_bit_and_aligned_break_the_device() {
     type Access = Box<dyn Fn(&VirtioNet)>;
     let cases: Vec<(&str, Access, &str)> = vec![
@@ -1061,7 +1060,6 @@ fn register_accesses_that_are_not_32_bit_and_aligned_break_the_device() {
 }
 
 #[test]
-#[ignore = "bug: misaligned register writes are ignored"]
 fn a_misaligned_register_write_breaks_the_device() {
     let g = Guest::new();
     g.dev
