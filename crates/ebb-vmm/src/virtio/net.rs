@@ -553,9 +553,7 @@ impl Engine {
                 let frame = gather(mem, &chain).map_err(&on)?;
                 let old = tx.push_used(mem, chain.head, 0).map_err(&on)?;
                 returned.get_or_insert(old);
-                if let Some(frame) = frame {
-                    outgoing.push_back(IOBufChain::from(frame));
-                }
+                outgoing.push_back(IOBufChain::from(frame));
                 worked = true;
             }
             if let Some(old) = returned
@@ -695,12 +693,21 @@ impl IoThread {
     }
 }
 
-/// The frame of a transmit chain (its bytes after the virtio-net header), or `None` for
-/// a chain too short to hold one.
-fn gather(mem: &GuestMem, chain: &Chain) -> Result<Option<IOBuf>, QueueError> {
+/// Largest transmit chain, header included: no segmentation offload is offered, so a
+/// frame is at most the MTU and an Ethernet header; this is generous.
+const TX_CHAIN_MAX: u64 = 65_536;
+
+/// The frame of a transmit chain (its bytes after the virtio-net header). A chain with no
+/// frame in it (the header or less) or too long for one is the driver's error, not a
+/// frame to drop silently.
+fn gather(mem: &GuestMem, chain: &Chain) -> Result<IOBuf, QueueError> {
     let total: u64 = chain.readable.iter().map(|b| u64::from(b.len)).sum();
-    if total <= NET_HDR_LEN as u64 || total > 65_536 {
-        return Ok(None);
+    if total <= NET_HDR_LEN as u64 || total > TX_CHAIN_MAX {
+        return Err(QueueError::NotAFrame {
+            head: chain.head,
+            len: total,
+            max: TX_CHAIN_MAX,
+        });
     }
     let mut bytes = vec![0u8; total as usize];
     let mut at = 0;
@@ -711,7 +718,7 @@ fn gather(mem: &GuestMem, chain: &Chain) -> Result<Option<IOBuf>, QueueError> {
         at += len;
     }
     bytes.drain(..NET_HDR_LEN);
-    Ok(Some(IOBuf::from_vec(bytes)))
+    Ok(IOBuf::from_vec(bytes))
 }
 
 /// Writes the header and `frame` into a receive chain; the bytes written, or `None` if

@@ -121,6 +121,19 @@ pub enum QueueError {
         /// What the queue takes.
         want: Direction,
     },
+    /// A transmit chain that holds no frame: the virtio-net header or less, or more
+    /// than any frame.
+    #[error(
+        "transmit chain {head} holds {len} bytes: not a 12-byte header and a frame (at most {max} in all)"
+    )]
+    NotAFrame {
+        /// Its head.
+        head: u16,
+        /// Its bytes.
+        len: u64,
+        /// The most a chain may hold.
+        max: u64,
+    },
     /// Guest memory could not be read where the ring says.
     #[error("cannot access the {0} in guest memory")]
     Access(&'static str),

@@ -1116,7 +1116,6 @@ fn accesses_outside_the_registers_are_harmless() {
 // ===== transmit frame sizes =====
 
 #[test]
-#[ignore = "bug: such chains are dropped silently"]
 fn transmit_chains_that_hold_no_frame_break_the_device() {
     for (name, descs, words) in [
         (
