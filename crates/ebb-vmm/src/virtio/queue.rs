@@ -3,7 +3,7 @@
 //! Every index and descriptor the guest wrote is checked before use:
 //! [`walk_chain`] (a pure function, fuzzed by `fuzz/fuzz_targets/chain.rs`) follows a
 //! descriptor chain and refuses indices out of the table, loops (a chain longer than the
-//! queue), zero lengths, buffers outside guest memory or inside the MMIO window, indirect
+//! queue), zero lengths, chains of more than 4 GiB, buffers outside guest memory or inside the MMIO window, indirect
 //! descriptors (never negotiated), readable buffers after writable ones and chains of the
 //! wrong direction; [`DeviceQueue::pop`] refuses an available index that runs more than
 //! the queue size ahead. Any of these is a [`QueueError`] that breaks the device; none
@@ -91,6 +91,13 @@ pub enum QueueError {
         /// Its head.
         head: u16,
     },
+    /// The chain's buffers add up to more than 4 GiB, which no used-ring length can
+    /// describe (virtio 1.2 §2.7.5: drivers must not).
+    #[error("descriptor chain from head {head} holds more than 4 GiB")]
+    TooLong {
+        /// Its head.
+        head: u16,
+    },
     /// A descriptor with length zero.
     #[error("descriptor {index} has length zero")]
     ZeroLength {
@@ -166,6 +173,7 @@ pub fn walk_chain(
         ..Chain::default()
     };
     let mut index = head;
+    let mut total = 0u64;
     for _ in 0..size {
         if index >= size {
             return Err(QueueError::BadIndex {
@@ -189,6 +197,11 @@ pub fn walk_chain(
                 addr: d.addr,
                 len: d.len,
             });
+        }
+        // At most `size` (≤ 32768) lengths below 2^32 each: no overflow.
+        total += u64::from(d.len);
+        if total > u64::from(u32::MAX) {
+            return Err(QueueError::TooLong { head });
         }
         let buf = Buf {
             addr: d.addr,
@@ -472,6 +485,12 @@ mod tests {
         let t = [d(MMIO_WINDOW_START, 8, 0, 0)];
         let err = walk_chain(0, 1, u64::MAX, Direction::Read, table(&t)).unwrap_err();
         assert!(matches!(err, OutOfRange { .. }));
+        // More than 4 GiB in all, each buffer inside a (hypothetical) 1 TiB guest.
+        let t = [d(0, 3 << 30, DESC_F_NEXT, 1), d(1 << 33, 3 << 30, 0, 0)];
+        let err = walk_chain(0, 2, 1 << 40, Direction::Read, table(&t)).unwrap_err();
+        assert_eq!(err, TooLong { head: 0 });
+        let one = walk_chain(0, 2, 1 << 40, Direction::Read, table(&t[1..])).unwrap();
+        assert_eq!(one.readable.len(), 1, "one 3 GiB buffer is fine");
         // Unreadable table.
         let err = walk_chain(0, 4, MEM, Direction::Read, |_| None).unwrap_err();
         assert!(matches!(err, Access(_)));
