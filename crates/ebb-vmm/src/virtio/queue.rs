@@ -1,12 +1,14 @@
 //! A split virtqueue, device side, over hostile guest memory.
 //!
 //! Every index and descriptor the guest wrote is checked before use:
-//! [`walk_chain`] (a pure function, fuzzed by `fuzz/fuzz_targets/chain.rs`) follows a
+//! [`walk_chain`] (a pure function, fuzzed by `fuzz/fuzz_targets/virtqueue.rs`) follows a
 //! descriptor chain and refuses indices out of the table, loops (a chain longer than the
-//! queue), zero lengths, chains of more than 4 GiB, buffers outside guest memory or inside the MMIO window, indirect
-//! descriptors (never negotiated), readable buffers after writable ones and chains of the
-//! wrong direction; [`DeviceQueue::pop`] refuses an available index that runs more than
-//! the queue size ahead. Any of these is a [`QueueError`] that breaks the device; none
+//! queue), zero lengths, chains of more than 4 GiB, buffers outside guest memory or
+//! inside the MMIO window, indirect descriptors (never negotiated), readable buffers
+//! after writable ones and chains of the wrong direction; [`QueueConfig::validate`]
+//! refuses sizes that are not powers of two and rings misaligned, outside memory or
+//! overlapping; [`DeviceQueue::pop`] refuses an available index that runs more than the
+//! queue size ahead. Any of these is a [`QueueError`] that breaks the device; none
 //! panics or loops.
 
 use crate::guest::GuestMem;
