@@ -92,6 +92,22 @@ impl Backend for WireEnd {
     }
 }
 
+/// Runs `f` on its own thread and fails the test if it takes more than ten seconds: a
+/// device that loops inside one round (where [`Guest::settle`]'s bound cannot reach)
+/// fails the case instead of hanging the suite.
+fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, wait) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let _ = done.send(result);
+    });
+    match wait.recv_timeout(std::time::Duration::from_secs(10)) {
+        Ok(Ok(value)) => value,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => panic!("the device did not return within 10 s: it hangs"),
+    }
+}
+
 fn d(addr: u64, len: u32, flags: u16, next: u16) -> (u64, u32, u16, u16) {
     (addr, len, flags, next)
 }
@@ -402,17 +418,20 @@ fn queue_name(q: u16) -> &'static str {
 /// A fresh, started device; `descs` written into queue `q`'s table, `head` published (and
 /// a frame waiting, so a receive queue is looked at); the device driven to rest.
 fn chain_case(q: u16, descs: &[(u64, u32, u16, u16)], head: u16) -> Guest {
-    let mut g = Guest::new();
-    g.start();
-    for (i, desc) in descs.iter().enumerate() {
-        g.desc(q, i as u16, *desc);
-    }
-    if q == RX {
-        g.arrive(FRAME);
-    }
-    g.publish(q, head);
-    g.settle();
-    g
+    let descs = descs.to_vec();
+    bounded(move || {
+        let mut g = Guest::new();
+        g.start();
+        for (i, desc) in descs.iter().enumerate() {
+            g.desc(q, i as u16, *desc);
+        }
+        if q == RX {
+            g.arrive(FRAME);
+        }
+        g.publish(q, head);
+        g.settle();
+        g
+    })
 }
 
 #[test]
@@ -756,14 +775,16 @@ fn garbage_in_the_event_indices_and_the_used_ring_changes_only_wake_ups() {
 /// A fresh device whose driver sets up receive and control well and the transmit queue
 /// with `size` at `rings`, then DRIVER_OK; driven to rest.
 fn setup_case(size: u32, rings: (u64, u64, u64)) -> Guest {
-    let mut g = Guest::new();
-    assert!(g.negotiate(Guest::good_features()));
-    g.queue(RX, u32::from(SIZE), Guest::rings(RX));
-    g.queue(TX, size, rings);
-    g.queue(CTRL, u32::from(SIZE), Guest::rings(CTRL));
-    g.driver_ok();
-    g.settle();
-    g
+    bounded(move || {
+        let mut g = Guest::new();
+        assert!(g.negotiate(Guest::good_features()));
+        g.queue(RX, u32::from(SIZE), Guest::rings(RX));
+        g.queue(TX, size, rings);
+        g.queue(CTRL, u32::from(SIZE), Guest::rings(CTRL));
+        g.driver_ok();
+        g.settle();
+        g
+    })
 }
 
 #[test]
