@@ -4,9 +4,11 @@
 //! * **Transport.** Modern virtio-MMIO at [`MMIO_BASE`] (slot 0; other slots read as
 //!   absent). Offers VERSION_1, RING_EVENT_IDX, MAC, STATUS, MTU, MQ and CTRL_VQ, one queue
 //!   pair per vCPU. Writing 0 to Status resets; features outside the offer (or without
-//!   VERSION_1 and RING_EVENT_IDX) are refused by leaving FEATURES_OK clear; queue registers are ignored
-//!   while the queue is ready and after DRIVER_OK. A bad access or bad ring marks the device broken
-//!   (DEVICE_NEEDS_RESET, one log line); the VM keeps running.
+//!   VERSION_1 and RING_EVENT_IDX) are refused by leaving FEATURES_OK clear; feature
+//!   writes after FEATURES_OK and queue registers of a ready queue or after DRIVER_OK are
+//!   ignored. A bad access, DRIVER_OK without FEATURES_OK or a bad ring or chain marks the
+//!   device broken (DEVICE_NEEDS_RESET, one log line naming the queue and the fault); the
+//!   VM keeps running.
 //! * **Kicks** from the guest arrive on ioeventfds (one per queue; registered by the VM)
 //!   and are suppressed with EVENT_IDX while the I/O thread polls: it asks for kicks
 //!   (`avail_event`) only just before it sleeps.
