@@ -127,6 +127,11 @@ struct Guest {
 
 impl Guest {
     fn new() -> Guest {
+        Guest::with_pairs(1)
+    }
+
+    /// A device with `pairs` queue pairs; the ring helpers cover queues 0..3 only.
+    fn with_pairs(pairs: u16) -> Guest {
         let mmap = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), MEM as usize)])
             .expect("host memory for the fake guest");
         let wire = Wire::default();
@@ -136,7 +141,7 @@ impl Guest {
         };
         Guest {
             mem: GuestMem::new(mmap, MEM),
-            dev: VirtioNet::new([2, 0, 0, 0, 0, 1], 1).expect("a device"),
+            dev: VirtioNet::new([2, 0, 0, 0, 0, 1], pairs).expect("a device"),
             engine: Engine::new(),
             backends: vec![Box::new(end)],
             wire,
@@ -1113,6 +1118,9 @@ fn accesses_outside_the_registers_are_harmless() {
         assert_eq!(data, [0; 4], "{addr:#x}");
         g.dev.mmio_write(addr, &[0xff; 4]);
     }
+    // A kick that reaches the register file (normally the ioeventfd takes it), for a
+    // queue that does not exist.
+    g.write(regs::QUEUE_NOTIFY, 0xffff);
     // Registers that do not exist read 0 and ignore writes.
     for offset in [0x018, 0x040, 0x0f0, 0x0f8] {
         assert_eq!(g.read(offset), 0, "{offset:#x}");
@@ -1160,5 +1168,41 @@ fn transmit_chains_that_hold_no_frame_break_the_device() {
             "{name}: {why:?}"
         );
         assert!(g.sent().is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn a_head_published_twice_is_served_twice() {
+    // The driver's mistake with its own buffer: the device sends the frame twice and
+    // returns the head twice, and stays healthy.
+    let mut g = Guest::new();
+    g.start();
+    let len = g.tx_buffer(BUF, FRAME);
+    g.desc(TX, 0, d(BUF, len, 0, 0));
+    g.publish(TX, 0);
+    g.publish(TX, 0);
+    g.settle();
+    g.assert_healthy();
+    assert_eq!(g.sent(), vec![FRAME.to_vec(), FRAME.to_vec()]);
+    assert_eq!(g.used(TX), vec![(0, 0), (0, 0)]);
+}
+
+#[test]
+fn reasons_name_queues_of_every_pair_and_the_control_queue() {
+    // Two pairs: queues 0-3 are rx/tx of pairs 0 and 1, the control queue is 4.
+    for (q, role) in [
+        (3u16, "queue 3 (transmit, pair 1)"),
+        (4, "queue 4 (control)"),
+    ] {
+        let mut g = bounded(move || {
+            let mut g = Guest::with_pairs(2);
+            assert!(g.negotiate(Guest::good_features()));
+            g.queue(q, 100, Guest::rings(q));
+            g.driver_ok();
+            g.settle();
+            g
+        });
+        g.assert_broken(&[role, "queue size 100"]);
+        g.settle();
     }
 }
