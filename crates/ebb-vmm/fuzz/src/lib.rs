@@ -1,10 +1,13 @@
-//! What the `image` fuzz target runs, and the minimal valid images its seeds are made of.
+//! What the `image` fuzz target runs, and the minimal valid images its seeds are made of;
+//! the `virtqueue` target's counterpart is [`virtqueue`].
 //!
 //! [`load`] is everything the monitor does with an image before KVM is involved: parse
 //! and validate it, plan the guest's memory layout around it, build the page tables,
 //! write its segments into guest memory, and symbolize addresses from it. An image the
 //! parser accepts and the layout fits must then load without a failed write — the
 //! invariant the target asserts.
+
+pub mod virtqueue;
 
 use ebb_vmm::guest::GuestMem;
 use ebb_vmm::image::{Image, Symbolizer};

@@ -7,3 +7,6 @@ pub mod queue;
 
 pub use backend::{Backend, BackendError, PortForward};
 pub use net::{IoThread, NetStats, VirtioNet};
+
+#[cfg(test)]
+mod tests;

@@ -4,9 +4,11 @@
 //! * **Transport.** Modern virtio-MMIO at [`MMIO_BASE`] (slot 0; other slots read as
 //!   absent). Offers VERSION_1, RING_EVENT_IDX, MAC, STATUS, MTU, MQ and CTRL_VQ, one queue
 //!   pair per vCPU. Writing 0 to Status resets; features outside the offer (or without
-//!   VERSION_1) are refused by leaving FEATURES_OK clear; queue registers are ignored
-//!   while the queue is ready. A bad access or bad ring marks the device broken
-//!   (DEVICE_NEEDS_RESET, one log line); the VM keeps running.
+//!   VERSION_1 and RING_EVENT_IDX) are refused by leaving FEATURES_OK clear; feature
+//!   writes after FEATURES_OK and queue registers of a ready queue or after DRIVER_OK are
+//!   ignored. A bad access, DRIVER_OK without FEATURES_OK or a bad ring or chain marks the
+//!   device broken (DEVICE_NEEDS_RESET, one log line naming the queue and the fault); the
+//!   VM keeps running.
 //! * **Kicks** from the guest arrive on ioeventfds (one per queue; registered by the VM)
 //!   and are suppressed with EVENT_IDX while the I/O thread polls: it asks for kicks
 //!   (`avail_event`) only just before it sleeps.
@@ -59,6 +61,46 @@ pub struct NetStats {
     pub rx_frames: AtomicU64,
     /// Frames from the backend dropped for want of guest buffers or room.
     pub rx_dropped: AtomicU64,
+}
+
+/// A fault on one queue: what `broken()` reports, so a driver's author sees which queue
+/// (and so which ring in their memory) holds the bad index or descriptor.
+#[derive(Debug, thiserror::Error)]
+#[error("queue {queue} ({}): {error}", role(*.queue, *.pairs))]
+pub(crate) struct QueueFault {
+    queue: u16,
+    pairs: u16,
+    error: QueueError,
+}
+
+/// What queue `queue` of a device with `pairs` pairs is for.
+fn role(queue: u16, pairs: u16) -> String {
+    match queue {
+        q if q == 2 * pairs => "control".to_string(),
+        q if q % 2 == 0 => format!("receive, pair {}", q / 2),
+        q => format!("transmit, pair {}", q / 2),
+    }
+}
+
+/// Tags a queue error with its queue.
+fn on(queue: usize, pairs: u16) -> impl Fn(QueueError) -> QueueFault {
+    move |error| QueueFault {
+        queue: queue as u16,
+        pairs,
+        error,
+    }
+}
+
+/// Why an access of `len` bytes to register `offset` is not one the transport takes (the
+/// spec allows only aligned 32-bit accesses below the config space), or `None`.
+fn bad_access(what: &str, len: usize, offset: u64) -> Option<String> {
+    if len != 4 {
+        Some(format!("{len}-byte {what} register {offset:#x}"))
+    } else if !offset.is_multiple_of(4) {
+        Some(format!("misaligned {what} register {offset:#x}"))
+    } else {
+        None
+    }
 }
 
 /// Register state, behind a lock the vCPU threads and the I/O thread share.
@@ -164,8 +206,8 @@ impl VirtioNet {
             }
             return;
         }
-        if data.len() != 4 || !offset.is_multiple_of(4) {
-            self.break_device(&format!("{}-byte read of register {offset:#x}", data.len()));
+        if let Some(why) = bad_access("read of", data.len(), offset) {
+            self.break_device(&why);
             return;
         }
         let t = self.lock();
@@ -197,19 +239,24 @@ impl VirtioNet {
             return; // config space is read-only here; other slots are empty
         }
         let offset = addr - MMIO_BASE;
-        let Ok(bytes) = <[u8; 4]>::try_from(data) else {
-            self.break_device(&format!(
-                "{}-byte write to register {offset:#x}",
-                data.len()
-            ));
+        if let Some(why) = bad_access("write to", data.len(), offset) {
+            self.break_device(&why);
             return;
+        }
+        let Ok(bytes) = <[u8; 4]>::try_from(data) else {
+            return; // four bytes: checked just above
         };
         let value = u32::from_le_bytes(bytes);
         let mut t = self.lock();
         let sel = t.queue_sel as usize;
-        let ready = t.queues.get(sel).is_some_and(|q| q.1);
+        // The selected queue's registers are read-only once it is ready, and every
+        // queue's once the driver is running: the device uses (or, for a queue not ready
+        // at DRIVER_OK, ignores) what it saw at DRIVER_OK until a reset.
+        let frozen = t.queues.get(sel).is_some_and(|q| q.1) || t.status & status::DRIVER_OK != 0;
         let set_queue = |t: &mut Transport, f: &dyn Fn(&mut QueueConfig)| {
-            if let Some((config, false)) = t.queues.get_mut(sel) {
+            if let Some((config, _)) = t.queues.get_mut(sel)
+                && !frozen
+            {
                 f(config);
             }
         };
@@ -218,6 +265,8 @@ impl VirtioNet {
         match offset {
             regs::DEVICE_FEATURES_SEL => t.device_features_sel = value,
             regs::DRIVER_FEATURES_SEL => t.driver_features_sel = value,
+            // Negotiated is negotiated: the device acts on the accepted set from here on.
+            regs::DRIVER_FEATURES if t.status & status::FEATURES_OK != 0 => {}
             regs::DRIVER_FEATURES => match t.driver_features_sel {
                 0 => t.driver_features = (t.driver_features & !0xffff_ffff) | u64::from(value),
                 1 => {
@@ -226,7 +275,15 @@ impl VirtioNet {
                 _ => {}
             },
             regs::QUEUE_SEL => t.queue_sel = value,
-            regs::QUEUE_NUM => set_queue(&mut t, &|q| q.size = value as u16),
+            regs::QUEUE_NUM => match u16::try_from(value) {
+                Ok(size) => set_queue(&mut t, &|q| q.size = size),
+                // Kept as 16 bits, 0x1_0010 would become a valid 16.
+                Err(_) if t.queues.get(sel).is_some() && !frozen => {
+                    let fault = on(sel, self.pairs)(QueueError::BadSize(value));
+                    self.break_locked(&mut t, &fault.to_string());
+                }
+                Err(_) => {}
+            },
             regs::QUEUE_DESC_LOW => set_queue(&mut t, &|q| q.desc = low(q.desc)),
             regs::QUEUE_DESC_HIGH => set_queue(&mut t, &|q| q.desc = high(q.desc)),
             regs::QUEUE_DRIVER_LOW => set_queue(&mut t, &|q| q.avail = low(q.avail)),
@@ -235,7 +292,7 @@ impl VirtioNet {
             regs::QUEUE_DEVICE_HIGH => set_queue(&mut t, &|q| q.used = high(q.used)),
             regs::QUEUE_READY => {
                 if let Some(q) = t.queues.get_mut(sel)
-                    && !ready
+                    && !frozen
                 {
                     q.1 = value == 1;
                 }
@@ -260,14 +317,25 @@ impl VirtioNet {
         }
         let mut value = value;
         if value & status::FEATURES_OK != 0 && t.status & status::FEATURES_OK == 0 {
-            let acceptable = t.driver_features & !offered() == 0
-                && t.driver_features & features::bit(features::VERSION_1) != 0;
+            // The device implements only EVENT_IDX notification suppression: a driver
+            // without it would wait for notifications (and skip kicks) by rules the device
+            // does not follow.
+            let required =
+                features::bit(features::VERSION_1) | features::bit(features::RING_EVENT_IDX);
+            let acceptable =
+                t.driver_features & !offered() == 0 && t.driver_features & required == required;
             if !acceptable {
                 value &= !status::FEATURES_OK;
             }
         }
         let activated = value & status::DRIVER_OK != 0 && t.status & status::DRIVER_OK == 0;
         t.status = value | (t.status & status::DEVICE_NEEDS_RESET);
+        if activated && value & status::FEATURES_OK == 0 {
+            // Never negotiated, or refused and the driver went on: the device does not know
+            // which ring layout and notification rules the driver expects.
+            self.break_locked(t, "DRIVER_OK without FEATURES_OK: no features were agreed");
+            return;
+        }
         if activated {
             t.epoch += 1;
             let _ = self.control.write(1);
@@ -276,7 +344,11 @@ impl VirtioNet {
 
     /// Marks the device broken: the guest sees DEVICE_NEEDS_RESET, the I/O thread stops.
     pub fn break_device(&self, why: &str) {
-        let mut t = self.lock();
+        self.break_locked(&mut self.lock(), why);
+    }
+
+    /// [`break_device`](Self::break_device) with the transport already locked.
+    fn break_locked(&self, t: &mut Transport, why: &str) {
         if t.broken.is_none() {
             log::error!("virtio-net: guest driver error, device stopped: {why}");
             t.broken = Some(why.to_string());
@@ -284,6 +356,12 @@ impl VirtioNet {
         t.status |= status::DEVICE_NEEDS_RESET;
         t.epoch += 1;
         let _ = self.control.write(1);
+    }
+
+    /// The features the driver accepted, once the device has agreed to them (FEATURES_OK).
+    pub fn features(&self) -> Option<u64> {
+        let t = self.lock();
+        (t.status & status::FEATURES_OK != 0).then_some(t.driver_features)
     }
 
     /// Why the device is broken, if it is.
@@ -295,15 +373,17 @@ impl VirtioNet {
     fn activation(
         &self,
         mem: &GuestMem,
-    ) -> Result<Option<(u64, Vec<QueueConfig>, bool)>, QueueError> {
+    ) -> Result<Option<(u64, Vec<QueueConfig>, bool)>, QueueFault> {
         let t = self.lock();
         if t.broken.is_some() || t.status & status::DRIVER_OK == 0 {
             return Ok(None);
         }
         let mut configs = Vec::new();
-        for (config, ready) in &t.queues {
+        for (i, (config, ready)) in t.queues.iter().enumerate() {
             if *ready {
-                config.validate(QUEUE_MAX, mem.size())?;
+                config
+                    .validate(QUEUE_MAX, mem.size())
+                    .map_err(on(i, self.pairs))?;
                 configs.push(*config);
             } else {
                 configs.push(QueueConfig::default());
@@ -335,6 +415,218 @@ struct Pair {
     backlog: VecDeque<IOBuf>,
 }
 
+/// The I/O thread's live queues and what it carries from one round to the next. One
+/// [`step`](Self::step) is one round of processing without the sleeping, so the
+/// hostile-guest tests drive the device a round at a time over fake guest memory and an
+/// in-memory backend, without KVM or a thread.
+pub(crate) struct Engine {
+    /// The transport epoch the queues were built for (`u64::MAX`: none).
+    epoch: u64,
+    pairs: Vec<Pair>,
+    ctrl: Option<DeviceQueue>,
+    active_pairs: usize,
+    frames: Vec<IOBuf>,
+    outgoing: VecDeque<IOBufChain>,
+}
+
+impl Engine {
+    pub(crate) fn new() -> Engine {
+        Engine {
+            epoch: u64::MAX,
+            pairs: Vec::new(),
+            ctrl: None,
+            active_pairs: 1,
+            frames: Vec::new(),
+            outgoing: VecDeque::new(),
+        }
+    }
+
+    /// Rebuilds the queues if the transport changed, then moves what can move between
+    /// the rings and `backends`, writing `wakes[pair]` when the driver asked to hear.
+    /// A queue fault breaks the device. Returns whether there was work.
+    pub(crate) fn step(
+        &mut self,
+        device: &VirtioNet,
+        mem: &GuestMem,
+        now: NetInstant,
+        backends: &mut [Box<dyn Backend>],
+        wakes: &[EventFd],
+    ) -> bool {
+        match device.activation(mem) {
+            Ok(Some((e, configs, _multi))) if e != self.epoch => {
+                self.epoch = e;
+                let queue = |i: usize, want| {
+                    configs
+                        .get(i)
+                        .filter(|c| c.size != 0)
+                        .map(|c| DeviceQueue::new(*c, want))
+                };
+                self.pairs = (0..usize::from(device.pairs))
+                    .map(|p| Pair {
+                        rx: queue(2 * p, Direction::Write),
+                        tx: queue(2 * p + 1, Direction::Read),
+                        backlog: VecDeque::new(),
+                    })
+                    .collect();
+                self.ctrl = queue(2 * usize::from(device.pairs), Direction::ReadThenWrite);
+                self.active_pairs = 1;
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                self.pairs.clear();
+                self.ctrl = None;
+                self.epoch = u64::MAX;
+            }
+            Err(e) => {
+                device.break_device(&e.to_string());
+                self.pairs.clear();
+            }
+        }
+        match self.work(device, mem, now, backends, wakes) {
+            Ok(worked) => worked,
+            Err(e) => {
+                device.break_device(&e.to_string());
+                self.pairs.clear();
+                self.ctrl = None;
+                false
+            }
+        }
+    }
+
+    /// EVENT_IDX on every live queue: asks for kicks (before sleeping) or stops asking
+    /// (while polling). Returns whether chains arrived meanwhile.
+    pub(crate) fn want_kicks(&self, mem: &GuestMem, wanted: bool) -> bool {
+        let mut arrived = false;
+        let pairs = self.pairs.iter().flat_map(|p| [&p.tx, &p.rx]);
+        for q in pairs.chain([&self.ctrl]).flatten() {
+            arrived |= q.set_kicks_wanted(mem, wanted).unwrap_or(false);
+        }
+        arrived
+    }
+
+    fn work(
+        &mut self,
+        device: &VirtioNet,
+        mem: &GuestMem,
+        now: NetInstant,
+        backends: &mut [Box<dyn Backend>],
+        wakes: &[EventFd],
+    ) -> Result<bool, QueueFault> {
+        if self.pairs.is_empty() {
+            return Ok(false);
+        }
+        let pairs = device.pairs;
+        let wake = |pair: usize| {
+            if let Some(fd) = wakes.get(pair) {
+                let _ = fd.write(1);
+                device.stats.wakes.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        let outgoing = &mut self.outgoing;
+        let mut worked = false;
+        // Control commands.
+        if let Some(q) = &mut self.ctrl {
+            let on = on(2 * usize::from(pairs), pairs);
+            while let Some(chain) = q.pop(mem).map_err(&on)? {
+                let ack = control_command(mem, &chain, device.pairs, &mut self.active_pairs);
+                let written = match chain.writable.first() {
+                    Some(buf) => {
+                        mem.write_bytes(buf.addr, &[ack])
+                            .ok_or(QueueError::Access("control ack"))
+                            .map_err(&on)?;
+                        1
+                    }
+                    None => 0,
+                };
+                q.push_used(mem, chain.head, written).map_err(&on)?;
+                worked = true;
+            }
+        }
+        // Transmit: guest → backend.
+        let n_backends = backends.len();
+        for (p, pair) in self.pairs.iter_mut().enumerate() {
+            let Some(tx) = &mut pair.tx else { continue };
+            let on = on(2 * p + 1, pairs);
+            let mut returned = None;
+            while outgoing.len() < 256 {
+                let Some(chain) = tx.pop(mem).map_err(&on)? else {
+                    break;
+                };
+                let frame = gather(mem, &chain).map_err(&on)?;
+                let old = tx.push_used(mem, chain.head, 0).map_err(&on)?;
+                returned.get_or_insert(old);
+                outgoing.push_back(IOBufChain::from(frame));
+                worked = true;
+            }
+            if let Some(old) = returned
+                && tx.needs_notification(mem, old).map_err(&on)?
+            {
+                wake(p);
+            }
+            let backend = &mut backends[p.min(n_backends - 1)];
+            let before = outgoing.len();
+            backend.transmit(now, outgoing);
+            device
+                .stats
+                .tx_frames
+                .fetch_add((before - outgoing.len()) as u64, Ordering::Relaxed);
+            // What the backend could not take now is dropped only if it is still
+            // full next round; keep it for now (bounded above).
+        }
+        // Receive: backend → guest.
+        let frames = &mut self.frames;
+        for (b, backend) in backends.iter_mut().enumerate() {
+            frames.clear();
+            let n = backend.receive(now, frames, 64);
+            if n > 0 {
+                worked = true;
+            }
+            for frame in frames.drain(..) {
+                let p = if n_backends == self.pairs.len() {
+                    b
+                } else {
+                    flow_pair(frame.as_slice(), self.active_pairs)
+                };
+                let last = self.pairs.len() - 1;
+                let backlog = &mut self.pairs[p.min(last)].backlog;
+                if backlog.len() >= RX_BACKLOG {
+                    device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    backlog.push_back(frame);
+                }
+            }
+        }
+        for (p, pair) in self.pairs.iter_mut().enumerate() {
+            let Some(rx) = &mut pair.rx else { continue };
+            let on = on(2 * p, pairs);
+            let mut returned = None;
+            while let Some(frame) = pair.backlog.front() {
+                let Some(chain) = rx.pop(mem).map_err(&on)? else {
+                    break;
+                };
+                let written = scatter(mem, &chain, frame.as_slice()).map_err(&on)?;
+                if written.is_none() {
+                    device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    device.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
+                }
+                let old = rx
+                    .push_used(mem, chain.head, written.unwrap_or(0))
+                    .map_err(&on)?;
+                returned.get_or_insert(old);
+                pair.backlog.pop_front();
+                worked = true;
+            }
+            if let Some(old) = returned
+                && rx.needs_notification(mem, old).map_err(&on)?
+            {
+                wake(p);
+            }
+        }
+        Ok(worked)
+    }
+}
+
 impl IoThread {
     /// Runs until the VM stops.
     pub fn run(mut self) {
@@ -362,67 +654,15 @@ impl IoThread {
         }
         let shared = self.shared.clone();
         let mem = &shared.mem;
-        let mut epoch = u64::MAX;
-        let mut pairs: Vec<Pair> = Vec::new();
-        let mut ctrl: Option<DeviceQueue> = None;
-        let mut active_pairs = 1usize;
+        let mut engine = Engine::new();
         let mut last_work = Instant::now();
         let started = Instant::now();
-        let mut frames: Vec<IOBuf> = Vec::new();
-        let mut outgoing: VecDeque<IOBufChain> = VecDeque::new();
         let mut events = Vec::with_capacity(16);
         while !self.shared.stopping() {
             let now = NetInstant::from_nanos(started.elapsed().as_nanos() as u64);
-            // The transport changed: rebuild the queues.
+            // The transport may have changed: the step rebuilds the queues.
             let _ = self.device.control.read();
-            match self.device.activation(mem) {
-                Ok(Some((e, configs, _multi))) if e != epoch => {
-                    epoch = e;
-                    let queue = |i: usize, want| {
-                        configs
-                            .get(i)
-                            .filter(|c| c.size != 0)
-                            .map(|c| DeviceQueue::new(*c, want))
-                    };
-                    pairs = (0..usize::from(self.device.pairs))
-                        .map(|p| Pair {
-                            rx: queue(2 * p, Direction::Write),
-                            tx: queue(2 * p + 1, Direction::Read),
-                            backlog: VecDeque::new(),
-                        })
-                        .collect();
-                    ctrl = queue(2 * usize::from(self.device.pairs), Direction::ReadThenWrite);
-                    active_pairs = 1;
-                }
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    pairs.clear();
-                    ctrl = None;
-                    epoch = u64::MAX;
-                }
-                Err(e) => {
-                    self.device.break_device(&e.to_string());
-                    pairs.clear();
-                }
-            }
-            let result = self.work(
-                mem,
-                now,
-                &mut pairs,
-                &mut ctrl,
-                &mut active_pairs,
-                &mut frames,
-                &mut outgoing,
-            );
-            let worked = match result {
-                Ok(worked) => worked,
-                Err(e) => {
-                    self.device.break_device(&e.to_string());
-                    pairs.clear();
-                    ctrl = None;
-                    false
-                }
-            };
+            let worked = engine.step(&self.device, mem, now, &mut self.backends, &self.vcpu_wakes);
             if worked {
                 last_work = Instant::now();
                 continue;
@@ -432,16 +672,7 @@ impl IoThread {
                 continue;
             }
             // Sleep: ask for kicks, look once more, then wait.
-            let mut arrived = false;
-            for pair in &pairs {
-                for q in [&pair.tx, &pair.rx].into_iter().flatten() {
-                    arrived |= q.set_kicks_wanted(mem, true).unwrap_or(false);
-                }
-            }
-            if let Some(q) = &ctrl {
-                arrived |= q.set_kicks_wanted(mem, true).unwrap_or(false);
-            }
-            if !arrived {
+            if !engine.want_kicks(mem, true) {
                 events.clear();
                 let timeout = rustix::time::Timespec {
                     tv_sec: 0,
@@ -458,136 +689,27 @@ impl IoThread {
                     self.device.stats.kicks.fetch_add(n, Ordering::Relaxed);
                 }
             }
-            for pair in &pairs {
-                for q in [&pair.tx, &pair.rx].into_iter().flatten() {
-                    let _ = q.set_kicks_wanted(mem, false);
-                }
-            }
+            engine.want_kicks(mem, false);
             last_work = Instant::now();
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn work(
-        &mut self,
-        mem: &GuestMem,
-        now: NetInstant,
-        pairs: &mut [Pair],
-        ctrl: &mut Option<DeviceQueue>,
-        active_pairs: &mut usize,
-        frames: &mut Vec<IOBuf>,
-        outgoing: &mut VecDeque<IOBufChain>,
-    ) -> Result<bool, QueueError> {
-        if pairs.is_empty() {
-            return Ok(false);
-        }
-        let mut worked = false;
-        // Control commands.
-        if let Some(q) = ctrl {
-            while let Some(chain) = q.pop(mem)? {
-                let ack = control_command(mem, &chain, self.device.pairs, active_pairs);
-                let written = match chain.writable.first() {
-                    Some(buf) => {
-                        mem.write_bytes(buf.addr, &[ack])
-                            .ok_or(QueueError::Access("control ack"))?;
-                        1
-                    }
-                    None => 0,
-                };
-                q.push_used(mem, chain.head, written)?;
-                worked = true;
-            }
-        }
-        // Transmit: guest → backend.
-        let backends = self.backends.len();
-        for (p, pair) in pairs.iter_mut().enumerate() {
-            let Some(tx) = &mut pair.tx else { continue };
-            let mut returned = None;
-            while outgoing.len() < 256 {
-                let Some(chain) = tx.pop(mem)? else { break };
-                let frame = gather(mem, &chain)?;
-                let old = tx.push_used(mem, chain.head, 0)?;
-                returned.get_or_insert(old);
-                if let Some(frame) = frame {
-                    outgoing.push_back(IOBufChain::from(frame));
-                }
-                worked = true;
-            }
-            if let Some(old) = returned
-                && tx.needs_notification(mem, old)?
-            {
-                self.wake(p);
-            }
-            let backend = &mut self.backends[p.min(backends - 1)];
-            let before = outgoing.len();
-            backend.transmit(now, outgoing);
-            self.device
-                .stats
-                .tx_frames
-                .fetch_add((before - outgoing.len()) as u64, Ordering::Relaxed);
-            // What the backend could not take now is dropped only if it is still
-            // full next round; keep it for now (bounded above).
-        }
-        // Receive: backend → guest.
-        for b in 0..backends {
-            frames.clear();
-            let n = self.backends[b].receive(now, frames, 64);
-            if n > 0 {
-                worked = true;
-            }
-            for frame in frames.drain(..) {
-                let p = if backends == pairs.len() {
-                    b
-                } else {
-                    flow_pair(frame.as_slice(), *active_pairs)
-                };
-                let backlog = &mut pairs[p.min(pairs.len() - 1)].backlog;
-                if backlog.len() >= RX_BACKLOG {
-                    self.device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    backlog.push_back(frame);
-                }
-            }
-        }
-        for (p, pair) in pairs.iter_mut().enumerate() {
-            let Some(rx) = &mut pair.rx else { continue };
-            let mut returned = None;
-            while let Some(frame) = pair.backlog.front() {
-                let Some(chain) = rx.pop(mem)? else { break };
-                let written = scatter(mem, &chain, frame.as_slice())?;
-                if written.is_none() {
-                    self.device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    self.device.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
-                }
-                let old = rx.push_used(mem, chain.head, written.unwrap_or(0))?;
-                returned.get_or_insert(old);
-                pair.backlog.pop_front();
-                worked = true;
-            }
-            if let Some(old) = returned
-                && rx.needs_notification(mem, old)?
-            {
-                self.wake(p);
-            }
-        }
-        Ok(worked)
-    }
-
-    fn wake(&self, pair: usize) {
-        if let Some(fd) = self.vcpu_wakes.get(pair) {
-            let _ = fd.write(1);
-            self.device.stats.wakes.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
-/// The frame of a transmit chain (its bytes after the virtio-net header), or `None` for
-/// a chain too short to hold one.
-fn gather(mem: &GuestMem, chain: &Chain) -> Result<Option<IOBuf>, QueueError> {
+/// Largest transmit chain, header included: no segmentation offload is offered, so a
+/// frame is at most the MTU and an Ethernet header; this is generous.
+const TX_CHAIN_MAX: u64 = 65_536;
+
+/// The frame of a transmit chain (its bytes after the virtio-net header). A chain with no
+/// frame in it (the header or less) or too long for one is the driver's error, not a
+/// frame to drop silently.
+fn gather(mem: &GuestMem, chain: &Chain) -> Result<IOBuf, QueueError> {
     let total: u64 = chain.readable.iter().map(|b| u64::from(b.len)).sum();
-    if total <= NET_HDR_LEN as u64 || total > 65_536 {
-        return Ok(None);
+    if total <= NET_HDR_LEN as u64 || total > TX_CHAIN_MAX {
+        return Err(QueueError::NotAFrame {
+            head: chain.head,
+            len: total,
+            max: TX_CHAIN_MAX,
+        });
     }
     let mut bytes = vec![0u8; total as usize];
     let mut at = 0;
@@ -598,7 +720,7 @@ fn gather(mem: &GuestMem, chain: &Chain) -> Result<Option<IOBuf>, QueueError> {
         at += len;
     }
     bytes.drain(..NET_HDR_LEN);
-    Ok(Some(IOBuf::from_vec(bytes)))
+    Ok(IOBuf::from_vec(bytes))
 }
 
 /// Writes the header and `frame` into a receive chain; the bytes written, or `None` if

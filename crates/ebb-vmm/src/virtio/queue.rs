@@ -1,12 +1,14 @@
 //! A split virtqueue, device side, over hostile guest memory.
 //!
 //! Every index and descriptor the guest wrote is checked before use:
-//! [`walk_chain`] (a pure function, fuzzed by `fuzz/fuzz_targets/chain.rs`) follows a
+//! [`walk_chain`] (a pure function, fuzzed by `fuzz/fuzz_targets/virtqueue.rs`) follows a
 //! descriptor chain and refuses indices out of the table, loops (a chain longer than the
-//! queue), zero lengths, buffers outside guest memory or inside the MMIO window, indirect
-//! descriptors (never negotiated), readable buffers after writable ones and chains of the
-//! wrong direction; [`DeviceQueue::pop`] refuses an available index that runs more than
-//! the queue size ahead. Any of these is a [`QueueError`] that breaks the device; none
+//! queue), zero lengths, chains of more than 4 GiB, buffers outside guest memory or
+//! inside the MMIO window, indirect descriptors (never negotiated), readable buffers
+//! after writable ones and chains of the wrong direction; [`QueueConfig::validate`]
+//! refuses sizes that are not powers of two and rings misaligned, outside memory or
+//! overlapping; [`DeviceQueue::pop`] refuses an available index that runs more than the
+//! queue size ahead. Any of these is a [`QueueError`] that breaks the device; none
 //! panics or loops.
 
 use crate::guest::GuestMem;
@@ -62,6 +64,11 @@ pub enum QueueError {
         /// Its address.
         addr: u64,
     },
+    /// Two rings share bytes (a driver that made the queue ready before writing its
+    /// addresses has all three at 0): the device would write its used ring over the
+    /// driver's descriptors or available ring.
+    #[error("the {0} and the {1} overlap")]
+    RingsOverlap(&'static str, &'static str),
     /// `avail.idx` ran more than a queue's worth ahead of what the device consumed.
     #[error("available index jumped from {from} to {to} (queue size {size})")]
     IndexJump {
@@ -83,6 +90,13 @@ pub enum QueueError {
     /// The chain is longer than the queue: a loop.
     #[error("descriptor chain from head {head} loops or is longer than the queue")]
     Loop {
+        /// Its head.
+        head: u16,
+    },
+    /// The chain's buffers add up to more than 4 GiB, which no used-ring length can
+    /// describe (virtio 1.2 §2.7.5: drivers must not).
+    #[error("descriptor chain from head {head} holds more than 4 GiB")]
+    TooLong {
         /// Its head.
         head: u16,
     },
@@ -116,6 +130,19 @@ pub enum QueueError {
         /// What the queue takes.
         want: Direction,
     },
+    /// A transmit chain that holds no frame: the virtio-net header or less, or more
+    /// than any frame.
+    #[error(
+        "transmit chain {head} holds {len} bytes: not a 12-byte header and a frame (at most {max} in all)"
+    )]
+    NotAFrame {
+        /// Its head.
+        head: u16,
+        /// Its bytes.
+        len: u64,
+        /// The most a chain may hold.
+        max: u64,
+    },
     /// Guest memory could not be read where the ring says.
     #[error("cannot access the {0} in guest memory")]
     Access(&'static str),
@@ -148,6 +175,7 @@ pub fn walk_chain(
         ..Chain::default()
     };
     let mut index = head;
+    let mut total = 0u64;
     for _ in 0..size {
         if index >= size {
             return Err(QueueError::BadIndex {
@@ -171,6 +199,11 @@ pub fn walk_chain(
                 addr: d.addr,
                 len: d.len,
             });
+        }
+        // At most `size` (≤ 32768) lengths below 2^32 each: no overflow.
+        total += u64::from(d.len);
+        if total > u64::from(u32::MAX) {
+            return Err(QueueError::TooLong { head });
         }
         let buf = Buf {
             addr: d.addr,
@@ -218,14 +251,23 @@ impl QueueConfig {
         if size == 0 || !size.is_power_of_two() || size > max_size || size > MAX_QUEUE_SIZE {
             return Err(QueueError::BadSize(u32::from(size)));
         }
-        for (ring, addr, len, align) in [
+        let rings = [
             ("descriptor table", self.desc, desc_table_bytes(size), 16),
             ("available ring", self.avail, avail_ring_bytes(size), 2),
             ("used ring", self.used, used_ring_bytes(size), 4),
-        ] {
+        ];
+        for (ring, addr, len, align) in rings {
             let fits = addr.checked_add(len).is_some_and(|end| end <= mem_size);
             if !fits || !addr.is_multiple_of(align) {
                 return Err(QueueError::BadRing { ring, addr });
+            }
+        }
+        // Every ring is inside memory now, so the ends cannot overflow.
+        for (i, (a, a_addr, a_len, _)) in rings.iter().enumerate() {
+            for (b, b_addr, b_len, _) in &rings[i + 1..] {
+                if a_addr < &(b_addr + b_len) && b_addr < &(a_addr + a_len) {
+                    return Err(QueueError::RingsOverlap(a, b));
+                }
             }
         }
         Ok(())
@@ -445,6 +487,12 @@ mod tests {
         let t = [d(MMIO_WINDOW_START, 8, 0, 0)];
         let err = walk_chain(0, 1, u64::MAX, Direction::Read, table(&t)).unwrap_err();
         assert!(matches!(err, OutOfRange { .. }));
+        // More than 4 GiB in all, each buffer inside a (hypothetical) 1 TiB guest.
+        let t = [d(0, 3 << 30, DESC_F_NEXT, 1), d(1 << 33, 3 << 30, 0, 0)];
+        let err = walk_chain(0, 2, 1 << 40, Direction::Read, table(&t)).unwrap_err();
+        assert_eq!(err, TooLong { head: 0 });
+        let one = walk_chain(0, 2, 1 << 40, Direction::Read, table(&t[1..])).unwrap();
+        assert_eq!(one.readable.len(), 1, "one 3 GiB buffer is fine");
         // Unreadable table.
         let err = walk_chain(0, 4, MEM, Direction::Read, |_| None).unwrap_err();
         assert!(matches!(err, Access(_)));
@@ -459,6 +507,13 @@ mod tests {
             used: 0x3000,
         };
         assert!(good.validate(256, MEM).is_ok());
+        // Back to back is not overlap: the available ring of 256 is 518 bytes.
+        let tight = QueueConfig {
+            avail: 0x1000 + 4096,
+            used: 0x1000 + 4096 + 520,
+            ..good
+        };
+        assert!(tight.validate(256, MEM).is_ok());
         for bad in [
             QueueConfig { size: 0, ..good },
             QueueConfig { size: 100, ..good },
@@ -481,6 +536,16 @@ mod tests {
             },
             QueueConfig {
                 desc: u64::MAX - 8,
+                ..good
+            },
+            QueueConfig {
+                desc: 0,
+                avail: 0,
+                used: 0,
+                ..good
+            },
+            QueueConfig {
+                used: 0x2000 + 516,
                 ..good
             },
         ] {

@@ -1,0 +1,1208 @@
+//! The virtio-net device against a hostile guest, without KVM.
+//!
+//! A [`Guest`] is what a driver sees of the device: the MMIO register file
+//! ([`VirtioNet::mmio_read`]/[`mmio_write`](VirtioNet::mmio_write), exactly as the vCPU
+//! threads call them on an MMIO exit) and rings in guest memory (plain host memory behind a
+//! [`GuestMem`]). The device side runs one I/O-thread round at a time ([`Engine::step`])
+//! against an in-memory backend ([`Wire`]). Each case writes what a broken or malicious
+//! driver could write and checks that the device either refuses the setting or marks
+//! itself broken — `DEVICE_NEEDS_RESET` in the status register and a reason naming the
+//! queue and the fault — and that it neither panics nor loops: every drive of the device
+//! is bounded ([`Guest::settle`]).
+//!
+//! Rules the cases pin down (see also `docs/10-native-networking.md`, "Hostile guests"):
+//!
+//! * Overlapping buffers (within a chain, across chains, or over the rings) are allowed:
+//!   the device copies bytes in and out through checked accesses only and keeps its own
+//!   ring indices, so an overlap can garble only the guest's own data. Rings overlapping
+//!   *each other* are refused at activation (that is also what a queue made ready before
+//!   its addresses were written looks like).
+//! * A received frame larger than the posted buffer is dropped and counted (`rx_dropped`),
+//!   the buffer is returned with length 0: small buffers are legal, only unusable.
+//! * Register writes that would change what the device already acts on (driver features
+//!   after FEATURES_OK, queue registers of a ready queue or after DRIVER_OK) are ignored;
+//!   accesses the device cannot make sense of (not 32 bits, misaligned) break it.
+
+use super::backend::Backend;
+use super::net::{Engine, QUEUE_MAX, VirtioNet};
+use crate::guest::GuestMem;
+use ebb_abi::virtio::{
+    DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, MMIO_BASE, MMIO_SLOT_SIZE, NET_HDR_LEN, features,
+    regs, status,
+};
+use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
+use ebb_net::phy::{DeviceCapabilities, DeviceCounters, NetDevice};
+use std::collections::VecDeque;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use vm_memory::{GuestAddress, GuestMemoryMmap};
+use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
+
+/// Guest memory of the fake guest.
+const MEM: u64 = 8 << 20;
+/// Queue size the driver picks unless a case says otherwise.
+const SIZE: u16 = 16;
+/// Receive, transmit and control queue of the single pair.
+const RX: u16 = 0;
+const TX: u16 = 1;
+const CTRL: u16 = 2;
+/// Where buffers go.
+const BUF: u64 = 0x40_0000;
+/// A frame: Ethernet header and a little payload.
+const FRAME: &[u8] = b"\x02\0\0\0\0\x01\x02\0\0\0\0\x02\x08\x00hello, hostile world";
+
+/// The host side of the in-memory backend.
+#[derive(Clone, Default)]
+struct Wire {
+    to_guest: Arc<Mutex<VecDeque<Vec<u8>>>>,
+    from_guest: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+/// The in-memory backend the device drives.
+struct WireEnd {
+    wire: Wire,
+    fd: EventFd,
+}
+
+impl NetDevice for WireEnd {
+    fn capabilities(&self) -> DeviceCapabilities {
+        DeviceCapabilities::ETHERNET
+    }
+    fn receive(&mut self, _now: NetInstant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+        let mut to_guest = self.wire.to_guest.lock().expect("not poisoned");
+        let n = max.min(to_guest.len());
+        out.extend(to_guest.drain(..n).map(IOBuf::from_vec));
+        n
+    }
+    fn transmit(&mut self, _now: NetInstant, frames: &mut VecDeque<IOBufChain>) -> usize {
+        let n = frames.len();
+        let mut from_guest = self.wire.from_guest.lock().expect("not poisoned");
+        from_guest.extend(frames.drain(..).map(|f| f.to_vec()));
+        n
+    }
+    fn counters(&self) -> DeviceCounters {
+        DeviceCounters::default()
+    }
+}
+
+impl Backend for WireEnd {
+    fn fd(&self) -> BorrowedFd<'_> {
+        crate::sys::borrow_eventfd(&self.fd)
+    }
+}
+
+/// Runs `f` on its own thread and fails the test if it takes more than ten seconds: a
+/// device that loops inside one round (where [`Guest::settle`]'s bound cannot reach)
+/// fails the case instead of hanging the suite.
+fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, wait) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let _ = done.send(result);
+    });
+    match wait.recv_timeout(std::time::Duration::from_secs(10)) {
+        Ok(Ok(value)) => value,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => panic!("the device did not return within 10 s: it hangs"),
+    }
+}
+
+fn d(addr: u64, len: u32, flags: u16, next: u16) -> (u64, u32, u16, u16) {
+    (addr, len, flags, next)
+}
+
+/// A driver's view of the device, plus the device's I/O-thread side.
+struct Guest {
+    mem: GuestMem,
+    dev: VirtioNet,
+    engine: Engine,
+    backends: Vec<Box<dyn Backend>>,
+    wire: Wire,
+    wakes: Vec<EventFd>,
+    /// Per queue: size and the driver's next available index.
+    sizes: [u16; 3],
+    avail_idx: [u16; 3],
+}
+
+impl Guest {
+    fn new() -> Guest {
+        Guest::with_pairs(1)
+    }
+
+    /// A device with `pairs` queue pairs; the ring helpers cover queues 0..3 only.
+    fn with_pairs(pairs: u16) -> Guest {
+        let mmap = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), MEM as usize)])
+            .expect("host memory for the fake guest");
+        let wire = Wire::default();
+        let end = WireEnd {
+            wire: wire.clone(),
+            fd: EventFd::new(EFD_NONBLOCK).expect("an eventfd"),
+        };
+        Guest {
+            mem: GuestMem::new(mmap, MEM),
+            dev: VirtioNet::new([2, 0, 0, 0, 0, 1], pairs).expect("a device"),
+            engine: Engine::new(),
+            backends: vec![Box::new(end)],
+            wire,
+            wakes: vec![EventFd::new(EFD_NONBLOCK).expect("an eventfd")],
+            sizes: [SIZE; 3],
+            avail_idx: [0; 3],
+        }
+    }
+
+    // ---- the register file, as a driver uses it ----
+
+    fn read(&self, offset: u64) -> u32 {
+        let mut data = [0u8; 4];
+        self.dev.mmio_read(MMIO_BASE + offset, &mut data);
+        u32::from_le_bytes(data)
+    }
+
+    fn write(&self, offset: u64, value: u32) {
+        self.dev
+            .mmio_write(MMIO_BASE + offset, &value.to_le_bytes());
+    }
+
+    fn status(&self) -> u32 {
+        self.read(regs::STATUS)
+    }
+
+    fn features(&self, accepted: u64) {
+        self.write(regs::DRIVER_FEATURES_SEL, 0);
+        self.write(regs::DRIVER_FEATURES, accepted as u32);
+        self.write(regs::DRIVER_FEATURES_SEL, 1);
+        self.write(regs::DRIVER_FEATURES, (accepted >> 32) as u32);
+    }
+
+    /// ACKNOWLEDGE, DRIVER, the features, FEATURES_OK; whether the device kept it.
+    fn negotiate(&self, accepted: u64) -> bool {
+        self.write(regs::STATUS, status::ACKNOWLEDGE);
+        self.write(regs::STATUS, status::ACKNOWLEDGE | status::DRIVER);
+        self.features(accepted);
+        self.write(
+            regs::STATUS,
+            status::ACKNOWLEDGE | status::DRIVER | status::FEATURES_OK,
+        );
+        self.status() & status::FEATURES_OK != 0
+    }
+
+    /// Where queue `q`'s rings go when the driver is well behaved.
+    fn rings(q: u16) -> (u64, u64, u64) {
+        let desc = 0x10_0000 + 0x1_0000 * u64::from(q);
+        (desc, desc + 0x1000, desc + 0x2000)
+    }
+
+    /// Sets queue `q` up at `(desc, avail, used)` with `size` entries and makes it ready.
+    fn queue(&mut self, q: u16, size: u32, (desc, avail, used): (u64, u64, u64)) {
+        self.write(regs::QUEUE_SEL, u32::from(q));
+        assert_eq!(
+            self.read(regs::QUEUE_READY),
+            0,
+            "queue {q} starts not ready"
+        );
+        assert_eq!(self.read(regs::QUEUE_NUM_MAX), u32::from(QUEUE_MAX));
+        self.write(regs::QUEUE_NUM, size);
+        for (low, addr) in [
+            (regs::QUEUE_DESC_LOW, desc),
+            (regs::QUEUE_DRIVER_LOW, avail),
+            (regs::QUEUE_DEVICE_LOW, used),
+        ] {
+            self.write(low, addr as u32);
+            self.write(low + 4, (addr >> 32) as u32);
+        }
+        self.write(regs::QUEUE_READY, 1);
+        if let Some(s) = self.sizes.get_mut(usize::from(q)) {
+            *s = size as u16;
+        }
+    }
+
+    fn driver_ok(&self) {
+        self.write(
+            regs::STATUS,
+            status::ACKNOWLEDGE | status::DRIVER | status::FEATURES_OK | status::DRIVER_OK,
+        );
+    }
+
+    /// What a good driver accepts.
+    fn good_features() -> u64 {
+        [
+            features::VERSION_1,
+            features::RING_EVENT_IDX,
+            features::NET_MAC,
+            features::NET_CTRL_VQ,
+        ]
+        .into_iter()
+        .fold(0, |acc, bit| acc | features::bit(bit))
+    }
+
+    /// A good driver's whole setup: features, the three queues, DRIVER_OK.
+    fn start(&mut self) {
+        assert!(self.negotiate(Self::good_features()));
+        for q in [RX, TX, CTRL] {
+            self.queue(q, u32::from(SIZE), Self::rings(q));
+        }
+        self.driver_ok();
+        self.settle();
+        assert_eq!(self.dev.broken(), None);
+    }
+
+    // ---- the rings, as a driver writes them ----
+
+    fn desc(&self, q: u16, i: u16, (addr, len, flags, next): (u64, u32, u16, u16)) {
+        let at = Self::rings(q).0 + 16 * u64::from(i);
+        let mut raw = [0u8; 16];
+        raw[0..8].copy_from_slice(&addr.to_le_bytes());
+        raw[8..12].copy_from_slice(&len.to_le_bytes());
+        raw[12..14].copy_from_slice(&flags.to_le_bytes());
+        raw[14..16].copy_from_slice(&next.to_le_bytes());
+        self.mem.write_bytes(at, &raw).expect("in memory");
+    }
+
+    /// Puts `head` in the next available slot and publishes it.
+    fn publish(&mut self, q: u16, head: u16) {
+        let (_, avail, _) = Self::rings(q);
+        let size = self.sizes[usize::from(q)];
+        let idx = self.avail_idx[usize::from(q)];
+        let slot = u64::from(idx % size);
+        self.mem
+            .store_u16(avail + 4 + 2 * slot, head, Ordering::Release)
+            .expect("in memory");
+        self.set_avail_idx(q, idx.wrapping_add(1));
+    }
+
+    fn set_avail_idx(&mut self, q: u16, idx: u16) {
+        self.avail_idx[usize::from(q)] = idx;
+        let (_, avail, _) = Self::rings(q);
+        self.mem
+            .store_u16(avail + 2, idx, Ordering::Release)
+            .expect("in memory");
+    }
+
+    /// The driver's `used_event` for queue `q`.
+    fn set_used_event(&self, q: u16, event: u16) {
+        let (_, avail, _) = Self::rings(q);
+        let size = self.sizes[usize::from(q)];
+        self.mem
+            .store_u16(avail + 4 + 2 * u64::from(size), event, Ordering::Release)
+            .expect("in memory");
+    }
+
+    /// The used ring of queue `q`: `(id, len)` of every element the device produced.
+    fn used(&self, q: u16) -> Vec<(u32, u32)> {
+        let (_, _, used) = Self::rings(q);
+        let size = self.sizes[usize::from(q)];
+        let idx = self
+            .mem
+            .load_u16(used + 2, Ordering::Acquire)
+            .expect("in memory");
+        (0..idx)
+            .map(|i| {
+                let at = used + 4 + 8 * u64::from(i % size);
+                let id = self.mem.read_u32(at).expect("in memory");
+                (id, self.mem.read_u32(at + 4).expect("in memory"))
+            })
+            .collect()
+    }
+
+    // ---- the device side ----
+
+    fn step(&mut self) -> bool {
+        self.engine.step(
+            &self.dev,
+            &self.mem,
+            NetInstant::from_nanos(0),
+            &mut self.backends,
+            &self.wakes,
+        )
+    }
+
+    /// Steps until the device has nothing more to do: a bound, not a wait. A device that
+    /// is still busy after 64 rounds with a guest that publishes nothing new loops.
+    fn settle(&mut self) {
+        for _ in 0..64 {
+            if !self.step() {
+                return;
+            }
+        }
+        panic!("the device is still busy after 64 rounds: it loops");
+    }
+
+    fn sent(&self) -> Vec<Vec<u8>> {
+        self.wire.from_guest.lock().expect("not poisoned").clone()
+    }
+
+    fn arrive(&self, frame: &[u8]) {
+        let mut to_guest = self.wire.to_guest.lock().expect("not poisoned");
+        to_guest.push_back(frame.to_vec());
+    }
+
+    /// The device says it is broken, for a reason containing every one of `words`.
+    #[track_caller]
+    fn assert_broken(&self, words: &[&str]) {
+        assert_ne!(
+            self.status() & status::DEVICE_NEEDS_RESET,
+            0,
+            "DEVICE_NEEDS_RESET is set (reason: {:?})",
+            self.dev.broken()
+        );
+        let why = self.dev.broken().expect("broken() gives a reason");
+        for word in words {
+            assert!(why.contains(word), "{why:?} names {word:?}");
+        }
+    }
+
+    #[track_caller]
+    fn assert_healthy(&self) {
+        assert_eq!(self.dev.broken(), None);
+        assert_eq!(self.status() & status::DEVICE_NEEDS_RESET, 0);
+    }
+
+    /// Writes the virtio-net header and `frame` at `addr` as one transmit buffer.
+    fn tx_buffer(&self, addr: u64, frame: &[u8]) -> u32 {
+        let mut bytes = vec![0u8; NET_HDR_LEN];
+        bytes.extend_from_slice(frame);
+        self.mem.write_bytes(addr, &bytes).expect("in memory");
+        bytes.len() as u32
+    }
+}
+
+// ===== a well-behaved driver =====
+
+#[test]
+fn a_well_behaved_driver_moves_frames_both_ways() {
+    let mut g = Guest::new();
+    assert_eq!(g.read(regs::MAGIC), ebb_abi::virtio::MAGIC);
+    assert_eq!(g.read(regs::VERSION), 2);
+    assert_eq!(g.read(regs::DEVICE_ID), ebb_abi::virtio::DEVICE_ID_NET);
+    g.start();
+    // Transmit: header and frame in two descriptors.
+    g.mem
+        .write_bytes(BUF, &[0u8; NET_HDR_LEN])
+        .expect("in memory");
+    g.mem.write_bytes(BUF + 0x100, FRAME).expect("in memory");
+    g.desc(TX, 0, d(BUF, NET_HDR_LEN as u32, DESC_F_NEXT, 1));
+    g.desc(TX, 1, d(BUF + 0x100, FRAME.len() as u32, 0, 0));
+    g.publish(TX, 0);
+    g.settle();
+    assert_eq!(g.sent(), vec![FRAME.to_vec()]);
+    assert_eq!(g.used(TX), vec![(0, 0)]);
+    // used_event is still 0 (the driver asked about the first used entry): one wake-up.
+    assert_eq!(g.wakes[0].read().expect("the vCPU was woken"), 1);
+    // Receive: a 1,526-byte buffer; the driver asks to hear about the first used entry.
+    g.desc(RX, 3, d(BUF + 0x1000, 1526, DESC_F_WRITE, 0));
+    g.publish(RX, 3);
+    g.set_used_event(RX, 0);
+    g.arrive(FRAME);
+    g.settle();
+    let total = (NET_HDR_LEN + FRAME.len()) as u32;
+    assert_eq!(g.used(RX), vec![(3, total)]);
+    let got = g
+        .mem
+        .read_bytes(BUF + 0x1000, u64::from(total))
+        .expect("in memory");
+    assert_eq!(&got[NET_HDR_LEN..], FRAME);
+    assert_eq!(got[10], 1, "num_buffers");
+    assert_eq!(g.wakes[0].read().expect("the vCPU was woken"), 1);
+    assert_eq!(g.dev.stats.rx_frames.load(Ordering::Relaxed), 1);
+    assert_eq!(g.dev.stats.tx_frames.load(Ordering::Relaxed), 1);
+    g.assert_healthy();
+}
+
+// ===== descriptor chains =====
+
+/// What queue `q` is called in a reason.
+fn queue_name(q: u16) -> &'static str {
+    match q {
+        RX => "queue 0 (receive",
+        TX => "queue 1 (transmit",
+        _ => "queue 2 (control",
+    }
+}
+
+/// A fresh, started device; `descs` written into queue `q`'s table, `head` published (and
+/// a frame waiting, so a receive queue is looked at); the device driven to rest.
+fn chain_case(q: u16, descs: &[(u64, u32, u16, u16)], head: u16) -> Guest {
+    let descs = descs.to_vec();
+    bounded(move || {
+        let mut g = Guest::new();
+        g.start();
+        for (i, desc) in descs.iter().enumerate() {
+            g.desc(q, i as u16, *desc);
+        }
+        if q == RX {
+            g.arrive(FRAME);
+        }
+        g.publish(q, head);
+        g.settle();
+        g
+    })
+}
+
+#[test]
+fn hostile_chains_break_the_device_naming_the_queue_and_the_fault() {
+    let long_cycle: Vec<_> = (0..SIZE)
+        .map(|i| d(BUF + 64 * u64::from(i), 64, DESC_F_NEXT, (i + 1) % SIZE))
+        .collect();
+    let w = DESC_F_WRITE;
+    let n = DESC_F_NEXT;
+    type Case<'a> = (&'a str, u16, Vec<(u64, u32, u16, u16)>, u16, &'a [&'a str]);
+    let cases: Vec<Case> = vec![
+        ("self loop", TX, vec![d(BUF, 64, n, 0)], 0, &["loops"]),
+        (
+            "2-cycle",
+            TX,
+            vec![d(BUF, 64, n, 1), d(BUF, 64, n, 0)],
+            0,
+            &["loops"],
+        ),
+        ("long cycle", TX, long_cycle, 5, &["head 5 loops"]),
+        (
+            "self loop on rx",
+            RX,
+            vec![d(BUF, 64, w | n, 0)],
+            0,
+            &["loops"],
+        ),
+        (
+            "self loop on ctrl",
+            CTRL,
+            vec![d(BUF, 64, n, 0)],
+            0,
+            &["loops"],
+        ),
+        (
+            "next out of range",
+            TX,
+            vec![d(BUF, 64, n, SIZE)],
+            0,
+            &["index 16 is outside the table of 16"],
+        ),
+        (
+            "next 0xffff",
+            TX,
+            vec![d(BUF, 64, n, 0xffff)],
+            0,
+            &["index 65535 is outside"],
+        ),
+        (
+            "head out of range",
+            TX,
+            vec![],
+            SIZE,
+            &["index 16 is outside"],
+        ),
+        (
+            "head 0xffff",
+            RX,
+            vec![],
+            0xffff,
+            &["index 65535 is outside"],
+        ),
+        (
+            "buffer past the end of memory",
+            TX,
+            vec![d(MEM, 64, 0, 0)],
+            0,
+            &["buffer 0x800000+64 is outside guest memory"],
+        ),
+        (
+            "buffer straddling the end of memory",
+            TX,
+            vec![d(MEM - 4, 64, 0, 0)],
+            0,
+            &["outside guest memory"],
+        ),
+        (
+            "address + length overflows u64",
+            TX,
+            vec![d(u64::MAX - 2, 64, 0, 0)],
+            0,
+            &["0xfffffffffffffffd+64 is outside"],
+        ),
+        (
+            "buffer in the MMIO window",
+            RX,
+            vec![d(MMIO_BASE, 64, w, 0)],
+            0,
+            &["0xfeb00000+64 is outside"],
+        ),
+        (
+            "huge length",
+            TX,
+            vec![d(BUF, u32::MAX, 0, 0)],
+            0,
+            &["outside guest memory"],
+        ),
+        (
+            "zero length",
+            TX,
+            vec![d(BUF, 0, 0, 0)],
+            0,
+            &["descriptor 0 has length zero"],
+        ),
+        (
+            "zero length mid-chain",
+            RX,
+            vec![d(BUF, 64, w | n, 1), d(BUF, 0, w, 0)],
+            0,
+            &["descriptor 1 has length zero"],
+        ),
+        (
+            "device-writable buffer on the transmit queue",
+            TX,
+            vec![d(BUF, 64, w, 0)],
+            0,
+            &["descriptor 0 goes the wrong way"],
+        ),
+        (
+            "device-readable buffer on the receive queue",
+            RX,
+            vec![d(BUF, 1526, w | n, 1), d(BUF + 0x1000, 64, 0, 0)],
+            0,
+            &["descriptor 1 goes the wrong way"],
+        ),
+        (
+            "readable after writable on the control queue",
+            CTRL,
+            vec![d(BUF, 1, w | n, 1), d(BUF + 64, 4, 0, 0)],
+            0,
+            &["descriptor 1 goes the wrong way"],
+        ),
+        (
+            "indirect descriptor",
+            TX,
+            vec![d(BUF, 64, DESC_F_INDIRECT, 0)],
+            0,
+            &["descriptor 0 is indirect"],
+        ),
+        (
+            "indirect descriptor mid-chain",
+            RX,
+            vec![d(BUF, 64, w | n, 1), d(BUF, 64, w | DESC_F_INDIRECT, 0)],
+            0,
+            &["descriptor 1 is indirect"],
+        ),
+    ];
+    for (name, q, descs, head, words) in cases {
+        let g = chain_case(q, &descs, head);
+        let mut all = vec![queue_name(q)];
+        all.extend_from_slice(words);
+        let why = g.dev.broken();
+        assert!(
+            g.status() & status::DEVICE_NEEDS_RESET != 0
+                && all.iter().all(|w| why.as_deref().unwrap_or("").contains(w)),
+            "{name}: wanted DEVICE_NEEDS_RESET and a reason naming {all:?}, got {why:?}"
+        );
+        // Broken means stopped: nothing was returned, and more work changes nothing.
+        assert_eq!(g.used(q), vec![], "{name}");
+        assert!(g.sent().is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn an_available_index_may_not_run_more_than_a_queue_ahead() {
+    for (name, idx) in [("one too many", SIZE + 1), ("backwards", 0xffff)] {
+        let mut g = Guest::new();
+        g.start();
+        g.set_avail_idx(TX, idx);
+        g.settle();
+        g.assert_broken(&[queue_name(TX), "available index jumped from 0"]);
+        assert_eq!(g.used(TX), vec![], "{name}");
+    }
+    // Exactly a queue's worth is fine.
+    let mut g = Guest::new();
+    g.start();
+    for i in 0..SIZE {
+        g.tx_buffer(BUF + 0x100 * u64::from(i), FRAME);
+        g.desc(
+            TX,
+            i,
+            d(
+                BUF + 0x100 * u64::from(i),
+                (NET_HDR_LEN + FRAME.len()) as u32,
+                0,
+                0,
+            ),
+        );
+        g.publish(TX, i);
+    }
+    g.settle();
+    g.assert_healthy();
+    assert_eq!(g.sent().len(), usize::from(SIZE));
+}
+
+#[test]
+fn a_broken_device_stays_stopped_until_reset() {
+    let mut g = chain_case(TX, &[d(BUF, 64, DESC_F_NEXT, 0)], 0);
+    g.assert_broken(&["loops"]);
+    // A good chain now is not looked at; neither are frames from the backend.
+    g.tx_buffer(BUF, FRAME);
+    g.desc(TX, 1, d(BUF, (NET_HDR_LEN + FRAME.len()) as u32, 0, 0));
+    g.publish(TX, 1);
+    g.arrive(FRAME);
+    for _ in 0..4 {
+        assert!(!g.step());
+    }
+    assert!(g.sent().is_empty());
+    assert_eq!(g.used(TX), vec![]);
+    // The first reason stays, even if the driver goes on writing to the registers.
+    g.driver_ok();
+    g.settle();
+    g.assert_broken(&["loops"]);
+}
+
+#[test]
+fn a_reset_device_works_again() {
+    let mut g = chain_case(
+        TX,
+        &[d(BUF, 64, DESC_F_NEXT, 1), d(BUF, 64, DESC_F_NEXT, 0)],
+        0,
+    );
+    g.assert_broken(&["loops"]);
+    g.write(regs::STATUS, 0);
+    g.settle();
+    assert_eq!(g.status(), 0);
+    assert_eq!(g.dev.broken(), None);
+    for q in [RX, TX, CTRL] {
+        g.write(regs::QUEUE_SEL, u32::from(q));
+        assert_eq!(
+            g.read(regs::QUEUE_READY),
+            0,
+            "queue {q} is not ready after a reset"
+        );
+    }
+    // A driver starts over with fresh rings.
+    for q in [RX, TX, CTRL] {
+        let (desc, _, _) = Guest::rings(q);
+        g.mem.write_bytes(desc, &[0u8; 0x3000]).expect("in memory");
+    }
+    g.avail_idx = [0; 3];
+    g.start();
+    let len = g.tx_buffer(BUF, FRAME);
+    g.desc(TX, 0, d(BUF, len, 0, 0));
+    g.publish(TX, 0);
+    g.desc(RX, 0, d(BUF + 0x1000, 1526, DESC_F_WRITE, 0));
+    g.publish(RX, 0);
+    g.arrive(FRAME);
+    g.settle();
+    g.assert_healthy();
+    assert_eq!(g.sent(), vec![FRAME.to_vec()]);
+    assert_eq!(g.used(RX), vec![(0, len)]);
+}
+
+// ===== legal but odd: the device carries on =====
+
+#[test]
+fn overlapping_buffers_are_the_guests_own_business() {
+    let mut g = Guest::new();
+    g.start();
+    // The same transmit buffer twice in one chain: the frame is its bytes twice.
+    let len = g.tx_buffer(BUF, FRAME);
+    g.desc(TX, 0, d(BUF, len, DESC_F_NEXT, 1));
+    g.desc(TX, 1, d(BUF, len, 0, 0));
+    g.publish(TX, 0);
+    // A transmit buffer over the descriptor table itself (read-only: harmless).
+    let (tx_desc, _, _) = Guest::rings(TX);
+    g.desc(TX, 2, d(tx_desc, 16 * u32::from(SIZE), 0, 0));
+    g.publish(TX, 2);
+    g.settle();
+    g.assert_healthy();
+    let sent = g.sent();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0].len(), 2 * len as usize - NET_HDR_LEN);
+    // Two receive buffers that overlap each other: both written, in order.
+    g.desc(RX, 0, d(BUF + 0x1000, 20, DESC_F_WRITE | DESC_F_NEXT, 1));
+    g.desc(RX, 1, d(BUF + 0x1008, 1526, DESC_F_WRITE, 0));
+    g.publish(RX, 0);
+    g.arrive(FRAME);
+    g.settle();
+    g.assert_healthy();
+    assert_eq!(g.used(RX), vec![(0, len)]);
+    // The second buffer holds everything after the first 20 bytes.
+    let tail = g.mem.read_bytes(BUF + 0x1008, 8).expect("in memory");
+    assert_eq!(tail, FRAME[20 - NET_HDR_LEN..20 - NET_HDR_LEN + 8].to_vec());
+}
+
+#[test]
+fn a_frame_larger_than_the_posted_buffer_is_dropped_and_counted() {
+    let mut g = Guest::new();
+    g.start();
+    let big = vec![0x5a; 1514];
+    g.desc(RX, 0, d(BUF, 100, DESC_F_WRITE, 0));
+    g.desc(RX, 1, d(BUF + 0x1000, 1526, DESC_F_WRITE, 0));
+    g.publish(RX, 0);
+    g.publish(RX, 1);
+    g.arrive(&big);
+    g.arrive(&big);
+    g.settle();
+    g.assert_healthy();
+    assert_eq!(g.used(RX), vec![(0, 0), (1, 1526)]);
+    assert_eq!(g.dev.stats.rx_dropped.load(Ordering::Relaxed), 1);
+    assert_eq!(g.dev.stats.rx_frames.load(Ordering::Relaxed), 1);
+    // Nothing was written past the small buffer.
+    assert_eq!(g.mem.read_bytes(BUF + 100, 4), Some(vec![0; 4]));
+}
+
+#[test]
+fn garbage_in_the_event_indices_and_the_used_ring_changes_only_wake_ups() {
+    let mut g = Guest::new();
+    g.start();
+    // The driver scribbles over what only the device writes: used.idx and avail_event.
+    let (_, _, used) = Guest::rings(RX);
+    g.mem
+        .store_u16(used + 2, 0xbeef, Ordering::Release)
+        .expect("in memory");
+    g.mem
+        .store_u16(used + 4 + 8 * u64::from(SIZE), 0x1234, Ordering::Release)
+        .expect("in memory");
+    // used_event: garbage, far behind, stale, then exactly the entry about to be used.
+    for (i, event) in [0xffff, 0x8000, 12345, 1, 4].into_iter().enumerate() {
+        let i = i as u16;
+        g.set_used_event(RX, event);
+        g.desc(RX, i, d(BUF + 0x1000 * u64::from(i), 1526, DESC_F_WRITE, 0));
+        g.publish(RX, i);
+        g.arrive(FRAME);
+        g.settle();
+    }
+    g.assert_healthy();
+    // The device kept its own index: five frames, at slots 0..5.
+    let used = g.used(RX);
+    assert_eq!(used.len(), 5);
+    assert!(used.iter().enumerate().all(|(i, &(id, _))| id == i as u32));
+    // Garbage is only a wake-up decision: the one used_event that asked (4, as the used
+    // index moved 4 -> 5) woke the vCPU, the others did not.
+    assert_eq!(g.wakes[0].read().expect("woken once"), 1);
+}
+
+// ===== queue setup =====
+
+/// A fresh device whose driver sets up receive and control well and the transmit queue
+/// with `size` at `rings`, then DRIVER_OK; driven to rest.
+fn setup_case(size: u32, rings: (u64, u64, u64)) -> Guest {
+    bounded(move || {
+        let mut g = Guest::new();
+        assert!(g.negotiate(Guest::good_features()));
+        g.queue(RX, u32::from(SIZE), Guest::rings(RX));
+        g.queue(TX, size, rings);
+        g.queue(CTRL, u32::from(SIZE), Guest::rings(CTRL));
+        g.driver_ok();
+        g.settle();
+        g
+    })
+}
+
+#[test]
+fn bad_queue_sizes_and_ring_addresses_break_the_device_naming_the_queue() {
+    let (desc, avail, used) = Guest::rings(TX);
+    type Case<'a> = (&'a str, u32, (u64, u64, u64), &'a str);
+    let cases: Vec<Case> = vec![
+        ("size zero", 0, (desc, avail, used), "queue size 0 is not"),
+        (
+            "size not a power of two",
+            100,
+            (desc, avail, used),
+            "queue size 100 is not",
+        ),
+        (
+            "size above the maximum",
+            512,
+            (desc, avail, used),
+            "queue size 512 is not",
+        ),
+        (
+            "size 32768",
+            32768,
+            (desc, avail, used),
+            "queue size 32768 is not",
+        ),
+        (
+            "descriptor table misaligned",
+            16,
+            (desc + 8, avail, used),
+            "the descriptor table at 0x110008",
+        ),
+        (
+            "available ring misaligned",
+            16,
+            (desc, avail + 1, used),
+            "the available ring at 0x111001",
+        ),
+        (
+            "used ring misaligned",
+            16,
+            (desc, avail, used + 2),
+            "the used ring at 0x112002",
+        ),
+        (
+            "used ring past the end",
+            16,
+            (desc, avail, MEM - 16),
+            "the used ring at 0x7ffff0",
+        ),
+        (
+            "descriptor table above 4 GiB",
+            16,
+            ((1 << 32) | desc, avail, used),
+            "the descriptor table at 0x100110000",
+        ),
+        (
+            "available ring at the top of the address space",
+            16,
+            (desc, u64::MAX - 1, used),
+            "the available ring at 0xfffffffffffffffe",
+        ),
+        (
+            "used ring in the MMIO window",
+            16,
+            (desc, avail, MMIO_BASE),
+            "the used ring at 0xfeb00000",
+        ),
+    ];
+    for (name, size, rings, words) in cases {
+        let g = setup_case(size, rings);
+        let why = g.dev.broken();
+        assert!(
+            g.status() & status::DEVICE_NEEDS_RESET != 0
+                && [queue_name(TX), words]
+                    .iter()
+                    .all(|w| why.as_deref().unwrap_or("").contains(w)),
+            "{name}: wanted DEVICE_NEEDS_RESET and a reason naming queue 1 and {words:?}, \
+             got {why:?}"
+        );
+    }
+}
+
+#[test]
+fn a_queue_size_beyond_16_bits_is_not_truncated() {
+    // 0x1_0010 would be 16 if the device kept only the low 16 bits.
+    let g = setup_case(0x1_0010, Guest::rings(TX));
+    g.assert_broken(&[queue_name(TX), "queue size 65552 is not"]);
+}
+
+#[test]
+fn a_queue_made_ready_before_its_addresses_is_refused() {
+    let mut g = Guest::new();
+    assert!(g.negotiate(Guest::good_features()));
+    g.queue(RX, u32::from(SIZE), Guest::rings(RX));
+    // Size set, then READY at once: the rings are all at 0, on top of each other.
+    g.write(regs::QUEUE_SEL, u32::from(TX));
+    g.write(regs::QUEUE_NUM, u32::from(SIZE));
+    g.write(regs::QUEUE_READY, 1);
+    g.driver_ok();
+    g.settle();
+    g.assert_broken(&[queue_name(TX), "overlap"]);
+    // Not even the size: size 0.
+    let mut g = Guest::new();
+    assert!(g.negotiate(Guest::good_features()));
+    g.write(regs::QUEUE_SEL, u32::from(RX));
+    g.write(regs::QUEUE_READY, 1);
+    g.driver_ok();
+    g.settle();
+    g.assert_broken(&[queue_name(RX), "queue size 0"]);
+}
+
+#[test]
+fn queue_registers_of_a_ready_queue_are_ignored() {
+    let mut g = Guest::new();
+    g.start();
+    g.write(regs::QUEUE_SEL, u32::from(TX));
+    g.write(regs::QUEUE_NUM, 3);
+    g.write(regs::QUEUE_DESC_LOW, 0xdead_0001);
+    g.write(regs::QUEUE_DEVICE_HIGH, 0xffff_ffff);
+    g.write(regs::QUEUE_READY, 0);
+    assert_eq!(g.read(regs::QUEUE_READY), 1);
+    let len = g.tx_buffer(BUF, FRAME);
+    g.desc(TX, 0, d(BUF, len, 0, 0));
+    g.publish(TX, 0);
+    g.settle();
+    g.assert_healthy();
+    assert_eq!(g.sent(), vec![FRAME.to_vec()]);
+}
+
+#[test]
+fn a_queue_set_up_after_driver_ok_is_refused() {
+    let mut g = Guest::new();
+    assert!(g.negotiate(Guest::good_features()));
+    g.queue(RX, u32::from(SIZE), Guest::rings(RX));
+    g.queue(TX, u32::from(SIZE), Guest::rings(TX));
+    g.driver_ok();
+    g.settle();
+    // The control queue, too late: the device never uses it, so it must not read ready.
+    g.write(regs::QUEUE_SEL, u32::from(CTRL));
+    g.write(regs::QUEUE_NUM, u32::from(SIZE));
+    g.write(regs::QUEUE_READY, 1);
+    assert_eq!(g.read(regs::QUEUE_READY), 0);
+    g.settle();
+    g.assert_healthy();
+}
+
+#[test]
+fn a_queue_that_does_not_exist_reads_as_absent() {
+    let mut g = Guest::new();
+    for sel in [3, 99, u32::MAX] {
+        g.write(regs::QUEUE_SEL, sel);
+        assert_eq!(g.read(regs::QUEUE_NUM_MAX), 0, "queue {sel}");
+        g.write(regs::QUEUE_NUM, 16);
+        g.write(regs::QUEUE_DESC_LOW, 0x1000);
+        g.write(regs::QUEUE_READY, 1);
+        assert_eq!(g.read(regs::QUEUE_READY), 0, "queue {sel}");
+    }
+    g.start();
+    g.assert_healthy();
+}
+
+// ===== status and features =====
+
+#[test]
+fn features_outside_the_offer_or_without_version_1_are_refused() {
+    let good = Guest::good_features();
+    for (name, accepted) in [
+        (
+            "indirect descriptors",
+            good | features::bit(features::RING_INDIRECT_DESC),
+        ),
+        (
+            "mergeable receive buffers",
+            good | features::bit(features::NET_MRG_RXBUF),
+        ),
+        ("a bit above 32", good | features::bit(40)),
+        ("no VERSION_1", good & !features::bit(features::VERSION_1)),
+    ] {
+        let g = Guest::new();
+        assert!(!g.negotiate(accepted), "{name}: FEATURES_OK stays clear");
+        g.assert_healthy();
+    }
+    // Feature windows beyond the two that exist read 0 and take nothing.
+    let g = Guest::new();
+    g.write(regs::DEVICE_FEATURES_SEL, 2);
+    assert_eq!(g.read(regs::DEVICE_FEATURES), 0);
+    g.write(regs::DEVICE_FEATURES_SEL, 1);
+    assert_eq!(g.read(regs::DEVICE_FEATURES), 1, "VERSION_1 is bit 32");
+    g.write(regs::DRIVER_FEATURES_SEL, 7);
+    g.write(regs::DRIVER_FEATURES, u32::MAX);
+    assert!(g.negotiate(good));
+}
+
+#[test]
+fn features_without_event_idx_are_refused() {
+    // The device always suppresses notifications with EVENT_IDX; a driver that did not
+    // accept it would wait for notifications the device never sends.
+    let g = Guest::new();
+    assert!(!g.negotiate(Guest::good_features() & !features::bit(features::RING_EVENT_IDX)));
+    g.assert_healthy();
+}
+
+#[test]
+fn feature_writes_after_features_ok_are_ignored() {
+    let g = Guest::new();
+    let good = Guest::good_features();
+    assert!(g.negotiate(good));
+    g.features(good | features::bit(features::RING_INDIRECT_DESC) | features::bit(40));
+    assert_eq!(g.dev.features(), Some(good));
+    g.write(
+        regs::STATUS,
+        status::ACKNOWLEDGE | status::DRIVER | status::FEATURES_OK,
+    );
+    assert_eq!(g.dev.features(), Some(good));
+    g.assert_healthy();
+}
+
+#[test]
+fn driver_ok_without_features_ok_breaks_the_device() {
+    for accepted in [None, Some(features::bit(features::RING_INDIRECT_DESC))] {
+        let mut g = Guest::new();
+        g.write(regs::STATUS, status::ACKNOWLEDGE | status::DRIVER);
+        if let Some(bits) = accepted {
+            // Refused features: FEATURES_OK cleared, and the driver goes on regardless.
+            assert!(!g.negotiate(bits | Guest::good_features()));
+        }
+        for q in [RX, TX] {
+            g.queue(q, u32::from(SIZE), Guest::rings(q));
+        }
+        g.write(
+            regs::STATUS,
+            status::ACKNOWLEDGE | status::DRIVER | status::DRIVER_OK,
+        );
+        g.settle();
+        g.assert_broken(&["DRIVER_OK", "FEATURES_OK"]);
+        // It never touched the rings.
+        assert_eq!(g.used(TX), vec![]);
+    }
+}
+
+// ===== register accesses =====
+
+#[test]
+fn register_accesses_that_are_not_32_bit_and_aligned_break_the_device() {
+    type Access = Box<dyn Fn(&VirtioNet)>;
+    let cases: Vec<(&str, Access, &str)> = vec![
+        (
+            "1-byte read",
+            Box::new(|dev| dev.mmio_read(MMIO_BASE + regs::STATUS, &mut [0u8; 1])),
+            "1-byte read of register 0x70",
+        ),
+        (
+            "2-byte read",
+            Box::new(|dev| dev.mmio_read(MMIO_BASE + regs::MAGIC, &mut [0u8; 2])),
+            "2-byte read of register 0x0",
+        ),
+        (
+            "8-byte read",
+            Box::new(|dev| dev.mmio_read(MMIO_BASE + regs::QUEUE_DESC_LOW, &mut [0u8; 8])),
+            "8-byte read of register 0x80",
+        ),
+        (
+            "misaligned read",
+            Box::new(|dev| dev.mmio_read(MMIO_BASE + regs::STATUS + 2, &mut [0u8; 4])),
+            "misaligned",
+        ),
+        (
+            "1-byte write",
+            Box::new(|dev| dev.mmio_write(MMIO_BASE + regs::STATUS, &[1])),
+            "1-byte write to register 0x70",
+        ),
+        (
+            "8-byte write",
+            Box::new(|dev| dev.mmio_write(MMIO_BASE + regs::QUEUE_DESC_LOW, &[1; 8])),
+            "8-byte write to register 0x80",
+        ),
+        (
+            "empty write",
+            Box::new(|dev| dev.mmio_write(MMIO_BASE + regs::STATUS, &[])),
+            "0-byte write",
+        ),
+    ];
+    for (name, access, words) in cases {
+        let g = Guest::new();
+        access(&g.dev);
+        let why = g.dev.broken();
+        assert!(
+            g.status() & status::DEVICE_NEEDS_RESET != 0
+                && why.as_deref().unwrap_or("").contains(words),
+            "{name}: wanted DEVICE_NEEDS_RESET and a reason naming {words:?}, got {why:?}"
+        );
+    }
+}
+
+#[test]
+fn a_misaligned_register_write_breaks_the_device() {
+    let g = Guest::new();
+    g.dev
+        .mmio_write(MMIO_BASE + regs::STATUS + 1, &[1, 0, 0, 0]);
+    g.assert_broken(&["misaligned", "0x71"]);
+}
+
+#[test]
+fn accesses_outside_the_registers_are_harmless() {
+    let g = Guest::new();
+    // Other slots have no transport: magic 0, writes go nowhere.
+    for slot in [1, 5, 23] {
+        let base = MMIO_BASE + slot * ebb_abi::virtio::MMIO_SLOT_SIZE;
+        let mut magic = [0xffu8; 4];
+        g.dev.mmio_read(base + regs::MAGIC, &mut magic);
+        assert_eq!(magic, [0; 4], "slot {slot}");
+        g.dev.mmio_write(base + regs::STATUS, &[0xff; 4]);
+        g.dev.mmio_write(base + regs::STATUS, &[0xff; 3]);
+    }
+    // Below the first slot, at the window's ends, and outside it.
+    for addr in [
+        ebb_abi::virtio::MMIO_WINDOW_START,
+        ebb_abi::virtio::MMIO_WINDOW_END - 4,
+        MMIO_BASE - 4,
+        0,
+        u64::MAX - 3,
+    ] {
+        let mut data = [0xffu8; 4];
+        g.dev.mmio_read(addr, &mut data);
+        assert_eq!(data, [0; 4], "{addr:#x}");
+        g.dev.mmio_write(addr, &[0xff; 4]);
+    }
+    // A kick that reaches the register file (normally the ioeventfd takes it), for a
+    // queue that does not exist.
+    g.write(regs::QUEUE_NOTIFY, 0xffff);
+    // Registers that do not exist read 0 and ignore writes.
+    for offset in [0x018, 0x040, 0x0f0, 0x0f8] {
+        assert_eq!(g.read(offset), 0, "{offset:#x}");
+        g.write(offset, u32::MAX);
+    }
+    // The config space: any width, read-only, zero past its 12 bytes.
+    let mut mac = [0u8; 6];
+    g.dev.mmio_read(MMIO_BASE + regs::CONFIG, &mut mac);
+    assert_eq!(mac, [2, 0, 0, 0, 0, 1]);
+    g.dev.mmio_write(MMIO_BASE + regs::CONFIG, &[9; 6]);
+    g.dev.mmio_write(MMIO_BASE + regs::CONFIG + 3, &[9; 1]);
+    g.dev.mmio_read(MMIO_BASE + regs::CONFIG, &mut mac);
+    assert_eq!(mac, [2, 0, 0, 0, 0, 1]);
+    let mut tail = [0xffu8; 8];
+    g.dev.mmio_read(MMIO_BASE + regs::CONFIG + 10, &mut tail);
+    assert_eq!(tail, [0xdc, 0x05, 0, 0, 0, 0, 0, 0], "MTU 1500, then zeros");
+    g.dev.mmio_read(MMIO_BASE + MMIO_SLOT_SIZE - 2, &mut tail);
+    assert_eq!(tail, [0; 8], "past the slot");
+    g.assert_healthy();
+}
+
+// ===== transmit frame sizes =====
+
+#[test]
+fn transmit_chains_that_hold_no_frame_break_the_device() {
+    for (name, descs, words) in [
+        (
+            "header only",
+            vec![d(BUF, NET_HDR_LEN as u32, 0, 0)],
+            "holds 12 bytes",
+        ),
+        (
+            "a 70,000-byte frame",
+            vec![d(BUF, 35_000, DESC_F_NEXT, 1), d(BUF, 35_000, 0, 0)],
+            "holds 70000 bytes",
+        ),
+    ] {
+        let g = chain_case(TX, &descs, 0);
+        let why = g.dev.broken();
+        assert!(
+            g.status() & status::DEVICE_NEEDS_RESET != 0
+                && [queue_name(TX), words]
+                    .iter()
+                    .all(|w| why.as_deref().unwrap_or("").contains(w)),
+            "{name}: {why:?}"
+        );
+        assert!(g.sent().is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn a_head_published_twice_is_served_twice() {
+    // The driver's mistake with its own buffer: the device sends the frame twice and
+    // returns the head twice, and stays healthy.
+    let mut g = Guest::new();
+    g.start();
+    let len = g.tx_buffer(BUF, FRAME);
+    g.desc(TX, 0, d(BUF, len, 0, 0));
+    g.publish(TX, 0);
+    g.publish(TX, 0);
+    g.settle();
+    g.assert_healthy();
+    assert_eq!(g.sent(), vec![FRAME.to_vec(), FRAME.to_vec()]);
+    assert_eq!(g.used(TX), vec![(0, 0), (0, 0)]);
+}
+
+#[test]
+fn reasons_name_queues_of_every_pair_and_the_control_queue() {
+    // Two pairs: queues 0-3 are rx/tx of pairs 0 and 1, the control queue is 4.
+    for (q, role) in [
+        (3u16, "queue 3 (transmit, pair 1)"),
+        (4, "queue 4 (control)"),
+    ] {
+        let mut g = bounded(move || {
+            let mut g = Guest::with_pairs(2);
+            assert!(g.negotiate(Guest::good_features()));
+            g.queue(q, 100, Guest::rings(q));
+            g.driver_ok();
+            g.settle();
+            g
+        });
+        g.assert_broken(&[role, "queue size 100"]);
+        g.settle();
+    }
+}
