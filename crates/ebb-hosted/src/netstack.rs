@@ -29,8 +29,8 @@ use crate::reactor::{self, Source, Token};
 use crate::tap::{TapConfig, TapDevice, TapError};
 
 pub use ebb_netstack::{
-    AddressConfig, CoreNetStack, DriverCounters, FaultSetting, MAX_ROUNDS, MAX_STEERED_WAITING,
-    NetListener, NetStack, NetStackCounters, NetStackError, NetStackRef, Placement, TcpConn,
+    AddressConfig, CoreNetStack, FaultSetting, MAX_ROUNDS, MAX_STEERED_WAITING, NetListener,
+    NetStack, NetStackCounters, NetStackError, NetStackRef, Placement, RunnerCounters, TcpConn,
 };
 
 /// Everything [`start`] needs: the TAP device and the stack's settings.

@@ -258,7 +258,7 @@ where
         Outcome::Skipped(capability, reason) => ebb_testkit::skip(test, capability, &reason),
         Outcome::Ran(result, counters) => {
             if let Some(c) = counters.as_ref() {
-                println!("{test}: driver {:?}", c.driver);
+                println!("{test}: runner {:?}", c.runner);
                 println!("{test}: tcp {:?}", c.tcp);
                 println!("{test}: device {:?}", c.device);
                 if let Some(f) = c.faults {
@@ -634,19 +634,19 @@ fn connect_through_a_router_without_a_route_fails_fast() {
 
 #[test]
 fn idle_stack_sleeps() {
-    // The driver polls only when something happens: a frame arrives (readable), the
+    // The runner polls only when something happens: a frame arrives (readable), the
     // stack's earliest deadline fires (timer), or the application acts (idle handler).
     // An idle stack with a static address has no deadline due within this second (ARP
     // entries live 60 s; no TCP connection), and Linux sends on a fresh link only the odd
     // IPv6 router solicitation or MLD report — so an idle second costs a poll or two, and
-    // every poll has an event behind it. A spinning driver, a busy timer or an idle
+    // every poll has an event behind it. A spinning runner, a busy timer or an idle
     // handler left registered would show here.
     let test = "idle_stack_sleeps";
     let Some((polls, events)) = with_netstack(test, 11, &[], None, false, |env| async move {
         event::sleep(Duration::from_millis(300)).await; // settle (gratuitous ARP, IPv6 noise)
-        let before = env.stack.driver_counters();
+        let before = env.stack.runner_counters();
         event::sleep(Duration::from_secs(1)).await;
-        let after = env.stack.driver_counters();
+        let after = env.stack.runner_counters();
         let events = (after.readable_events - before.readable_events)
             + (after.writable_events - before.writable_events)
             + (after.timer_fires - before.timer_fires);
@@ -658,6 +658,6 @@ fn idle_stack_sleeps() {
     assert!(polls <= 4, "{polls} polls in an idle second (expected 0-2)");
     assert!(
         polls <= events + 1,
-        "{polls} polls but only {events} events woke the driver"
+        "{polls} polls but only {events} events woke the runner"
     );
 }

@@ -225,7 +225,7 @@ struct Seen {
     per_core: Vec<(
         CoreId,
         String,
-        ebb_hosted::netstack::DriverCounters,
+        ebb_hosted::netstack::RunnerCounters,
         ebb_net::tcp::TcpCounters,
     )>,
 }
@@ -329,8 +329,8 @@ fn multicore_echo(test: &str, net: u8, faults: Option<FaultSetting>, dhcp: bool)
         }
         Outcome::Ran(result) => result.unwrap_or_else(|e| panic!("{test}: {e}")),
     };
-    for (core, _, driver, tcp) in &seen.per_core {
-        println!("{test}: core {}: {driver:?}", core.0);
+    for (core, _, runner, tcp) in &seen.per_core {
+        println!("{test}: core {}: {runner:?}", core.0);
         println!("{test}: core {}: {tcp:?}", core.0);
     }
     if faults.is_some() {
@@ -406,7 +406,7 @@ fn multicore_echo(test: &str, net: u8, faults: Option<FaultSetting>, dhcp: bool)
         CONNECTIONS as u64 + 1,
         "every connection closed gracefully"
     );
-    for (core, _, driver, tcp) in &seen.per_core {
+    for (core, _, runner, tcp) in &seen.per_core {
         assert_eq!(tcp.connections_aborted, 0, "core {}: {tcp:?}", core.0);
         assert_eq!(tcp.connections_timed_out, 0, "core {}: {tcp:?}", core.0);
         if faults.is_none() {
@@ -423,8 +423,8 @@ fn multicore_echo(test: &str, net: u8, faults: Option<FaultSetting>, dhcp: bool)
             );
         }
         assert_eq!(tcp.dropped_owned_elsewhere, 0, "core {}: {tcp:?}", core.0);
-        assert_eq!(driver.steer_failures, 0, "core {}: {driver:?}", core.0);
-        assert_eq!(driver.steered_dropped, 0, "core {}: {driver:?}", core.0);
+        assert_eq!(runner.steer_failures, 0, "core {}: {runner:?}", core.0);
+        assert_eq!(runner.steered_dropped, 0, "core {}: {runner:?}", core.0);
     }
     // Each frame steered to one core, or copied to the one other core (ARP replies).
     let steered: u64 = seen
@@ -513,7 +513,7 @@ async fn run_body(
     let mut faults = Vec::new();
     for (core, counters) in stack.counters_per_core().await {
         let c = counters.map_err(|e| format!("counters of core {}: {e}", core.0))?;
-        per_core.push((core, format!("{:?}", c.interface), c.driver, c.tcp));
+        per_core.push((core, format!("{:?}", c.interface), c.runner, c.tcp));
         faults.push(c.faults);
     }
     let accepted = accepted.lock().map_err(|e| e.to_string())?.clone();

@@ -13,7 +13,7 @@
 //! * [`transport`] — the seam between the IP layer and TCP (zero copy both ways).
 //! * [`iface`] — the IP layer: Ethernet, ARP, IPv4, ICMP echo, UDP sockets, DHCPv4 client.
 //! * [`stack`] — the driver a runtime polls: device, interface and TCP, one `poll(now)`.
-//! * [`dispatch`] — multi-core: which core owns each connection, and where each received
+//! * [`steering`] — multi-core: which core owns each connection, and where each received
 //!   frame is processed.
 //!
 //! The crate is `no_std` + `alloc`.
@@ -25,10 +25,10 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
-pub mod dispatch;
 pub mod iface;
 pub mod phy;
 pub mod stack;
+pub mod steering;
 pub mod tcp;
 pub mod transport;
 pub mod wire;

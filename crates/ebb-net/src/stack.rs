@@ -54,7 +54,7 @@ impl Default for StackConfig {
 }
 
 /// Multi-core stacks: decides, for each frame the device received, whether this core
-/// processes it (see [`crate::dispatch`]). Frames for other cores are taken out of the
+/// processes it (see [`crate::steering`]). Frames for other cores are taken out of the
 /// batch (and handed to them, which is the implementation's business); frames to be
 /// processed here as well as elsewhere are copied (an `IOBuf` clone shares the bytes).
 pub trait FrameSteering {

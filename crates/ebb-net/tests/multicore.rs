@@ -24,10 +24,10 @@ use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
 use ebb_core::rcu::RcuDomain;
 use ebb_core::{CoreId, Instant};
-use ebb_net::dispatch::{FlowDirectory, Placement, Steer};
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
 use ebb_net::phy::{DeviceCapabilities, DeviceCounters, Link, LinkEnd, NetDevice};
 use ebb_net::stack::{FrameSteering, Stack};
+use ebb_net::steering::{FlowDirectory, Placement, Steer};
 use ebb_net::tcp::{FourTuple, TcpConfig, TcpLayer};
 use ebb_net::wire::tcp::MAX_SACK_BLOCKS;
 use ebb_net::wire::{

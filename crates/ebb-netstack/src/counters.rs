@@ -7,7 +7,7 @@ use ebb_net::tcp::TcpCounters;
 
 /// How often each event source drove the stack: shows that an idle stack sleeps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DriverCounters {
+pub struct RunnerCounters {
     /// `Stack::poll` calls.
     pub polls: u64,
     /// Readable reports from the device (an epoll edge hosted, a used ring that moved
@@ -49,5 +49,5 @@ pub struct NetStackCounters {
     /// Device operations that failed unexpectedly ([`PlatformDevice::io_errors`](crate::PlatformDevice::io_errors)).
     pub device_io_errors: u64,
     /// How the stack was driven.
-    pub driver: DriverCounters,
+    pub runner: RunnerCounters,
 }

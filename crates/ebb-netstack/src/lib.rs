@@ -7,7 +7,7 @@
 //! its readiness on its core (the [`device`] module). Everything else — the poll policy,
 //! the deadline timer, the idle handler, steering between cores, DHCP lease sharing,
 //! listening on every core — is here, once, on top of `ebb_core::event`, like embassy-net's
-//! `Stack::run` apart from its drivers.
+//! `Stack::run` apart from its device drivers.
 //!
 //! Connections implement `ebb_core::net::TcpConnection` with `ebb_core::net::TcpHandler`s,
 //! so handlers written for Linux sockets run over ebb-net unchanged.
@@ -21,13 +21,13 @@
 //! * **the device's readiness** ([`PlatformDevice::watch`]): an epoll edge on the TAP
 //!   descriptor hosted, a used ring that moved natively. A readable report polls at once.
 //!   A writable report polls only when the device pushed back on transmit (frames left in
-//!   the interface's queue): then the driver stops polling from the idle handler and
+//!   the interface's queue): then the runner stops polling from the idle handler and
 //!   waits for that report instead of retrying in a loop (with a 1 ms timer as a
 //!   backstop, since the fault injector can hold frames back without the device being
 //!   full);
 //! * **a timer task** (`spawn_local` + `sleep_until`) sleeping until the stack's next
 //!   deadline (TCP retransmission, delayed ACK, ARP, DHCP, the fault injector's held
-//!   frames). After every poll the driver records the new deadline and wakes the task if
+//!   frames). After every poll the runner records the new deadline and wakes the task if
 //!   it is earlier than the one it sleeps on; a later one is picked up when it fires
 //!   (an early poll is harmless: it finds nothing due and re-arms);
 //! * **an idle handler** that polls when the application acted on a connection outside a
@@ -39,7 +39,7 @@
 //!
 //! * Everything lives on one core: the stack, its connections and every callback. The
 //!   handle is `!Send`.
-//! * The `Stack` is borrowed only inside the driver's poll (and the short accessors
+//! * The `Stack` is borrowed only inside the runner's poll (and the short accessors
 //!   below). Application callbacks run inside `poll` (TCP delivers events at the end of
 //!   its calls), so they must not call methods that need the stack borrowed — they get
 //!   [`NetStackError::Busy`] (counters) instead of a panic. `listen`, `connect` and every
@@ -55,17 +55,17 @@
 //! Given `n > 1` devices (queue pairs of one NIC) the stack runs on `n` cores: the calling core (the *home* core, which also runs UDP)
 //! and the next `n − 1`. Each core drives its own queue with its own `Stack` — interface,
 //! ARP cache, TCP layer, timers — exactly as above; what they share is an
-//! `ebb_net::dispatch::FlowDirectory`: which core owns each connection (an RCU hash map
+//! `ebb_net::steering::FlowDirectory`: which core owns each connection (an RCU hash map
 //! read without locks on every received frame) and how each listening port places new
 //! connections ([`Placement`]). Every frame a queue receives is *steered* before the
 //! interface sees it: frames of a connection owned elsewhere (or UDP, for the home core)
 //! are batched per destination and sent to their core as one `spawn_on` message per
 //! batch and poll, zero copy (the `IOBuf`s move); ARP replies are copied to every core.
-//! The per-core drivers are the representatives of a `MulticoreEbb`, which is how a
-//! message finds the driver of the core it runs on.
+//! The per-core runners are the representatives of a `MulticoreEbb`, which is how a
+//! message finds the runner of the core it runs on.
 //! Linux's TAP steers a flow to the queue that last transmitted it, so after a
 //! connection's first segment from its owner, its frames arrive at the owner's queue and
-//! nothing is forwarded (the counters in [`DriverCounters`] show it).
+//! nothing is forwarded (the counters in [`RunnerCounters`] show it).
 //!
 //! * [`NetStack::listen_on_every_core`] listens on every core; the [`Placement`] decides
 //!   the owner of each accepted connection (default: the core that received the SYN),
@@ -90,7 +90,7 @@ extern crate alloc;
 
 pub mod counters;
 pub mod device;
-mod driver;
+mod runner;
 mod steering;
 
 use alloc::boxed::Box;
@@ -108,23 +108,23 @@ use ebb_core::event;
 use ebb_core::future::promise;
 use ebb_core::net::TcpErrorKind;
 use ebb_core::{CoreId, Instant};
-use ebb_net::dispatch::FlowDirectory;
 use ebb_net::iface::{Interface, InterfaceConfig, Ipv4Cidr};
 use ebb_net::phy::{FaultConfig, FaultInjector};
+use ebb_net::steering::FlowDirectory;
 use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::wire::EthernetAddress;
 
-pub use counters::{DriverCounters, NetStackCounters};
+pub use counters::{NetStackCounters, RunnerCounters};
 pub use device::{DeviceError, DeviceReady, PlatformDevice, Readiness};
-pub use ebb_net::dispatch::Placement;
+pub use ebb_net::steering::Placement;
 pub use ebb_net::tcp::TcpConn;
 
-use driver::{CorePart, Driver, MultiCore, NO_PART_HERE, StackParts, local_driver};
+use runner::{CorePart, CoreRunner, MultiCore, NO_PART_HERE, StackParts, local_runner};
 
 /// Frames steered from other cores that may wait for this core's next poll.
 pub const MAX_STEERED_WAITING: usize = 4096;
 
-/// Back-to-back `Stack::poll` rounds in one driver poll before yielding to the loop.
+/// Back-to-back `Stack::poll` rounds in one runner's poll before yielding to the loop.
 pub const MAX_ROUNDS: usize = 8;
 
 /// While transmission is blocked, poll again after this long even without a writable
@@ -259,8 +259,8 @@ impl NetListener {
             for &core in cores {
                 let (id, addr) = (multi.id, self.addr);
                 let _ = event::spawn_on(core, move || {
-                    if let Some(driver) = local_driver(id) {
-                        driver.tcp.unlisten(addr);
+                    if let Some(runner) = local_runner(id) {
+                        runner.tcp.unlisten(addr);
                     }
                 });
             }
@@ -271,8 +271,8 @@ impl NetListener {
 /// ebb-net on the platform's devices, driven by the calling core's event loop (and, with
 /// several queue pairs, the next cores'): see the crate docs.
 pub struct NetStack {
-    /// The home core's driver.
-    driver: Rc<Driver>,
+    /// The home core's runner.
+    runner: Rc<CoreRunner>,
     multi: Option<MultiCore>,
 }
 
@@ -289,8 +289,8 @@ impl NetStackRef {
     /// [`NetStackError::NotOnThisCore`]). On a single-queue stack only the home core
     /// has one; none is left after [`NetStack::shutdown`].
     pub fn on_this_core(&self) -> Result<CoreNetStack, NetStackError> {
-        local_driver(self.id)
-            .map(|driver| CoreNetStack { driver })
+        local_runner(self.id)
+            .map(|runner| CoreNetStack { runner })
             .ok_or(NetStackError::NotOnThisCore(event::core_id().0))
     }
 
@@ -302,7 +302,7 @@ impl NetStackRef {
 
 /// One core's part of a multi-core [`NetStack`] (`!Send`: it stays on its core).
 pub struct CoreNetStack {
-    driver: Rc<Driver>,
+    runner: Rc<CoreRunner>,
 }
 
 impl CoreNetStack {
@@ -312,17 +312,17 @@ impl CoreNetStack {
         &self,
         remote: SocketAddrV4,
     ) -> impl Future<Output = Result<TcpConn, TcpErrorKind>> + 'static {
-        self.driver.connect(remote)
+        self.runner.connect(remote)
     }
 
     /// This core's counters ([`NetStackError::Busy`] inside a callback).
     pub fn counters(&self) -> Result<NetStackCounters, NetStackError> {
-        self.driver.counters()
+        self.runner.counters()
     }
 
     /// The core.
     pub fn core(&self) -> CoreId {
-        self.driver.core
+        self.runner.core
     }
 }
 
@@ -378,35 +378,36 @@ impl NetStack {
         let first = devices
             .next()
             .unwrap_or_else(|| unreachable!("there is at least one device"));
-        let driver = Driver::start(id, link(first, 0), iface, config.tcp.clone(), multi.clone())?;
+        let runner =
+            CoreRunner::start(id, link(first, 0), iface, config.tcp.clone(), multi.clone())?;
         if let Some(multi) = &multi {
             for (queue, (device, &core)) in devices.zip(&multi.directory.cores()[1..]).enumerate() {
                 let device = link(device, queue as u64 + 1);
                 // With DHCP only the home core runs the client; the others take the
-                // address it leases (see `Driver::share_address`).
+                // address it leases (see `CoreRunner::share_address`).
                 let iface = match config.address {
                     AddressConfig::Dhcp => InterfaceConfig::new_managed(config.mac),
                     AddressConfig::Static { .. } => iface,
                 };
                 let (tcp, part) = (config.tcp.clone(), multi.clone());
                 let sent = event::spawn_on(core, move || {
-                    if let Err(e) = Driver::start(id, device, iface, tcp, Some(part)) {
+                    if let Err(e) = CoreRunner::start(id, device, iface, tcp, Some(part)) {
                         log::error!("network stack queue {} on core {}: {e}", queue + 1, core.0);
                     }
                 });
                 if sent.is_err() {
-                    driver.stop();
+                    runner.stop();
                     return Err(NetStackError::NotOnThisCore(core.0));
                 }
             }
         }
-        Ok(NetStack { driver, multi })
+        Ok(NetStack { runner, multi })
     }
 
     /// The home core's device name (the TAP interface, the virtio queue pair).
     pub fn device_name(&self) -> Result<alloc::string::String, NetStackError> {
         let stack = self
-            .driver
+            .runner
             .stack
             .try_borrow()
             .map_err(|_| NetStackError::Busy)?;
@@ -415,22 +416,22 @@ impl NetStack {
 
     /// Our address, once configured.
     pub fn address(&self) -> Option<Ipv4Cidr> {
-        self.driver.address.get()
+        self.runner.address.get()
     }
 
     /// The cores running a queue, home core first.
     pub fn cores(&self) -> Vec<CoreId> {
         match &self.multi {
             Some(multi) => multi.directory.cores().to_vec(),
-            None => vec![self.driver.core],
+            None => vec![self.runner.core],
         }
     }
 
     /// A handle any core can use to reach its part of the stack.
     pub fn handle(&self) -> NetStackRef {
         NetStackRef {
-            id: self.driver.id,
-            home: self.driver.core,
+            id: self.runner.id,
+            home: self.runner.core,
         }
     }
 
@@ -442,7 +443,7 @@ impl NetStack {
             let Some(multi) = multi else { return Ok(()) };
             for &core in multi.directory.cores() {
                 let id = multi.id;
-                let running = event::run_on(core, move || local_driver(id).is_some())
+                let running = event::run_on(core, move || local_runner(id).is_some())
                     .await
                     .unwrap_or(false);
                 if !running {
@@ -458,10 +459,10 @@ impl NetStack {
     pub fn wait_for_address(
         &self,
     ) -> impl Future<Output = Result<Ipv4Cidr, NetStackError>> + 'static {
-        let known = self.driver.address.get();
+        let known = self.runner.address.get();
         let waiting = known.is_none().then(|| {
             let (tx, rx) = promise();
-            self.driver.address_waiters.borrow_mut().push(tx);
+            self.runner.address_waiters.borrow_mut().push(tx);
             rx
         });
         async move {
@@ -484,15 +485,15 @@ impl NetStack {
         on_accept: impl FnMut(TcpConn) + 'static,
     ) -> Result<NetListener, TcpErrorKind> {
         let addr = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
-        self.driver.tcp.listen(addr, LISTEN_BACKLOG, on_accept)?;
+        self.runner.tcp.listen(addr, LISTEN_BACKLOG, on_accept)?;
         if let Some(multi) = &self.multi {
             multi
                 .directory
-                .set_placement(port, Placement::Core(self.driver.core));
+                .set_placement(port, Placement::Core(self.runner.core));
         }
         Ok(NetListener {
             addr,
-            tcp: self.driver.tcp.clone(),
+            tcp: self.runner.tcp.clone(),
             everywhere: None,
         })
     }
@@ -508,7 +509,7 @@ impl NetStack {
         on_accept: impl Fn(TcpConn) + Send + Sync + 'static,
     ) -> impl Future<Output = Result<NetListener, TcpErrorKind>> + 'static {
         let addr = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
-        let home_tcp = self.driver.tcp.clone();
+        let home_tcp = self.runner.tcp.clone();
         let multi = self.multi.clone();
         let on_accept = Arc::new(on_accept);
         async move {
@@ -524,9 +525,9 @@ impl NetStack {
             let cores = multi.directory.cores().to_vec();
             for (listening, &core) in cores.iter().enumerate() {
                 let (id, on_accept) = (multi.id, on_accept.clone());
-                let listened = event::run_on(core, move || match local_driver(id) {
+                let listened = event::run_on(core, move || match local_runner(id) {
                     None => Err(TcpErrorKind::Other(NO_PART_HERE)),
-                    Some(driver) => driver
+                    Some(runner) => runner
                         .tcp
                         .listen(addr, LISTEN_BACKLOG, move |conn| on_accept(conn)),
                 })
@@ -538,8 +539,8 @@ impl NetStack {
                     for &core in &cores[..listening] {
                         let id = multi.id;
                         let _ = event::spawn_on(core, move || {
-                            if let Some(driver) = local_driver(id) {
-                                driver.tcp.unlisten(addr);
+                            if let Some(runner) = local_runner(id) {
+                                runner.tcp.unlisten(addr);
                             }
                         });
                     }
@@ -565,13 +566,13 @@ impl NetStack {
         &self,
         remote: SocketAddrV4,
     ) -> impl Future<Output = Result<TcpConn, TcpErrorKind>> + 'static {
-        self.driver.connect(remote)
+        self.runner.connect(remote)
     }
 
     /// The home core's TCP layer (its configuration, connection count, `listen` with an
     /// exact address).
     pub fn tcp(&self) -> &TcpLayer {
-        &self.driver.tcp
+        &self.runner.tcp
     }
 
     /// Runs `f` on the home core's interface (UDP sockets, ping, ARP cache), then polls
@@ -583,20 +584,20 @@ impl NetStack {
     ) -> Result<R, NetStackError> {
         let result = {
             let mut stack = self
-                .driver
+                .runner
                 .stack
                 .try_borrow_mut()
                 .map_err(|_| NetStackError::Busy)?;
             f(event::now(), stack.iface_mut())
         };
-        self.driver.poll_now();
+        self.runner.poll_now();
         Ok(result)
     }
 
-    /// Every counter of the home core: interface, TCP, device, faults, driver. Not from
+    /// Every counter of the home core: interface, TCP, device, faults, runner. Not from
     /// inside a connection callback ([`NetStackError::Busy`]).
     pub fn counters(&self) -> Result<NetStackCounters, NetStackError> {
-        self.driver.counters()
+        self.runner.counters()
     }
 
     /// Every core's counters, home core first.
@@ -605,7 +606,7 @@ impl NetStack {
     ) -> impl Future<Output = Vec<(CoreId, Result<NetStackCounters, NetStackError>)>> + 'static
     {
         let multi = self.multi.clone();
-        let home = self.driver.clone();
+        let home = self.runner.clone();
         async move {
             let Some(multi) = multi else {
                 return vec![(home.core, home.counters())];
@@ -613,8 +614,8 @@ impl NetStack {
             let mut all = Vec::new();
             for &core in multi.directory.cores() {
                 let id = multi.id;
-                let counters = event::run_on(core, move || match local_driver(id) {
-                    Some(driver) => driver.counters(),
+                let counters = event::run_on(core, move || match local_runner(id) {
+                    Some(runner) => runner.counters(),
                     None => Err(NetStackError::NotOnThisCore(core.0)),
                 })
                 .await
@@ -626,8 +627,8 @@ impl NetStack {
     }
 
     /// How the home core drove the stack so far (always available).
-    pub fn driver_counters(&self) -> DriverCounters {
-        self.driver.counters.get()
+    pub fn runner_counters(&self) -> RunnerCounters {
+        self.runner.counters.get()
     }
 
     /// Stops the stack in order: no more accepting, one last poll to send what is
@@ -640,19 +641,19 @@ impl NetStack {
     /// Call it once, not from inside a connection callback ([`NetStackError::Busy`],
     /// and nothing is stopped); a second call returns [`NetStackError::ShutDown`].
     pub fn shutdown(&self) -> Result<NetStackCounters, NetStackError> {
-        let driver = &self.driver;
-        if driver.stopped.get() {
+        let runner = &self.runner;
+        if runner.stopped.get() {
             return Err(NetStackError::ShutDown);
         }
-        driver.poll_now();
-        let counters = driver.counters()?;
-        driver.stop();
+        runner.poll_now();
+        let counters = runner.counters()?;
+        runner.stop();
         if let Some(multi) = &self.multi {
             for &core in &multi.directory.cores()[1..] {
                 let id = multi.id;
                 let _ = event::spawn_on(core, move || {
-                    if let Some(driver) = local_driver(id) {
-                        driver.stop();
+                    if let Some(runner) = local_runner(id) {
+                        runner.stop();
                     }
                 });
             }
@@ -664,8 +665,8 @@ impl NetStack {
 impl core::fmt::Debug for NetStack {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("NetStack")
-            .field("address", &self.driver.address.get())
-            .field("driver", &self.driver.counters.get())
+            .field("address", &self.runner.address.get())
+            .field("runner", &self.runner.counters.get())
             .finish()
     }
 }

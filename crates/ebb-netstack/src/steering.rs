@@ -6,11 +6,11 @@ use alloc::vec::Vec;
 use core::cell::Cell;
 
 use ebb_core::{CoreId, IOBuf, event};
-use ebb_net::dispatch::Steer;
 use ebb_net::stack::FrameSteering;
+use ebb_net::steering::Steer;
 
-use crate::counters::DriverCounters;
-use crate::driver::{MultiCore, local_driver};
+use crate::counters::RunnerCounters;
+use crate::runner::{MultiCore, local_runner};
 
 /// Appends `frames` to `inbox` up to `limit` frames in all; returns how many were
 /// dropped for want of room (the newest, as a full device ring drops arrivals).
@@ -29,7 +29,7 @@ pub(crate) struct CoreSteering {
     pub(crate) multi: MultiCore,
     /// Frames for each core of the stack (by position in `directory.cores()`), reused.
     pub(crate) outboxes: Vec<Vec<IOBuf>>,
-    pub(crate) counters: Rc<Cell<DriverCounters>>,
+    pub(crate) counters: Rc<Cell<RunnerCounters>>,
 }
 
 impl CoreSteering {
@@ -43,7 +43,7 @@ impl CoreSteering {
         self.outboxes.get_mut(index)
     }
 
-    fn count(&self, f: impl FnOnce(&mut DriverCounters)) {
+    fn count(&self, f: impl FnOnce(&mut RunnerCounters)) {
         let mut c = self.counters.get();
         f(&mut c);
         self.counters.set(c);
@@ -91,8 +91,8 @@ impl FrameSteering for CoreSteering {
             let n = batch.len() as u64;
             let id = self.multi.id;
             let sent = event::spawn_on(core, move || {
-                if let Some(driver) = local_driver(id) {
-                    driver.receive_steered(batch);
+                if let Some(runner) = local_runner(id) {
+                    runner.receive_steered(batch);
                 }
             });
             if sent.is_err() {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use ebb_core::CoreId;
 use ebb_core::rcu::RcuDomain;
-use ebb_net::dispatch::{FlowDirectory, Placement, Steer};
+use ebb_net::steering::{FlowDirectory, Placement, Steer};
 use ebb_net::tcp::{ConnectionDirectory, FourTuple};
 use libfuzzer_sys::fuzz_target;
 

@@ -93,12 +93,12 @@
 //! A `TcpLayer` is per core and `!Send`: each connection lives on the core whose layer
 //! created it. The demux is [`FourTuple`] → connection, private to this module's
 //! `ConnTable`. A multi-core stack gives each core's layer a [`ConnectionDirectory`]
-//! ([`TcpLayer::set_directory`], implemented by [`crate::dispatch::CoreClaims`]): the
+//! ([`TcpLayer::set_directory`], implemented by [`crate::steering::CoreClaims`]): the
 //! table claims a four-tuple there before the connection's first segment leaves, and
 //! releases it when the connection leaves the table — `ConnTable::claim` and
 //! `ConnTable::remove` are the only two places. A passive open whose claim fails (the
 //! tuple is another core's) drops the SYN; an active open tries another port. The
-//! directory steers every received segment to its owner (see [`crate::dispatch`]).
+//! directory steers every received segment to its owner (see [`crate::steering`]).
 //!
 //! # Not done
 //!
@@ -316,7 +316,7 @@ pub struct TcpCounters {
 }
 
 /// A connection's identity: our address and the peer's. The demux key, and the key a
-/// multi-core dispatcher maps to the owning core.
+/// multi-core steering maps to the owning core.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FourTuple {
     /// Our address and port.
@@ -326,7 +326,7 @@ pub struct FourTuple {
 }
 
 /// Where a multi-core stack records which core owns each connection (see
-/// [`crate::dispatch`]). A layer claims a four-tuple before the connection's first segment
+/// [`crate::steering`]). A layer claims a four-tuple before the connection's first segment
 /// leaves (so a peer's answer, arriving on any core, finds the owner) and releases it when
 /// the connection leaves the table.
 pub trait ConnectionDirectory {

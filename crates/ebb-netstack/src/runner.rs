@@ -1,4 +1,4 @@
-//! One core's driver of the stack: the three event sources of the crate docs (device
+//! One core's runner of the stack: the three event sources of the crate docs (device
 //! readiness, the deadline timer task, the idle handler) around one `ebb_net` `Stack`.
 
 use alloc::boxed::Box;
@@ -17,12 +17,12 @@ use ebb_core::event::{self, IdleId, IdleStatus, Sleep};
 use ebb_core::future::{Promise, promise};
 use ebb_core::net::TcpErrorKind;
 use ebb_core::{CoreId, IOBuf, Instant};
-use ebb_net::dispatch::FlowDirectory;
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
 use ebb_net::stack::Stack;
+use ebb_net::steering::FlowDirectory;
 use ebb_net::tcp::{TcpConfig, TcpConn, TcpLayer};
 
-use crate::counters::{DriverCounters, NetStackCounters};
+use crate::counters::{NetStackCounters, RunnerCounters};
 use crate::device::{DeviceReady, PlatformDevice, Readiness};
 use crate::steering::{CoreSteering, admit};
 use crate::{MAX_ROUNDS, MAX_STEERED_WAITING, NetStackError, TX_BLOCKED_RETRY};
@@ -33,15 +33,15 @@ pub(crate) type LeasedAddress = Option<(Ipv4Cidr, Option<Ipv4Addr>)>;
 
 /// The shared state of the three event sources; see the module docs. One per core of
 /// the stack.
-pub(crate) struct Driver {
-    /// The stack's per-core parts, where this driver is this core's.
+pub(crate) struct CoreRunner {
+    /// The stack's per-core parts, where this runner is this core's.
     pub(crate) id: StackParts,
-    /// The core this driver runs on.
+    /// The core this runner runs on.
     pub(crate) core: CoreId,
     pub(crate) stack: RefCell<Stack<Box<dyn PlatformDevice>, TcpLayer>>,
     /// Frames other cores steered here, injected at the next poll.
     pub(crate) inbox: RefCell<Vec<IOBuf>>,
-    /// The idle handler, until [`Driver::stop`].
+    /// The idle handler, until [`CoreRunner::stop`].
     pub(crate) idle: Cell<Option<IdleId>>,
     /// A second handle on the stack's TCP layer, usable while the stack is borrowed.
     pub(crate) tcp: TcpLayer,
@@ -57,7 +57,7 @@ pub(crate) struct Driver {
     pub(crate) timer_armed: Cell<Option<Instant>>,
     /// The address once configured (static, or leased).
     pub(crate) address: Cell<Option<Ipv4Cidr>>,
-    /// Multi-core: the stack this driver is part of.
+    /// Multi-core: the stack this runner is part of.
     pub(crate) multi: Option<MultiCore>,
     /// Home core of a multi-core stack: the address (and gateway) last sent to the
     /// other cores (`None`: nothing sent yet).
@@ -65,11 +65,11 @@ pub(crate) struct Driver {
     pub(crate) address_waiters: RefCell<Vec<Promise<Result<Ipv4Cidr, NetStackError>>>>,
     pub(crate) stopped: Cell<bool>,
     /// Shared with the steering hook, which counts what it forwards.
-    pub(crate) counters: Rc<Cell<DriverCounters>>,
+    pub(crate) counters: Rc<Cell<RunnerCounters>>,
 }
 
-impl Driver {
-    pub(crate) fn count(&self, f: impl FnOnce(&mut DriverCounters)) {
+impl CoreRunner {
+    pub(crate) fn count(&self, f: impl FnOnce(&mut RunnerCounters)) {
         let mut c = self.counters.get();
         f(&mut c);
         self.counters.set(c);
@@ -146,8 +146,8 @@ impl Driver {
         for &core in &multi.directory.cores()[1..] {
             let id = multi.id;
             let sent = event::spawn_on(core, move || {
-                if let Some(driver) = local_driver(id) {
-                    driver.take_address(address);
+                if let Some(runner) = local_runner(id) {
+                    runner.take_address(address);
                 }
             });
             if sent.is_err() {
@@ -156,7 +156,7 @@ impl Driver {
         }
     }
 
-    /// The home core's DHCP lease changed (see [`Driver::share_address`]).
+    /// The home core's DHCP lease changed (see [`CoreRunner::share_address`]).
     fn take_address(&self, address: LeasedAddress) {
         if let Ok(mut stack) = self.stack.try_borrow_mut() {
             stack.iface_mut().set_address(address);
@@ -200,40 +200,40 @@ impl Driver {
             device: stack.device().counters(),
             faults: stack.device().fault_stats(),
             device_io_errors: stack.device().io_errors(),
-            driver: self.counters.get(),
+            runner: self.counters.get(),
         })
     }
 }
 
-/// What a driver on a core of a multi-core stack needs besides its queue.
+/// What a runner on a core of a multi-core stack needs besides its queue.
 #[derive(Clone)]
 pub(crate) struct MultiCore {
-    /// The stack's per-core parts (as in [`Driver::id`]).
+    /// The stack's per-core parts (as in [`CoreRunner::id`]).
     pub(crate) id: StackParts,
     pub(crate) directory: Arc<FlowDirectory>,
 }
 
 /// A stack's per-core parts: a multicore Ebb whose representative on each core holds
-/// that core's driver (none on a core that runs no queue of the stack, or after
+/// that core's runner (none on a core that runs no queue of the stack, or after
 /// shutdown). The handle is `Copy + Send`, so steered frames and cross-core requests
-/// carry it and reach the driver of whichever core runs them; each rep is touched only
+/// carry it and reach the runner of whichever core runs them; each rep is touched only
 /// by its own core.
 pub(crate) type StackParts = EbbRef<MulticoreEbb<CorePart>>;
 
 /// One core's representative of [`StackParts`].
-pub(crate) struct CorePart(pub(crate) RefCell<Option<Rc<Driver>>>);
+pub(crate) struct CorePart(pub(crate) RefCell<Option<Rc<CoreRunner>>>);
 
 /// The error code a cross-core request reports when the target core runs no part of the
 /// stack (it failed to start, or the stack was shut down): `ENODEV`.
 pub(crate) const NO_PART_HERE: i32 = 19;
 
-/// The calling core's driver of the stack `parts`, if it runs a queue of it.
-pub(crate) fn local_driver(parts: StackParts) -> Option<Rc<Driver>> {
+/// The calling core's runner of the stack `parts`, if it runs a queue of it.
+pub(crate) fn local_runner(parts: StackParts) -> Option<Rc<CoreRunner>> {
     parts.try_rep().ok()?.0.borrow().clone()
 }
 
-impl Driver {
-    /// Builds a driver of stack `id` for `device` on the calling core, starts its three
+impl CoreRunner {
+    /// Builds a runner of stack `id` for `device` on the calling core, starts its three
     /// event sources and installs it as this core's part of `id`; with `multi`, makes it
     /// that multi-core stack's part on this core (claims, steering).
     pub(crate) fn start(
@@ -242,11 +242,11 @@ impl Driver {
         iface: InterfaceConfig,
         tcp_config: TcpConfig,
         multi: Option<MultiCore>,
-    ) -> Result<Rc<Driver>, NetStackError> {
+    ) -> Result<Rc<CoreRunner>, NetStackError> {
         let core = event::core_id();
         let tcp = TcpLayer::new(tcp_config);
         let mut stack = Stack::new(device, iface, tcp.clone());
-        let counters = Rc::new(Cell::new(DriverCounters::default()));
+        let counters = Rc::new(Cell::new(RunnerCounters::default()));
         if let Some(multi) = &multi {
             tcp.set_directory(Rc::new(multi.directory.claims_for(core)));
             stack.set_steering(Box::new(CoreSteering {
@@ -256,7 +256,7 @@ impl Driver {
                 counters: counters.clone(),
             }));
         }
-        let driver = Rc::new(Driver {
+        let runner = Rc::new(CoreRunner {
             id,
             core,
             stack: RefCell::new(stack),
@@ -275,31 +275,31 @@ impl Driver {
             stopped: Cell::new(false),
             counters,
         });
-        let weak = Rc::downgrade(&driver);
+        let weak = Rc::downgrade(&runner);
         let ready = DeviceReady::new(move |readiness| {
-            if let Some(driver) = weak.upgrade() {
-                driver.device_ready(readiness);
+            if let Some(runner) = weak.upgrade() {
+                runner.device_ready(readiness);
             }
         });
-        driver
+        runner
             .stack
             .borrow_mut()
             .device_mut()
             .watch(ready)
             .map_err(NetStackError::Device)?;
-        let idle_driver = driver.clone();
+        let idle_driver = runner.clone();
         let idle = event::add_idle_handler(move || idle_driver.idle());
-        driver.idle.set(Some(idle));
+        runner.idle.set(Some(idle));
         drop(event::spawn_local(DeadlineTimer {
-            driver: driver.clone(),
+            runner: runner.clone(),
             sleep: None,
         }));
         if let Ok(part) = id.try_rep() {
-            *part.0.borrow_mut() = Some(driver.clone());
+            *part.0.borrow_mut() = Some(runner.clone());
         }
         // The first poll sends the gratuitous ARP (static) or the DHCP DISCOVER.
-        driver.poll_now();
-        Ok(driver)
+        runner.poll_now();
+        Ok(runner)
     }
 
     /// Stops this core's part: one last poll to send what is queued, then the
@@ -372,7 +372,7 @@ impl Driver {
     }
 }
 
-impl Driver {
+impl CoreRunner {
     /// The device reported readiness (see [`PlatformDevice::watch`]).
     fn device_ready(&self, readiness: Readiness) {
         let writable = readiness.writable && self.tx_blocked.get();
@@ -388,10 +388,10 @@ impl Driver {
     }
 }
 
-/// The timer task's future: sleeps until the driver's deadline, polls, repeats; ends at
+/// The timer task's future: sleeps until the runner's deadline, polls, repeats; ends at
 /// shutdown.
 pub(crate) struct DeadlineTimer {
-    pub(crate) driver: Rc<Driver>,
+    pub(crate) runner: Rc<CoreRunner>,
     pub(crate) sleep: Option<Sleep>,
 }
 
@@ -401,21 +401,21 @@ impl Future for DeadlineTimer {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
         loop {
-            let driver = &this.driver;
-            if driver.stopped.get() {
-                driver.timer_waker.take();
+            let runner = &this.runner;
+            if runner.stopped.get() {
+                runner.timer_waker.take();
                 return Poll::Ready(());
             }
-            *driver.timer_waker.borrow_mut() = Some(cx.waker().clone());
-            let Some(want) = driver.deadline.get() else {
+            *runner.timer_waker.borrow_mut() = Some(cx.waker().clone());
+            let Some(want) = runner.deadline.get() else {
                 this.sleep = None;
-                driver.timer_armed.set(None);
+                runner.timer_armed.set(None);
                 return Poll::Pending;
             };
-            let armed = driver.timer_armed.get();
+            let armed = runner.timer_armed.get();
             if this.sleep.is_none() || armed.is_none_or(|armed| want < armed) {
                 this.sleep = Some(event::sleep_until(want));
-                driver.timer_armed.set(Some(want));
+                runner.timer_armed.set(Some(want));
             }
             let Some(sleep) = this.sleep.as_mut() else {
                 return Poll::Pending;
@@ -424,10 +424,10 @@ impl Future for DeadlineTimer {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(()) => {
                     this.sleep = None;
-                    driver.timer_armed.set(None);
-                    driver.deadline.set(None);
-                    driver.count(|c| c.timer_fires += 1);
-                    driver.poll_now();
+                    runner.timer_armed.set(None);
+                    runner.deadline.set(None);
+                    runner.count(|c| c.timer_fires += 1);
+                    runner.poll_now();
                 }
             }
         }
