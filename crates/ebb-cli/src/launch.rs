@@ -199,8 +199,16 @@ pub fn run(
             (Flavour::Native, "--native".to_string())
         }
         Requested::Auto => match ebb_vmm::kvm_usable() {
-            Ok(()) => (Flavour::Native, "/dev/kvm is usable".to_string()),
             Err(e) => (Flavour::Hosted, format!("/dev/kvm unusable ({e})")),
+            // Rootless native networking is passt; without it the app could not be
+            // reached, so a first run falls back to hosted rather than fail.
+            Ok(()) if network.backend.as_deref() == Some("user") && !passt_installed() => (
+                Flavour::Hosted,
+                "passt is not installed (native user-mode networking needs it: apt-get \
+                 install passt)"
+                    .to_string(),
+            ),
+            Ok(()) => (Flavour::Native, "/dev/kvm is usable".to_string()),
         },
     };
     // Refuse a network the runtime cannot give before building anything.
@@ -230,6 +238,18 @@ pub fn run(
             run_hosted(&executable, app, options, &network)
         }
     }
+}
+
+/// Whether `passt` is on `PATH` (what `--net user` runs).
+fn passt_installed() -> bool {
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join("passt")).is_ok_and(|m| {
+                use std::os::unix::fs::PermissionsExt;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            })
+        })
+    })
 }
 
 fn cores(n: u32) -> String {

@@ -20,7 +20,7 @@ use ebb_testkit::netns::{Netns, adopt, namespace, need_namespace_and_tap, unique
 use sha2::{Digest, Sha256};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
@@ -511,4 +511,60 @@ fn httpd_and_sink_natively_over_tap_with_faults() {
         2,
         Some("drop=0.01,reorder=0.01,duplicate=0.01,corrupt=0.01,seed=7"),
     );
+}
+
+/// `PATH` without `passt`: a directory of links to everything on `PATH` but passt.
+fn path_without_passt() -> std::ffi::OsString {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("no-passt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the PATH directory");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for entry in std::env::split_paths(&path)
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
+    {
+        let Ok(entry) = entry else { continue };
+        let name = entry.file_name();
+        if name != "passt" && !dir.join(&name).exists() {
+            let _ = std::os::unix::fs::symlink(entry.path(), dir.join(&name));
+        }
+    }
+    dir.into_os_string()
+}
+
+#[test]
+fn without_passt_a_network_app_runs_hosted_on_its_forwarded_port() {
+    let test = "without_passt_a_network_app_runs_hosted_on_its_forwarded_port";
+    let Some(()) = kvm(test) else { return };
+    build("echo", "--hosted");
+    let port = free_port();
+    let forward = format!("{port}:7");
+    let mut child = ebb()
+        .env("PATH", path_without_passt())
+        .args(["run", "echo", "--timeout", "120", "-p", &forward])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ebb run");
+    let (lines, _out) = lines_of(child.stdout.take().expect("stdout"));
+    let (errors, _err) = lines_of(child.stderr.take().expect("stderr"));
+    let mut served = Served {
+        child,
+        lines,
+        stdout: String::new(),
+        stderr_lines: errors,
+        stderr: String::new(),
+        _readers: [_out, _err],
+    };
+    if let Err(e) = served.wait_for(": listening on ", START_TIMEOUT) {
+        served.fail(&e);
+    }
+    if !served.stderr_lines_contain("passt is not installed") || !served.stderr.contains("hosted") {
+        served.fail("ebb run did not say it fell back to hosted for want of passt");
+    }
+    if let Err(e) = echo(port, 1 << 16, 7) {
+        served.fail(&format!("the hosted echo on the forwarded port: {e}"));
+    }
 }
