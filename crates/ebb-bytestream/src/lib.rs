@@ -223,10 +223,14 @@ pub const ECHO_MAX_QUEUED: usize = 256 * 1024;
 
 /// Sends back everything received, in order, without copying; closes when the peer does.
 ///
-/// Back-pressure: the echo is `send` (queued, never dropped); once more than
-/// [`ECHO_MAX_QUEUED`] bytes wait, the receive window closes, so a client that sends
-/// without reading is flow-controlled instead of growing the queue. It reopens on
-/// `send_window_increased`, which every backend fires after a `send` that queued.
+/// Back-pressure: the echo is `send` (queued, never dropped). When a `send` had to queue
+/// — the data was larger than the send window, which is exactly when every backend
+/// promises a later `send_window_increased` — and more than [`ECHO_MAX_QUEUED`] bytes
+/// wait, the receive window closes, so a client that sends without reading is
+/// flow-controlled instead of growing the queue; it reopens on `send_window_increased`.
+/// Pausing on the queue length alone would be wrong: ebb-net counts bytes inside the
+/// window that it has not transmitted yet as queued, and no event follows those (the
+/// stall a streaming echo over ebb-net once hit).
 #[derive(Debug, Default)]
 pub struct Echo {
     /// The receive window is closed until the queue drains.
@@ -235,10 +239,11 @@ pub struct Echo {
 
 impl TcpHandler for Echo {
     fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
+        let refused = data.len() > conn.send_window();
         if conn.send(IOBufChain::from(data)).is_err() {
             return; // failing: `closed` follows
         }
-        if conn.queued_bytes() > ECHO_MAX_QUEUED {
+        if refused && conn.queued_bytes() > ECHO_MAX_QUEUED {
             self.paused = true;
             conn.set_receive_window_open(false);
         }
@@ -252,4 +257,90 @@ impl TcpHandler for Echo {
     }
 
     fn closed(&mut self, _reason: CloseReason) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::cell::{Cell, RefCell};
+    use ebb_core::net::{SendError, SocketAddr};
+
+    /// A connection with ebb-net's accounting: `send` queues everything; bytes inside
+    /// the window are "unsent" until the stack transmits them, and only a send larger
+    /// than the window promises a `send_window_increased`.
+    struct Conn {
+        window: Cell<usize>,
+        unsent: Cell<usize>,
+        promised: Cell<bool>,
+        receive_open: Cell<bool>,
+        sent: RefCell<usize>,
+    }
+
+    impl TcpConnection for Conn {
+        fn send(&self, data: IOBufChain) -> Result<(), SendError> {
+            if data.len() > self.window.get() {
+                self.promised.set(true);
+            }
+            self.window
+                .set(self.window.get().saturating_sub(data.len()));
+            self.unsent.set(self.unsent.get() + data.len());
+            *self.sent.borrow_mut() += data.len();
+            Ok(())
+        }
+        fn try_send(&self, data: IOBufChain) -> Result<IOBufChain, SendError> {
+            Ok(data)
+        }
+        fn send_window(&self) -> usize {
+            self.window.get()
+        }
+        fn queued_bytes(&self) -> usize {
+            self.unsent.get()
+        }
+        fn set_receive_window_open(&self, open: bool) {
+            self.receive_open.set(open);
+        }
+        fn close(&self) {}
+        fn abort(&self) {}
+        fn peer_addr(&self) -> SocketAddr {
+            SocketAddr::from(([10, 0, 0, 1], 1))
+        }
+        fn local_addr(&self) -> SocketAddr {
+            SocketAddr::from(([10, 0, 0, 2], 2))
+        }
+    }
+
+    fn conn(window: usize) -> Conn {
+        Conn {
+            window: Cell::new(window),
+            unsent: Cell::new(0),
+            promised: Cell::new(false),
+            receive_open: Cell::new(true),
+            sent: RefCell::new(0),
+        }
+    }
+
+    #[test]
+    fn echo_pauses_only_when_an_event_is_promised() {
+        // A burst inside a large window: queued (not yet transmitted) but not refused.
+        // Pausing here would never be undone.
+        let c = conn(8 << 20);
+        let mut echo = Echo::default();
+        for _ in 0..5 {
+            echo.receive(&c, IOBuf::from_vec(alloc::vec![7u8; 100_000]));
+        }
+        assert!(c.unsent.get() > ECHO_MAX_QUEUED);
+        assert!(
+            c.receive_open.get(),
+            "paused without a promised window event"
+        );
+        // A send larger than the window: refused, an event is promised, so pause.
+        let c = conn(1000);
+        c.unsent.set(ECHO_MAX_QUEUED);
+        echo.receive(&c, IOBuf::from_vec(alloc::vec![7u8; 5000]));
+        assert!(c.promised.get());
+        assert!(!c.receive_open.get());
+        echo.send_window_increased(&c);
+        assert!(c.receive_open.get());
+        assert_eq!(*c.sent.borrow(), 5000);
+    }
 }
