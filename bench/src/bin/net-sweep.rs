@@ -98,6 +98,11 @@ enum Cmd {
         /// Bytes per write.
         #[arg(long, default_value_t = 65536)]
         chunk: usize,
+        /// `echo`: at most this many bytes written and not yet echoed back (0: no limit).
+        /// A limit keeps an echo server's queue short (hosted sink's echo stalls when its
+        /// queue passes 256 KiB and it closes the receive window).
+        #[arg(long, default_value_t = 0)]
+        window: u64,
         /// Measured time.
         #[arg(long, default_value = "5s", value_parser = parse_duration)]
         duration: Duration,
@@ -140,9 +145,10 @@ fn main() -> ExitCode {
             target,
             mode,
             chunk,
+            window,
             duration,
             warmup,
-        } => stream(&target, mode, chunk, duration, warmup),
+        } => stream(&target, mode, chunk, window, duration, warmup),
         Cmd::Plot { input, out, title } => plot(&input, &out, &title),
     };
     match result {
@@ -471,11 +477,12 @@ fn stream(
     t: &Target,
     mode: StreamMode,
     chunk: usize,
+    window: u64,
     duration: Duration,
     warmup: Duration,
 ) -> Result<(), String> {
-    if chunk == 0 {
-        return Err("--chunk must be positive".into());
+    if chunk == 0 || (window != 0 && window < chunk as u64) {
+        return Err("--chunk must be positive and at most --window".into());
     }
     let s = connect(t)?;
     let probe = Probe::new(t);
@@ -509,25 +516,38 @@ fn stream(
         }
         StreamMode::Echo => {
             let mut w = s.try_clone().map_err(|e| format!("clone socket: {e}"))?;
-            let (written2, stop2) = (written.clone(), stop.clone());
+            let echoed = Arc::new(AtomicU64::new(0));
+            let done = Arc::new(AtomicBool::new(false));
+            let (written2, echoed2, stop2, done2) =
+                (written.clone(), echoed.clone(), stop.clone(), done.clone());
             let writer = std::thread::spawn(move || -> Result<(), String> {
                 let buf = vec![0xa5u8; chunk];
+                let mut result = Ok(());
                 while !stop2.load(Ordering::Relaxed) {
-                    w.write_all(&buf).map_err(|e| format!("write: {e}"))?;
+                    let sent = written2.load(Ordering::Relaxed);
+                    if window != 0 && sent + chunk as u64 - echoed2.load(Ordering::Relaxed) > window
+                    {
+                        std::thread::park_timeout(Duration::from_millis(1));
+                        continue;
+                    }
+                    if let Err(e) = w.write_all(&buf) {
+                        result = Err(format!("write: {e}"));
+                        break;
+                    }
                     written2.fetch_add(chunk as u64, Ordering::Relaxed);
                 }
                 let _ = w.shutdown(Shutdown::Write);
-                Ok(())
+                done2.store(true, Ordering::SeqCst);
+                result
             });
-            let result = echo_reader(
-                &s,
-                &probe,
-                &written,
-                &stop,
-                window_start,
-                window_end,
-                t.stall,
-            );
+            let flow = Flow {
+                written: &written,
+                echoed: &echoed,
+                stop: &stop,
+                done: &done,
+                writer: (window != 0).then(|| writer.thread().clone()),
+            };
+            let result = echo_reader(&s, &probe, &flow, window_start, window_end, t.stall);
             stop.store(true, Ordering::Relaxed);
             let _ = s.shutdown(Shutdown::Both);
             let wrote = writer.join().map_err(|_| "writer panicked".to_string())?;
@@ -559,11 +579,24 @@ fn stream(
 
 /// Reads the echo until the window ends and then until everything written came back;
 /// the bytes read in the window, its cost and its length.
+/// What the echo's reader shares with its writer.
+struct Flow<'a> {
+    /// Bytes written (by the writer).
+    written: &'a AtomicU64,
+    /// Bytes read back (by the reader).
+    echoed: &'a AtomicU64,
+    /// The writer is to stop.
+    stop: &'a AtomicBool,
+    /// The writer has stopped.
+    done: &'a AtomicBool,
+    /// The writer, to wake when a window limits it.
+    writer: Option<std::thread::Thread>,
+}
+
 fn echo_reader(
     s: &TcpStream,
     probe: &Probe,
-    written: &AtomicU64,
-    stop: &AtomicBool,
+    flow: &Flow<'_>,
     window_start: Instant,
     window_end: Instant,
     stall: Duration,
@@ -586,9 +619,12 @@ fn echo_reader(
             let (before, at, t0) = first.take().ok_or("empty window")?;
             result = Some((read - at, probe.cost(&before, &after), t0.elapsed()));
             first = Some((Sample::default(), 0, t0)); // the window is taken
-            stop.store(true, Ordering::Relaxed);
+            flow.stop.store(true, Ordering::Relaxed);
         }
-        if result.is_some() && read >= written.load(Ordering::Relaxed) {
+        if result.is_some()
+            && flow.done.load(Ordering::SeqCst)
+            && read >= flow.written.load(Ordering::Relaxed)
+        {
             break;
         }
         match s.read(&mut buf) {
@@ -596,6 +632,10 @@ fn echo_reader(
             Ok(n) => {
                 read += n as u64;
                 last_progress = Instant::now();
+                flow.echoed.store(read, Ordering::Relaxed);
+                if let Some(w) = &flow.writer {
+                    w.unpark();
+                }
                 if buf[0] != 0xa5 || buf[n - 1] != 0xa5 {
                     return Err("echo differs".into());
                 }
@@ -609,7 +649,7 @@ fn echo_reader(
                 if last_progress.elapsed() > stall {
                     return Err(format!(
                         "stalled for {stall:?} ({read} of {} bytes back)",
-                        written.load(Ordering::Relaxed)
+                        flow.written.load(Ordering::Relaxed)
                     ));
                 }
             }
