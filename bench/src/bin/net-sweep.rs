@@ -628,6 +628,8 @@ fn echo_reader(
             break;
         }
         match s.read(&mut buf) {
+            // After the window, the writer's FIN may come back before `done` is seen.
+            Ok(0) if result.is_some() && flow.stop.load(Ordering::Relaxed) => break,
             Ok(0) => return Err("the server closed the connection".into()),
             Ok(n) => {
                 read += n as u64;
