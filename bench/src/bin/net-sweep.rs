@@ -775,7 +775,14 @@ fn plot(input: &Path, out: &Path, title: &str) -> Result<(), String> {
     });
     let (lat_lo, lat_hi) = bounds(|p| p.p50_us);
     let (bw_lo, bw_hi) = bounds(|p| p.mbps);
-    let colors = [RED, BLUE, GREEN, MAGENTA, CYAN, BLACK];
+    let colors = [
+        RGBColor(214, 39, 40),
+        RGBColor(255, 127, 14),
+        RGBColor(31, 119, 180),
+        RGBColor(44, 160, 44),
+        RGBColor(148, 103, 189),
+        BLACK,
+    ];
     let err = |e: &dyn std::fmt::Display| format!("plot: {e}");
 
     let root = SVGBackend::new(out, (900, 1000)).into_drawing_area();
