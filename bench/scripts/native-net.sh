@@ -52,8 +52,9 @@ CONFIGS=${CONFIGS:-native native-split hosted linux}
 VMM_CPUS=${VMM_CPUS:-0}
 OUT_DIR=${OUT_DIR:-/tmp/native-net}
 PLOT=${PLOT:-$OUT_DIR/net-sweep.svg}
-# HOOK (one-direction bulk): a native image that listens on 10.0.2.15:SINK_PORT and
-# discards what it receives. When set, each round also streams one way (client -> server)
+# HOOK (one-direction bulk): a native image that listens on 10.0.2.15:SINK_PORT, prints
+# a line containing 'listening on' to its console once it does, and discards what it
+# receives. When set, each round also streams one way (client -> server)
 # to it and to `sink` (hosted and linux). Note that `sink` SHA-256s what it receives, so a
 # fair native peer must do the same work (or sink gets a discard mode).
 NATIVE_SINK_IMAGE=${NATIVE_SINK_IMAGE:-}
@@ -129,6 +130,7 @@ cleanup() {
   ip netns del "$ns" 2>/dev/null || true
 }
 trap cleanup EXIT
+trap "exit 130" INT TERM # so the EXIT trap runs on a signal too
 
 ip netns add "$ns"
 ip -n "$ns" link set lo up
@@ -349,8 +351,16 @@ verdict_higher() {
   if [[ -s $oneway_csv ]]; then
     echo
     echo "-- bulk one way (client -> sink), ${BULK_SECONDS}s"
+    echo "| config | Mbit/s | server CPU µs/MiB | exits/MiB |"
+    echo "|---|---|---|---|"
     for config in "${configs[@]}"; do
-      echo "| $config | $(fig "$oneway_csv" "$config" mbps 0) Mbit/s | server CPU $(fig "$oneway_csv" "$config" server_cpu_us_per_mib 0) µs/MiB |"
+      echo "| $config | $(fig "$oneway_csv" "$config" mbps 0) | $(fig "$oneway_csv" "$config" server_cpu_us_per_mib 0) |" \
+        "$(fig "$oneway_csv" "$config" exits_per_mib 1) |"
+    done
+    for native in native native-split; do
+      [[ " ${configs[*]} " == *" $native "* && " ${configs[*]} " == *" hosted "* ]] || continue
+      echo "$native/hosted bulk one way Mbit/s: $(ratio "$(med "$oneway_csv" "$native" mbps)" "$(med "$oneway_csv" hosted mbps)")" \
+        "- $(verdict_higher "$native" "$oneway_csv" mbps hosted 0.8)"
     done
   else
     echo "(one-direction bulk: not run; needs a native sink, see NATIVE_SINK_IMAGE)"
