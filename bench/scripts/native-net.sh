@@ -35,7 +35,7 @@
 # Usage: bench/scripts/native-net.sh   (env: ROUNDS=5 PP_SECONDS=5 SWEEP_SECONDS=500ms
 #        BULK_SECONDS=5 BULK_CHUNK=32768 BULK_WINDOW=131072
 #        CONFIGS="native native-split hosted linux"
-#        VMM_CPUS=0 OUT_DIR=/tmp/native-net
+#        VMM_CPUS=0 NATIVE_GUEST_ARGS= OUT_DIR=/tmp/native-net
 #        PLOT=OUT_DIR/net-sweep.svg CARGO_TARGET_DIR=... NATIVE_SINK_IMAGE=...)
 set -euo pipefail
 
@@ -50,6 +50,8 @@ BULK_CHUNK=${BULK_CHUNK:-32768}
 BULK_WINDOW=${BULK_WINDOW:-131072}
 CONFIGS=${CONFIGS:-native native-split hosted linux}
 VMM_CPUS=${VMM_CPUS:-0}
+# Extra guest arguments for the native configs (passed after `--`), e.g. runtime knobs.
+NATIVE_GUEST_ARGS=${NATIVE_GUEST_ARGS:-}
 OUT_DIR=${OUT_DIR:-/tmp/native-net}
 PLOT=${PLOT:-$OUT_DIR/net-sweep.svg}
 # HOOK (one-direction bulk): a native image that listens on 10.0.2.15:SINK_PORT, prints
@@ -102,6 +104,7 @@ state_file="$OUT_DIR/state.txt"
   echo "uncommitted files: $(git -C "$repo" status --porcelain | wc -l)"
   echo "kernel: $(uname -r); cpus: $(nproc); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "rounds: $ROUNDS; pp64 ${PP_SECONDS}s; sweep $SWEEP_SECONDS per size; bulk ${BULK_SECONDS}s; configs: $CONFIGS"
+  echo "native guest arguments: ${NATIVE_GUEST_ARGS:-(none)}"
   echo "server CPU: ebb-vmm on CPU(s) $VMM_CPUS (vCPU pinned with --pin; native-split: I/O thread on CPU 1), sink on CPU 0; client on CPU 1"
 } | tee "$state_file"
 
@@ -194,7 +197,10 @@ start() {
     native | native-split)
       local cpus=$VMM_CPUS
       [[ $config == native-split ]] && cpus=0
-      taskset -c "$cpus" "$vmm" "$image" --cpus 1 --pin --net "tap=$tap" >"$server_log" 2>&1 &
+      local guest_args=()
+      [[ -n $NATIVE_GUEST_ARGS ]] && read -r -a guest_args <<<"-- $NATIVE_GUEST_ARGS"
+      taskset -c "$cpus" "$vmm" "$image" --cpus 1 --pin --net "tap=$tap" "${guest_args[@]}" \
+        >"$server_log" 2>&1 &
       server_pid=$!
       wait_listening "ebb-vmm"
       [[ $config == native-split ]] && io_thread_to 1
