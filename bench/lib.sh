@@ -25,12 +25,14 @@ start_server() {
 # json_field JSON KEY -> number
 json_field() { sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" <<<"$1"; }
 
-# stats FILE -> "median min max" of the numbers in FILE (one per line)
+# stats FILE [DIGITS] -> "median min max" of the numbers in FILE (one per line), with
+# DIGITS decimals (default 1); FILE - reads standard input
 stats() {
-  sort -g "$1" | awk '{ v[NR] = $1 } END {
+  sort -g "$1" | awk -v d="${2:-1}" '{ v[NR] = $1 } END {
     if (NR == 0) { print "nan nan nan"; exit }
     m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf "%.1f %.1f %.1f\n", m, v[1], v[NR] }'
+    f = "%." d "f"
+    printf f " " f " " f "\n", m, v[1], v[NR] }'
 }
 
 # cpu_ticks PID -> user + system CPU time of the process (all its threads) in clock ticks

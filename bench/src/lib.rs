@@ -7,7 +7,8 @@
 //! * [`sys`]: small Linux helpers (CPU pinning, fd limit).
 //!
 //! Binaries: `echo-load` (closed-loop load generator), `tokio-echo` (the tokio
-//! peer server), `pthread-pingpong`.
+//! peer server), `pthread-pingpong`, `net-sweep` (NetPIPE-style ping-pong sweep,
+//! streaming echo and their plot; `bench/scripts/native-net.sh`).
 
 pub mod echo_check;
 pub mod pingpong;
