@@ -54,6 +54,33 @@ pub fn print(args: fmt::Arguments<'_>) {
     }
 }
 
+/// The wall-clock time as a duration since the Unix epoch, or `None` where the platform
+/// does not know it (natively under a standard hypervisor's PVH boot, which has no
+/// clock source for it). Hosted it is the system clock; natively the monitor's realtime
+/// clock read once (one CLOCK hypercall, the first time) and advanced by
+/// [`ebb_core::event::now`] since — cheap after the first call, and it never jumps.
+pub fn unix_time() -> Option<core::time::Duration> {
+    #[cfg(not(target_os = "none"))]
+    {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+    }
+    #[cfg(target_os = "none")]
+    {
+        // (realtime − monotonic) at the first call, in nanoseconds; 0: unknown.
+        static OFFSET: spin::Once<u64> = spin::Once::new();
+        let offset = *OFFSET.call_once(|| {
+            let (realtime, monotonic) = ebb_native::hypercall::clock();
+            realtime.saturating_sub(monotonic)
+        });
+        (offset != 0).then(|| {
+            core::time::Duration::from_nanos(offset)
+                + core::time::Duration::from_nanos(ebb_core::event::now().as_nanos())
+        })
+    }
+}
+
 /// Writes formatted text for errors: hosted to standard error, native into this core's
 /// console ring (a VM has one console).
 pub fn eprint(args: fmt::Arguments<'_>) {

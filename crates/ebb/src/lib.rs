@@ -52,7 +52,7 @@ extern crate alloc;
 
 mod app;
 
-pub use app::args;
+pub use app::{args, unix_time};
 #[cfg(not(target_os = "none"))]
 pub use app::{CPUS_ENV, CoresError, IDLE_POLL_ENV, hosted_cores};
 
