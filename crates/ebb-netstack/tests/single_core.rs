@@ -22,7 +22,7 @@ use common::*;
 use ebb_core::event;
 use ebb_core::net::CloseReason;
 use ebb_core::testing::TestPlatform;
-use ebb_core::{CoreId, IOBuf};
+use ebb_core::{CoreId, IOBuf, Instant};
 use ebb_net::phy::Link;
 use ebb_netstack::{MAX_ROUNDS, NetStack, RunnerCounters};
 
@@ -163,5 +163,258 @@ fn a_runner_poll_runs_at_most_max_rounds_and_the_idle_handler_takes_the_rest() {
         );
         let c = us.counters().expect("counters");
         assert_eq!(c.interface.rx_frames, FRAMES as u64, "{c:?}");
+    });
+}
+
+/// Ours connects to the peer, which echoes on `PEER_PORT`.
+const PEER_PORT: u16 = 7000;
+
+fn peer_echoes(peer: &NetStack) {
+    let listener = peer
+        .listen(PEER_PORT, |conn| {
+            conn.set_handler(Echo {
+                ran_on: RanOn::default(),
+            })
+        })
+        .expect("peer listens");
+    std::mem::forget(listener);
+}
+
+/// The core's waits that started in `[from, to)`.
+fn waits_between(platform: &TestPlatform, from: Instant, to: Instant) -> Vec<(Instant, Instant)> {
+    platform
+        .waits(CoreId(0))
+        .into_iter()
+        .filter(|&(at, _)| at >= from && at < to)
+        .collect()
+}
+
+#[test]
+fn an_idle_stack_sleeps_until_its_next_deadline_or_forever() {
+    let platform = TestPlatform::with_auto_advance(1);
+    let p = platform.clone();
+    run(&platform, 1, move || async move {
+        let (_nic, us, peer, _) = two_stacks(&p, Link::new());
+        // An established connection and a little traffic, then nothing.
+        let outcome = echo_from_peer(&peer, pattern(1, 1000), Duration::from_secs(5)).await;
+        assert!(outcome.intact);
+        let _conn = peer
+            .connect(SocketAddrV4::new(US, PORT))
+            .await
+            .expect("an idle connection");
+        event::sleep(Duration::from_secs(5)).await; // TIME-WAIT of the first one ends.
+        let (ours, theirs) = (us.runner_counters(), peer.runner_counters());
+        let t0 = event::now();
+        event::sleep(Duration::from_secs(10)).await;
+        let t1 = event::now();
+        let (d_us, d_peer) = (
+            delta(us.runner_counters(), ours),
+            delta(peer.runner_counters(), theirs),
+        );
+        let waits = waits_between(&p, t0, t1);
+        assert_eq!(d_us.idle_polls, 0, "no idle polling: {d_us:?}");
+        assert_eq!(d_peer.idle_polls, 0, "no idle polling: {d_peer:?}");
+        // Nothing to do: the core slept once until the only deadline left, this task's.
+        assert_eq!(
+            waits,
+            [(t0, t1)],
+            "one sleep until the next deadline: us {d_us:?}, peer {d_peer:?}"
+        );
+        assert_eq!(d_us.polls, 0, "{d_us:?}");
+    });
+}
+
+#[test]
+fn the_deadline_timer_retransmits_what_a_lossy_link_lost() {
+    let platform = TestPlatform::with_auto_advance(1);
+    let p = platform.clone();
+    run(&platform, 1, move || async move {
+        let (nic, us, peer, _) = two_stacks(&p, Link::new());
+        peer_echoes(&peer);
+        let conn = us
+            .connect(SocketAddrV4::new(PEER, PEER_PORT))
+            .await
+            .expect("we connect");
+        event::sleep(Duration::from_millis(100)).await;
+        // The cable is cut: nothing we send arrives, and nothing answers.
+        nic.blackhole(Side::B, true);
+        let before = us.runner_counters();
+        let retransmitted = us.counters().expect("counters").tcp.retransmissions;
+        let (outcome, done) = (
+            Arc::new(Mutex::new(Outcome::default())),
+            Rc::new(Cell::new(0)),
+        );
+        let t0 = event::now();
+        Client::start(&conn, pattern(3, 100_000), outcome.clone(), done.clone());
+        event::sleep(Duration::from_secs(3)).await;
+        let t1 = event::now();
+        let d = delta(us.runner_counters(), before);
+        let c = us.counters().expect("counters");
+        assert!(nic.lost(Side::B) > 0, "the link lost frames");
+        assert!(
+            c.tcp.retransmissions > retransmitted && c.tcp.timeouts > 0,
+            "the timer retransmitted: {:?}",
+            c.tcp
+        );
+        assert!(d.timer_fires > 0, "{d:?}");
+        assert!(d.idle_polls <= 1, "only the send was idle-polled: {d:?}");
+        // The core slept from timer to timer (the tail loss probe, then the RTO backing
+        // off), never polling in between.
+        let waits = waits_between(&p, t0, t1);
+        assert!(
+            waits.iter().all(
+                |&(at, until)| until.saturating_duration_since(at) >= Duration::from_millis(10)
+            ),
+            "no short naps: {waits:?}"
+        );
+        assert!(
+            waits
+                .iter()
+                .any(|&(at, until)| until.saturating_duration_since(at)
+                    >= Duration::from_millis(200)),
+            "slept until a retransmission deadline (min_rto 200 ms): {waits:?}"
+        );
+        assert!(
+            waits.len() as u64 <= d.timer_fires + peer.runner_counters().timer_fires + 1,
+            "one sleep per timer: {waits:?} {d:?}"
+        );
+        // The cable mended, the next retransmission gets through and the echo completes.
+        nic.blackhole(Side::B, false);
+        wait_until(Duration::from_secs(120), "the echo after the loss", || {
+            done.get() == 1
+        })
+        .await;
+        let outcome = outcome.lock().unwrap().clone();
+        assert!(outcome.intact, "{outcome:?}");
+    });
+}
+
+/// Starts a client on a fresh connection of ours to the peer's echo, with our queue
+/// refusing transmission; returns the client's outcome and done count.
+async fn blocked_client(
+    nic: &TestNic,
+    us: &NetStack,
+    peer: &NetStack,
+) -> (Arc<Mutex<Outcome>>, Rc<Cell<u32>>) {
+    peer_echoes(peer);
+    let conn = us
+        .connect(SocketAddrV4::new(PEER, PEER_PORT))
+        .await
+        .expect("we connect");
+    event::sleep(Duration::from_millis(100)).await;
+    nic.refuse_tx(Side::A, 0);
+    let (outcome, done) = (
+        Arc::new(Mutex::new(Outcome::default())),
+        Rc::new(Cell::new(0)),
+    );
+    Client::start(&conn, pattern(5, 200_000), outcome.clone(), done.clone());
+    // The idle handler polls for the send (TCP's polling contract) and meets the refusal.
+    event::yield_now().await;
+    (outcome, done)
+}
+
+#[test]
+fn a_device_pushing_back_stops_idle_polling_until_its_writable_report() {
+    let platform = TestPlatform::with_auto_advance(1);
+    let p = platform.clone();
+    run(&platform, 1, move || async move {
+        let (nic, us, peer, _) = two_stacks(&p, Link::new());
+        let before = us.runner_counters();
+        let (outcome, done) = blocked_client(&nic, &us, &peer).await;
+        let blocked = us.runner_counters();
+        // Half a millisecond off the backstop's ticks, so that the report below is not
+        // raced by a retry due at the same instant.
+        event::sleep(Duration::from_micros(10_500)).await;
+        let d = delta(us.runner_counters(), blocked);
+        assert!(
+            delta(blocked, before).tx_blocked > 0,
+            "the device pushed back"
+        );
+        assert_eq!(
+            d.idle_polls, 0,
+            "blocked transmission is not idle-polled: {d:?}"
+        );
+        // The 1 ms backstop retries (the push-back might not be the device's).
+        assert!(
+            (5..=11).contains(&d.timer_fires),
+            "about one retry per millisecond: {d:?}"
+        );
+        assert!(
+            nic.refused(Side::A, 0) >= d.timer_fires,
+            "each retry was refused"
+        );
+        // The report resumes transmission at once, before any timer.
+        let t = event::now();
+        let sent = us.counters().expect("counters").device.tx_frames;
+        nic.allow_tx(Side::A, 0, true);
+        // A busy core looks at its devices every 32 iterations (DEVICE_POLL_INTERVAL).
+        for _ in 0..100 {
+            event::yield_now().await;
+        }
+        assert_eq!(event::now(), t);
+        let c = us.counters().expect("counters");
+        assert_eq!(c.runner.writable_events, 1, "{:?}", c.runner);
+        assert!(c.device.tx_frames > sent, "sent on the report");
+        wait_until(Duration::from_secs(30), "the echo", || done.get() == 1).await;
+        assert!(outcome.lock().unwrap().intact);
+    });
+}
+
+#[test]
+fn without_a_writable_report_the_backstop_resumes_transmission() {
+    let platform = TestPlatform::with_auto_advance(1);
+    let p = platform.clone();
+    run(&platform, 1, move || async move {
+        let (nic, us, peer, _) = two_stacks(&p, Link::new());
+        let (outcome, done) = blocked_client(&nic, &us, &peer).await;
+        event::sleep(Duration::from_millis(10)).await;
+        let sent = us.counters().expect("counters").device.tx_frames;
+        let t = event::now();
+        nic.allow_tx(Side::A, 0, false);
+        wait_until(Duration::from_secs(1), "a retry", || {
+            us.counters().expect("counters").device.tx_frames > sent
+        })
+        .await;
+        assert!(
+            event::now().saturating_duration_since(t) <= Duration::from_millis(5),
+            "retried within the backstop's millisecond (and this task's 5 ms step)"
+        );
+        wait_until(Duration::from_secs(30), "the echo", || done.get() == 1).await;
+        assert!(outcome.lock().unwrap().intact);
+        assert_eq!(us.runner_counters().writable_events, 0);
+    });
+}
+
+#[test]
+fn shutdown_unwatches_the_device_removes_the_idle_handler_and_ends_the_timer() {
+    let platform = TestPlatform::with_auto_advance(1);
+    let p = platform.clone();
+    run(&platform, 1, move || async move {
+        let (nic, us, peer, _) = two_stacks(&p, Link::new());
+        let outcome = echo_from_peer(&peer, pattern(9, 10_000), Duration::from_secs(5)).await;
+        assert!(outcome.intact);
+        assert!(nic.watched(Side::A, 0));
+        let last = us.shutdown().expect("shutdown");
+        assert!(!nic.watched(Side::A, 0), "the device is unwatched");
+        assert!(
+            matches!(us.shutdown(), Err(ebb_netstack::NetStackError::ShutDown)),
+            "a second shutdown says so"
+        );
+        // Frames still arrive: nothing reacts to them.
+        let _ = event::timeout(
+            Duration::from_secs(2),
+            peer.connect(SocketAddrV4::new(US, PORT)),
+        )
+        .await;
+        assert!(nic.pending(Side::A, 0) > 0, "the SYNs wait unread");
+        assert_eq!(us.runner_counters(), last.runner, "no poll after shutdown");
+        // The idle handler and the timer task held the runner: once both are gone,
+        // dropping the stack drops the device.
+        event::yield_now().await;
+        drop(us);
+        assert!(
+            !nic.alive(Side::A, 0),
+            "the idle handler or the timer task still holds the runner"
+        );
     });
 }

@@ -174,10 +174,14 @@ impl TestNic {
         self.lock().sides[side.index()].queues[queue].refuse_tx = true;
     }
 
-    /// Takes frames again on a queue and reports it writable to its core.
-    pub fn allow_tx(&self, side: Side, queue: usize) {
+    /// Takes frames again on a queue and, with `report`, reports it writable to its core
+    /// (without: the runtime finds out only by trying again).
+    pub fn allow_tx(&self, side: Side, queue: usize, report: bool) {
         let mut nic = self.lock();
         nic.sides[side.index()].queues[queue].refuse_tx = false;
+        if !report {
+            return;
+        }
         self.notify(
             &mut nic,
             side,
