@@ -645,9 +645,11 @@ impl NetStack {
         if runner.stopped.get() {
             return Err(NetStackError::ShutDown);
         }
-        runner.poll_now();
-        let counters = runner.counters()?;
+        // Refused from inside a callback before anything is stopped.
+        runner.counters()?;
+        // `stop` makes the last poll: the counters are read after it, so they are final.
         runner.stop();
+        let counters = runner.counters()?;
         if let Some(multi) = &self.multi {
             for &core in &multi.directory.cores()[1..] {
                 let id = multi.id;
