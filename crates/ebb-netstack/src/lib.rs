@@ -569,6 +569,16 @@ impl NetStack {
         self.runner.connect(remote)
     }
 
+    /// Connections the stack's cores own, in every state (TIME-WAIT included): the flow
+    /// directory's entries on a multi-core stack (every core's, as its owner claimed
+    /// them), the TCP layer's connections on one core.
+    pub fn owned_connections(&self) -> usize {
+        match &self.multi {
+            Some(multi) => multi.directory.connection_count(),
+            None => self.runner.tcp.connection_count(),
+        }
+    }
+
     /// The home core's TCP layer (its configuration, connection count, `listen` with an
     /// exact address).
     pub fn tcp(&self) -> &TcpLayer {
