@@ -12,9 +12,8 @@
 
 mod common;
 
-use std::cell::Cell;
 use std::net::SocketAddrV4;
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,10 +54,10 @@ async fn echo_from_peer(peer: &NetStack, data: Vec<u8>, limit: Duration) -> Outc
         .expect("peer connects");
     let (outcome, done) = (
         Arc::new(Mutex::new(Outcome::default())),
-        Rc::new(Cell::new(0)),
+        Arc::new(AtomicU32::new(0)),
     );
     Client::start(&conn, data, outcome.clone(), done.clone());
-    wait_until(limit, "the echo", || done.get() == 1).await;
+    wait_until(limit, "the echo", || done.load(Ordering::SeqCst) == 1).await;
     let outcome = outcome.lock().unwrap().clone();
     outcome
 }
@@ -242,7 +241,7 @@ fn the_deadline_timer_retransmits_what_a_lossy_link_lost() {
         let retransmitted = us.counters().expect("counters").tcp.retransmissions;
         let (outcome, done) = (
             Arc::new(Mutex::new(Outcome::default())),
-            Rc::new(Cell::new(0)),
+            Arc::new(AtomicU32::new(0)),
         );
         let t0 = event::now();
         Client::start(&conn, pattern(3, 100_000), outcome.clone(), done.clone());
@@ -281,7 +280,7 @@ fn the_deadline_timer_retransmits_what_a_lossy_link_lost() {
         // The cable mended, the next retransmission gets through and the echo completes.
         nic.blackhole(Side::B, false);
         wait_until(Duration::from_secs(120), "the echo after the loss", || {
-            done.get() == 1
+            done.load(Ordering::SeqCst) == 1
         })
         .await;
         let outcome = outcome.lock().unwrap().clone();
@@ -295,7 +294,7 @@ async fn blocked_client(
     nic: &TestNic,
     us: &NetStack,
     peer: &NetStack,
-) -> (Arc<Mutex<Outcome>>, Rc<Cell<u32>>) {
+) -> (Arc<Mutex<Outcome>>, Arc<AtomicU32>) {
     peer_echoes(peer);
     let conn = us
         .connect(SocketAddrV4::new(PEER, PEER_PORT))
@@ -305,7 +304,7 @@ async fn blocked_client(
     nic.refuse_tx(Side::A, 0);
     let (outcome, done) = (
         Arc::new(Mutex::new(Outcome::default())),
-        Rc::new(Cell::new(0)),
+        Arc::new(AtomicU32::new(0)),
     );
     Client::start(&conn, pattern(5, 200_000), outcome.clone(), done.clone());
     // The idle handler polls for the send (TCP's polling contract) and meets the refusal.
@@ -355,7 +354,10 @@ fn a_device_pushing_back_stops_idle_polling_until_its_writable_report() {
         let c = us.counters().expect("counters");
         assert_eq!(c.runner.writable_events, 1, "{:?}", c.runner);
         assert!(c.device.tx_frames > sent, "sent on the report");
-        wait_until(Duration::from_secs(30), "the echo", || done.get() == 1).await;
+        wait_until(Duration::from_secs(30), "the echo", || {
+            done.load(Ordering::SeqCst) == 1
+        })
+        .await;
         assert!(outcome.lock().unwrap().intact);
     });
 }
@@ -379,7 +381,10 @@ fn without_a_writable_report_the_backstop_resumes_transmission() {
             event::now().saturating_duration_since(t) <= Duration::from_millis(5),
             "retried within the backstop's millisecond (and this task's 5 ms step)"
         );
-        wait_until(Duration::from_secs(30), "the echo", || done.get() == 1).await;
+        wait_until(Duration::from_secs(30), "the echo", || {
+            done.load(Ordering::SeqCst) == 1
+        })
+        .await;
         assert!(outcome.lock().unwrap().intact);
         assert_eq!(us.runner_counters().writable_events, 0);
     });

@@ -19,7 +19,7 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ebb_core::testing::TestPlatform;
@@ -401,7 +401,6 @@ impl PlatformDevice for TestQueue {
 // ---------------------------------------------------------------------------------------
 // Stacks and applications.
 
-use std::cell::Cell;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::rc::Rc;
 use std::time::Duration;
@@ -514,16 +513,22 @@ pub struct Outcome {
     pub intact: bool,
     /// How it closed, once it did.
     pub closed: Option<CloseReason>,
+    /// The core its callbacks ran on (the last one's).
+    pub core: Option<CoreId>,
 }
 
 /// Sends its bytes (see [`Client::start`]), checks the echo, closes when all came back;
-/// reports through `outcome`.
+/// reports through `outcome` (with the core if every callback ran on the one that
+/// started it).
 pub struct Client {
     expected: Rc<Vec<u8>>,
     got: usize,
     intact: bool,
     outcome: Arc<Mutex<Outcome>>,
-    done: Rc<Cell<u32>>,
+    done: Arc<AtomicU32>,
+    /// Every callback ran on this core.
+    core: CoreId,
+    same_core: bool,
 }
 
 impl Client {
@@ -532,7 +537,7 @@ impl Client {
         conn: &ebb_netstack::TcpConn,
         data: Vec<u8>,
         outcome: Arc<Mutex<Outcome>>,
-        done: Rc<Cell<u32>>,
+        done: Arc<AtomicU32>,
     ) {
         let data = Rc::new(data);
         conn.set_handler(Client {
@@ -541,6 +546,8 @@ impl Client {
             intact: true,
             outcome,
             done,
+            core: event::core_id(),
+            same_core: true,
         });
         send_all(conn, &data);
     }
@@ -548,6 +555,7 @@ impl Client {
 
 impl TcpHandler for Client {
     fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
+        self.same_core &= event::core_id() == self.core;
         let bytes = data.as_slice();
         let end = self.got + bytes.len();
         if end > self.expected.len() || self.expected[self.got..end] != *bytes {
@@ -563,20 +571,30 @@ impl TcpHandler for Client {
             got: self.got,
             intact: self.intact && self.got == self.expected.len(),
             closed: Some(reason),
+            core: (self.same_core && event::core_id() == self.core).then_some(self.core),
         };
-        self.done.set(self.done.get() + 1);
+        self.done.fetch_add(1, Ordering::SeqCst);
     }
 }
 
-/// Waits (in virtual time, polling every `step`) until `cond`, for at most `limit`;
+/// Waits (in virtual time, looking every 5 ms) until `cond`, for at most `limit`;
 /// panics with `what` after that.
-pub async fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+pub async fn wait_until(limit: Duration, what: &str, cond: impl FnMut() -> bool) {
+    assert!(
+        wait_for(limit, cond).await,
+        "{what}: not after {limit:?} of virtual time"
+    );
+}
+
+/// Waits (in virtual time, looking every 5 ms) until `cond`, for at most `limit`;
+/// returns whether it came true.
+pub async fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = event::now();
     while !cond() {
-        assert!(
-            event::now().saturating_duration_since(start) < limit,
-            "{what}: not after {limit:?} of virtual time"
-        );
+        if event::now().saturating_duration_since(start) >= limit {
+            return false;
+        }
         event::sleep(Duration::from_millis(5)).await;
     }
+    true
 }
