@@ -234,6 +234,12 @@ async fn echo_everything(w: &World, n: u32, placed: impl Fn(&FourTuple) -> Optio
         assert_eq!(c.tcp.dropped_owned_elsewhere, 0, "core {core}: {:?}", c.tcp);
         assert_eq!(c.runner.steered_dropped, 0, "core {core}: {:?}", c.runner);
         assert_eq!(c.runner.steer_failures, 0, "core {core}: {:?}", c.runner);
+        assert_eq!(c.tcp.output_errors, 0, "core {core}: {:?}", c.tcp);
+        assert_eq!(
+            c.interface.tx_dropped.too_large, 0,
+            "core {core}: {:?}",
+            c.interface
+        );
     }
     assert!(
         w.nic.dealt(Side::A).iter().all(|&n| n > 100),

@@ -58,8 +58,7 @@ async fn echo_from_peer(peer: &NetStack, data: Vec<u8>, limit: Duration) -> Outc
     );
     Client::start(&conn, data, outcome.clone(), done.clone());
     wait_until(limit, "the echo", || done.load(Ordering::SeqCst) == 1).await;
-    let outcome = outcome.lock().unwrap().clone();
-    outcome
+    outcome.lock().unwrap().clone()
 }
 
 fn delta(after: RunnerCounters, before: RunnerCounters) -> RunnerCounters {
