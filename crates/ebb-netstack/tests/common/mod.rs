@@ -424,7 +424,22 @@ pub fn run<T: Send + 'static, F: std::future::Future<Output = T> + 'static>(
     main: impl FnOnce() -> F + Send,
 ) -> T {
     let runtime = Runtime::new(platform.clone(), cores).expect("runtime");
-    run_on_threads(runtime, |_| {}, main).expect("runtime ran")
+    // A core that never sleeps never lets virtual time move, and the TestPlatform's hang
+    // check only sees sleeps: bound the whole run in real time so such a regression
+    // fails instead of hanging the suite.
+    let (finished, watched) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            watched.recv_timeout(Duration::from_secs(60))
+        {
+            eprintln!("the runtime ran 60 s of real time: a core busy-polls without end");
+            std::process::abort();
+        }
+    });
+    let output = run_on_threads(runtime, |_| {}, main).expect("runtime ran");
+    drop(finished);
+    let _ = watchdog.join();
+    output
 }
 
 /// The MAC of the host `last` on the test subnet.
