@@ -395,9 +395,33 @@ fn shutdown_unwatches_the_device_removes_the_idle_handler_and_ends_the_timer() {
     let p = platform.clone();
     run(&platform, 1, move || async move {
         let (nic, us, peer, _) = two_stacks(&p, Link::new());
-        let outcome = echo_from_peer(&peer, pattern(9, 10_000), Duration::from_secs(5)).await;
-        assert!(outcome.intact);
+        peer_echoes(&peer);
+        // Our connection closes first, so it waits in TIME-WAIT: the timer task sleeps
+        // on that deadline when the stack shuts down, and only the shutdown can end it
+        // before then.
+        let conn = us
+            .connect(SocketAddrV4::new(PEER, PEER_PORT))
+            .await
+            .expect("we connect");
+        let (outcome, done) = (
+            Arc::new(Mutex::new(Outcome::default())),
+            Arc::new(AtomicU32::new(0)),
+        );
+        Client::start(&conn, pattern(9, 10_000), outcome.clone(), done.clone());
+        drop(conn);
+        wait_until(Duration::from_secs(5), "the echo", || {
+            done.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        assert!(outcome.lock().unwrap().intact);
+        wait_until(Duration::from_secs(1), "our FIN acknowledged", || {
+            peer.tcp().connection_count() == 0
+        })
+        .await;
+        assert_eq!(us.owned_connections(), 1, "ours waits in TIME-WAIT");
         assert!(nic.watched(Side::A, 0));
+
+        let t = event::now();
         let last = us.shutdown().expect("shutdown");
         assert!(!nic.watched(Side::A, 0), "the device is unwatched");
         assert!(
@@ -405,17 +429,17 @@ fn shutdown_unwatches_the_device_removes_the_idle_handler_and_ends_the_timer() {
             "a second shutdown says so"
         );
         // Frames still arrive: nothing reacts to them.
-        let _ = event::timeout(
-            Duration::from_secs(2),
-            peer.connect(SocketAddrV4::new(US, PORT)),
-        )
-        .await;
-        assert!(nic.pending(Side::A, 0) > 0, "the SYNs wait unread");
+        nic.send_raw(Side::B, vec![junk_frame()]);
+        for _ in 0..100 {
+            event::yield_now().await;
+        }
+        assert_eq!(nic.pending(Side::A, 0), 1, "the frame waits unread");
         assert_eq!(us.runner_counters(), last.runner, "no poll after shutdown");
-        // The idle handler and the timer task held the runner: once both are gone,
-        // dropping the stack drops the device.
-        event::yield_now().await;
+        // The idle handler and the timer task held the runner: once both are gone —
+        // at once, not when the TIME-WAIT deadline comes — dropping the stack drops the
+        // device.
         drop(us);
+        assert_eq!(event::now(), t, "no time passed");
         assert!(
             !nic.alive(Side::A, 0),
             "the idle handler or the timer task still holds the runner"
