@@ -78,6 +78,15 @@
 //!   each time the lease's address or gateway changes, the home core sends it to the
 //!   other cores, whose interfaces are `Managed` (`Interface::set_address`).
 //!
+//! # Tests
+//!
+//! `tests/` runs this crate without root and in virtual time: ebb-core's `TestPlatform`
+//! drives the cores, and `tests/common` supplies queue pairs over `ebb_net::phy::Link`
+//! ends whose readiness reaches their core as an injected device event. One core: the
+//! poll policy, sleeping, the deadline timer, transmit push-back, shutdown
+//! (`tests/single_core.rs`); two cores: placement, steering and its bound
+//! (`tests/multicore.rs`).
+//!
 //! # Not done
 //!
 //! UDP and ping are reached through [`NetStack::with_interface`] on the home core,
