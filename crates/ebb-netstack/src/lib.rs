@@ -33,7 +33,7 @@
 //! * **an idle handler** that polls when the application acted on a connection outside a
 //!   stack call (TCP's *polling contract*: `TcpLayer::needs_poll()`), and when the last
 //!   poll left work (a receive burst longer than one poll takes). It reports
-//!   [`IdleStatus::Busy`] only while such work remains, so an idle core sleeps (in epoll hosted, in the WAIT hypercall natively).
+//!   [`IdleStatus::Busy`](ebb_core::event::IdleStatus::Busy) only while such work remains, so an idle core sleeps (in epoll hosted, in the WAIT hypercall natively).
 //!
 //! # Invariants
 //!
