@@ -2,8 +2,10 @@
 //!
 //! With it, event-loop behaviour is asserted exactly: which core waited until when, who was
 //! woken, in what order events ran. Time moves only when a test moves it, or — with
-//! [`TestPlatform::with_auto_advance`] — when every runnable thing is done and a core sleeps
-//! until a timer, in which case the clock jumps straight to that deadline (virtual time).
+//! [`TestPlatform::with_auto_advance`] — when every runnable thing is done: every core
+//! sleeps, none has a wake or a device event pending, and the clock jumps straight to the
+//! earliest deadline among them (virtual time). With several cores, a core that sleeps
+//! while another still runs waits for it: time never moves under a core that has work.
 
 use crate::CoreId;
 use crate::platform::{Instant, Platform};
@@ -55,6 +57,9 @@ pub struct TestPlatform {
     auto_advance: bool,
     cores: Box<[(Mutex<CoreState>, Condvar)]>,
     log: Mutex<Vec<PlatformEvent>>,
+    /// With auto-advance: the deadline each core sleeps until (`None`: it runs). Locked
+    /// before any core's state, never while holding one.
+    sleeping: Mutex<Vec<Option<Instant>>>,
     /// A wait with no deadline that lasts this long (real time) fails the test.
     hang_limit: Duration,
 }
@@ -78,6 +83,7 @@ impl TestPlatform {
                 .map(|_| (Mutex::new(CoreState::default()), Condvar::new()))
                 .collect(),
             log: Mutex::new(Vec::new()),
+            sleeping: Mutex::new(alloc::vec![None; cores]),
             hang_limit: Duration::from_secs(20),
         }
     }
@@ -120,6 +126,51 @@ impl TestPlatform {
     }
 }
 
+impl TestPlatform {
+    /// Auto-advance: sleeps until `deadline`, a wake or a device event; when this core is
+    /// the last to sleep and nothing is pending anywhere, moves the clock to the earliest
+    /// deadline of all sleeping cores and lets those cores go.
+    fn sleep_in_virtual_time(&self, core: CoreId, deadline: Instant) -> usize {
+        let started = std::time::Instant::now();
+        loop {
+            let mut sleeping = self.sleeping.lock().unwrap();
+            let (state, cv) = &self.cores[core.index()];
+            let mut guard = state.lock().unwrap();
+            if guard.wake_pending || !guard.devices.is_empty() || self.now() >= deadline {
+                guard.wake_pending = false;
+                sleeping[core.index()] = None;
+                return 0;
+            }
+            sleeping[core.index()] = Some(deadline);
+            drop(guard);
+            let all_asleep = sleeping.iter().all(Option::is_some)
+                && self.cores.iter().all(|(other, _)| {
+                    let other = other.lock().unwrap();
+                    !other.wake_pending && other.devices.is_empty()
+                });
+            let earliest = sleeping.iter().flatten().min().copied();
+            if all_asleep && let Some(at) = earliest.filter(|&at| at != Instant::FAR_FUTURE) {
+                self.clock.fetch_max(at.as_nanos(), Ordering::SeqCst);
+                for (_, cv) in self.cores.iter() {
+                    cv.notify_all();
+                }
+                continue;
+            }
+            drop(sleeping);
+            let guard = state.lock().unwrap();
+            if guard.wake_pending || !guard.devices.is_empty() || self.now() >= deadline {
+                continue;
+            }
+            assert!(
+                started.elapsed() < self.hang_limit,
+                "test platform: {core} waited {:?} (deadline {deadline:?}) with no wake: the runtime would hang",
+                self.hang_limit
+            );
+            drop(cv.wait_timeout(guard, Duration::from_millis(5)).unwrap());
+        }
+    }
+}
+
 impl Platform for TestPlatform {
     fn now(&self) -> Instant {
         Instant::from_nanos(self.clock.load(Ordering::SeqCst))
@@ -149,9 +200,9 @@ impl Platform for TestPlatform {
             guard.wake_pending = false;
             return 0;
         }
-        if self.auto_advance && deadline != Instant::FAR_FUTURE {
-            self.clock.fetch_max(deadline.as_nanos(), Ordering::SeqCst);
-            return 0;
+        if self.auto_advance {
+            drop(guard);
+            return self.sleep_in_virtual_time(core, deadline);
         }
         let started = std::time::Instant::now();
         loop {

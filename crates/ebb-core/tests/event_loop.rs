@@ -2,7 +2,7 @@
 
 use ebb_core::event::{
     self, Elapsed, Handle, IdleStatus, Runtime, SpawnError, add_idle_handler, run_on,
-    run_on_threads, sleep, spawn_local, spawn_on, timeout,
+    run_on_threads, sleep, spawn_local, spawn_local_on, spawn_on, timeout,
 };
 use ebb_core::platform::Instant;
 use ebb_core::testing::{PlatformEvent, TestPlatform};
@@ -371,5 +371,34 @@ fn without_adaptive_polling_an_idle_core_sleeps_at_once() {
     assert_eq!(
         platform.waits(CoreId(0)).first().map(|w| w.1),
         Some(Instant::FAR_FUTURE)
+    );
+}
+
+#[test]
+fn with_several_cores_virtual_time_moves_only_when_every_core_sleeps() {
+    // Core 1 sleeps 30 ms while core 0 sleeps 10 ms: the clock must stop at 10 ms for
+    // core 0 (the earliest deadline of all), not jump to 30 ms because core 1 slept.
+    let platform = TestPlatform::with_auto_advance(2);
+    let p = platform.clone();
+    let (woke0, woke1) = run(platform, 2, move || async move {
+        let p1 = p.clone();
+        let far = spawn_local_on(CoreId(1), move || async move {
+            sleep(Duration::from_millis(30)).await;
+            p1.now()
+        });
+        let far = spawn_local(far);
+        sleep(Duration::from_millis(10)).await;
+        let woke0 = p.now();
+        (woke0, far.await.unwrap())
+    });
+    assert_eq!(
+        woke0,
+        Instant::from_nanos(10_000_000),
+        "core 0 woke at its deadline"
+    );
+    assert_eq!(
+        woke1,
+        Instant::from_nanos(30_000_000),
+        "core 1 woke at its deadline"
     );
 }

@@ -33,7 +33,7 @@
 //! * **an idle handler** that polls when the application acted on a connection outside a
 //!   stack call (TCP's *polling contract*: `TcpLayer::needs_poll()`), and when the last
 //!   poll left work (a receive burst longer than one poll takes). It reports
-//!   [`IdleStatus::Busy`] only while such work remains, so an idle core sleeps (in epoll hosted, in the WAIT hypercall natively).
+//!   [`IdleStatus::Busy`](ebb_core::event::IdleStatus::Busy) only while such work remains, so an idle core sleeps (in epoll hosted, in the WAIT hypercall natively).
 //!
 //! # Invariants
 //!
@@ -77,6 +77,15 @@
 //! * With DHCP, only the home core runs the client (its UDP frames are steered there);
 //!   each time the lease's address or gateway changes, the home core sends it to the
 //!   other cores, whose interfaces are `Managed` (`Interface::set_address`).
+//!
+//! # Tests
+//!
+//! `tests/` runs this crate without root and in virtual time: ebb-core's `TestPlatform`
+//! drives the cores, and `tests/common` supplies queue pairs over `ebb_net::phy::Link`
+//! ends whose readiness reaches their core as an injected device event. One core: the
+//! poll policy, sleeping, the deadline timer, transmit push-back, shutdown
+//! (`tests/single_core.rs`); two cores: placement, steering and its bound
+//! (`tests/multicore.rs`).
 //!
 //! # Not done
 //!
@@ -569,6 +578,16 @@ impl NetStack {
         self.runner.connect(remote)
     }
 
+    /// Connections the stack's cores own, in every state (TIME-WAIT included): the flow
+    /// directory's entries on a multi-core stack (every core's, as its owner claimed
+    /// them), the TCP layer's connections on one core.
+    pub fn owned_connections(&self) -> usize {
+        match &self.multi {
+            Some(multi) => multi.directory.connection_count(),
+            None => self.runner.tcp.connection_count(),
+        }
+    }
+
     /// The home core's TCP layer (its configuration, connection count, `listen` with an
     /// exact address).
     pub fn tcp(&self) -> &TcpLayer {
@@ -645,9 +664,11 @@ impl NetStack {
         if runner.stopped.get() {
             return Err(NetStackError::ShutDown);
         }
-        runner.poll_now();
-        let counters = runner.counters()?;
+        // Refused from inside a callback before anything is stopped.
+        runner.counters()?;
+        // `stop` makes the last poll: the counters are read after it, so they are final.
         runner.stop();
+        let counters = runner.counters()?;
         if let Some(multi) = &self.multi {
             for &core in &multi.directory.cores()[1..] {
                 let id = multi.id;
