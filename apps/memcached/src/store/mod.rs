@@ -743,9 +743,10 @@ impl Store {
             let next = self.shared.0.next_cas.load(Ordering::Relaxed);
             flush.oldest_cas.fetch_max(next, Ordering::Relaxed);
             // Like memcached, an immediate flush replaces a pending delayed one.
-            flush
-                .oldest_live
-                .store(cx.now.saturating_sub(1), Ordering::Relaxed);
+            // memcached also sets `oldest_live = now - 1`, which only hits items the
+            // CAS rule already invalidates; we leave it unset, so that an item stored
+            // right after the flush by a core whose clock lags a second is not lost.
+            flush.oldest_live.store(0, Ordering::Relaxed);
         }
     }
 

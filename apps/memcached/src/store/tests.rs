@@ -752,3 +752,145 @@ mod model {
         }
     }
 }
+
+mod multicore {
+    //! Two real cores of the hosted runtime share a store under memory pressure: reads
+    //! go through RCU read guards (the lock-free path), writes and evictions race on
+    //! the same keys, and quiescent states let the RCU domain free replaced items.
+    use super::*;
+    use ebb::CoreId;
+
+    /// A self-describing value: `[key, version, len]` then a pattern derived from them,
+    /// so a reader can tell whether what it got is intact without knowing who wrote it.
+    fn make(key: u32, version: u32, len: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(len.max(12));
+        v.extend_from_slice(&key.to_le_bytes());
+        v.extend_from_slice(&version.to_le_bytes());
+        v.extend_from_slice(&(len as u32).to_le_bytes());
+        let mut x = key.wrapping_mul(0x9e37_79b9) ^ version.wrapping_mul(0x85eb_ca6b) | 1;
+        while v.len() < len.max(12) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            v.push(x as u8);
+        }
+        v
+    }
+
+    fn intact(key: u32, data: &[u8]) -> bool {
+        let word = |i: usize| {
+            data.get(i..i + 4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        match (word(0), word(4), word(8)) {
+            (Some(k), Some(version), Some(len)) => {
+                k == key
+                    && len as usize == data.len().max(12)
+                    && make(k, version, len as usize) == data
+            }
+            _ => false,
+        }
+    }
+
+    async fn worker(store: Arc<Store>, core: usize, limit: usize) -> (u64, u64) {
+        let mut rng = 0x2545_f491_u32 ^ (core as u32 + 1).wrapping_mul(0x9e37_79b9);
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 17;
+            rng ^= rng << 5;
+            rng
+        };
+        let (mut hits, mut writes) = (0u64, 0u64);
+        for i in 0..20_000u32 {
+            let key = next() % 400;
+            let name = format!("key:{key}");
+            let c = Ctx::new(T0, core);
+            match next() % 8 {
+                0..=2 => {
+                    let len = 12 + (next() as usize % 1500);
+                    let data = make(key, i * 2 + core as u32, len);
+                    let out = store.set(c, name.as_bytes(), key, 0, buf(&data));
+                    assert!(matches!(out, Ok(StoreOutcome::Stored { .. })), "{out:?}");
+                    writes += 1;
+                }
+                3 => {
+                    store.delete(c, name.as_bytes(), 0);
+                }
+                _ => {
+                    if let Some(hit) = store.get(c, name.as_bytes()) {
+                        assert_eq!(hit.flags, key);
+                        assert!(intact(key, &hit.value.to_vec()), "key:{key} torn");
+                        hits += 1;
+                    }
+                }
+            }
+            assert!(store.stats().bytes as usize <= limit);
+            if i % 64 == 0 {
+                // An event-loop iteration: this core's quiescent state.
+                ebb::yield_now().await;
+            }
+        }
+        (hits, writes)
+    }
+
+    #[test]
+    fn two_cores_share_the_store_under_eviction() {
+        let limit = 128 * 1024;
+        let config = ebb::Config {
+            cores: 2,
+            pin: false,
+            idle_poll: core::time::Duration::ZERO,
+        };
+        let (mine, theirs, stats, grace_periods) = ebb::run(config, move || async move {
+            let domain = ebb::Handle::current().expect("on a core").rcu().clone();
+            let store = Arc::new(Store::new(
+                StoreConfig {
+                    memory_limit: limit,
+                    shards: 8,
+                    cores: 2,
+                    ..StoreConfig::default()
+                },
+                domain.clone(),
+            ));
+            let other = store.clone();
+            let theirs = ebb::spawn_local_on(CoreId(1), move || worker(other, 1, limit));
+            let mine = worker(store.clone(), 0, limit).await;
+            let theirs = theirs.await.expect("core 1 ran");
+            let stats = store.stats();
+            ebb::shutdown();
+            (mine, theirs, stats, domain.completed_grace_periods())
+        })
+        .expect("the runtime ran");
+        assert!(
+            mine.0 > 0 && theirs.0 > 0,
+            "both cores hit: {mine:?} {theirs:?}"
+        );
+        assert!(stats.evictions > 0, "{stats:?}");
+        assert!(stats.bytes as usize <= limit);
+        assert!(grace_periods > 0, "replaced items were reclaimed");
+    }
+}
+
+#[test]
+fn item_overhead_is_what_the_docs_say() {
+    // Printed for the record (`cargo test -- --nocapture`); bounded so that a change
+    // of the item's layout that bloats it is noticed.
+    std::println!("ITEM_OVERHEAD = {ITEM_OVERHEAD} bytes");
+    const { assert!(ITEM_OVERHEAD >= 64 && ITEM_OVERHEAD <= 512) };
+}
+
+#[test]
+fn immediate_flush_cancels_a_pending_delayed_one() {
+    let s = store();
+    set(&s, T0, b"a", 0, 0, b"1");
+    s.flush_all(cx(T0), 100);
+    s.flush_all(cx(T0 + 1), 0);
+    set(&s, T0 + 1, b"b", 0, 0, b"2");
+    assert!(value(&s, T0 + 1, b"a").is_none());
+    // The delayed flush no longer happens.
+    assert!(value(&s, T0 + 200, b"b").is_some());
+    // A store by a core whose clock lags a second survives the flush.
+    s.flush_all(cx(T0 + 10), 0);
+    set(&s, T0 + 9, b"late", 0, 0, b"3");
+    assert!(value(&s, T0 + 10, b"late").is_some());
+}
