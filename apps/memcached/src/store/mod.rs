@@ -10,7 +10,8 @@
 //! * an [`RcuHashMap`] from key to item (`Arc<Item>`): **reads take no lock** — a `get`
 //!   runs a closure under an RCU read guard, checks expiry and `flush_all`, sets the
 //!   item's CLOCK reference bit (a relaxed load, and a store only if it was clear) and
-//!   clones the value's [`IOBufChain`] (reference counts, no byte copied);
+//!   returns an [`IOBufChain`] of the value's buffers (reference counts, no byte
+//!   copied, no allocation for a value in up to three pieces);
 //! * a spin mutex over the shard's writer state, the CLOCK ring. **Every write takes
 //!   its shard's mutex** for the whole read-modify-write (so `cas`, `incr`, `append`,
 //!   `add` are atomic per key, as memcached's per-item locks make them), and only then
@@ -55,8 +56,9 @@
 //!
 //! ## Values
 //!
-//! Values are [`IOBufChain`]s: a hit clones the chain, so the reply sends the stored
-//! buffers themselves. A value whose buffers are much larger than the value (a small
+//! Values come in and go out as [`IOBufChain`]s and are kept as their buffers (one
+//! inline, or a boxed slice when in pieces): a hit hands out the stored buffers
+//! themselves, so the reply sends them without a copy. A value whose buffers are much larger than the value (a small
 //! value cut out of a large receive buffer, which would pin the whole buffer while
 //! being accounted as small) is copied once into an exact-size buffer when stored,
 //! and so is a value split into more than [`MAX_SEGMENTS`] pieces (repeated appends).
@@ -98,7 +100,7 @@ use core::mem::size_of;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use ebb::rcu::{DefaultHashBuilder, RcuDomain, RcuHashMap};
 use ebb::{IOBuf, IOBufChain};
-use item::{Item, KeyRef};
+use item::{Item, KeyRef, Value};
 use stats::{Counter, Counters};
 
 /// The longest key memcached accepts.
@@ -114,13 +116,15 @@ pub const DEFAULT_MEMORY_LIMIT: usize = 64 * 1024 * 1024;
 pub const MAX_SEGMENTS: usize = 8;
 
 /// Bytes accounted to every item on top of its key and value: the item itself (flags,
-/// times, CAS, the value's chain header, CLOCK bits), its `Arc` counts, its map node
-/// (link, hash, key and value pointers), the value region's `Arc<Vec>` header, and its
-/// ring slot and free-list entry. Allocator rounding is not counted. memcached's own
-/// per-item header is about 50 bytes plus slab-class rounding.
+/// times, CAS, the value's buffer handle, CLOCK bits), its `Arc` counts, its map node
+/// (link, hash, key and value pointers), its share of the map's bucket array (the table
+/// holds up to two buckets per entry), the value region's `Arc<Vec>` header, and its
+/// ring slot and free-list entry. Allocator rounding is not counted. (memcached's own
+/// per-item header is about 50 bytes plus slab-class rounding.)
 pub const ITEM_OVERHEAD: usize = size_of::<Item>()
     + 2 * size_of::<usize>()
     + 4 * size_of::<usize>()
+    + 2 * size_of::<usize>()
     + 2 * size_of::<usize>()
     + size_of::<Vec<u8>>()
     + 2 * size_of::<usize>();
@@ -456,7 +460,7 @@ impl Store {
                 Found::Live(Hit {
                     flags: item.flags,
                     cas: item.cas,
-                    value: item.value.clone(),
+                    value: item.value.to_chain(),
                 })
             }
         });
@@ -520,7 +524,7 @@ impl Store {
                     Hit {
                         flags: item.flags,
                         cas: item.cas,
-                        value: item.value.clone(),
+                        value: item.value.to_chain(),
                     }
                 });
                 (Plan::Keep, hit)
@@ -618,7 +622,7 @@ impl Store {
             }
             (Mode::Append | Mode::Prepend, Some(item)) => {
                 let mut joined = IOBufChain::new();
-                let mut old = item.value.clone();
+                let mut old = item.value.to_chain();
                 let mut new = value;
                 if mode == Mode::Append {
                     joined.append(&mut old);
@@ -704,7 +708,7 @@ impl Store {
             if op.cas != 0 && item.cas != op.cas {
                 return (Plan::Keep, ArithOutcome::Exists);
             }
-            let Some(current) = numeric::parse_u64(&item.value) else {
+            let Some(current) = numeric::parse_u64(item.value.segments()) else {
                 return (Plan::Keep, ArithOutcome::NonNumeric);
             };
             self.count(cx, hit);
@@ -831,14 +835,8 @@ impl Store {
                 return Ok((out, None));
             }
         };
-        let size = key
-            .len()
-            .checked_add(value.len())
-            .and_then(|n| n.checked_add(ITEM_OVERHEAD))
-            .filter(|&n| n <= self.config.item_size_max)
-            .ok_or(StoreError::TooLarge);
         let old_size = current.as_ref().map_or(0, |c| c.size);
-        let reserved = size.and_then(|size| {
+        let sized = self.size_value(key, value).and_then(|(size, value)| {
             self.reserve(
                 cx,
                 index,
@@ -846,10 +844,10 @@ impl Store {
                 size.saturating_sub(old_size),
                 current.as_ref(),
             )
-            .map(|()| size)
+            .map(|()| (size, value))
         });
-        let size = match reserved {
-            Ok(size) => size,
+        let (size, value) = match sized {
+            Ok(sized) => sized,
             Err(e) => {
                 if e == StoreError::OutOfMemory {
                     self.count(cx, Counter::OutOfMemory);
@@ -867,7 +865,6 @@ impl Store {
                 .used
                 .fetch_sub(old_size - size, Ordering::Relaxed);
         }
-        let value = compact(value);
         let slot = match &current {
             Some(c) => c.slot,
             None => ring.alloc_slot(),
@@ -903,6 +900,26 @@ impl Store {
         shard.map.insert(KeyRef(item.clone()), item);
         self.count(cx, Counter::TotalItems);
         Ok((out, Some(cas)))
+    }
+
+    /// The accounted size of an item with `key` and `value`, and the value as it will be
+    /// kept (compacted), unless it exceeds `item_size_max`.
+    fn size_value(&self, key: &[u8], value: IOBufChain) -> Result<(usize, Value), StoreError> {
+        let limit = self.config.item_size_max;
+        let base = key
+            .len()
+            .checked_add(value.len())
+            .and_then(|n| n.checked_add(ITEM_OVERHEAD))
+            .filter(|&n| n <= limit)
+            .ok_or(StoreError::TooLarge)?;
+        // Compacted only once known not too large, so a refused value is not copied.
+        let value = Value::from_chain(compact(value));
+        // The pieces' slice of a value in several pieces (rare) counts too.
+        let size = base
+            .checked_add(value.heap_bytes())
+            .filter(|&n| n <= limit)
+            .ok_or(StoreError::TooLarge)?;
+        Ok((size, value))
     }
 
     /// Reserves `need` more accounted bytes, evicting while they do not fit. `own` is

@@ -2,7 +2,7 @@
 //! reads and writes them.
 //!
 //! memcached parses a value with `safe_strtoull` (util.c), i.e. C's `strtoull(.., 10)`
-//! followed by two checks; we reproduce that over an [`IOBufChain`] without copying it:
+//! followed by two checks; we reproduce that over a value's segments without copying:
 //!
 //! * leading C whitespace (`' '`, `\t`, `\n`, `\v`, `\f`, `\r`) is skipped, then an
 //!   optional `+` or `-`, then at least one decimal digit (leading zeros allowed);
@@ -19,7 +19,6 @@
 //! is longer the value becomes exactly the digits.
 
 use alloc::vec::Vec;
-use ebb::IOBufChain;
 
 /// C's `isspace` in the "C" locale.
 fn is_c_space(b: u8) -> bool {
@@ -37,13 +36,14 @@ enum State {
     Digits,
 }
 
-/// The unsigned number a value holds by memcached's rules, or `None` if `incr`/`decr`
-/// must answer "non-numeric value". An empty value is non-numeric.
-pub(super) fn parse_u64(value: &IOBufChain) -> Option<u64> {
+/// The unsigned number a value (given as its segments) holds by memcached's rules, or
+/// `None` if `incr`/`decr` must answer "non-numeric value". An empty value is
+/// non-numeric.
+pub(super) fn parse_u64<'a>(segments: impl IntoIterator<Item = &'a [u8]>) -> Option<u64> {
     let mut state = State::Space;
     let mut negative = false;
     let mut n: u64 = 0;
-    for segment in value.segments() {
+    for segment in segments {
         for &b in segment {
             match (state, b) {
                 (State::Space, b) if is_c_space(b) => {}
@@ -109,10 +109,10 @@ pub(super) fn render(n: u64, old_len: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ebb::IOBuf;
+    use ebb::{IOBuf, IOBufChain};
 
     fn parse(s: &[u8]) -> Option<u64> {
-        parse_u64(&IOBufChain::from(IOBuf::copy_from_slice(s)))
+        parse_u64([s])
     }
 
     #[test]
@@ -144,7 +144,7 @@ mod tests {
         chain.push_back(IOBuf::copy_from_slice(b" 12"));
         chain.push_back(IOBuf::copy_from_slice(b"34"));
         chain.push_back(IOBuf::copy_from_slice(b" "));
-        assert_eq!(parse_u64(&chain), Some(1234));
+        assert_eq!(parse_u64(chain.segments()), Some(1234));
     }
 
     #[test]

@@ -721,7 +721,7 @@ mod model {
                         let out = s.arith(c, &[k], Arith { incr: up, delta, initial: None, cas: 0 }).unwrap();
                         match live(&model, k, now).cloned() {
                             None => prop_assert_eq!(out, ArithOutcome::NotFound),
-                            Some(e) => match numeric::parse_u64(&buf(&e.value)) {
+                            Some(e) => match numeric::parse_u64([&e.value[..]]) {
                                 None => prop_assert_eq!(out, ArithOutcome::NonNumeric),
                                 Some(n) => {
                                     let v = if up { n.wrapping_add(delta) } else { n.saturating_sub(delta) };
