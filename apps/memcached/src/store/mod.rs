@@ -229,7 +229,7 @@ pub enum StoreOutcome {
     /// an append/prepend whose result would be too large or does not fit: memcached
     /// answers those with `NOT_STORED` too).
     NotStored,
-    /// `EXISTS`: cas with a different CAS id.
+    /// `EXISTS`: cas (or a binary append/prepend) with a different CAS id.
     Exists,
     /// `NOT_FOUND`: cas on an absent key.
     NotFound,
@@ -559,10 +559,38 @@ impl Store {
         exptime: i64,
         value: IOBufChain,
     ) -> Result<StoreOutcome, StoreError> {
+        self.store_with_cas(cx, mode, key, flags, exptime, value, 0)
+    }
+
+    /// A storage command carrying a CAS id, as binary requests do. Like memcached: a
+    /// nonzero `cas` turns set/add/replace into [`Mode::Cas`]`(cas)`, and makes
+    /// append/prepend answer `Exists` if the item's id differs; `0` is [`store`]
+    /// (`Mode::Cas` uses its own id and ignores this one).
+    ///
+    /// [`store`]: Self::store
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a storage request's fields, as the protocols name them"
+    )]
+    pub fn store_with_cas(
+        &self,
+        cx: Ctx,
+        mode: Mode,
+        key: &[u8],
+        flags: u32,
+        exptime: i64,
+        value: IOBufChain,
+        cas: u64,
+    ) -> Result<StoreOutcome, StoreError> {
+        let (mode, append_cas) = match mode {
+            Mode::Set | Mode::Add | Mode::Replace if cas != 0 => (Mode::Cas(cas), 0),
+            Mode::Append | Mode::Prepend => (mode, cas),
+            other => (other, 0),
+        };
         self.count(cx, Counter::CmdSet);
         let exptime = absolute_expiry(exptime, cx.now);
         let result = self.mutate(cx, key, |live| {
-            Self::plan_store(mode, live, flags, exptime, value)
+            Self::plan_store(mode, append_cas, live, flags, exptime, value)
         });
         let outcome = match result {
             Ok((outcome, cas)) => match (outcome, cas) {
@@ -597,6 +625,7 @@ impl Store {
     /// CAS is filled in by the caller).
     fn plan_store(
         mode: Mode,
+        append_cas: u64,
         live: Option<&Item>,
         flags: u32,
         exptime: UnixTime,
@@ -619,6 +648,11 @@ impl Store {
             }
             (Mode::Replace | Mode::Append | Mode::Prepend, None) => {
                 (Plan::Keep, StoreOutcome::NotStored)
+            }
+            (Mode::Append | Mode::Prepend, Some(item))
+                if append_cas != 0 && item.cas != append_cas =>
+            {
+                (Plan::Keep, StoreOutcome::Exists)
             }
             (Mode::Append | Mode::Prepend, Some(item)) => {
                 let mut joined = IOBufChain::new();

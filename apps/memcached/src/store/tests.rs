@@ -894,3 +894,33 @@ fn immediate_flush_cancels_a_pending_delayed_one() {
     set(&s, T0 + 9, b"late", 0, 0, b"3");
     assert!(value(&s, T0 + 10, b"late").is_some());
 }
+
+#[test]
+fn binary_stores_with_a_cas_id() {
+    let s = store();
+    let c1 = set(&s, T0, b"k", 1, 0, b"v1");
+    let with = |mode, cas, data: &[u8]| {
+        s.store_with_cas(cx(T0), mode, b"k", 2, 0, buf(data), cas)
+            .unwrap()
+    };
+    // set/replace/add with an id become cas.
+    assert_eq!(with(Mode::Set, c1 + 1, b"x"), StoreOutcome::Exists);
+    assert_eq!(with(Mode::Add, c1 + 1, b"x"), StoreOutcome::Exists);
+    let StoreOutcome::Stored { cas: c2 } = with(Mode::Replace, c1, b"v2") else {
+        panic!()
+    };
+    // append/prepend check the id and keep the flags.
+    assert_eq!(with(Mode::Append, c1, b"!"), StoreOutcome::Exists);
+    assert!(matches!(
+        with(Mode::Append, c2, b"!"),
+        StoreOutcome::Stored { .. }
+    ));
+    let hit = s.get(cx(T0), b"k").unwrap();
+    assert_eq!((hit.flags, hit.value.to_vec()), (2, b"v2!".to_vec()));
+    assert_eq!(
+        s.store_with_cas(cx(T0), Mode::Set, b"absent", 0, 0, buf(b"x"), 5)
+            .unwrap(),
+        StoreOutcome::NotFound
+    );
+    assert_eq!(s.stats().cas_badval, 2);
+}
