@@ -975,12 +975,12 @@ impl Store {
         }
         let mut current = used.load(Ordering::Relaxed);
         loop {
-            if current + need <= limit {
+            if let Some(total) = current.checked_add(need).filter(|&t| t <= limit) {
                 // Relaxed: the counter orders nothing else; all that matters is that
                 // the sum never exceeds the limit, which the compare-and-swap ensures.
                 match used.compare_exchange_weak(
                     current,
-                    current + need,
+                    total,
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 ) {

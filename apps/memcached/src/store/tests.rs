@@ -924,3 +924,121 @@ fn binary_stores_with_a_cas_id() {
     );
     assert_eq!(s.stats().cas_badval, 2);
 }
+
+#[test]
+fn an_unbounded_limit_does_not_overflow() {
+    let s = store_with(StoreConfig {
+        memory_limit: usize::MAX,
+        item_size_max: usize::MAX,
+        ..StoreConfig::default()
+    });
+    set(&s, T0, b"a", 0, 0, &[1; 100]);
+    set(&s, T0, b"b", 0, 0, &[2; 100]);
+    assert_eq!(s.stats().curr_items, 2);
+    assert_eq!(s.stats().limit_maxbytes, u64::MAX);
+}
+
+mod eviction_model {
+    //! With a small limit the store may drop any item, but never returns anything other
+    //! than a key's latest value, never exceeds the limit, and never panics, whatever
+    //! the keys, sizes and times.
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Set(Vec<u8>, usize, i64),
+        Get(Vec<u8>),
+        Delete(Vec<u8>),
+        Touch(Vec<u8>, i64),
+        Advance(u8),
+        Sweep(u8),
+    }
+
+    fn key() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            8 => (0u8..12).prop_map(|k| vec![b'a' + k]),
+            1 => proptest::collection::vec(any::<u8>(), 0..300),
+        ]
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let exptime = prop_oneof![Just(0i64), 1i64..30, any::<i64>()];
+        prop_oneof![
+            4 => (key(), 0usize..3000, exptime.clone()).prop_map(|(k, n, e)| Op::Set(k, n, e)),
+            4 => key().prop_map(Op::Get),
+            1 => key().prop_map(Op::Delete),
+            1 => (key(), exptime).prop_map(|(k, e)| Op::Touch(k, e)),
+            1 => any::<u8>().prop_map(Op::Advance),
+            1 => any::<u8>().prop_map(Op::Sweep),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+        #[test]
+        fn never_returns_stale_data(
+            ops in proptest::collection::vec(op(), 1..300),
+            limit in 2000usize..20_000,
+            shards in 1usize..5,
+        ) {
+            let s = store_with(StoreConfig {
+                memory_limit: limit,
+                item_size_max: 4096,
+                shards,
+                ..StoreConfig::default()
+            });
+            // key -> (value, absolute expiry)
+            let mut model: BTreeMap<Vec<u8>, (Vec<u8>, UnixTime)> = BTreeMap::new();
+            let mut now = T0;
+            let alive = |e: UnixTime, now: UnixTime| e == 0 || e > now;
+            for (n, op) in ops.into_iter().enumerate() {
+                let c = cx(now);
+                match op {
+                    Op::Set(k, len, exptime) => {
+                        let data = checked_value(n as u32, len);
+                        match s.set(c, &k, 0, exptime, buf(&data)) {
+                            Ok(StoreOutcome::Stored { .. }) => {
+                                model.insert(k, (data, absolute_expiry(exptime, now)));
+                            }
+                            Err(StoreError::BadKey) => {
+                                prop_assert!(k.is_empty() || k.len() > KEY_MAX_LENGTH);
+                            }
+                            Err(StoreError::TooLarge | StoreError::OutOfMemory) => {
+                                model.remove(&k);
+                            }
+                            Ok(other) => prop_assert!(false, "set: {:?}", other),
+                        }
+                    }
+                    Op::Get(k) => {
+                        let got = s.get(c, &k).map(|h| h.value.to_vec());
+                        let want = model.get(&k).filter(|(_, e)| alive(*e, now));
+                        if let Some(got) = got {
+                            prop_assert_eq!(Some(&got), want.map(|(v, _)| v), "stale or corrupt");
+                        }
+                    }
+                    Op::Delete(k) => {
+                        s.delete(c, &k, 0);
+                        model.remove(&k);
+                    }
+                    Op::Touch(k, exptime) => {
+                        if s.touch(c, &k, exptime) {
+                            let entry = model.get_mut(&k);
+                            prop_assert!(entry.as_ref().is_some_and(|(_, e)| alive(*e, now)));
+                            if let Some(entry) = entry {
+                                entry.1 = absolute_expiry(exptime, now);
+                            }
+                        }
+                    }
+                    Op::Advance(d) => now += UnixTime::from(d % 16),
+                    Op::Sweep(budget) => {
+                        s.sweep(c, usize::from(budget));
+                    }
+                }
+                let st = s.stats();
+                prop_assert!(st.bytes as usize <= limit, "{} > {}", st.bytes, limit);
+                prop_assert!(st.curr_items as usize <= model.len());
+            }
+        }
+    }
+}
