@@ -495,20 +495,10 @@ impl Store {
         self.touch_inner(cx, key, exptime).is_some()
     }
 
-    /// `gat`/`gats`: a get that also sets the item's expiry (counted as a touch and as a
-    /// get).
+    /// `gat`/`gats`: a get that also sets the item's expiry. Counted as a touch only
+    /// (`cmd_touch`, `touch_hits`/`touch_misses`), as memcached counts it.
     pub fn gat(&self, cx: Ctx, key: &[u8], exptime: i64) -> Option<Hit> {
-        self.count(cx, Counter::CmdGet);
-        let hit = self.touch_inner(cx, key, exptime);
-        self.count(
-            cx,
-            if hit.is_some() {
-                Counter::GetHits
-            } else {
-                Counter::GetMisses
-            },
-        );
-        hit
+        self.touch_inner(cx, key, exptime)
     }
 
     fn touch_inner(&self, cx: Ctx, key: &[u8], exptime: i64) -> Option<Hit> {

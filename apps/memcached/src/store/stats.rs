@@ -111,15 +111,15 @@ pub struct Stats {
     /// Times an expired item's memory was taken back to make room instead of evicting
     /// a live one.
     pub reclaimed: u64,
-    /// `get`/`gets`/`gat` keys found.
+    /// `get`/`gets` keys found.
     pub get_hits: u64,
-    /// `get`/`gets`/`gat` keys not found (including expired and flushed ones).
+    /// `get`/`gets` keys not found (including expired and flushed ones).
     pub get_misses: u64,
     /// Misses because the item had expired.
     pub get_expired: u64,
     /// Misses because the item had been invalidated by `flush_all`.
     pub get_flushed: u64,
-    /// Keys looked up by `get`/`gets`/`gat`.
+    /// Keys looked up by `get`/`gets` (`gat` counts as a touch, as in memcached).
     pub cmd_get: u64,
     /// Storage commands (set/add/replace/append/prepend/cas), whatever their outcome.
     pub cmd_set: u64,

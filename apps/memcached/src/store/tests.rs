@@ -297,6 +297,8 @@ fn touch_and_gat() {
     assert_eq!(s.gat(cx(T0), b"none", 0), None);
     let st = s.stats();
     assert_eq!((st.cmd_touch, st.touch_hits, st.touch_misses), (4, 2, 2));
+    // gat counts as a touch only (the gets above: 2 hits, 1 miss).
+    assert_eq!((st.cmd_get, st.get_hits, st.get_misses), (3, 2, 1));
 }
 
 #[test]
