@@ -781,8 +781,12 @@ impl Store {
     /// Removes up to `budget` slots' worth of expired or flushed items, continuing
     /// where the previous sweep stopped; returns how many it removed. For an idle
     /// handler: each call takes one shard lock at a time, for at most `budget` slots.
+    /// One sweep runs at a time: a call while another core sweeps returns 0 at once
+    /// rather than spin in an idle handler.
     pub fn sweep(&self, cx: Ctx, budget: usize) -> usize {
-        let mut at = self.sweep_at.lock();
+        let Some(mut at) = self.sweep_at.try_lock() else {
+            return 0;
+        };
         let mut left = budget;
         let mut removed = 0;
         let mut empty_shards = 0;

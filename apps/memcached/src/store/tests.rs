@@ -1044,3 +1044,27 @@ mod eviction_model {
         }
     }
 }
+
+#[test]
+fn gets_take_no_write_lock() {
+    // On a core, with every shard's write lock held, gets still answer: the read
+    // path touches only the RCU map (and atomics).
+    let config = ebb::Config {
+        cores: 1,
+        pin: false,
+        idle_poll: core::time::Duration::ZERO,
+    };
+    let hit = ebb::run(config, || async {
+        let domain = ebb::Handle::current().expect("on a core").rcu().clone();
+        let s = Store::new(StoreConfig::default(), domain);
+        set(&s, T0, b"k", 0, 0, b"v");
+        let held: Vec<_> = s.shards.iter().map(|sh| sh.ring.lock()).collect();
+        let hit = s.get(cx(T0), b"k").map(|h| h.value.to_vec());
+        let miss = s.get(cx(T0), b"absent");
+        drop(held);
+        ebb::shutdown();
+        (hit, miss)
+    })
+    .expect("the runtime ran");
+    assert_eq!(hit, (Some(b"v".to_vec()), None));
+}
