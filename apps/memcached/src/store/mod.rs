@@ -15,8 +15,11 @@
 //! * a spin mutex over the shard's writer state, the CLOCK ring. **Every write takes
 //!   its shard's mutex** for the whole read-modify-write (so `cas`, `incr`, `append`,
 //!   `add` are atomic per key, as memcached's per-item locks make them), and only then
-//!   the map's own writer lock, which is therefore never contended. Writes to different
-//!   shards proceed in parallel: shards are the "per-bucket" write locks.
+//!   the map's own writer lock, which writers therefore never contend for. Writes to
+//!   different shards proceed in parallel: shards are the "per-bucket" write locks.
+//!   Why not per-core shards: a key's owner would then be one core, and every other
+//!   core's request for it would have to hop there; shared shards keep every request on
+//!   the core that received it, and reads do not care about shards at all.
 //!
 //! Removed and replaced items stay readable by readers that found them until an RCU
 //! grace period ends (the map retires them through `call_rcu`), so their memory is
@@ -32,7 +35,7 @@
 //! CLOCK only needs the hit to set a per-item bit. Each shard keeps its items in a ring
 //! of slots (`Vec<Option<Arc<Item>>>`, an item's slot fixed for its life) and a hand;
 //! the hand clears set bits and evicts the first item whose bit is clear. An expired or
-//! flushed item under the hand is taken back first (counted `reclaimed`, not
+//! flushed item under the hand is taken whatever its bit (counted `reclaimed`, not
 //! `evictions`). Which shard gives up an item rotates over all shards (a global
 //! cursor), which approximates one CLOCK over the whole cache: a write's shard is not
 //! made to pay for the others. The writer holds its own shard's mutex and only
@@ -58,10 +61,11 @@
 //!
 //! Values come in and go out as [`IOBufChain`]s and are kept as their buffers (one
 //! inline, or a boxed slice when in pieces): a hit hands out the stored buffers
-//! themselves, so the reply sends them without a copy. A value whose buffers are much larger than the value (a small
-//! value cut out of a large receive buffer, which would pin the whole buffer while
-//! being accounted as small) is copied once into an exact-size buffer when stored,
-//! and so is a value split into more than [`MAX_SEGMENTS`] pieces (repeated appends).
+//! themselves, so the reply sends them without a copy. A value whose buffers are much
+//! larger than the value (a small value cut out of a large receive buffer, which would
+//! pin the whole buffer while being accounted as small) is copied once into an
+//! exact-size buffer when stored, and so is a value split into more than
+//! [`MAX_SEGMENTS`] pieces (repeated appends).
 //! `IOBuf` storage is an `Arc<Vec<u8>>` or a `&'static [u8]`, so values are `Send +
 //! Sync` and may be shared across cores.
 //!
@@ -71,6 +75,18 @@
 //! allocator. In a native image that is Ebbflow's per-core slab allocator (ebb-mem);
 //! hosted it is the system allocator unless the application installs ebb-mem's as its
 //! `#[global_allocator]`. Which is faster hosted is for the server's benchmarks.
+//!
+//! ## Using it (the server glue)
+//!
+//! * Build one store at start-up with the runtime's RCU domain
+//!   (`ebb::Handle::current()?.rcu().clone()`) and `StoreConfig::cores =
+//!   ebb::num_cores()`, and share it (`Arc<Store>`) with every core.
+//! * Call operations on cores, inside events, with `Ctx::new(unix_now, core_index)`.
+//!   Off a core they still work but reads take the map's lock (see [`RcuHashMap`]).
+//! * Install an idle handler on each core that calls [`Store::sweep`] with a small
+//!   budget (e.g. 64 slots); only one core sweeps at a time.
+//! * Map the outcomes to replies: [`StoreOutcome`], [`DeleteOutcome`],
+//!   [`ArithOutcome`], and [`StoreError`] for the `SERVER_ERROR`s.
 //!
 //! ## Invariants
 //!
