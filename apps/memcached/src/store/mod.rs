@@ -145,13 +145,29 @@ pub const ITEM_OVERHEAD: usize = size_of::<Item>()
     + size_of::<Vec<u8>>()
     + 2 * size_of::<usize>();
 
+/// The size memcached 1.6 (64-bit, CAS enabled) checks against `-I` for an item:
+/// its 48-byte header, the key and a NUL, the flags (4 bytes, unless 0), the value and
+/// its CRLF, and the 8-byte CAS (`item_size_ok` in memcached's `items.c`). Our own
+/// accounting differs ([`ITEM_OVERHEAD`]); this only decides "too large", so that
+/// clients find the same largest value as with memcached.
+pub const fn memcached_item_size(key_len: usize, flags: u32, value_len: usize) -> usize {
+    let flags_len = if flags == 0 { 0 } else { 4 };
+    48usize
+        .saturating_add(key_len)
+        .saturating_add(1)
+        .saturating_add(flags_len)
+        .saturating_add(value_len)
+        .saturating_add(2)
+        .saturating_add(8)
+}
+
 /// How a store is set up (memcached's command-line options).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreConfig {
     /// `-m`, in bytes: the most the items may account for.
     pub memory_limit: usize,
-    /// `-I`, in bytes: the largest item (key + value + [`ITEM_OVERHEAD`]), like
-    /// memcached, which counts its item header against `-I` too.
+    /// `-I`, in bytes: the largest item, measured as memcached measures it
+    /// ([`memcached_item_size`]: key, value and memcached's header).
     pub item_size_max: usize,
     /// `false` is memcached's `-M`: when full, refuse stores instead of evicting.
     pub evict: bool,
@@ -880,16 +896,18 @@ impl Store {
             }
         };
         let old_size = current.as_ref().map_or(0, |c| c.size);
-        let sized = self.size_value(key, value).and_then(|(size, value)| {
-            self.reserve(
-                cx,
-                index,
-                &mut ring,
-                size.saturating_sub(old_size),
-                current.as_ref(),
-            )
-            .map(|()| (size, value))
-        });
+        let sized = self
+            .size_value(key, flags, value)
+            .and_then(|(size, value)| {
+                self.reserve(
+                    cx,
+                    index,
+                    &mut ring,
+                    size.saturating_sub(old_size),
+                    current.as_ref(),
+                )
+                .map(|()| (size, value))
+            });
         let (size, value) = match sized {
             Ok(sized) => sized,
             Err(e) => {
@@ -948,21 +966,25 @@ impl Store {
 
     /// The accounted size of an item with `key` and `value`, and the value as it will be
     /// kept (compacted), unless it exceeds `item_size_max`.
-    fn size_value(&self, key: &[u8], value: IOBufChain) -> Result<(usize, Value), StoreError> {
-        let limit = self.config.item_size_max;
-        let base = key
-            .len()
-            .checked_add(value.len())
-            .and_then(|n| n.checked_add(ITEM_OVERHEAD))
-            .filter(|&n| n <= limit)
-            .ok_or(StoreError::TooLarge)?;
+    fn size_value(
+        &self,
+        key: &[u8],
+        flags: u32,
+        value: IOBufChain,
+    ) -> Result<(usize, Value), StoreError> {
+        // `-I` as memcached applies it, so clients see the same largest value.
+        if memcached_item_size(key.len(), flags, value.len()) > self.config.item_size_max {
+            return Err(StoreError::TooLarge);
+        }
         // Compacted only once known not too large, so a refused value is not copied.
         let value = Value::from_chain(compact(value));
-        // The pieces' slice of a value in several pieces (rare) counts too.
-        let size = base
-            .checked_add(value.heap_bytes())
-            .filter(|&n| n <= limit)
-            .ok_or(StoreError::TooLarge)?;
+        // What we account: our real overhead, and the slice of a value in several
+        // pieces (rare). Cannot overflow: the value is at most `item_size_max`.
+        let size = key
+            .len()
+            .saturating_add(value.len())
+            .saturating_add(ITEM_OVERHEAD)
+            .saturating_add(value.heap_bytes());
         Ok((size, value))
     }
 

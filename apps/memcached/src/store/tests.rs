@@ -471,7 +471,14 @@ fn too_large_items_are_refused() {
         item_size_max: 1024,
         ..StoreConfig::default()
     });
-    let fits = 1024 - ITEM_OVERHEAD - 1;
+    // memcached's measure: 48 + key + 1 + value + 2 + 8 (flags 0).
+    let fits = 1024 - 48 - 1 - 1 - 2 - 8;
+    assert_eq!(memcached_item_size(1, 0, fits), 1024);
+    assert_eq!(memcached_item_size(1, 7, fits), 1028);
+    assert_eq!(
+        s.set(cx(T0), b"k", 7, 0, buf(&vec![1; fits])),
+        Err(StoreError::TooLarge)
+    );
     set(&s, T0, b"k", 0, 0, &vec![1; fits]);
     assert_eq!(
         s.set(cx(T0), b"k", 0, 0, buf(&vec![1; fits + 1])),
