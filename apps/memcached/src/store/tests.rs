@@ -842,6 +842,81 @@ mod multicore {
         (hits, writes)
     }
 
+    /// Increments `counter` `n` times with incr and `cas` times with a gets/cas loop.
+    async fn bump(store: Arc<Store>, core: usize, n: u32) -> u32 {
+        let c = Ctx::new(T0, core);
+        let mut retries = 0;
+        for i in 0..n {
+            let out = store.arith(
+                c,
+                b"counter",
+                Arith {
+                    incr: true,
+                    delta: 1,
+                    initial: None,
+                    cas: 0,
+                },
+            );
+            assert!(matches!(out, Ok(ArithOutcome::Value { .. })), "{out:?}");
+            loop {
+                let hit = store.get(c, b"cas-counter").expect("present");
+                let n = numeric::parse_u64(hit.value.segments()).expect("numeric");
+                let next = format!("{}", n + 1);
+                match store.store(
+                    c,
+                    Mode::Cas(hit.cas),
+                    b"cas-counter",
+                    0,
+                    0,
+                    buf(next.as_bytes()),
+                ) {
+                    Ok(StoreOutcome::Stored { .. }) => break,
+                    Ok(StoreOutcome::Exists) => retries += 1,
+                    other => panic!("cas: {other:?}"),
+                }
+            }
+            if i % 16 == 0 {
+                ebb::yield_now().await;
+            }
+        }
+        retries
+    }
+
+    #[test]
+    fn concurrent_incr_and_cas_lose_no_update() {
+        let config = ebb::Config {
+            cores: 2,
+            pin: false,
+            idle_poll: core::time::Duration::ZERO,
+        };
+        let n = 5_000;
+        let (counter, cas_counter, retries) = ebb::run(config, move || async move {
+            let domain = ebb::Handle::current().expect("on a core").rcu().clone();
+            let store = Arc::new(Store::new(
+                StoreConfig {
+                    cores: 2,
+                    ..StoreConfig::default()
+                },
+                domain,
+            ));
+            set(&store, T0, b"counter", 0, 0, b"0");
+            set(&store, T0, b"cas-counter", 0, 0, b"0");
+            let other = store.clone();
+            let theirs = ebb::spawn_local_on(CoreId(1), move || bump(other, 1, n));
+            let mine = bump(store.clone(), 0, n).await;
+            let theirs = theirs.await.expect("core 1 ran");
+            let read = |k: &[u8]| store.get(cx(T0), k).map(|h| h.value.to_vec());
+            let result = (read(b"counter"), read(b"cas-counter"), mine + theirs);
+            ebb::shutdown();
+            result
+        })
+        .expect("the runtime ran");
+        let total = (2 * n).to_string().into_bytes();
+        assert_eq!(counter.as_deref(), Some(&total[..]));
+        assert_eq!(cas_counter.as_deref(), Some(&total[..]));
+        std::println!("cas retries: {retries}");
+    }
+
     #[test]
     fn two_cores_share_the_store_under_eviction() {
         let limit = 128 * 1024;
