@@ -472,7 +472,8 @@ impl Store {
     /// `get`/`gets`: the item for `key`, if present and live. Lock-free (on a core of
     /// the store's RCU domain). An expired or flushed item is removed on the way.
     pub fn get(&self, cx: Ctx, key: &[u8]) -> Option<Hit> {
-        self.count(cx, Counter::CmdGet);
+        // `cmd_get` is not counted: it is `get_hits + get_misses`, one atomic less
+        // on the hot path.
         let Some((_, shard)) = self.shard_for(key) else {
             self.count(cx, Counter::GetMisses);
             return None;
