@@ -1138,6 +1138,8 @@ fn gets_take_no_write_lock() {
     };
     let hit = ebb::run(config, || async {
         let domain = ebb::Handle::current().expect("on a core").rcu().clone();
+        // On an active core of the domain: the map reads under a guard, lock-free.
+        assert!(domain.read_guard().is_some());
         let s = Store::new(StoreConfig::default(), domain);
         set(&s, T0, b"k", 0, 0, b"v");
         let held: Vec<_> = s.shards.iter().map(|sh| sh.ring.lock()).collect();
