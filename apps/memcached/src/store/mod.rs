@@ -21,6 +21,11 @@
 //!   core's request for it would have to hop there; shared shards keep every request on
 //!   the core that received it, and reads do not care about shards at all.
 //!
+//! Keys are hashed with the RCU map's default hasher (foldhash, seeded from address-space
+//! randomization): fast, but only as resistant to deliberately colliding keys as ASLR
+//! is unpredictable (memcached's own hash is not keyed at all). A secretly keyed hasher
+//! would need a seed source the store does not have.
+//!
 //! Removed and replaced items stay readable by readers that found them until an RCU
 //! grace period ends (the map retires them through `call_rcu`), so their memory is
 //! freed a little after they stop being accounted.
