@@ -1152,3 +1152,19 @@ fn gets_take_no_write_lock() {
     .expect("the runtime ran");
     assert_eq!(hit, (Some(b"v".to_vec()), None));
 }
+
+#[test]
+fn sweep_removes_flushed_items_and_frees_their_bytes() {
+    let s = store();
+    for i in 0..20u32 {
+        set(&s, T0, format!("k{i}").as_bytes(), 0, 0, b"value");
+    }
+    s.flush_all(cx(T0), 0);
+    set(&s, T0, b"after", 0, 0, b"v");
+    let removed = s.sweep(cx(T0), 100_000);
+    assert_eq!(removed, 20);
+    let st = s.stats();
+    assert_eq!(st.curr_items, 1);
+    assert_eq!(st.bytes as usize, 5 + 1 + ITEM_OVERHEAD);
+    assert_eq!(value(&s, T0, b"after").unwrap(), b"v");
+}
