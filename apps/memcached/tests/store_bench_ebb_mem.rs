@@ -1,0 +1,18 @@
+//! The store's throughput with ebb-mem's per-core slab allocator as the process's
+//! global allocator (what a native image uses); see `common/store_bench.rs`.
+
+use ebb_mem::{GeneralPurposeAllocator, MmapSource};
+
+#[global_allocator]
+static GLOBAL: GeneralPurposeAllocator<MmapSource> =
+    GeneralPurposeAllocator::new(MmapSource::new());
+
+mod common {
+    pub mod store_bench;
+}
+
+#[test]
+#[ignore = "a measurement: run in release with --ignored --nocapture"]
+fn store_throughput_ebb_mem_allocator() {
+    common::store_bench::measure("ebb-mem allocator");
+}

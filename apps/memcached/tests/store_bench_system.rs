@@ -1,0 +1,11 @@
+//! The store's throughput with the system allocator; see `common/store_bench.rs`.
+
+mod common {
+    pub mod store_bench;
+}
+
+#[test]
+#[ignore = "a measurement: run in release with --ignored --nocapture"]
+fn store_throughput_system_allocator() {
+    common::store_bench::measure("system allocator");
+}
