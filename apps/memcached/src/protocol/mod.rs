@@ -409,11 +409,20 @@ impl Parser {
         &self.limits
     }
 
+    /// How many bytes of a refused request are still to be discarded as they arrive
+    /// (for statistics and tests).
+    pub fn swallowing(&self) -> usize {
+        self.swallow
+    }
+
     /// Takes the next complete request off the front of `input`.
     ///
     /// Returns [`Parsed::Incomplete`] when `input` holds only part of a request (it is
     /// left as it was, but for swallowed bytes), and [`Parsed::Error`] for a refused
     /// request, which is removed from `input`.
+    ///
+    /// Between calls the connection may only append to `input` (the parser remembers how
+    /// far it has searched a long line for its newline).
     pub fn parse(&mut self, input: &mut IOBufChain) -> Parsed {
         if self.closed {
             return Parsed::Error(ParseError {
