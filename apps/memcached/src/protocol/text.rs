@@ -12,7 +12,8 @@
 //! * The input is only modified once the outcome is known: a line is consumed together
 //!   with its data block, or not at all (`Incomplete`), except when refusing a request
 //!   whose data block is then swallowed.
-//! * The data block is split off without copying; only the line is copied.
+//! * The data block is split off without copying; the line is read in place (copied
+//!   only when it straddles segments) and keys are copied out of it.
 //! * Every byte offset used below is within the copied line: tokens are computed from
 //!   it, and slices are taken with `get`.
 
@@ -99,12 +100,13 @@ pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
         return close(ErrorKind::LineTooLong);
     }
     let line_len = nl + 1;
-    let line = match input.cursor().read_bytes(line_len) {
-        Ok(line) => line.into_owned(),
-        // Unreachable: the newline is within the input.
-        Err(_) => return Parsed::Incomplete,
+    // Borrowed when the line lies in one segment (the usual case), copied otherwise.
+    let Ok(line) = input.cursor().read_bytes(line_len) else {
+        return Parsed::Incomplete; // Unreachable: the newline is within the input.
     };
-    match process_line(&line, p) {
+    let outcome = process_line(&line, p);
+    drop(line);
+    match outcome {
         Line::Request(request, reply_to) => {
             let _ = input.trim_front(line_len);
             Parsed::Request(Command { request, reply_to })
