@@ -110,7 +110,8 @@ pub fn feed(limits: Limits, segments: &[&[u8]]) -> Outcome {
         loop {
             let before = input.len();
             let swallowing = p.swallowing();
-            let snapshot = (before <= 8192 && swallowing == 0).then(|| input.to_vec());
+            // Bounded: a full copy per call would make byte-by-byte feeds quadratic.
+            let snapshot = (before <= 512 && swallowing == 0).then(|| input.to_vec());
             let parsed = p.parse(&mut input);
             match &parsed {
                 Parsed::Incomplete => {

@@ -273,6 +273,7 @@ fn read_header(input: &IOBufChain) -> Option<(u8, Header)> {
 /// Parses one binary request off the front of `input`.
 pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
     let Some((magic, h)) = read_header(input) else {
+        p.need = HEADER_LEN;
         return Parsed::Incomplete;
     };
     if magic != REQ_MAGIC {
@@ -286,6 +287,7 @@ pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
     // memcached waits for extras and key before looking at the lengths.
     let head_len = HEADER_LEN + h.extlen + h.keylen;
     if input.len() < head_len {
+        p.need = head_len;
         return Parsed::Incomplete;
     }
     let meta = BinaryMeta {
@@ -567,6 +569,7 @@ fn store(
         });
     }
     if input.len() < head_len + vlen {
+        p.need = head_len + vlen;
         return Parsed::Incomplete;
     }
     let _ = input.trim_front(head_len);

@@ -407,6 +407,10 @@ pub struct Parser {
     /// Text: how many leading input bytes are known to hold no newline, so a long line
     /// arriving in many segments is scanned once.
     scanned: usize,
+    /// The input length below which the pending request is known to be incomplete
+    /// (a data block or binary body still arriving), so waiting for a large value costs
+    /// O(1) per call however many segments it arrives in.
+    need: usize,
     /// A closing error was returned; nothing more is parsed.
     closed: bool,
 }
@@ -419,6 +423,7 @@ impl Parser {
             protocol: None,
             swallow: 0,
             scanned: 0,
+            need: 0,
             closed: false,
         }
     }
@@ -466,6 +471,10 @@ impl Parser {
                 return Parsed::Incomplete;
             }
         }
+        if input.len() < self.need {
+            return Parsed::Incomplete;
+        }
+        self.need = 0;
         let Ok(first) = input.cursor().peek_u8() else {
             return Parsed::Incomplete;
         };

@@ -139,6 +139,7 @@ pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
                 return close(ErrorKind::BadFormat);
             };
             if input.len() < total {
+                p.need = total;
                 return Parsed::Incomplete;
             }
             let _ = input.trim_front(line_len);
