@@ -475,7 +475,8 @@ impl Parser {
             return Parsed::Incomplete;
         }
         self.need = 0;
-        let Ok(first) = input.cursor().peek_u8() else {
+        // The chain holds no empty segments, so the first byte is in the first one.
+        let Some(&first) = input.front().and_then(|seg| seg.first()) else {
             return Parsed::Incomplete;
         };
         let protocol = *self.protocol.get_or_insert(if first == binary::REQ_MAGIC {

@@ -86,9 +86,13 @@ impl Line {
 /// Parses one text request off the front of `input`.
 pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
     let Some(nl) = find_newline(input, p.scanned) else {
+        let scanned_before = p.scanned;
         p.scanned = input.len();
+        // The prefix test is made once, when the line first passes the limit: if it
+        // passed then, the same bytes pass now.
         if input.len() > LINE_MAX_WITHOUT_NEWLINE
-            && (!starts_multiget(input) || input.len() > p.limits.max_get_line)
+            && (input.len() > p.limits.max_get_line
+                || (scanned_before <= LINE_MAX_WITHOUT_NEWLINE && !starts_multiget(input)))
         {
             return close(ErrorKind::LineTooLong);
         }
