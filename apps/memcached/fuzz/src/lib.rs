@@ -110,8 +110,10 @@ pub fn feed(limits: Limits, segments: &[&[u8]]) -> Outcome {
         loop {
             let before = input.len();
             let swallowing = p.swallowing();
-            // Bounded: a full copy per call would make byte-by-byte feeds quadratic.
-            let snapshot = (before <= 512 && swallowing == 0).then(|| input.to_vec());
+            // Bounded: a full copy per call would make byte-by-byte feeds quadratic
+            // (the length is checked always, the bytes when they are few segments).
+            let snapshot = (before <= 512 && input.segment_count() <= 8 && swallowing == 0)
+                .then(|| input.to_vec());
             let parsed = p.parse(&mut input);
             match &parsed {
                 Parsed::Incomplete => {
