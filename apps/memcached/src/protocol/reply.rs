@@ -1,0 +1,357 @@
+//! Replies: a protocol-neutral [`Response`] encoded for the request's [`ReplyTo`], so
+//! `noreply`, quiet opcodes and the binary header are handled in one place.
+//!
+//! # Invariants
+//!
+//! * A value's own buffers are pushed onto the output (sharing their storage: a
+//!   reference-count bump each), never copied; fixed strings are pushed as static
+//!   buffers; only the small variable parts (a `VALUE` line, a binary header, a number)
+//!   are written into a fresh buffer.
+//! * Text `noreply` suppresses every reply of the request (memcached's `out_string`);
+//!   binary quiet opcodes suppress success replies and get misses, never errors
+//!   (memcached's `write_bin_response` and `write_bin_error`).
+
+use alloc::vec::Vec;
+
+use ebb::{IOBuf, IOBufChain};
+
+use super::binary::{HEADER_LEN, Opcode, Status, error_packet, response_header};
+use super::{BinaryMeta, ReplyTo};
+
+/// A reply, as the server glue knows it after executing a request.
+#[derive(Clone, Copy, Debug)]
+pub enum Response<'a> {
+    /// A get hit: text `VALUE <key> <flags> <bytes>[ <cas>]` + data + `"\r\n"`; binary
+    /// flags extras, the key for `GETK`/`GATK`, the data, CAS in the header.
+    Value {
+        /// The key.
+        key: &'a [u8],
+        /// The item's flags.
+        flags: u32,
+        /// The item's CAS id (text shows it for `gets`/`gats` only).
+        cas: u64,
+        /// The value (without any `"\r\n"`).
+        data: &'a IOBufChain,
+    },
+    /// A get miss: text nothing; binary `NOT_FOUND` (with the key for `GETK`), nothing if
+    /// quiet.
+    Miss {
+        /// The key.
+        key: &'a [u8],
+    },
+    /// The end of a get: text `END`; binary nothing.
+    End,
+    /// `STORED` / success with the new item's CAS id.
+    Stored {
+        /// The stored item's CAS id (binary header).
+        cas: u64,
+    },
+    /// `NOT_STORED`; in binary, as memcached: `ADD` → key exists, `REPLACE` → not
+    /// found, others (or any with a CAS) → not stored.
+    NotStored,
+    /// `EXISTS` (CAS mismatch; binary also a failed `ADD`).
+    Exists,
+    /// `NOT_FOUND`.
+    NotFound,
+    /// `DELETED` / success.
+    Deleted,
+    /// `TOUCHED`; binary `TOUCH` returns the flags and CAS.
+    Touched {
+        /// The item's flags.
+        flags: u32,
+        /// The item's CAS id.
+        cas: u64,
+    },
+    /// An `incr`/`decr` result.
+    Number {
+        /// The new value.
+        value: u64,
+        /// The item's CAS id (binary header).
+        cas: u64,
+    },
+    /// `OK` (`flush_all`, `verbosity`) / success.
+    Ok,
+    /// `VERSION <v>` / the version as the body.
+    Version(&'a str),
+    /// `STAT <name> <value>` / a `STAT` packet.
+    Stat {
+        /// The statistic's name.
+        name: &'a [u8],
+        /// Its value.
+        value: &'a [u8],
+    },
+    /// The end of a stats listing: `END` / an empty `STAT` packet.
+    StatsEnd,
+    /// `stats reset` done: `RESET` / an empty `STAT` packet.
+    Reset,
+    /// An unknown stats group: `ERROR` / `NOT_FOUND`.
+    UnknownStats,
+    /// `incr`/`decr` of a non-numeric value.
+    NonNumeric,
+    /// The store refused a value as too large.
+    TooLarge,
+    /// The store ran out of memory: text `SERVER_ERROR <msg>`; binary `ENOMEM` with
+    /// `msg` as the body. memcached's messages: `out of memory storing object` (a
+    /// store), `out of memory` (text `incr`).
+    OutOfMemory(&'a str),
+    /// `MN` / `NOOP` success (never quiet): the glue flushes its output.
+    Noop,
+    /// Text nothing; binary success unless `QUITQ`. The glue closes after flushing.
+    Quit,
+}
+
+/// Appends the reply to `to` for `resp` onto `out`.
+pub fn encode(to: &ReplyTo, resp: &Response<'_>, out: &mut IOBufChain) {
+    match to {
+        ReplyTo::Text { noreply, cas } => {
+            if !*noreply {
+                text(*cas, resp, out);
+            }
+        }
+        ReplyTo::Binary(meta) => binary(meta, resp, out),
+    }
+}
+
+fn push_static(out: &mut IOBufChain, s: &'static [u8]) {
+    out.push_back(IOBuf::from_static(s));
+}
+
+/// Appends `v` in decimal.
+fn push_u64(buf: &mut Vec<u8>, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        if let Some(d) = digits.get_mut(i) {
+            *d = b'0' + (v % 10) as u8;
+        }
+        v /= 10;
+        if v == 0 || i == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(digits.get(i..).unwrap_or_default());
+}
+
+/// Pushes a value's segments: shared, not copied.
+fn push_value(out: &mut IOBufChain, data: &IOBufChain) {
+    for seg in data {
+        out.push_back(seg.clone());
+    }
+}
+
+fn text(show_cas: bool, resp: &Response<'_>, out: &mut IOBufChain) {
+    match resp {
+        Response::Value {
+            key,
+            flags,
+            cas,
+            data,
+        } => {
+            let mut line = Vec::with_capacity(6 + key.len() + 48);
+            line.extend_from_slice(b"VALUE ");
+            line.extend_from_slice(key);
+            line.push(b' ');
+            push_u64(&mut line, u64::from(*flags));
+            line.push(b' ');
+            push_u64(&mut line, data.len() as u64);
+            if show_cas {
+                line.push(b' ');
+                push_u64(&mut line, *cas);
+            }
+            line.extend_from_slice(b"\r\n");
+            out.push_back(IOBuf::from_vec(line));
+            push_value(out, data);
+            push_static(out, b"\r\n");
+        }
+        Response::Miss { .. } | Response::Quit => {}
+        Response::End | Response::StatsEnd => push_static(out, b"END\r\n"),
+        Response::Stored { .. } => push_static(out, b"STORED\r\n"),
+        Response::NotStored => push_static(out, b"NOT_STORED\r\n"),
+        Response::Exists => push_static(out, b"EXISTS\r\n"),
+        Response::NotFound => push_static(out, b"NOT_FOUND\r\n"),
+        Response::Deleted => push_static(out, b"DELETED\r\n"),
+        Response::Touched { .. } => push_static(out, b"TOUCHED\r\n"),
+        Response::Number { value, .. } => {
+            let mut line = Vec::with_capacity(22);
+            push_u64(&mut line, *value);
+            line.extend_from_slice(b"\r\n");
+            out.push_back(IOBuf::from_vec(line));
+        }
+        Response::Ok => push_static(out, b"OK\r\n"),
+        Response::Version(v) => {
+            let mut line = Vec::with_capacity(10 + v.len());
+            line.extend_from_slice(b"VERSION ");
+            line.extend_from_slice(v.as_bytes());
+            line.extend_from_slice(b"\r\n");
+            out.push_back(IOBuf::from_vec(line));
+        }
+        Response::Stat { name, value } => {
+            // append_ascii_stats: a stat without a value is just its name.
+            let mut line = Vec::with_capacity(8 + name.len() + value.len());
+            line.extend_from_slice(b"STAT ");
+            line.extend_from_slice(name);
+            if !value.is_empty() {
+                line.push(b' ');
+                line.extend_from_slice(value);
+            }
+            line.extend_from_slice(b"\r\n");
+            out.push_back(IOBuf::from_vec(line));
+        }
+        Response::Reset => push_static(out, b"RESET\r\n"),
+        Response::UnknownStats => push_static(out, b"ERROR\r\n"),
+        Response::NonNumeric => push_static(
+            out,
+            b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+        ),
+        Response::TooLarge => push_static(out, b"SERVER_ERROR object too large for cache\r\n"),
+        Response::OutOfMemory(msg) => {
+            let mut line = Vec::with_capacity(15 + msg.len());
+            line.extend_from_slice(b"SERVER_ERROR ");
+            line.extend_from_slice(msg.as_bytes());
+            line.extend_from_slice(b"\r\n");
+            out.push_back(IOBuf::from_vec(line));
+        }
+        Response::Noop => push_static(out, b"MN\r\n"),
+    }
+}
+
+/// A response header, extras, key and `tail` (copied: short), in one fresh buffer; the
+/// body length also counts `value_len` bytes of value the caller pushes after it.
+fn packet(
+    meta: &BinaryMeta,
+    status: Status,
+    extras: &[u8],
+    key: &[u8],
+    tail: &[u8],
+    value_len: usize,
+    cas: u64,
+) -> IOBuf {
+    // Keys are at most 250 bytes and extras 4 here; a value's length fits a u32 because
+    // it came in a binary body or through the store's size limit; saturate regardless.
+    let head = extras.len() + key.len() + tail.len();
+    let bodylen = u32::try_from(head.saturating_add(value_len)).unwrap_or(u32::MAX);
+    let keylen = u16::try_from(key.len()).unwrap_or(u16::MAX);
+    let extlen = u8::try_from(extras.len()).unwrap_or(u8::MAX);
+    let header = response_header(meta, status, extlen, keylen, bodylen, cas);
+    let mut buf = IOBuf::with_capacity(HEADER_LEN + head);
+    // Cannot fail: the buffer is fresh and sized for all four.
+    let _ = buf.extend_from_slice(&header);
+    let _ = buf.extend_from_slice(extras);
+    let _ = buf.extend_from_slice(key);
+    let _ = buf.extend_from_slice(tail);
+    buf
+}
+
+fn binary(meta: &BinaryMeta, resp: &Response<'_>, out: &mut IOBufChain) {
+    let quiet = meta.quiet();
+    let success = |out: &mut IOBufChain, cas: u64| {
+        if !quiet {
+            out.push_back(packet(meta, Status::Success, &[], &[], &[], 0, cas));
+        }
+    };
+    match resp {
+        Response::Value {
+            key,
+            flags,
+            cas,
+            data,
+        } => {
+            if meta.opcode == Opcode::Touch as u8 {
+                // A binary TOUCH hit carries the flags but no value.
+                out.push_back(packet(
+                    meta,
+                    Status::Success,
+                    &flags.to_be_bytes(),
+                    &[],
+                    &[],
+                    0,
+                    *cas,
+                ));
+                return;
+            }
+            // Hits are sent even for quiet gets: that is what quiet gets are for.
+            let key: &[u8] = if meta.with_key() { key } else { &[] };
+            out.push_back(packet(
+                meta,
+                Status::Success,
+                &flags.to_be_bytes(),
+                key,
+                &[],
+                data.len(),
+                *cas,
+            ));
+            push_value(out, data);
+        }
+        Response::Miss { key } => {
+            if quiet {
+                return;
+            }
+            if meta.with_key() {
+                // write_bin_miss_response: the key instead of a message.
+                out.push_back(packet(meta, Status::KeyNotFound, &[], key, &[], 0, 0));
+            } else {
+                error_packet(meta, Status::KeyNotFound, out);
+            }
+        }
+        Response::End => {}
+        Response::Stored { cas } => success(out, *cas),
+        Response::NotStored => {
+            let op = Opcode::from_u8(meta.opcode);
+            let status = match op {
+                Some(Opcode::Add | Opcode::AddQ) if meta.cas == 0 => Status::KeyExists,
+                Some(Opcode::Replace | Opcode::ReplaceQ) if meta.cas == 0 => Status::KeyNotFound,
+                _ => Status::NotStored,
+            };
+            error_packet(meta, status, out);
+        }
+        Response::Exists => error_packet(meta, Status::KeyExists, out),
+        Response::NotFound | Response::UnknownStats => {
+            error_packet(meta, Status::KeyNotFound, out);
+        }
+        Response::Deleted | Response::Ok | Response::Quit => success(out, 0),
+        Response::Touched { flags, cas } => {
+            out.push_back(packet(
+                meta,
+                Status::Success,
+                &flags.to_be_bytes(),
+                &[],
+                &[],
+                0,
+                *cas,
+            ));
+        }
+        Response::Number { value, cas } => {
+            if !quiet {
+                let value = value.to_be_bytes();
+                out.push_back(packet(meta, Status::Success, &[], &[], &value, 0, *cas));
+            }
+        }
+        Response::Version(v) => {
+            let v = v.as_bytes();
+            out.push_back(packet(meta, Status::Success, &[], &[], v, 0, 0));
+        }
+        Response::Stat { name, value } => {
+            // append_bin_stats: always the STAT opcode, CAS 0.
+            let stat = BinaryMeta {
+                opcode: Opcode::Stat as u8,
+                ..*meta
+            };
+            out.push_back(packet(&stat, Status::Success, &[], name, value, 0, 0));
+        }
+        Response::StatsEnd | Response::Reset => {
+            let stat = BinaryMeta {
+                opcode: Opcode::Stat as u8,
+                ..*meta
+            };
+            out.push_back(packet(&stat, Status::Success, &[], &[], &[], 0, 0));
+        }
+        Response::NonNumeric => error_packet(meta, Status::NonNumeric, out),
+        Response::TooLarge => error_packet(meta, Status::TooLarge, out),
+        Response::OutOfMemory(msg) => {
+            let msg = msg.as_bytes();
+            out.push_back(packet(meta, Status::OutOfMemory, &[], &[], msg, 0, 0));
+        }
+        Response::Noop => out.push_back(packet(meta, Status::Success, &[], &[], &[], 0, 0)),
+    }
+}
