@@ -8,7 +8,9 @@
 //!   IOBufs a connection receives (values stay IOBufs: no copy), replies encoded as IOBuf
 //!   chains (a `get` hit sends the stored value's buffers themselves);
 //! * [`store`] — the items: lock-free reads, expiry, CAS ids, the memory limit with
-//!   eviction, the statistics.
+//!   eviction, the statistics;
+//! * [`server`] — the shared server and the per-connection handler that ties them
+//!   together over `ebb::net`.
 //!
 //! `no_std` + `alloc`, so native images link it.
 
@@ -18,4 +20,5 @@
 extern crate alloc;
 
 pub mod protocol;
+pub mod server;
 pub mod store;

@@ -1,12 +1,215 @@
-//! `memcached`: the server (being written; see the library).
+//! `memcached`: a memcached-compatible cache server on Ebbflow, one source for both
+//! runtimes (see the library for the protocol, the store and the connection handler).
+//!
+//! memcached's flags where they make sense: `-p PORT` (11211), `-l ADDR` (hosted, Linux
+//! sockets: the address to listen on, default 127.0.0.1), `-U 0` (UDP is not offered:
+//! only 0 is accepted), `-m MB` (64), `-c CONNS` (1024), `-I SIZE` (1m; k/m suffixes),
+//! `-M` (no eviction: errors when full), `-t N` (the cores serving; hosted the runtime's
+//! core count is `EBB_CPUS` or `ebb run --cpus`, so `-t` must match it), `-v`/`-vv`.
+//! Plus `ebb::net`'s network options (`--tap NAME --ip A/P` hosted; `--ip` natively).
+//!
+//! Prints `memcached: listening on ADDR (BACKEND, N cores; -m ...)` when ready.
 
 #![cfg_attr(target_os = "none", no_std, no_main)]
 
 extern crate alloc;
 
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::sync::Arc;
+use core::time::Duration;
+
+use ebb::net::{self, IOBuf, NetConfig, TcpConnection};
+use memcached::server::{Server, Settings, TOO_MANY_CONNECTIONS};
+
+const USAGE: &str = "usage: memcached [-p PORT] [-l ADDR] [-U 0] [-m MB] [-c CONNS] [-I SIZE] [-M] [-t N] [-v] [network options]";
+
+/// Items the idle-time sweep removes per call (it runs when a core has nothing else to
+/// do, at most every [`SWEEP_EVERY`]).
+const SWEEP_BUDGET: usize = 256;
+/// How often a core's idle time goes to the expiry sweep.
+const SWEEP_EVERY: Duration = Duration::from_millis(100);
+
+/// `-I`: bytes, or with a k/m suffix (memcached's units: 1k = 1024).
+fn parse_size(s: &str) -> Option<usize> {
+    let (digits, shift) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 20),
+        _ => (s, 0),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(1 << shift)
+}
+
+fn parse_options() -> Result<(Settings, NetConfig), String> {
+    #[allow(unused_mut)] // -l changes it hosted only
+    let (mut net, rest) = NetConfig::from_args(&ebb::args()).map_err(|e| e.to_string())?;
+    let mut settings = Settings {
+        threads: ebb::num_cores(),
+        ..Settings::default()
+    };
+    let mut threads = None;
+    let mut opts = getargs::Options::new(rest.iter().map(String::as_str));
+    while let Some(opt) = opts.next_opt().map_err(|e| e.to_string())? {
+        let mut value = |what: &str| {
+            opts.value()
+                .map_err(|_| format!("{what} needs a value\n{USAGE}"))
+        };
+        let bad = |what: &str, v: &str| format!("bad {what} {v:?}\n{USAGE}");
+        match opt {
+            getargs::Opt::Short('p') | getargs::Opt::Long("port") => {
+                let v = value("-p")?;
+                settings.port = v.parse().map_err(|_| bad("-p", v))?;
+            }
+            getargs::Opt::Short('l') | getargs::Opt::Long("listen") => {
+                let v = value("-l")?;
+                let addr: core::net::IpAddr = v.parse().map_err(|_| bad("-l", v))?;
+                #[cfg(not(target_os = "none"))]
+                if let net::Backend::LinuxSockets { addr: listen } = &mut net.backend {
+                    *listen = addr;
+                }
+                #[cfg(target_os = "none")]
+                let _ = addr; // natively ebb-net listens on its own address (--ip)
+            }
+            getargs::Opt::Short('U') | getargs::Opt::Long("udp-port") => {
+                let v = value("-U")?;
+                if v != "0" {
+                    return Err(format!("-U {v}: UDP is not offered (only -U 0)"));
+                }
+            }
+            getargs::Opt::Short('m') | getargs::Opt::Long("memory-limit") => {
+                let v = value("-m")?;
+                let mb: usize = v.parse().map_err(|_| bad("-m", v))?;
+                settings.memory_limit = mb.checked_mul(1 << 20).ok_or_else(|| bad("-m", v))?;
+            }
+            getargs::Opt::Short('c') | getargs::Opt::Long("conn-limit") => {
+                let v = value("-c")?;
+                settings.max_connections = v.parse().map_err(|_| bad("-c", v))?;
+            }
+            getargs::Opt::Short('I') | getargs::Opt::Long("max-item-size") => {
+                let v = value("-I")?;
+                let size = parse_size(v).ok_or_else(|| bad("-I", v))?;
+                // memcached's bounds: at least 1k, at most 1 GiB (and half of -m, checked
+                // below once -m is known).
+                if !(1024..=(1 << 30)).contains(&size) {
+                    return Err(format!("-I {v}: the item size must be from 1k to 1024m"));
+                }
+                settings.item_size_max = size;
+            }
+            getargs::Opt::Short('M') | getargs::Opt::Long("disable-evictions") => {
+                settings.evict = false
+            }
+            getargs::Opt::Short('t') | getargs::Opt::Long("threads") => {
+                let v = value("-t")?;
+                threads = Some(v.parse::<usize>().map_err(|_| bad("-t", v))?);
+            }
+            getargs::Opt::Short('v') => settings.verbosity += 1,
+            getargs::Opt::Long("help") | getargs::Opt::Short('h') => {
+                return Err(format!("{USAGE}\n{}", net::OPTIONS_HELP));
+            }
+            other => return Err(format!("unknown option {other}\n{USAGE}")),
+        }
+    }
+    if let Some(extra) = opts.next_positional() {
+        return Err(format!("unexpected argument {extra:?}\n{USAGE}"));
+    }
+    if let Some(t) = threads
+        && t != ebb::num_cores()
+    {
+        return Err(format!(
+            "-t {t}: this runtime has {} cores (set them with EBB_CPUS=N hosted, or ebb run --cpus N)",
+            ebb::num_cores()
+        ));
+    }
+    if settings.item_size_max > settings.memory_limit / 2 {
+        return Err(format!(
+            "-I {}: the item size may be at most half of -m ({} MB)",
+            settings.item_size_max,
+            settings.memory_limit >> 20
+        ));
+    }
+    Ok((settings, net))
+}
+
+/// On every core: when it is idle, at most every [`SWEEP_EVERY`], remove expired items.
+async fn start_sweeping(server: &Arc<Server>) {
+    for core in 0..ebb::num_cores() {
+        let server = server.clone();
+        let _ = ebb::run_on(ebb::CoreId(core as u32), move || {
+            let mut last = ebb::now();
+            ebb::add_idle_handler(move || {
+                let now = ebb::now();
+                if now.saturating_duration_since(last) < SWEEP_EVERY {
+                    return ebb::IdleStatus::Idle;
+                }
+                last = now;
+                if server.sweep(SWEEP_BUDGET) == SWEEP_BUDGET {
+                    ebb::IdleStatus::Busy // more expired items wait
+                } else {
+                    ebb::IdleStatus::Idle
+                }
+            });
+        })
+        .await;
+    }
+}
+
 async fn app_main() -> i32 {
-    ebb::eprintln!("memcached: the server is not written yet");
-    1
+    let (settings, net) = match parse_options() {
+        Ok(options) => options,
+        Err(e) => {
+            ebb::eprintln!("memcached: {e}");
+            return 2;
+        }
+    };
+    let port = settings.port;
+    let verbose = settings.verbosity > 0;
+    let Some(server) = Server::new(settings) else {
+        ebb::eprintln!("memcached: not on an Ebbflow core");
+        return 1;
+    };
+    let server = Arc::new(server);
+    let network = match net::start(net).await {
+        Ok(network) => network,
+        Err(e) => {
+            ebb::eprintln!("memcached: cannot start the network: {e}");
+            return 1;
+        }
+    };
+    start_sweeping(&server).await;
+    let accepting = server.clone();
+    let listener = network
+        .listen(port, move |conn| match accepting.accept() {
+            Some(handler) => {
+                if verbose {
+                    ebb::eprintln!(
+                        "<{} new connection on core {}",
+                        conn.peer_addr(),
+                        ebb::core_id().0
+                    );
+                }
+                conn.set_handler(handler)
+            }
+            None => {
+                let _ = conn.send(IOBuf::from_static(TOO_MANY_CONNECTIONS).into());
+                conn.close();
+            }
+        })
+        .await;
+    let listener = match listener {
+        Ok(listener) => listener,
+        Err(e) => {
+            ebb::eprintln!("memcached: cannot listen on port {port}: {e}");
+            return 1;
+        }
+    };
+    let cores = ebb::num_cores();
+    ebb::println!(
+        "memcached: listening on {} ({network}, {cores} core{}; {})",
+        listener.local_addr(),
+        if cores == 1 { "" } else { "s" },
+        memcached::server::describe(&server.settings)
+    );
+    core::future::pending::<i32>().await
 }
 
 ebb::main!(app_main);

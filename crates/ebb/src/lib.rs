@@ -52,9 +52,9 @@ extern crate alloc;
 
 mod app;
 
-pub use app::{args, unix_time};
 #[cfg(not(target_os = "none"))]
 pub use app::{CPUS_ENV, CoresError, IDLE_POLL_ENV, hosted_cores};
+pub use app::{args, unix_time};
 
 pub use ebb_core::ebb::{EbbError, EbbId, MulticoreEbb, SharedEbb};
 pub use ebb_core::event::{

@@ -567,13 +567,26 @@ fn touch(t: &Tokens<'_>) -> Line {
     )
 }
 
-/// `delete <key> [noreply]` (process_delete_cmd; since 1.6.40 further arguments are
-/// ignored rather than checked).
+/// memcached 1.6.18's reply to a `delete` with arguments it does not take.
+const DELETE_USAGE: &[u8] =
+    b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n";
+
+/// `delete <key> [0] [noreply]`, checked as memcached 1.6.18 does (Debian 12's, and what
+/// `memccapable` tests: `delete a b c d e` is refused with a usage line); 1.6.40 and later
+/// ignore further arguments instead.
 fn delete(t: &Tokens<'_>) -> Line {
     if t.len() < 2 {
         return Line::refused(ErrorKind::BadFormat, BAD_FORMAT, false);
     }
     let noreply = t.noreply();
+    if t.len() > 2 {
+        let hold_is_zero = t.get(2) == Some(&b"0"[..]);
+        let valid = (t.len() == 3 && (hold_is_zero || noreply))
+            || (t.len() == 4 && hold_is_zero && noreply);
+        if !valid {
+            return Line::refused(ErrorKind::BadFormat, DELETE_USAGE, noreply);
+        }
+    }
     let key = t.get(1).unwrap_or_default();
     if key.len() > KEY_MAX_LENGTH {
         return Line::refused(ErrorKind::BadFormat, BAD_FORMAT, noreply);

@@ -1,0 +1,557 @@
+//! The server: one [`Server`] shared by every core (the store, the settings, the
+//! connection counters), and one [`McConnection`] handler per TCP connection, which
+//! parses what arrives ([`crate::protocol::Parser`]), executes it against the store and
+//! sends the replies.
+//!
+//! # Invariants
+//!
+//! * A connection and its handler stay on the core that accepted it; the store is the
+//!   only state the cores share (lock-free reads, per-shard writes).
+//! * Replies go out in request order, one `send` per batch of requests that arrived
+//!   together (pipelined requests are answered together); a `get` hit sends the stored
+//!   value's buffers themselves.
+//! * Memory per connection is bounded: when a `send` had to queue (the one case in which
+//!   every backend promises `send_window_increased`) and more than [`MAX_QUEUED_REPLY`]
+//!   bytes wait, the connection stops reading and stops executing what it already
+//!   received until the window opens again.
+//! * Nothing a client sends can panic the server: the parser refuses bad input with
+//!   memcached's replies, and every store error is answered.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::fmt::Write as _;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use ebb::net::{CloseReason, IOBuf, IOBufChain, TcpConnection, TcpHandler};
+
+use crate::protocol::{
+    Command, Limits, Parsed, Parser, ReplyTo, Request, Response, StoreMode, encode,
+};
+use crate::store::{
+    Arith, ArithOutcome, Ctx, DeleteOutcome, Mode, Store, StoreError, StoreOutcome, UnixTime,
+};
+
+/// The version the server reports (`version`, `stats`): memcached's protocol level, and
+/// what it is.
+pub const VERSION: &str = "1.6.18-ebbflow";
+
+/// Reply bytes queued on a connection beyond which it stops reading (after a refused
+/// send).
+pub const MAX_QUEUED_REPLY: usize = 4 << 20;
+
+/// Replies collected beyond this are sent before more requests run (a long pipeline of
+/// gets is answered in pieces, so the connection can push back in between).
+const FLUSH_AT: usize = 256 << 10;
+
+/// What the command line set (memcached's names).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// `-p`.
+    pub port: u16,
+    /// `-m`, in bytes.
+    pub memory_limit: usize,
+    /// `-c`.
+    pub max_connections: u64,
+    /// `-I`.
+    pub item_size_max: usize,
+    /// `-M` turns eviction off (errors instead).
+    pub evict: bool,
+    /// `-v` count.
+    pub verbosity: u32,
+    /// Cores serving.
+    pub threads: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            port: 11211,
+            memory_limit: 64 << 20,
+            max_connections: 1024,
+            item_size_max: 1 << 20,
+            evict: true,
+            verbosity: 0,
+            threads: 1,
+        }
+    }
+}
+
+/// Connection counters (memcached's `stats` names).
+#[derive(Debug, Default)]
+pub struct ConnectionStats {
+    /// Open connections.
+    pub curr: AtomicU64,
+    /// Connections accepted since start.
+    pub total: AtomicU64,
+    /// Connections refused for `-c`.
+    pub rejected: AtomicU64,
+    /// Bytes received from clients.
+    pub bytes_read: AtomicU64,
+    /// Bytes of replies handed to the network.
+    pub bytes_written: AtomicU64,
+}
+
+/// The server, shared by every core.
+pub struct Server {
+    /// The items.
+    pub store: Store,
+    /// The settings in force.
+    pub settings: Settings,
+    /// Connection counters.
+    pub connections: ConnectionStats,
+    /// Unix time at start (seconds), for `uptime`.
+    started: UnixTime,
+}
+
+impl core::fmt::Debug for Server {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Server")
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+/// The current Unix time in seconds: the wall clock where the platform has one, else the
+/// seconds since the runtime started counted from a fixed date (2001-09-09, Unix time
+/// 10^9), so relative expiry works everywhere and absolute times compare sensibly.
+pub fn now_unix() -> UnixTime {
+    match ebb::unix_time() {
+        Some(t) => u32::try_from(t.as_secs()).unwrap_or(u32::MAX),
+        None => 1_000_000_000u32.saturating_add((ebb::now().as_nanos() / 1_000_000_000) as u32),
+    }
+}
+
+fn core_index() -> usize {
+    ebb::core_id().0 as usize
+}
+
+impl Server {
+    /// A server with `settings` and a store over the runtime's RCU domain (on a core).
+    pub fn new(settings: Settings) -> Option<Server> {
+        let domain = ebb::Handle::current()?.rcu().clone();
+        let config = crate::store::StoreConfig {
+            memory_limit: settings.memory_limit,
+            item_size_max: settings.item_size_max,
+            evict: settings.evict,
+            cores: ebb::num_cores(),
+            ..Default::default()
+        };
+        Some(Server {
+            store: Store::new(config, domain),
+            settings,
+            connections: ConnectionStats::default(),
+            started: now_unix(),
+        })
+    }
+
+    /// The handler for a newly accepted connection, or `None` when `-c` is reached (the
+    /// caller sends memcached's refusal and closes).
+    pub fn accept(self: &Arc<Self>) -> Option<McConnection> {
+        let open = self.connections.curr.fetch_add(1, Ordering::Relaxed) + 1;
+        if open > self.settings.max_connections {
+            self.connections.curr.fetch_sub(1, Ordering::Relaxed);
+            self.connections.rejected.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        self.connections.total.fetch_add(1, Ordering::Relaxed);
+        Some(McConnection {
+            server: self.clone(),
+            parser: Parser::new(Limits {
+                item_size_max: self.settings.item_size_max,
+                ..Limits::default()
+            }),
+            input: IOBufChain::new(),
+            paused: false,
+            closing: false,
+        })
+    }
+
+    /// The idle-time work of a core: removes up to `budget` expired items; how many.
+    pub fn sweep(&self, budget: usize) -> usize {
+        self.store.sweep(Ctx::new(now_unix(), core_index()), budget)
+    }
+
+    /// `stats` with `args`: appends the replies for `to` onto `out`.
+    fn stats(&self, args: &[Vec<u8>], to: &ReplyTo, out: &mut IOBufChain) {
+        let group = args.first().map(Vec::as_slice).unwrap_or(b"");
+        let lines: Option<Vec<(&str, String)>> = match group {
+            b"" => Some(self.general_stats()),
+            b"settings" => Some(self.settings_stats()),
+            b"items" => Some(self.items_stats()),
+            b"slabs" => Some(self.slabs_stats()),
+            b"sizes" | b"conns" => Some(Vec::new()),
+            b"reset" => {
+                // memcached resets its counters; ours are the store's running totals,
+                // which have no reset: say RESET, as clients expect, and keep counting.
+                encode(to, &Response::Reset, out);
+                return;
+            }
+            _ => None,
+        };
+        let Some(lines) = lines else {
+            encode(to, &Response::UnknownStats, out);
+            return;
+        };
+        for (name, value) in &lines {
+            encode(
+                to,
+                &Response::Stat {
+                    name: name.as_bytes(),
+                    value: value.as_bytes(),
+                },
+                out,
+            );
+        }
+        encode(to, &Response::StatsEnd, out);
+    }
+
+    fn general_stats(&self) -> Vec<(&'static str, String)> {
+        let s = self.store.stats();
+        let c = &self.connections;
+        let now = now_unix();
+        let load = |a: &AtomicU64| format!("{}", a.load(Ordering::Relaxed));
+        let mut v: Vec<(&'static str, String)> = Vec::new();
+        let mut put = |name: &'static str, value: String| v.push((name, value));
+        put("pid", String::from("1"));
+        put("uptime", format!("{}", now.saturating_sub(self.started)));
+        put("time", format!("{now}"));
+        put("version", String::from(VERSION));
+        put("libevent", String::from("ebbflow"));
+        put("pointer_size", String::from("64"));
+        put(
+            "max_connections",
+            format!("{}", self.settings.max_connections),
+        );
+        put("curr_connections", load(&c.curr));
+        put("total_connections", load(&c.total));
+        put("rejected_connections", load(&c.rejected));
+        put("connection_structures", load(&c.curr));
+        put("cmd_get", format!("{}", s.cmd_get));
+        put("cmd_set", format!("{}", s.cmd_set));
+        put("cmd_flush", format!("{}", s.cmd_flush));
+        put("cmd_touch", format!("{}", s.cmd_touch));
+        put("get_hits", format!("{}", s.get_hits));
+        put("get_misses", format!("{}", s.get_misses));
+        put("get_expired", format!("{}", s.get_expired));
+        put("get_flushed", format!("{}", s.get_flushed));
+        put("delete_misses", format!("{}", s.delete_misses));
+        put("delete_hits", format!("{}", s.delete_hits));
+        put("incr_misses", format!("{}", s.incr_misses));
+        put("incr_hits", format!("{}", s.incr_hits));
+        put("decr_misses", format!("{}", s.decr_misses));
+        put("decr_hits", format!("{}", s.decr_hits));
+        put("cas_misses", format!("{}", s.cas_misses));
+        put("cas_hits", format!("{}", s.cas_hits));
+        put("cas_badval", format!("{}", s.cas_badval));
+        put("touch_hits", format!("{}", s.touch_hits));
+        put("touch_misses", format!("{}", s.touch_misses));
+        put("bytes_read", load(&c.bytes_read));
+        put("bytes_written", load(&c.bytes_written));
+        put("limit_maxbytes", format!("{}", s.limit_maxbytes));
+        put("threads", format!("{}", self.settings.threads));
+        put("bytes", format!("{}", s.bytes));
+        put("curr_items", format!("{}", s.curr_items));
+        put("total_items", format!("{}", s.total_items));
+        put("expired_unfetched", format!("{}", s.expired_unfetched));
+        put("evicted_unfetched", format!("{}", s.evicted_unfetched));
+        put("evictions", format!("{}", s.evictions));
+        put("reclaimed", format!("{}", s.reclaimed));
+        put("outofmemory", format!("{}", s.outofmemory));
+        v
+    }
+
+    fn settings_stats(&self) -> Vec<(&'static str, String)> {
+        let st = &self.settings;
+        let mut v: Vec<(&'static str, String)> = Vec::new();
+        let mut put = |name: &'static str, value: String| v.push((name, value));
+        put("maxbytes", format!("{}", st.memory_limit));
+        put("maxconns", format!("{}", st.max_connections));
+        put("tcpport", format!("{}", st.port));
+        put("udpport", String::from("0"));
+        put("verbosity", format!("{}", st.verbosity));
+        put("num_threads", format!("{}", st.threads));
+        put(
+            "evictions",
+            String::from(if st.evict { "on" } else { "off" }),
+        );
+        put("cas_enabled", String::from("yes"));
+        put("binding_protocol", String::from("auto-negotiate"));
+        put("item_size_max", format!("{}", st.item_size_max));
+        v
+    }
+
+    fn items_stats(&self) -> Vec<(&'static str, String)> {
+        // One class: the store does not use slab classes (see the store's docs).
+        let s = self.store.stats();
+        if s.curr_items == 0 {
+            return Vec::new();
+        }
+        let mut v: Vec<(&'static str, String)> = Vec::new();
+        let mut put = |name: &'static str, value: String| v.push((name, value));
+        put("items:1:number", format!("{}", s.curr_items));
+        put("items:1:evicted", format!("{}", s.evictions));
+        put(
+            "items:1:evicted_unfetched",
+            format!("{}", s.evicted_unfetched),
+        );
+        put(
+            "items:1:expired_unfetched",
+            format!("{}", s.expired_unfetched),
+        );
+        put("items:1:reclaimed", format!("{}", s.reclaimed));
+        put("items:1:outofmemory", format!("{}", s.outofmemory));
+        v
+    }
+
+    fn slabs_stats(&self) -> Vec<(&'static str, String)> {
+        let s = self.store.stats();
+        let mut v: Vec<(&'static str, String)> = Vec::new();
+        let mut put = |name: &'static str, value: String| v.push((name, value));
+        put("1:used_chunks", format!("{}", s.curr_items));
+        put("1:mem_requested", format!("{}", s.bytes));
+        put(
+            "active_slabs",
+            String::from(if s.curr_items > 0 { "1" } else { "0" }),
+        );
+        put("total_malloced", format!("{}", s.bytes));
+        v
+    }
+}
+
+/// One connection's handler.
+pub struct McConnection {
+    server: Arc<Server>,
+    parser: Parser,
+    /// Received bytes not parsed yet.
+    input: IOBufChain,
+    /// Reading and executing stopped until the send window opens.
+    paused: bool,
+    /// A reply asked for the connection to close once sent.
+    closing: bool,
+}
+
+impl McConnection {
+    /// Executes what `input` holds, stopping at a pause or a close; sends the replies.
+    fn process(&mut self, conn: &dyn TcpConnection) {
+        let mut out = IOBufChain::new();
+        let cx = Ctx::new(now_unix(), core_index());
+        while !self.closing {
+            match self.parser.parse(&mut self.input) {
+                Parsed::Incomplete => break,
+                Parsed::Request(command) => {
+                    let must_flush = self.execute(cx, command, &mut out);
+                    if (must_flush || out.len() >= FLUSH_AT) && self.flush(conn, &mut out) {
+                        break;
+                    }
+                }
+                Parsed::Error(e) => {
+                    let mut reply = e.reply;
+                    out.append(&mut reply);
+                    if let Some(key) = e.unlink {
+                        self.server.store.delete(cx, &key, 0);
+                    }
+                    if e.close {
+                        self.closing = true;
+                    }
+                }
+            }
+        }
+        self.flush(conn, &mut out);
+        if self.closing {
+            conn.close();
+        }
+    }
+
+    /// Sends `out`; true when the connection must pause (the send queued past the
+    /// bound).
+    fn flush(&mut self, conn: &dyn TcpConnection, out: &mut IOBufChain) -> bool {
+        if out.is_empty() {
+            return false;
+        }
+        let data = core::mem::take(out);
+        let len = data.len();
+        let refused = len > conn.send_window();
+        if conn.send(data).is_err() {
+            self.closing = true;
+            return true;
+        }
+        self.server
+            .connections
+            .bytes_written
+            .fetch_add(len as u64, Ordering::Relaxed);
+        if refused && conn.queued_bytes() > MAX_QUEUED_REPLY {
+            self.paused = true;
+            conn.set_receive_window_open(false);
+            return true;
+        }
+        false
+    }
+
+    /// Runs one command, appending its replies to `out`; true when the output must be
+    /// flushed now (`noop`, `quit`).
+    fn execute(&mut self, cx: Ctx, command: Command, out: &mut IOBufChain) -> bool {
+        let store = &self.server.store;
+        let to = &command.reply_to;
+        let binary = matches!(to, ReplyTo::Binary(_));
+        match command.request {
+            Request::Get { keys, touch, .. } => {
+                for key in &keys {
+                    let hit = match touch {
+                        Some(exptime) => store.gat(cx, key, exptime),
+                        None => store.get(cx, key),
+                    };
+                    let response = match &hit {
+                        Some(hit) => Response::Value {
+                            key,
+                            flags: hit.flags,
+                            cas: hit.cas,
+                            data: &hit.value,
+                        },
+                        None => Response::Miss { key },
+                    };
+                    encode(to, &response, out);
+                }
+                encode(to, &Response::End, out);
+            }
+            Request::Store {
+                mode,
+                key,
+                flags,
+                exptime,
+                cas,
+                value,
+            } => {
+                let mode = match mode {
+                    StoreMode::Set => Mode::Set,
+                    StoreMode::Add => Mode::Add,
+                    StoreMode::Replace => Mode::Replace,
+                    StoreMode::Append => Mode::Append,
+                    StoreMode::Prepend => Mode::Prepend,
+                    StoreMode::Cas => Mode::Cas(cas),
+                };
+                let result = if binary {
+                    store.store_with_cas(cx, mode, &key, flags, exptime, value, cas)
+                } else {
+                    store.store(cx, mode, &key, flags, exptime, value)
+                };
+                let response = match result {
+                    Ok(StoreOutcome::Stored { cas }) => Response::Stored { cas },
+                    Ok(StoreOutcome::NotStored) => Response::NotStored,
+                    Ok(StoreOutcome::Exists) => Response::Exists,
+                    Ok(StoreOutcome::NotFound) => Response::NotFound,
+                    Err(StoreError::TooLarge) => Response::TooLarge,
+                    Err(StoreError::OutOfMemory) => {
+                        Response::OutOfMemory("out of memory storing object")
+                    }
+                    // The parser checks keys; a key the store refuses is not stored.
+                    Err(StoreError::BadKey) => Response::NotStored,
+                };
+                encode(to, &response, out);
+            }
+            Request::Delete { key, cas } => {
+                let response = match store.delete(cx, &key, cas) {
+                    DeleteOutcome::Deleted => Response::Deleted,
+                    DeleteOutcome::NotFound => Response::NotFound,
+                    DeleteOutcome::Exists => Response::Exists,
+                };
+                encode(to, &response, out);
+            }
+            Request::Arith {
+                key,
+                incr,
+                delta,
+                initial,
+                exptime,
+                cas,
+            } => {
+                let op = Arith {
+                    incr,
+                    delta,
+                    initial: initial.map(|v| (v, exptime)),
+                    cas,
+                };
+                let response = match store.arith(cx, &key, op) {
+                    Ok(ArithOutcome::Value { value, cas }) => Response::Number { value, cas },
+                    Ok(ArithOutcome::NotFound) => Response::NotFound,
+                    Ok(ArithOutcome::NonNumeric) => Response::NonNumeric,
+                    Ok(ArithOutcome::Exists) => Response::Exists,
+                    Err(StoreError::TooLarge) => Response::TooLarge,
+                    Err(StoreError::OutOfMemory | StoreError::BadKey) => {
+                        Response::OutOfMemory("out of memory")
+                    }
+                };
+                encode(to, &response, out);
+            }
+            Request::Touch { key, exptime } => {
+                let response = match store.gat(cx, &key, exptime) {
+                    Some(hit) => Response::Touched {
+                        flags: hit.flags,
+                        cas: hit.cas,
+                    },
+                    None => Response::NotFound,
+                };
+                encode(to, &response, out);
+            }
+            Request::FlushAll { delay } => {
+                store.flush_all(cx, delay);
+                encode(to, &Response::Ok, out);
+            }
+            Request::Version => encode(to, &Response::Version(VERSION), out),
+            Request::Stats { args } => self.server.stats(&args, to, out),
+            Request::Verbosity { .. } => encode(to, &Response::Ok, out),
+            Request::Quit => {
+                encode(to, &Response::Quit, out);
+                self.closing = true;
+                return true;
+            }
+            Request::Noop => {
+                encode(to, &Response::Noop, out);
+                return true;
+            }
+        }
+        false
+    }
+}
+
+impl TcpHandler for McConnection {
+    fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
+        self.server
+            .connections
+            .bytes_read
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.input.push_back(data);
+        if !self.paused {
+            self.process(conn);
+        }
+    }
+
+    fn send_window_increased(&mut self, conn: &dyn TcpConnection) {
+        if self.paused {
+            self.paused = false;
+            conn.set_receive_window_open(true);
+            self.process(conn);
+        }
+    }
+
+    fn closed(&mut self, _reason: CloseReason) {
+        self.server.connections.curr.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// memcached's answer to a connection over `-c` before it closes it.
+pub const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
+
+/// Formats the one-line start message.
+pub fn describe(settings: &Settings) -> String {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "-m {} MB, -c {}, -I {} KB",
+        settings.memory_limit >> 20,
+        settings.max_connections,
+        settings.item_size_max >> 10
+    );
+    s
+}
