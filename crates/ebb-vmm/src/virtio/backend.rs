@@ -16,6 +16,12 @@ use std::process::{Child, Command, Stdio};
 pub trait Backend: NetDevice + Send {
     /// The descriptor that becomes readable when frames arrive.
     fn fd(&self) -> BorrowedFd<'_>;
+
+    /// Moves whatever the host side has written into the backend's own buffer, without
+    /// handing frames on: called every round, also when the guest has no room, for a
+    /// backend whose host side must never find its socket full (passt). Default: nothing
+    /// (a TAP queue's frames wait in the kernel, which drops like a NIC when full).
+    fn drain(&mut self) {}
 }
 
 impl Backend for TapDevice {
@@ -28,11 +34,17 @@ impl<B: Backend> Backend for FaultInjector<B> {
     fn fd(&self) -> BorrowedFd<'_> {
         self.inner().fd()
     }
+    fn drain(&mut self) {
+        self.inner_mut().drain()
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
     fn fd(&self) -> BorrowedFd<'_> {
         (**self).fd()
+    }
+    fn drain(&mut self) {
+        (**self).drain()
     }
 }
 
@@ -115,6 +127,12 @@ pub struct Passt {
 
 /// Most bytes queued toward passt before `transmit` pushes back.
 const PASST_WRITE_LIMIT: usize = 512 * 1024;
+/// Most bytes read from passt and not yet handed to the guest. TCP flow control bounds
+/// what passt sends (the guest's receive windows), so this is a safety net only.
+const PASST_READ_LIMIT: usize = 64 * 1024 * 1024;
+/// The send buffer asked for on passt's end of the socket (the kernel caps it at
+/// `net.core.wmem_max`): slack for the moments the I/O thread is not scheduled.
+const PASST_SOCKET_BUFFER: libc::c_int = 4 * 1024 * 1024;
 
 impl Passt {
     /// Starts passt with `forwards`.
@@ -122,6 +140,29 @@ impl Passt {
         let (ours, theirs) =
             UnixStream::pair().map_err(|e| BackendError::Passt(format!("socketpair: {e}")))?;
         let fd = theirs.as_raw_fd();
+        // passt (this version, 2023) drops a frame it cannot write at once (the socket to
+        // us is full) and still counts it as sent; a pure ACK lost that way is never sent
+        // again, and passt answers the guest's retransmissions of the data it covers with
+        // silence: the connection stalls for good. So its socket must never fill: a large
+        // send buffer on its end, and `drain` reads it every round (see `Backend::drain`).
+        let size = PASST_SOCKET_BUFFER;
+        // SAFETY: `fd` is the open socket `theirs`; the option value is a c_int that lives
+        // across the call, and its size is passed with it.
+        let set = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if set != 0 {
+            log::warn!(
+                "--net user: cannot enlarge passt's socket buffer: {}",
+                std::io::Error::last_os_error()
+            );
+        }
         // The child must inherit `theirs`: clear close-on-exec on it only.
         rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty())
             .map_err(|e| BackendError::Passt(format!("fcntl: {e}")))?;
@@ -172,6 +213,19 @@ impl Passt {
         })
     }
 
+    /// Reads everything passt has written (up to [`PASST_READ_LIMIT`] held).
+    fn read_socket(&mut self) {
+        let mut chunk = [0u8; 64 * 1024];
+        while self.read_buf.len() < PASST_READ_LIMIT {
+            match self.sock.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => self.read_buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+    }
+
     fn flush(&mut self) {
         while !self.write_buf.is_empty() {
             match self.sock.write(&self.write_buf) {
@@ -204,20 +258,7 @@ impl NetDevice for Passt {
     }
 
     fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
-        let mut chunk = [0u8; 64 * 1024];
-        loop {
-            match self.sock.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => {
-                    self.read_buf.extend_from_slice(&chunk[..n]);
-                    if self.read_buf.len() > 192 * 1024 {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
+        self.read_socket();
         let mut taken = 0;
         let mut at = 0;
         while taken < max && self.read_buf.len() >= at + 4 {
@@ -267,5 +308,8 @@ impl NetDevice for Passt {
 impl Backend for Passt {
     fn fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
+    }
+    fn drain(&mut self) {
+        self.read_socket();
     }
 }

@@ -528,10 +528,22 @@ impl IoThread {
             // What the backend could not take now is dropped only if it is still
             // full next round; keep it for now (bounded above).
         }
-        // Receive: backend → guest.
+        // Receive: backend → guest. Only as many frames as the backlog has room for:
+        // the rest waits in the backend (passt's are read out of its socket all the same,
+        // by `drain`), so nothing is dropped here for want of guest buffers.
         for b in 0..backends {
+            self.backends[b].drain();
+            let room = if backends == pairs.len() {
+                RX_BACKLOG.saturating_sub(pairs[b].backlog.len())
+            } else {
+                pairs
+                    .iter()
+                    .map(|p| RX_BACKLOG.saturating_sub(p.backlog.len()))
+                    .min()
+                    .unwrap_or(0)
+            };
             frames.clear();
-            let n = self.backends[b].receive(now, frames, 64);
+            let n = self.backends[b].receive(now, frames, room.min(64));
             if n > 0 {
                 worked = true;
             }
