@@ -286,9 +286,26 @@ pub fn net_summary(shared: &Shared) -> Option<String> {
     let net = shared.net.get()?;
     let s = &net.stats;
     let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    // With `--net-faults`: what the injector did, `rx_` toward the guest, `tx_` from it.
+    let faults = s
+        .faults
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .map(|f| {
+            let mut out = String::new();
+            for (dir, c) in [("rx", f.rx), ("tx", f.tx)] {
+                out.push_str(&format!(
+                    " {dir}_fault_seen={} {dir}_fault_dropped={} {dir}_fault_reordered={} \
+                     {dir}_fault_duplicated={} {dir}_fault_corrupted={}",
+                    c.seen, c.dropped, c.reordered, c.duplicated, c.corrupted
+                ));
+            }
+            out
+        })
+        .unwrap_or_default();
     Some(format!(
         "ebb-vmm: virtio-net: tx_frames={} rx_frames={} rx_dropped={} exits={} mmio_exits={} \
-         kicks={} wakeups={}{}",
+         kicks={} wakeups={}{faults}{}",
         get(&s.tx_frames),
         get(&s.rx_frames),
         get(&s.rx_dropped),
@@ -752,6 +769,34 @@ fn write_boot_info(
     ok.ok_or(VmError::GuestWrite("the boot info"))
 }
 
+/// The faults of `--net-faults` that passt survives, as (toward the guest, toward passt).
+///
+/// passt (Debian's 0.0~git20230309) never sends a pure ACK again once it has sent it, and
+/// answers a retransmission of data it already acknowledged with nothing (RFC 9293 says
+/// it must acknowledge it): a dropped — or corrupted, which the guest's checksum turns
+/// into dropped — ACK on its way to the guest stalls that connection for good, whatever
+/// the guest does. And passt does not verify the checksums of frames from the guest, so a
+/// corrupted one reaches the host socket corrupted. So toward the guest only reordering
+/// and duplication are made, toward passt drops too, corruption nowhere (a warning says
+/// so). The TAP backend gets every fault both ways: Linux repairs all of them.
+fn passt_faults(
+    faults: ebb_net::phy::FaultConfig,
+) -> (ebb_net::phy::FaultConfig, ebb_net::phy::FaultConfig) {
+    use ebb_net::phy::Probability;
+    if faults.drop.is_possible() || faults.corrupt.is_possible() {
+        log::warn!(
+            "--net user: passt cannot recover a frame lost on its way to the guest, nor \
+             check one corrupted on its way to it: drops are made toward passt only, \
+             corruption not at all (use --net tap for both)"
+        );
+    }
+    let rx = faults
+        .with_drop(Probability::NEVER)
+        .with_corrupt(Probability::NEVER);
+    let tx = faults.with_corrupt(Probability::NEVER);
+    (rx, tx)
+}
+
 /// Opens the backends of `net`: one TAP queue per vCPU, or one passt.
 fn open_backends(
     net: &NetConfig,
@@ -766,14 +811,18 @@ fn open_backends(
         NetBackend::User(forwards) => vec![Box::new(Passt::start(forwards)?)],
     };
     if let Some((faults, seed)) = net.faults {
+        let (rx_faults, tx_faults) = match &net.backend {
+            NetBackend::Tap(_) => (faults, faults),
+            NetBackend::User(_) => passt_faults(faults),
+        };
         backends = backends
             .into_iter()
             .enumerate()
             .map(|(i, b)| {
                 Box::new(
                     ebb_net::phy::FaultInjector::new(b, seed.wrapping_add(i as u64))
-                        .with_rx_faults(faults)
-                        .with_tx_faults(faults),
+                        .with_rx_faults(rx_faults)
+                        .with_tx_faults(tx_faults),
                 ) as Box<dyn crate::virtio::Backend>
             })
             .collect();

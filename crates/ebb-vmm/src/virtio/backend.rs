@@ -22,6 +22,11 @@ pub trait Backend: NetDevice + Send {
     /// backend whose host side must never find its socket full (passt). Default: nothing
     /// (a TAP queue's frames wait in the kernel, which drops like a NIC when full).
     fn drain(&mut self) {}
+
+    /// What a fault injector around the backend did (`None`: there is none).
+    fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
+        None
+    }
 }
 
 impl Backend for TapDevice {
@@ -37,6 +42,9 @@ impl<B: Backend> Backend for FaultInjector<B> {
     fn drain(&mut self) {
         self.inner_mut().drain()
     }
+    fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
+        Some(self.stats())
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
@@ -45,6 +53,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn drain(&mut self) {
         (**self).drain()
+    }
+    fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
+        (**self).fault_stats()
     }
 }
 

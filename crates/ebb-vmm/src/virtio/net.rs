@@ -28,6 +28,7 @@ use ebb_abi::virtio::{
     regs, status,
 };
 use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
+use ebb_net::phy::{FaultCounts, FaultStats};
 use rustix::event::epoll;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,6 +60,25 @@ pub struct NetStats {
     pub rx_frames: AtomicU64,
     /// Frames from the backend dropped for want of guest buffers or room.
     pub rx_dropped: AtomicU64,
+    /// What the `--net-faults` injectors did, summed over the backends (`None`: no
+    /// injector). Published by the I/O thread when it changes.
+    pub faults: Mutex<Option<FaultStats>>,
+}
+
+/// `a + b`, counter by counter.
+fn add_faults(a: FaultStats, b: FaultStats) -> FaultStats {
+    let add = |x: FaultCounts, y: FaultCounts| FaultCounts {
+        seen: x.seen + y.seen,
+        dropped: x.dropped + y.dropped,
+        duplicated: x.duplicated + y.duplicated,
+        corrupted: x.corrupted + y.corrupted,
+        delayed: x.delayed + y.delayed,
+        reordered: x.reordered + y.reordered,
+    };
+    FaultStats {
+        rx: add(a.rx, b.rx),
+        tx: add(a.tx, b.tx),
+    }
 }
 
 /// Register state, behind a lock the vCPU threads and the I/O thread share.
@@ -371,6 +391,7 @@ impl IoThread {
         let mut frames: Vec<IOBuf> = Vec::new();
         let mut outgoing: VecDeque<IOBufChain> = VecDeque::new();
         let mut events = Vec::with_capacity(16);
+        let mut last_faults: Option<FaultStats> = None;
         while !self.shared.stopping() {
             let now = NetInstant::from_nanos(started.elapsed().as_nanos() as u64);
             // The transport changed: rebuild the queues.
@@ -423,6 +444,20 @@ impl IoThread {
                     false
                 }
             };
+            let faults = self
+                .backends
+                .iter()
+                .filter_map(|b| b.fault_stats())
+                .reduce(add_faults);
+            if faults != last_faults {
+                last_faults = faults;
+                *self
+                    .device
+                    .stats
+                    .faults
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = faults;
+            }
             if worked {
                 last_work = Instant::now();
                 continue;
