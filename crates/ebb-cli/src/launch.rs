@@ -122,6 +122,7 @@ fn boot(image: &Path, name: &str, options: &RunOptions, why: &str) -> Result<i32
         timeout: options.timeout,
         pin: false,
         net: None,
+        kvm_fd: None,
     };
     // `Vm::new` validates the image before it opens /dev/kvm, so a bad image is reported
     // as such even where KVM is unusable.

@@ -59,6 +59,10 @@ pub struct VmConfig {
     pub pin: bool,
     /// A virtio-net device, if any.
     pub net: Option<NetConfig>,
+    /// An open `/dev/kvm` to use instead of opening it (`--kvm-fd`): a parent that may
+    /// open it can run the monitor as a user that may not. The VM takes the descriptor
+    /// over (it is closed with the VM), so one config must not build two VMs.
+    pub kvm_fd: Option<std::os::fd::RawFd>,
 }
 
 /// The VM's network device: where its frames go.
@@ -90,6 +94,7 @@ impl Default for VmConfig {
             timeout: None,
             pin: false,
             net: None,
+            kvm_fd: None,
         }
     }
 }
@@ -443,7 +448,20 @@ impl Vm {
             Some(net) => Some(open_backends(net, layout.cpus)?),
             None => None,
         };
-        let kvm = Kvm::new().map_err(VmError::OpenKvm)?;
+        let kvm = match config.kvm_fd {
+            None => Kvm::new().map_err(VmError::OpenKvm)?,
+            Some(fd) => {
+                use std::os::fd::FromRawFd;
+                // SAFETY: `kvm_fd` is documented as an open /dev/kvm the VM takes over;
+                // nothing else in this process uses or closes it. A descriptor that is not
+                // KVM fails the API version check below instead of being used.
+                let kvm = unsafe { Kvm::from_raw_fd(fd) };
+                if kvm.get_api_version() != 12 {
+                    return Err(VmError::OpenKvm(kvm_ioctls::Error::new(libc::ENOTTY)));
+                }
+                kvm
+            }
+        };
         let vm = kvm.create_vm().map_err(VmError::CreateVm)?;
         log::debug!("VM created");
         sys::register_memory(&vm, mem.inner()).map_err(kvm_err("KVM_SET_USER_MEMORY_REGION"))?;
