@@ -332,7 +332,8 @@ fn passt_runs(faults: &str, as_nobody: bool) -> Vec<Counters> {
         }
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         if let Err(e) = bulk_echoes(addr, no_namespace, "") {
-            panic!("{cpus} vCPUs: {e}\n{}", vm.stop());
+            let counters = vm.counters();
+            panic!("{cpus} vCPUs: {e}\n{counters:?}\n{}", vm.stop());
         }
         if cpus == 2 {
             assert_both_cores(&vm, addr, no_namespace, "");
@@ -654,7 +655,7 @@ fn ip(args: &[&str]) {
 /// sleeps in WAIT after every answer and is woken for the next request (measured: 1.75
 /// exits and 2 wake-ups per request). A window that covers the round trip with room for
 /// the host's scheduling keeps the core polling between requests.
-const PING_PONG_IDLE_POLL_US: &str = "idle_poll_us=5000";
+const PING_PONG_IDLE_POLL: Duration = Duration::from_millis(5);
 
 #[test]
 fn steady_ping_pong_makes_no_exits() {
@@ -666,7 +667,7 @@ fn steady_ping_pong_makes_no_exits() {
     let vm = EchoVm::start(monitor(
         1,
         &["--net", "user", "-p", &forward],
-        &[PING_PONG_IDLE_POLL_US],
+        &[&format!("idle_poll_us={}", PING_PONG_IDLE_POLL.as_micros())],
     ));
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let mut stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
@@ -676,16 +677,18 @@ fn steady_ping_pong_makes_no_exits() {
         .expect("read timeout");
     let request = [0x42u8; 64];
     let mut answer = [0u8; 64];
-    let mut ping_pong = |n: u32| -> Result<Duration, String> {
-        let started = Instant::now();
+    // Returns when each request was sent.
+    let mut ping_pong = |n: u32| -> Result<Vec<Instant>, String> {
+        let mut sent = Vec::with_capacity(n as usize);
         for _ in 0..n {
+            sent.push(Instant::now());
             stream.write_all(&request).map_err(|e| e.to_string())?;
             stream.read_exact(&mut answer).map_err(|e| e.to_string())?;
             if answer != request {
                 return Err("the echo differs".into());
             }
         }
-        Ok(started.elapsed())
+        Ok(sent)
     };
     // Warm-up: the connection's first segments, the guest's first allocations.
     if let Err(e) = ping_pong(500) {
@@ -693,36 +696,56 @@ fn steady_ping_pong_makes_no_exits() {
     }
     const REQUESTS: u32 = 2000;
     let before = vm.counters();
-    let elapsed = match ping_pong(REQUESTS) {
+    let sent = match ping_pong(REQUESTS) {
         Ok(t) => t,
         Err(e) => panic!("steady phase: {e}\n{}", vm.stop()),
     };
+    let elapsed = sent[0].elapsed();
     let after = vm.counters();
-    let per_request = |key: &str| {
-        let (a, b) = (before.get(key), after.get(key));
-        match (a, b) {
-            (Some(a), Some(b)) => (b - a) as f64 / f64::from(REQUESTS),
-            _ => panic!("no {key} in the counters: {after:?}"),
-        }
+    let delta = |key: &str| match (before.get(key), after.get(key)) {
+        (Some(a), Some(b)) => b - a,
+        _ => panic!("no {key} in the counters: {after:?}"),
     };
     let (exits, mmio, kicks, wakeups) = (
-        per_request("exits"),
-        per_request("mmio_exits"),
-        per_request("kicks"),
-        per_request("wakeups"),
+        delta("exits"),
+        delta("mmio_exits"),
+        delta("kicks"),
+        delta("wakeups"),
     );
+    // Gaps between two requests longer than the guest's poll window: there the guest may
+    // rightly sleep (the host descheduled the client, passt or the I/O thread).
+    let window = PING_PONG_IDLE_POLL;
+    let slow = sent.windows(2).filter(|w| w[1] - w[0] > window).count() as u64;
+    let per = |n: u64| n as f64 / f64::from(REQUESTS);
     eprintln!(
-        "{REQUESTS} ping-pongs of 64 bytes: {:.0} µs per round trip; per request: \
-         {exits:.4} exits to the monitor ({mmio:.4} MMIO), {kicks:.4} queue kicks, \
-         {wakeups:.4} vCPU wake-ups",
-        elapsed.as_secs_f64() * 1e6 / f64::from(REQUESTS)
+        "{REQUESTS} ping-pongs of 64 bytes: {:.0} µs per round trip, {slow} gaps over \
+         {window:?}; per request: {:.4} exits to the monitor ({:.4} MMIO), {:.4} queue \
+         kicks, {:.4} vCPU wake-ups",
+        elapsed.as_secs_f64() * 1e6 / f64::from(REQUESTS),
+        per(exits),
+        per(mmio),
+        per(kicks),
+        per(wakeups),
     );
     let output = vm.stop();
-    // Bound: 0 on the busy path; an exit happens only when a gap between two requests
-    // outlasts the 5 ms window (the host descheduling the client or passt). 1 in 50
-    // requests allows for that on a loaded 2-core machine; the default 50 µs window
-    // makes 1.75 per request.
-    assert_eq!(mmio, 0.0, "MMIO exits in the steady phase\n{output}");
-    assert!(exits <= 0.02, "{exits} exits per request\n{output}");
-    assert!(wakeups <= 0.02, "{wakeups} wake-ups per request\n{output}");
+    // Bound: no exit on a request that arrives within the poll window. A longer gap may
+    // cost a WAIT and a spurious one (2 exits) and its wake-ups (the receive and, armed
+    // too, the transmit queue: 3); each counter snapshot may land on either side of the
+    // sleep that follows its phase (4 in all). The default 50 µs window makes 1.75-2.6
+    // exits per request, thousands here, which this bound catches unless most gaps are
+    // long (measured under heavy load from other work: a quarter of them). A host too busy
+    // to leave even half of them short cannot show anything: that fails, saying so.
+    assert!(
+        slow <= u64::from(REQUESTS) / 2,
+        "{slow} of {REQUESTS} gaps over {window:?}: the host is too loaded to measure"
+    );
+    assert_eq!(mmio, 0, "MMIO exits in the steady phase\n{output}");
+    assert!(
+        exits <= 2 * slow + 4,
+        "{exits} exits in {REQUESTS} requests ({slow} gaps over {window:?})\n{output}"
+    );
+    assert!(
+        wakeups <= 3 * slow + 4,
+        "{wakeups} wake-ups in {REQUESTS} requests ({slow} gaps over {window:?})\n{output}"
+    );
 }
