@@ -826,7 +826,7 @@ fn open_backends(
             .into_iter()
             .map(|tap| Box::new(tap) as Box<dyn crate::virtio::Backend>)
             .collect(),
-        NetBackend::User(forwards) => vec![Box::new(Passt::start(forwards)?)],
+        NetBackend::User(forwards) => vec![Box::new(Passt::start(forwards, net.mac)?)],
     };
     if let Some((faults, seed)) = net.faults {
         let (rx_faults, tx_faults) = match &net.backend {
