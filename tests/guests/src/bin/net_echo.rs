@@ -5,7 +5,8 @@
 //! Prints `net_echo: accepted on core N` for every connection (the core that owns it), so
 //! a test can tell that both queue pairs served connections. The command line may set
 //! `idle_poll_us=N`: how long an idle core polls before it sleeps in the WAIT hypercall
-//! (the runtime's default, 50 µs, when absent).
+//! (the runtime's default, 50 µs, when absent), and `stats_ms=N`: print every core's
+//! stack counters (device, interface drops, TCP, driver) every N ms, for diagnosis.
 #![no_std]
 #![no_main]
 
@@ -77,7 +78,39 @@ async fn main() -> i32 {
         return 1;
     }
     println!("net_echo: listening on 10.0.2.15:7 ({pairs} queue pairs)");
-    core::future::pending::<i32>().await
+    let Some(every) = stats_interval() else {
+        return core::future::pending::<i32>().await;
+    };
+    loop {
+        ebb_core::event::sleep(every).await;
+        for (core, counters) in stack.counters_per_core().await {
+            match counters {
+                Ok(c) => println!(
+                    "net_echo: core {} device rx {} tx {} iface rx {} tx {} drops {:?} \
+                     tcp in {} out {} driver {:?}",
+                    core.0,
+                    c.device.rx_frames,
+                    c.device.tx_frames,
+                    c.interface.rx_frames,
+                    c.interface.tx_frames,
+                    c.interface.rx_dropped,
+                    c.tcp.segments_in,
+                    c.tcp.segments_out,
+                    c.driver
+                ),
+                Err(e) => println!("net_echo: core {}: {e}", core.0),
+            }
+        }
+    }
+}
+
+/// `stats_ms=N` from the command line: print every core's counters every N ms.
+fn stats_interval() -> Option<Duration> {
+    ebb_native::cmdline()
+        .split_whitespace()
+        .find_map(|arg| arg.strip_prefix("stats_ms="))
+        .and_then(|ms| ms.parse().ok())
+        .map(Duration::from_millis)
 }
 
 /// `idle_poll_us=N` from the command line, if given.
