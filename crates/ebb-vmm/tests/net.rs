@@ -385,7 +385,8 @@ fn passt_concurrent_echoes_through_faults() {
     }
 }
 
-/// The monitor as user `nobody` with an open /dev/kvm: `setpriv` drops to nobody and
+/// The monitor as user `nobody` (uid and gid 65534, by number: the group is `nogroup` on
+/// some systems, `nobody` on others) with an open /dev/kvm: `setpriv` drops to it and
 /// execs the monitor, which inherits the descriptor and gets `--kvm-fd` (returned too, to
 /// be closed here once the monitor runs).
 ///
@@ -406,7 +407,7 @@ fn unprivileged(cpus: u32, net: &[&str]) -> (Command, Option<std::fs::File>) {
         .expect("open /dev/kvm as root");
     let fd = kvm.as_raw_fd();
     let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(env!("CARGO_BIN_EXE_ebb-vmm"));
     let kvm_fd = fd.to_string();
     let mut with_fd: Vec<&str> = net.to_vec();
