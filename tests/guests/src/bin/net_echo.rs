@@ -87,15 +87,14 @@ async fn main() -> i32 {
             match counters {
                 Ok(c) => println!(
                     "net_echo: core {} device rx {} tx {} iface rx {} tx {} drops {:?} \
-                     tcp in {} out {} driver {:?}",
+                     tcp {:?} driver {:?}",
                     core.0,
                     c.device.rx_frames,
                     c.device.tx_frames,
                     c.interface.rx_frames,
                     c.interface.tx_frames,
                     c.interface.rx_dropped,
-                    c.tcp.segments_in,
-                    c.tcp.segments_out,
+                    c.tcp,
                     c.driver
                 ),
                 Err(e) => println!("net_echo: core {}: {e}", core.0),
