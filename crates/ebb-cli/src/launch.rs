@@ -279,6 +279,7 @@ fn boot(
         timeout: options.timeout,
         pin: false,
         net,
+        kvm_fd: None,
     };
     // `Vm::new` validates the image before it opens /dev/kvm, so a bad image is reported
     // as such even where KVM is unusable.

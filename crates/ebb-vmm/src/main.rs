@@ -39,6 +39,10 @@ struct Args {
     /// Seeded faults between guest and backend: `drop=P,reorder=P,duplicate=P,corrupt=P,seed=N`.
     #[arg(long, value_name = "SPEC")]
     net_faults: Option<String>,
+    /// Use this inherited descriptor of an open /dev/kvm instead of opening it (a parent
+    /// allowed to open /dev/kvm can so run the monitor as a user that is not).
+    #[arg(long, value_name = "FD")]
+    kvm_fd: Option<i32>,
     /// Arguments for the guest, passed as its command line (joined with spaces).
     #[arg(last = true)]
     args: Vec<String>,
@@ -91,6 +95,7 @@ fn main() -> ExitCode {
         cmdline: args.args.join(" "),
         timeout: args.timeout,
         pin: args.pin,
+        kvm_fd: args.kvm_fd,
     };
     let bytes = match image::read(&args.image) {
         Ok(b) => b,

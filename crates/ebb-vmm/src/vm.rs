@@ -59,6 +59,10 @@ pub struct VmConfig {
     pub pin: bool,
     /// A virtio-net device, if any.
     pub net: Option<NetConfig>,
+    /// An open `/dev/kvm` to use instead of opening it (`--kvm-fd`): a parent that may
+    /// open it can run the monitor as a user that may not. The VM takes the descriptor
+    /// over (it is closed with the VM), so one config must not build two VMs.
+    pub kvm_fd: Option<std::os::fd::RawFd>,
 }
 
 /// The VM's network device: where its frames go.
@@ -90,6 +94,7 @@ impl Default for VmConfig {
             timeout: None,
             pin: false,
             net: None,
+            kvm_fd: None,
         }
     }
 }
@@ -286,9 +291,26 @@ pub fn net_summary(shared: &Shared) -> Option<String> {
     let net = shared.net.get()?;
     let s = &net.stats;
     let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    // With `--net-faults`: what the injector did, `rx_` toward the guest, `tx_` from it.
+    let faults = s
+        .faults
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .map(|f| {
+            let mut out = String::new();
+            for (dir, c) in [("rx", f.rx), ("tx", f.tx)] {
+                out.push_str(&format!(
+                    " {dir}_fault_seen={} {dir}_fault_dropped={} {dir}_fault_reordered={} \
+                     {dir}_fault_duplicated={} {dir}_fault_corrupted={}",
+                    c.seen, c.dropped, c.reordered, c.duplicated, c.corrupted
+                ));
+            }
+            out
+        })
+        .unwrap_or_default();
     Some(format!(
         "ebb-vmm: virtio-net: tx_frames={} rx_frames={} rx_dropped={} exits={} mmio_exits={} \
-         kicks={} wakeups={}{}",
+         kicks={} wakeups={}{faults}{}",
         get(&s.tx_frames),
         get(&s.rx_frames),
         get(&s.rx_dropped),
@@ -426,7 +448,20 @@ impl Vm {
             Some(net) => Some(open_backends(net, layout.cpus)?),
             None => None,
         };
-        let kvm = Kvm::new().map_err(VmError::OpenKvm)?;
+        let kvm = match config.kvm_fd {
+            None => Kvm::new().map_err(VmError::OpenKvm)?,
+            Some(fd) => {
+                use std::os::fd::FromRawFd;
+                // SAFETY: `kvm_fd` is documented as an open /dev/kvm the VM takes over;
+                // nothing else in this process uses or closes it. A descriptor that is not
+                // KVM fails the API version check below instead of being used.
+                let kvm = unsafe { Kvm::from_raw_fd(fd) };
+                if kvm.get_api_version() != 12 {
+                    return Err(VmError::OpenKvm(kvm_ioctls::Error::new(libc::ENOTTY)));
+                }
+                kvm
+            }
+        };
         let vm = kvm.create_vm().map_err(VmError::CreateVm)?;
         log::debug!("VM created");
         sys::register_memory(&vm, mem.inner()).map_err(kvm_err("KVM_SET_USER_MEMORY_REGION"))?;
@@ -752,6 +787,34 @@ fn write_boot_info(
     ok.ok_or(VmError::GuestWrite("the boot info"))
 }
 
+/// The faults of `--net-faults` that passt survives, as (toward the guest, toward passt).
+///
+/// passt (Debian's 0.0~git20230309) never sends a pure ACK again once it has sent it, and
+/// answers a retransmission of data it already acknowledged with nothing (RFC 9293 says
+/// it must acknowledge it): a dropped — or corrupted, which the guest's checksum turns
+/// into dropped — ACK on its way to the guest stalls that connection for good, whatever
+/// the guest does. And passt does not verify the checksums of frames from the guest, so a
+/// corrupted one reaches the host socket corrupted. So toward the guest only reordering
+/// and duplication are made, toward passt drops too, corruption nowhere (a warning says
+/// so). The TAP backend gets every fault both ways: Linux repairs all of them.
+fn passt_faults(
+    faults: ebb_net::phy::FaultConfig,
+) -> (ebb_net::phy::FaultConfig, ebb_net::phy::FaultConfig) {
+    use ebb_net::phy::Probability;
+    if faults.drop.is_possible() || faults.corrupt.is_possible() {
+        log::warn!(
+            "--net user: passt cannot recover a frame lost on its way to the guest, nor \
+             check one corrupted on its way to it: drops are made toward passt only, \
+             corruption not at all (use --net tap for both)"
+        );
+    }
+    let rx = faults
+        .with_drop(Probability::NEVER)
+        .with_corrupt(Probability::NEVER);
+    let tx = faults.with_corrupt(Probability::NEVER);
+    (rx, tx)
+}
+
 /// Opens the backends of `net`: one TAP queue per vCPU, or one passt.
 fn open_backends(
     net: &NetConfig,
@@ -763,17 +826,21 @@ fn open_backends(
             .into_iter()
             .map(|tap| Box::new(tap) as Box<dyn crate::virtio::Backend>)
             .collect(),
-        NetBackend::User(forwards) => vec![Box::new(Passt::start(forwards)?)],
+        NetBackend::User(forwards) => vec![Box::new(Passt::start(forwards, net.mac)?)],
     };
     if let Some((faults, seed)) = net.faults {
+        let (rx_faults, tx_faults) = match &net.backend {
+            NetBackend::Tap(_) => (faults, faults),
+            NetBackend::User(_) => passt_faults(faults),
+        };
         backends = backends
             .into_iter()
             .enumerate()
             .map(|(i, b)| {
                 Box::new(
                     ebb_net::phy::FaultInjector::new(b, seed.wrapping_add(i as u64))
-                        .with_rx_faults(faults)
-                        .with_tx_faults(faults),
+                        .with_rx_faults(rx_faults)
+                        .with_tx_faults(tx_faults),
                 ) as Box<dyn crate::virtio::Backend>
             })
             .collect();

@@ -1,18 +1,49 @@
 //! Native networking end to end: boots `net_echo` (tests/guests: ebb-net over the guest's
-//! virtio-net driver, echo on port 7) under the monitor with `--net user` (passt, no
-//! root) and a `-p` port forward, then talks to it from the host with real sockets: 1 MB
-//! per connection echoed byte for byte, with 1 and 2 vCPUs (one queue pair each). The
-//! monitor's exit summary must show the device healthy.
+//! virtio-net driver, echo on port 7 at 10.0.2.15, one queue pair per vCPU) under the
+//! monitor and talks to it from the host with real sockets.
 //!
-//! Skips (SKIPPED line) without a usable /dev/kvm or without passt.
+//! * passt (`--net user -p`, no root): four concurrent connections of 1 MB each, echoed
+//!   byte for byte, with 1 and 2 vCPUs; with 2, connections served on both cores.
+//! * The same through `--net-faults`, whose counters must show the faults happened.
+//! * The same run by an unprivileged user (the issue's "reachable from the host without
+//!   root"), handed an open /dev/kvm.
+//! * TAP (`--net tap=NAME`, root) in a network namespace: ping, then concurrent 1 MB
+//!   echoes, with 1 and 2 vCPUs (a multi-queue TAP device).
+//! * Exit count: 2,000 ping-pongs of 64 bytes on one connection after a warm-up; the
+//!   monitor's counters (SIGUSR1) before and after must show no exit to the monitor per
+//!   request.
+//!
+//! Each test skips (SKIPPED line) without what it needs: /dev/kvm, passt, root, TAP. The
+//! tests take one lock so they run one at a time: the exit count measures time on a
+//! machine of two cores, and a second VM would steal them.
 
 mod common;
 
 use common::{guests, kvm};
+use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Longest wait for the guest to listen (boot, passt, ARP).
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest a connection may make no progress before it counts as stalled.
+const IO_TIMEOUT: Duration = Duration::from_secs(20);
+/// Bytes echoed per bulk connection.
+const BULK: usize = 1 << 20;
+/// Concurrent bulk connections.
+const CONNECTIONS: u64 = 4;
+/// The guest's address on both networks (passt's and the TAP namespace's).
+const GUEST: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
+
+/// One test at a time (see the module docs).
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A free port on 127.0.0.1 (bound and released: passt binds it next).
 fn free_port() -> u16 {
@@ -22,35 +53,180 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// Sends `len` pseudo-random bytes on a fresh connection and checks the echo.
-fn echo(port: u16, len: usize, seed: u64) -> Result<(), String> {
-    let mut stream =
-        TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .map_err(|e| e.to_string())?;
+/// `ebb-vmm net_echo --cpus N ...`: the monitor's arguments come first, the guest's after.
+fn monitor(cpus: u32, net: &[&str], guest_args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ebb-vmm"));
+    monitor_args(&mut cmd, cpus, net, guest_args);
+    cmd
+}
+
+fn monitor_args(cmd: &mut Command, cpus: u32, net: &[&str], guest_args: &[&str]) {
+    cmd.arg(guests().join("net_echo"))
+        .args(["--timeout", "120", "--cpus", &cpus.to_string()])
+        .args(net);
+    if !guest_args.is_empty() {
+        cmd.arg("--").args(guest_args);
+    }
+}
+
+/// A running monitor with net_echo, killed on drop; its output lines are collected.
+struct EchoVm {
+    child: Child,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<Vec<String>>>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+fn collect(stream: impl Read + Send + 'static, into: Arc<Mutex<Vec<String>>>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            into.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+        }
+    })
+}
+
+/// The monitor's counter line, `key=value` pairs.
+type Counters = HashMap<String, u64>;
+
+fn parse_counters(line: &str) -> Counters {
+    line.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect()
+}
+
+impl EchoVm {
+    /// Spawns `cmd` and waits until net_echo listens; a guest that never does fails.
+    fn start(mut cmd: Command) -> EchoVm {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("run ebb-vmm");
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let readers = vec![
+            collect(child.stdout.take().expect("stdout"), stdout.clone()),
+            collect(child.stderr.take().expect("stderr"), stderr.clone()),
+        ];
+        let mut vm = EchoVm {
+            child,
+            stdout,
+            stderr,
+            readers,
+        };
+        let started = Instant::now();
+        while !vm.stdout().iter().any(|l| l.contains("listening")) {
+            let ended = !matches!(vm.child.try_wait(), Ok(None));
+            if ended || started.elapsed() > LISTEN_TIMEOUT {
+                panic!("net_echo is not listening:\n{}", vm.output());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        vm
+    }
+
+    fn stdout(&self) -> Vec<String> {
+        self.stdout
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn stderr(&self) -> Vec<String> {
+        self.stderr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn output(&self) -> String {
+        format!(
+            "--- stdout\n{}\n--- stderr\n{}",
+            self.stdout().join("\n"),
+            self.stderr().join("\n")
+        )
+    }
+
+    /// The cores net_echo reported accepting connections on.
+    fn accepting_cores(&self) -> BTreeSet<u32> {
+        self.stdout()
+            .iter()
+            .filter_map(|l| l.strip_prefix("net_echo: accepted on core "))
+            .filter_map(|n| n.trim().parse().ok())
+            .collect()
+    }
+
+    /// The monitor's counters now: SIGUSR1, then its next counter line.
+    fn counters(&self) -> Counters {
+        let is_summary = |l: &String| l.starts_with("ebb-vmm: virtio-net:");
+        let before = self.stderr().iter().filter(|l| is_summary(l)).count();
+        // SAFETY: sends SIGUSR1 to our own child, which handles it (prints its counters).
+        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGUSR1) };
+        assert_eq!(sent, 0, "cannot signal the monitor");
+        let asked = Instant::now();
+        loop {
+            let lines: Vec<String> = self.stderr().into_iter().filter(is_summary).collect();
+            if lines.len() > before {
+                return parse_counters(&lines[lines.len() - 1]);
+            }
+            assert!(
+                asked.elapsed() < Duration::from_secs(5),
+                "the monitor printed no counters on SIGUSR1:\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Stops the VM; its output.
+    fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        self.output()
+    }
+}
+
+impl Drop for EchoVm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `len` pseudo-random bytes from `seed`.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
-    let data: Vec<u8> = (0..len)
+    (0..len)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             x as u8
         })
-        .collect();
+        .collect()
+}
+
+/// Sends `len` pseudo-random bytes on a fresh connection to `addr` and checks the echo.
+fn echo(addr: SocketAddr, len: usize, seed: u64) -> Result<(), String> {
+    let mut stream =
+        TcpStream::connect_timeout(&addr, IO_TIMEOUT).map_err(|e| format!("connect: {e}"))?;
+    stream
+        .set_read_timeout(Some(IO_TIMEOUT))
+        .and_then(|()| stream.set_write_timeout(Some(IO_TIMEOUT)))
+        .map_err(|e| e.to_string())?;
+    let data = pattern(len, seed);
     let writer = {
         let mut s = stream.try_clone().map_err(|e| e.to_string())?;
         let data = data.clone();
         std::thread::spawn(move || s.write_all(&data))
     };
     let mut got = vec![0u8; len];
-    stream
-        .read_exact(&mut got)
-        .map_err(|e| format!("reading the echo: {e}"))?;
-    writer
-        .join()
-        .map_err(|_| "writer panicked".to_string())?
-        .map_err(|e| format!("write: {e}"))?;
+    let read = stream.read_exact(&mut got);
+    let written = writer.join().map_err(|_| "writer panicked".to_string())?;
+    read.map_err(|e| format!("reading the echo (a stall?): {e}"))?;
+    written.map_err(|e| format!("write: {e}"))?;
     if got != data {
         let at = got.iter().zip(&data).position(|(a, b)| a != b);
         return Err(format!("echo differs from byte {at:?}"));
@@ -58,65 +234,519 @@ fn echo(port: u16, len: usize, seed: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// Boots net_echo with `extra` monitor arguments, echoes over `connections` connections,
-/// stops the VM and returns the monitor's stderr.
-fn run(cpus: u32, extra: &[&str], connections: u64) -> String {
-    let port = free_port();
-    let forward = format!("{port}:7");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ebb-vmm"))
-        .arg(guests().join("net_echo"))
-        .args(["--timeout", "120", "--cpus", &cpus.to_string()])
-        .args(["--net", "user", "-p", &forward])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ebb-vmm");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    let mut seen = String::new();
-    while !line.contains("listening") {
-        line.clear();
-        if stdout.read_line(&mut line).unwrap_or(0) == 0 {
-            let _ = child.kill();
-            let mut err = String::new();
-            let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
-            panic!("net_echo ended before listening:\n{seen}\n--- stderr\n{err}");
-        }
-        seen.push_str(&line);
-    }
-    assert!(line.contains(&format!("({cpus} queue pairs)")), "{line}");
-    let results: Vec<Result<(), String>> = (0..connections)
-        .map(|i| std::thread::spawn(move || echo(port, 1 << 20, 0x5eed + i)))
-        .collect::<Vec<_>>()
+/// `CONNECTIONS` concurrent bulk echoes to `addr`, each thread first running `enter` (to
+/// join a network namespace); every error, or none.
+fn bulk_echoes(addr: SocketAddr, enter: fn(&str), ns: &str) -> Result<(), String> {
+    let threads: Vec<_> = (0..CONNECTIONS)
+        .map(|i| {
+            let ns = ns.to_string();
+            std::thread::spawn(move || {
+                enter(&ns);
+                echo(addr, BULK, 0x5eed + i)
+            })
+        })
+        .collect();
+    let errors: Vec<String> = threads
         .into_iter()
         .map(|t| t.join().unwrap_or_else(|_| Err("panicked".into())))
+        .filter_map(Result::err)
         .collect();
-    let _ = child.kill();
-    let _ = child.wait();
-    let mut err = String::new();
-    let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
-    for r in results {
-        if let Err(e) = r {
-            panic!("{e}\n--- stderr\n{err}");
-        }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
     }
-    err
+}
+
+fn no_namespace(_: &str) {}
+
+/// With 2 vCPUs: the bulk connections and, if they all landed on one core, short extra
+/// ones until both cores accepted one (at most 16 connections in all).
+///
+/// With passt the device has one backend and picks each frame's queue pair by a symmetric
+/// hash of the flow (so both directions of a connection stay on one pair), and
+/// `Placement::AcceptingCore` lets the core that received the SYN own the connection. The
+/// client's ephemeral ports decide, so four connections all land on one core with
+/// probability 1/8; sixteen with 1/32768.
+fn assert_both_cores(vm: &EchoVm, addr: SocketAddr, enter: fn(&str), ns: &str) {
+    let mut made = CONNECTIONS;
+    while vm.accepting_cores().len() < 2 && made < 16 {
+        let ns = ns.to_string();
+        std::thread::spawn(move || {
+            enter(&ns);
+            echo(addr, 4096, made)
+        })
+        .join()
+        .unwrap_or_else(|_| Err("panicked".into()))
+        .unwrap_or_else(|e| panic!("{e}\n{}", vm.output()));
+        made += 1;
+        // The guest's line reaches us through its console ring (drained every 10 ms).
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let cores = vm.accepting_cores();
+    assert_eq!(
+        cores,
+        BTreeSet::from([0, 1]),
+        "connections were not served on both cores after {made} connections\n{}",
+        vm.output()
+    );
+}
+
+/// Checks the device's health at the end of a run: not broken, nothing dropped for want
+/// of guest buffers (the device now keeps a backend's frames until there is room).
+fn assert_healthy(counters: &Counters, output: &str) {
+    assert!(!output.contains("broken"), "{output}");
+    assert_eq!(counters.get("rx_dropped"), Some(&0), "{output}");
+    assert!(
+        counters.get("rx_frames").is_some_and(|&n| n > 0),
+        "{output}"
+    );
+}
+
+/// passt-backed echo runs: `faults` is a `--net-faults` spec or empty; `as_nobody` runs
+/// the monitor as an unprivileged user (see [`unprivileged`]). Returns each run's final
+/// counters.
+fn passt_runs(faults: &str, as_nobody: bool) -> Vec<Counters> {
+    let mut all = Vec::new();
+    for cpus in [1, 2] {
+        let port = free_port();
+        let forward = format!("{port}:7");
+        let mut net = vec!["--net", "user", "-p", &forward];
+        if !faults.is_empty() {
+            net.extend(["--net-faults", faults]);
+        }
+        let (cmd, kvm) = if as_nobody {
+            unprivileged(cpus, &net)
+        } else {
+            (monitor(cpus, &net, &[]), None)
+        };
+        let vm = EchoVm::start(cmd);
+        drop(kvm); // the monitor has its own copy now
+        if as_nobody {
+            let uid = process_uid(vm.child.id());
+            assert_eq!(
+                uid,
+                Some(65534),
+                "the monitor runs as uid {uid:?}, not nobody"
+            );
+        }
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        if let Err(e) = bulk_echoes(addr, no_namespace, "") {
+            let counters = vm.counters();
+            panic!("{cpus} vCPUs: {e}\n{counters:?}\n{}", vm.stop());
+        }
+        if cpus == 2 {
+            assert_both_cores(&vm, addr, no_namespace, "");
+        }
+        let counters = vm.counters();
+        let output = vm.stop();
+        assert_healthy(&counters, &output);
+        eprintln!("{cpus} vCPUs: {counters:?}");
+        all.push(counters);
+    }
+    all
+}
+
+fn need_passt(test: &str) -> Option<()> {
+    kvm(test)?;
+    ebb_testkit::need_tools(test, &["passt"])
 }
 
 #[test]
-fn echo_over_virtio_net_and_passt() {
-    let test = "echo_over_virtio_net_and_passt";
-    let Some(()) = kvm(test) else { return };
-    let Some(()) = ebb_testkit::need_tools(test, &["passt"]) else {
+fn passt_concurrent_echoes_on_one_and_two_vcpus() {
+    let test = "passt_concurrent_echoes_on_one_and_two_vcpus";
+    let Some(()) = need_passt(test) else { return };
+    let _serial = serial();
+    passt_runs("", false);
+}
+
+#[test]
+fn passt_concurrent_echoes_through_faults() {
+    let test = "passt_concurrent_echoes_through_faults";
+    let Some(()) = need_passt(test) else { return };
+    let _serial = serial();
+    let spec = "drop=0.01,reorder=0.01,duplicate=0.01,corrupt=0.01,seed=11";
+    for counters in passt_runs(spec, false) {
+        // With passt the monitor makes toward the guest only the faults passt survives
+        // (see `passt_faults` in vm.rs): reordering and duplication; toward passt drops
+        // too; corruption nowhere.
+        for key in [
+            "rx_fault_reordered",
+            "rx_fault_duplicated",
+            "tx_fault_dropped",
+            "tx_fault_reordered",
+            "tx_fault_duplicated",
+        ] {
+            let n = counters.get(key).copied();
+            assert!(n.is_some_and(|n| n > 0), "{key} = {n:?}: {counters:?}");
+        }
+        assert_eq!(counters.get("rx_fault_dropped"), Some(&0), "{counters:?}");
+        assert_eq!(counters.get("tx_fault_corrupted"), Some(&0), "{counters:?}");
+    }
+}
+
+/// The monitor as user `nobody` (uid and gid 65534, by number: the group is `nogroup` on
+/// some systems, `nobody` on others) with an open /dev/kvm: `setpriv` drops to it and
+/// execs the monitor, which inherits the descriptor and gets `--kvm-fd` (returned too, to
+/// be closed here once the monitor runs).
+///
+/// Why hand it a descriptor: /dev/kvm is root's alone here (0600), and the alternatives
+/// change state every process on the machine sees — `chmod`/`setfacl` on /dev/kvm (left
+/// changed if the test dies; setfacl is not even installed), a new device node or group.
+/// A descriptor opened by the (root) test and inherited by the child grants this one
+/// process access and nothing else, and is what a privileged launcher would do. Opening
+/// /dev/kvm is the only privileged step: passt, the monitor's sockets, eventfds and
+/// threads need nothing.
+fn unprivileged(cpus: u32, net: &[&str]) -> (Command, Option<std::fs::File>) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let kvm = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .expect("open /dev/kvm as root");
+    let fd = kvm.as_raw_fd();
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_ebb-vmm"));
+    let kvm_fd = fd.to_string();
+    let mut with_fd: Vec<&str> = net.to_vec();
+    with_fd.extend(["--kvm-fd", &kvm_fd]);
+    monitor_args(&mut cmd, cpus, &with_fd, &[]);
+    // SAFETY: runs in the child between fork and exec, where only async-signal-safe calls
+    // are allowed: fcntl is one. It clears close-on-exec on the inherited descriptor.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    (cmd, Some(kvm))
+}
+
+/// The real uid of process `pid`.
+fn process_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[test]
+fn passt_concurrent_echoes_as_an_unprivileged_user() {
+    let test = "passt_concurrent_echoes_as_an_unprivileged_user";
+    let Some(()) = need_passt(test) else { return };
+    let Some(()) = ebb_testkit::need_root(test, "handing user nobody an open /dev/kvm") else {
         return;
     };
-    for cpus in [1, 2] {
-        let stderr = run(cpus, &[], 1);
-        assert!(!stderr.contains("broken"), "{stderr}");
+    let Some(()) = ebb_testkit::need_tools(test, &["setpriv"]) else {
+        return;
+    };
+    let _serial = serial();
+    passt_runs("", true);
+}
+
+/// Moves the calling thread into network namespace `ns` (its sockets are then there).
+fn enter_namespace(ns: &str) {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(format!("/run/netns/{ns}")).expect("open the namespace");
+    // SAFETY: setns on an open namespace descriptor affects only the calling thread.
+    let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+}
+
+/// The internet checksum of `bytes`.
+fn checksum(bytes: &[u8]) -> u16 {
+    let mut sum: u32 = bytes
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
     }
-    // Not yet: four concurrent connections, or `--net-faults drop=0.01,reorder=0.01,
-    // duplicate=0.01`, stalled intermittently (a connection stopped making progress for
-    // 30 s) in this session's runs; the cause is not found yet. One connection at a time
-    // has not stalled.
+    !(sum as u16)
+}
+
+/// Pings `to` from the calling thread (root: a raw ICMP socket; there is no `ping` here):
+/// sends echo requests until one is answered, for at most `timeout`.
+fn ping(to: Ipv4Addr, timeout: Duration) -> Result<Duration, String> {
+    // SAFETY: plain socket call; the descriptor is owned below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP) };
+    if fd < 0 {
+        return Err(format!("raw socket: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just returned by socket() and nothing else owns it.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let wait = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 200_000,
+    };
+    // SAFETY: the option value is a timeval that lives across the call, its size passed.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&wait as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        );
+    }
+    let dest = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(to).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let id = (std::process::id() & 0xffff) as u16;
+    let started = Instant::now();
+    let mut seq = 0u16;
+    while started.elapsed() < timeout {
+        seq += 1;
+        let mut request = vec![8u8, 0, 0, 0];
+        request.extend(id.to_be_bytes());
+        request.extend(seq.to_be_bytes());
+        request.extend(b"ebbflow ping 0123456789abcdef");
+        let sum = checksum(&request);
+        request[2..4].copy_from_slice(&sum.to_be_bytes());
+        let sent_at = Instant::now();
+        // SAFETY: `request` and `dest` live across the call; their lengths are passed.
+        let sent = unsafe {
+            libc::sendto(
+                std::os::fd::AsRawFd::as_raw_fd(&sock),
+                request.as_ptr().cast(),
+                request.len(),
+                0,
+                (&dest as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        };
+        if sent < 0 {
+            return Err(format!("sendto: {}", std::io::Error::last_os_error()));
+        }
+        let mut buf = [0u8; 1500];
+        while sent_at.elapsed() < Duration::from_millis(200) {
+            // SAFETY: `buf` is writable for its whole length.
+            let n = unsafe {
+                libc::recv(
+                    std::os::fd::AsRawFd::as_raw_fd(&sock),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    0,
+                )
+            };
+            if n < 20 {
+                break; // timed out (or an error): send the next request
+            }
+            let packet = &buf[..n as usize];
+            let ihl = usize::from(packet[0] & 0x0f) * 4;
+            let from = Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]);
+            let icmp = &packet[ihl.min(packet.len())..];
+            if from == to
+                && icmp.len() >= 8
+                && icmp[0] == 0
+                && icmp[4..6] == id.to_be_bytes()
+                && icmp[6..8] == seq.to_be_bytes()
+                && icmp[8..] == request[8..]
+            {
+                return Ok(sent_at.elapsed());
+            }
+        }
+    }
+    Err(format!("no echo reply from {to} in {timeout:?}"))
+}
+
+#[test]
+fn tap_in_a_namespace_ping_and_concurrent_echoes() {
+    let test = "tap_in_a_namespace_ping_and_concurrent_echoes";
+    let Some(()) = kvm(test) else { return };
+    let Some(()) = ebb_testkit::need_root(test, "a TAP device in a network namespace") else {
+        return;
+    };
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        let _: Option<()> =
+            ebb_testkit::skip(test, ebb_testkit::Capability::Tap, "no /dev/net/tun");
+        return;
+    }
+    let Some(()) = ebb_testkit::need_tools(test, &["ip"]) else {
+        return;
+    };
+    let _serial = serial();
+    for cpus in [1u32, 2] {
+        // The guest's static 10.0.2.15/24 via 10.0.2.2 works as is: the host end of the
+        // TAP device is 10.0.2.2 — in a namespace of its own, so no route or address of
+        // this machine (or another test's 10.0.2.0/24) is touched.
+        let ns = Namespace::create(format!("ebbnt{}c{cpus}", std::process::id()));
+        let tap = "ebbtap0";
+        let mut add = vec!["-n", &ns.0, "tuntap", "add", "dev", tap, "mode", "tap"];
+        if cpus > 1 {
+            add.push("multi_queue"); // one queue per vCPU: the monitor joins each
+        }
+        ip(&add);
+        ip(&["-n", &ns.0, "addr", "add", "10.0.2.2/24", "dev", tap]);
+        ip(&["-n", &ns.0, "link", "set", tap, "up"]);
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_ebb-vmm")]);
+        let device = format!("tap={tap}");
+        monitor_args(&mut cmd, cpus, &["--net", &device], &[]);
+        let vm = EchoVm::start(cmd);
+        let name = ns.0.clone();
+        let pinged = std::thread::spawn(move || {
+            enter_namespace(&name);
+            ping(GUEST, Duration::from_secs(10))
+        })
+        .join()
+        .unwrap_or_else(|_| Err("panicked".into()));
+        match pinged {
+            Ok(rtt) => eprintln!("{cpus} vCPUs over TAP: ping {rtt:?}"),
+            Err(e) => panic!("{cpus} vCPUs: {e}\n{}", vm.stop()),
+        }
+        let addr = SocketAddr::V4(SocketAddrV4::new(GUEST, 7));
+        if let Err(e) = bulk_echoes(addr, enter_namespace, &ns.0) {
+            panic!("{cpus} vCPUs over TAP: {e}\n{}", vm.stop());
+        }
+        if cpus == 2 {
+            assert_both_cores(&vm, addr, enter_namespace, &ns.0);
+        }
+        let counters = vm.counters();
+        let output = vm.stop();
+        assert_healthy(&counters, &output);
+        eprintln!("{cpus} vCPUs over TAP: {counters:?}");
+    }
+}
+
+/// A network namespace, deleted (with its TAP device) on drop.
+struct Namespace(String);
+
+impl Namespace {
+    fn create(name: String) -> Namespace {
+        ip(&["netns", "add", &name]);
+        let ns = Namespace(name);
+        ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
+        ns
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Runs `ip ARGS`, panicking with its output if it fails.
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The guest's idle-poll window in the exit-count test. The round trip of a request —
+/// the host client, passt, the device's I/O thread, the guest and back — takes
+/// 0.25-0.7 ms here (2 host cores shared by the client, passt, the I/O thread and the
+/// vCPU), far longer than the runtime's default window of 50 µs: with it, the guest
+/// sleeps in WAIT after every answer and is woken for the next request (measured: 1.75
+/// exits and 2 wake-ups per request). A window that covers the round trip with room for
+/// the host's scheduling keeps the core polling between requests.
+const PING_PONG_IDLE_POLL: Duration = Duration::from_millis(5);
+
+#[test]
+fn steady_ping_pong_makes_no_exits() {
+    let test = "steady_ping_pong_makes_no_exits";
+    let Some(()) = need_passt(test) else { return };
+    let _serial = serial();
+    let port = free_port();
+    let forward = format!("{port}:7");
+    let vm = EchoVm::start(monitor(
+        1,
+        &["--net", "user", "-p", &forward],
+        &[&format!("idle_poll_us={}", PING_PONG_IDLE_POLL.as_micros())],
+    ));
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+    stream.set_nodelay(true).expect("TCP_NODELAY");
+    stream
+        .set_read_timeout(Some(IO_TIMEOUT))
+        .expect("read timeout");
+    let request = [0x42u8; 64];
+    let mut answer = [0u8; 64];
+    // Returns when each request was sent.
+    let mut ping_pong = |n: u32| -> Result<Vec<Instant>, String> {
+        let mut sent = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            sent.push(Instant::now());
+            stream.write_all(&request).map_err(|e| e.to_string())?;
+            stream.read_exact(&mut answer).map_err(|e| e.to_string())?;
+            if answer != request {
+                return Err("the echo differs".into());
+            }
+        }
+        Ok(sent)
+    };
+    // Warm-up: the connection's first segments, the guest's first allocations.
+    if let Err(e) = ping_pong(500) {
+        panic!("warm-up: {e}\n{}", vm.stop());
+    }
+    const REQUESTS: u32 = 2000;
+    let before = vm.counters();
+    let sent = match ping_pong(REQUESTS) {
+        Ok(t) => t,
+        Err(e) => panic!("steady phase: {e}\n{}", vm.stop()),
+    };
+    let elapsed = sent[0].elapsed();
+    let after = vm.counters();
+    let delta = |key: &str| match (before.get(key), after.get(key)) {
+        (Some(a), Some(b)) => b - a,
+        _ => panic!("no {key} in the counters: {after:?}"),
+    };
+    let (exits, mmio, kicks, wakeups) = (
+        delta("exits"),
+        delta("mmio_exits"),
+        delta("kicks"),
+        delta("wakeups"),
+    );
+    // Gaps between two requests longer than the guest's poll window: there the guest may
+    // rightly sleep (the host descheduled the client, passt or the I/O thread).
+    let window = PING_PONG_IDLE_POLL;
+    let slow = sent.windows(2).filter(|w| w[1] - w[0] > window).count() as u64;
+    let per = |n: u64| n as f64 / f64::from(REQUESTS);
+    eprintln!(
+        "{REQUESTS} ping-pongs of 64 bytes: {:.0} µs per round trip, {slow} gaps over \
+         {window:?}; per request: {:.4} exits to the monitor ({:.4} MMIO), {:.4} queue \
+         kicks, {:.4} vCPU wake-ups",
+        elapsed.as_secs_f64() * 1e6 / f64::from(REQUESTS),
+        per(exits),
+        per(mmio),
+        per(kicks),
+        per(wakeups),
+    );
+    let output = vm.stop();
+    // Bound: no exit on a request that arrives within the poll window. A longer gap may
+    // cost a WAIT and a spurious one (2 exits) and its wake-ups (the receive and, armed
+    // too, the transmit queue: 3); each counter snapshot may land on either side of the
+    // sleep that follows its phase (4 in all). The default 50 µs window makes 1.75-2.6
+    // exits per request, thousands here, which this bound catches unless most gaps are
+    // long (measured under heavy load from other work: a quarter of them). A host too busy
+    // to leave even half of them short cannot show anything: that fails, saying so.
+    assert!(
+        slow <= u64::from(REQUESTS) / 2,
+        "{slow} of {REQUESTS} gaps over {window:?}: the host is too loaded to measure"
+    );
+    assert_eq!(mmio, 0, "MMIO exits in the steady phase\n{output}");
+    assert!(
+        exits <= 2 * slow + 4,
+        "{exits} exits in {REQUESTS} requests ({slow} gaps over {window:?})\n{output}"
+    );
+    assert!(
+        wakeups <= 3 * slow + 4,
+        "{wakeups} wake-ups in {REQUESTS} requests ({slow} gaps over {window:?})\n{output}"
+    );
 }

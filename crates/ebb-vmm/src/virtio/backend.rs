@@ -16,6 +16,17 @@ use std::process::{Child, Command, Stdio};
 pub trait Backend: NetDevice + Send {
     /// The descriptor that becomes readable when frames arrive.
     fn fd(&self) -> BorrowedFd<'_>;
+
+    /// Moves whatever the host side has written into the backend's own buffer, without
+    /// handing frames on: called every round, also when the guest has no room, for a
+    /// backend whose host side must never find its socket full (passt). Default: nothing
+    /// (a TAP queue's frames wait in the kernel, which drops like a NIC when full).
+    fn drain(&mut self) {}
+
+    /// What a fault injector around the backend did (`None`: there is none).
+    fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
+        None
+    }
 }
 
 impl Backend for TapDevice {
@@ -28,11 +39,23 @@ impl<B: Backend> Backend for FaultInjector<B> {
     fn fd(&self) -> BorrowedFd<'_> {
         self.inner().fd()
     }
+    fn drain(&mut self) {
+        self.inner_mut().drain()
+    }
+    fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
+        Some(self.stats())
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
     fn fd(&self) -> BorrowedFd<'_> {
         (**self).fd()
+    }
+    fn drain(&mut self) {
+        (**self).drain()
+    }
+    fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
+        (**self).fault_stats()
     }
 }
 
@@ -123,12 +146,22 @@ pub struct Passt {
     counters: DeviceCounters,
 }
 
+/// The frame that tells passt the guest's MAC address: a minimum Ethernet frame...
+const ANNOUNCE_LEN: usize = 60;
+/// ...of IEEE 802 local experimental EtherType 1, which passt ignores (see `Passt::start`).
+const ANNOUNCE_ETHERTYPE: u16 = 0x88b5;
 /// Most bytes queued toward passt before `transmit` pushes back.
 const PASST_WRITE_LIMIT: usize = 512 * 1024;
+/// Most bytes read from passt and not yet handed to the guest. TCP flow control bounds
+/// what passt sends (the guest's receive windows), so this is a safety net only.
+const PASST_READ_LIMIT: usize = 64 * 1024 * 1024;
+/// The send buffer asked for on passt's end of the socket (the kernel caps it at
+/// `net.core.wmem_max`): slack for the moments the I/O thread is not scheduled.
+const PASST_SOCKET_BUFFER: libc::c_int = 4 * 1024 * 1024;
 
 impl Passt {
-    /// Starts passt with `forwards`.
-    pub fn start(forwards: &[PortForward]) -> Result<Passt, BackendError> {
+    /// Starts passt with `forwards`, for a guest whose MAC address is `guest_mac`.
+    pub fn start(forwards: &[PortForward], guest_mac: [u8; 6]) -> Result<Passt, BackendError> {
         // Try each host port first: passt's own complaint about a busy port is a line
         // in its log, ours names the port and what to do.
         for f in forwards {
@@ -153,6 +186,29 @@ impl Passt {
         let (ours, theirs) =
             UnixStream::pair().map_err(|e| BackendError::Passt(format!("socketpair: {e}")))?;
         let fd = theirs.as_raw_fd();
+        // passt (this version, 2023) drops a frame it cannot write at once (the socket to
+        // us is full) and still counts it as sent; a pure ACK lost that way is never sent
+        // again, and passt answers the guest's retransmissions of the data it covers with
+        // silence: the connection stalls for good. So its socket must never fill: a large
+        // send buffer on its end, and `drain` reads it every round (see `Backend::drain`).
+        let size = PASST_SOCKET_BUFFER;
+        // SAFETY: `fd` is the open socket `theirs`; the option value is a c_int that lives
+        // across the call, and its size is passed with it.
+        let set = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if set != 0 {
+            log::warn!(
+                "--net user: cannot enlarge passt's socket buffer: {}",
+                std::io::Error::last_os_error()
+            );
+        }
         // The child must inherit `theirs`: clear close-on-exec on it only.
         rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty())
             .map_err(|e| BackendError::Passt(format!("fcntl: {e}")))?;
@@ -174,6 +230,22 @@ impl Passt {
             _ => BackendError::Passt(e.to_string()),
         })?;
         drop(theirs);
+        // passt learns the guest's MAC address from the first frame it reads from us
+        // (and with --fd does not even default to broadcast): a connection to a forwarded
+        // port that came before gets its SYN sent to 00:00:00:00:00:00, which the guest
+        // rightly drops, and passt (this version) never sends that SYN again — the host
+        // sees a reset after 10 s. It happened when passt was slow to read the guest's
+        // first frames (a loaded host): 1 run in about 10 of the 2-vCPU test. So passt
+        // hears the address first, before it serves anything, from a frame it ignores
+        // otherwise (an IEEE local experimental EtherType).
+        let mut hello = [0u8; 4 + ANNOUNCE_LEN];
+        hello[..4].copy_from_slice(&(ANNOUNCE_LEN as u32).to_be_bytes());
+        hello[4..10].copy_from_slice(&[0xff; 6]);
+        hello[10..16].copy_from_slice(&guest_mac);
+        hello[16..18].copy_from_slice(&ANNOUNCE_ETHERTYPE.to_be_bytes());
+        (&ours)
+            .write_all(&hello)
+            .map_err(|e| BackendError::Passt(format!("announcing the guest's MAC: {e}")))?;
         // passt binds its forwards before it serves the socket; give it a moment to fail
         // (a busy port) so the error names the cause instead of a dead link.
         for _ in 0..50 {
@@ -201,6 +273,19 @@ impl Passt {
             write_buf: Vec::with_capacity(PASST_WRITE_LIMIT),
             counters: DeviceCounters::default(),
         })
+    }
+
+    /// Reads everything passt has written (up to [`PASST_READ_LIMIT`] held).
+    fn read_socket(&mut self) {
+        let mut chunk = [0u8; 64 * 1024];
+        while self.read_buf.len() < PASST_READ_LIMIT {
+            match self.sock.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => self.read_buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
     }
 
     fn flush(&mut self) {
@@ -235,20 +320,7 @@ impl NetDevice for Passt {
     }
 
     fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
-        let mut chunk = [0u8; 64 * 1024];
-        loop {
-            match self.sock.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => {
-                    self.read_buf.extend_from_slice(&chunk[..n]);
-                    if self.read_buf.len() > 192 * 1024 {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
+        self.read_socket();
         let mut taken = 0;
         let mut at = 0;
         while taken < max && self.read_buf.len() >= at + 4 {
@@ -298,5 +370,8 @@ impl NetDevice for Passt {
 impl Backend for Passt {
     fn fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
+    }
+    fn drain(&mut self) {
+        self.read_socket();
     }
 }

@@ -30,6 +30,7 @@ use ebb_abi::virtio::{
     regs, status,
 };
 use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
+use ebb_net::phy::{FaultCounts, FaultStats};
 use rustix::event::epoll;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,6 +62,25 @@ pub struct NetStats {
     pub rx_frames: AtomicU64,
     /// Frames from the backend dropped for want of guest buffers or room.
     pub rx_dropped: AtomicU64,
+    /// What the `--net-faults` injectors did, summed over the backends (`None`: no
+    /// injector). Published by the I/O thread when it changes.
+    pub faults: Mutex<Option<FaultStats>>,
+}
+
+/// `a + b`, counter by counter.
+fn add_faults(a: FaultStats, b: FaultStats) -> FaultStats {
+    let add = |x: FaultCounts, y: FaultCounts| FaultCounts {
+        seen: x.seen + y.seen,
+        dropped: x.dropped + y.dropped,
+        duplicated: x.duplicated + y.duplicated,
+        corrupted: x.corrupted + y.corrupted,
+        delayed: x.delayed + y.delayed,
+        reordered: x.reordered + y.reordered,
+    };
+    FaultStats {
+        rx: add(a.rx, b.rx),
+        tx: add(a.tx, b.tx),
+    }
 }
 
 /// A fault on one queue: what `broken()` reports, so a driver's author sees which queue
@@ -573,11 +593,23 @@ impl Engine {
             // What the backend could not take now is dropped only if it is still
             // full next round; keep it for now (bounded above).
         }
-        // Receive: backend → guest.
+        // Receive: backend → guest. Only as many frames as the backlog has room for:
+        // the rest waits in the backend (passt's are read out of its socket all the same,
+        // by `drain`), so nothing is dropped here for want of guest buffers.
         let frames = &mut self.frames;
         for (b, backend) in backends.iter_mut().enumerate() {
+            backend.drain();
+            let room = if n_backends == self.pairs.len() {
+                RX_BACKLOG.saturating_sub(self.pairs[b].backlog.len())
+            } else {
+                self.pairs
+                    .iter()
+                    .map(|p| RX_BACKLOG.saturating_sub(p.backlog.len()))
+                    .min()
+                    .unwrap_or(0)
+            };
             frames.clear();
-            let n = backend.receive(now, frames, 64);
+            let n = backend.receive(now, frames, room.min(64));
             if n > 0 {
                 worked = true;
             }
@@ -658,11 +690,26 @@ impl IoThread {
         let mut last_work = Instant::now();
         let started = Instant::now();
         let mut events = Vec::with_capacity(16);
+        let mut last_faults: Option<FaultStats> = None;
         while !self.shared.stopping() {
             let now = NetInstant::from_nanos(started.elapsed().as_nanos() as u64);
             // The transport may have changed: the step rebuilds the queues.
             let _ = self.device.control.read();
             let worked = engine.step(&self.device, mem, now, &mut self.backends, &self.vcpu_wakes);
+            let faults = self
+                .backends
+                .iter()
+                .filter_map(|b| b.fault_stats())
+                .reduce(add_faults);
+            if faults != last_faults {
+                last_faults = faults;
+                *self
+                    .device
+                    .stats
+                    .faults
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = faults;
+            }
             if worked {
                 last_work = Instant::now();
                 continue;
