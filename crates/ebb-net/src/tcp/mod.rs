@@ -1032,10 +1032,21 @@ impl Conn {
                     }
                     Some(_) => has_handler,
                 };
-                if !deliverable {
-                    return;
-                }
-                let Some(event) = tcb.events.pop_front() else {
+                let event = if deliverable {
+                    tcb.events.pop_front()
+                } else if has_handler && !tcb.receive_open {
+                    // A closed receive window holds data back, not the send side's news:
+                    // an application that closed its window until its own output drains
+                    // (an echo under back-pressure) reopens it on exactly this event, so
+                    // it must not wait behind the data it holds back.
+                    tcb.events
+                        .iter()
+                        .position(|e| matches!(e, AppEvent::SendWindowIncreased))
+                        .and_then(|at| tcb.events.remove(at))
+                } else {
+                    None
+                };
+                let Some(event) = event else {
                     return;
                 };
                 if let AppEvent::Receive(buf) = &event {

@@ -256,6 +256,53 @@ fn peer_ack(ack: u32) -> Repr<'static> {
 }
 
 #[test]
+fn a_closed_receive_window_does_not_hold_back_send_window_increased() {
+    // An echo under back-pressure: it queued more than the window took, closed its
+    // receive window, and waits for `send_window_increased` to reopen it. Data that
+    // arrives meanwhile is held; the window news must still come.
+    let mut h = Harness::quick_acks();
+    let iss = accept_small_window(&mut h);
+    let conn = h.conn();
+    conn.send(chain(3000)).expect("send queues");
+    conn.set_receive_window_open(false);
+    h.poll();
+    assert_eq!(
+        h.take().iter().map(|s| s.payload.len()).sum::<usize>(),
+        1072
+    );
+    // Held: the receive window is closed.
+    h.input(Repr {
+        window_len: 1072,
+        ..peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, b"held")
+    });
+    let _ = h.take();
+    let early = h.events();
+    assert!(
+        early.is_empty(),
+        "data waits while the window is closed: {early:?}"
+    );
+    // The peer acknowledges everything sent and the queue drains into the window.
+    h.input(Repr {
+        window_len: 1072,
+        ..peer_seg(PEER_ISS + 5, Some(iss + 1073), Control::None, &[])
+    });
+    let _ = h.take();
+    h.input(Repr {
+        window_len: 1072,
+        ..peer_seg(PEER_ISS + 5, Some(iss + 2145), Control::None, &[])
+    });
+    let _ = h.take();
+    assert_eq!(
+        h.events(),
+        [Ev::WindowIncreased],
+        "told although data is held in front of it"
+    );
+    conn.set_receive_window_open(true);
+    h.poll();
+    assert_eq!(h.events(), [Ev::Receive(b"held".to_vec())], "then the data");
+}
+
+#[test]
 fn try_send_takes_the_window_and_send_queues_the_rest() {
     let mut h = Harness::quick_acks();
     let iss = accept_small_window(&mut h);
