@@ -567,6 +567,9 @@ impl Tcb {
                     // A retransmitted FIN: our last ACK was lost. Restart 2 × MSL.
                     self.timers.time_wait = Some(ctx.now + ctx.config.msl.saturating_mul(2));
                 }
+                if self.take_ack_of_old_segment(ctx, seq, repr.ack_number, syn) {
+                    return;
+                }
                 self.send_ack_limited(ctx);
             }
             return;
@@ -644,6 +647,43 @@ impl Tcb {
             self.receive_text(ctx, seq, seg.payload, fin);
         }
         self.answer_segment(ctx);
+    }
+
+    /// An old segment — all of it left of the window, data we already have — whose ACK
+    /// acknowledges something new: takes that ACK (`snd_una` moves, the retransmission
+    /// timer and congestion window follow) and answers, as BSD does after trimming such a
+    /// segment; returns whether it did. RFC 9293 drops an unacceptable segment whole, but
+    /// a peer that went back to resend (passt rewinds to the last ACK it saw and resends
+    /// everything after it) then carries its newest ACK only on segments we already
+    /// have: dropping their ACKs stalled a connection for good whenever the peer had
+    /// nothing new to send. RFC 5961 §5's checks still hold: the ACK must lie in
+    /// `(snd_una, snd_max]`. The window is not taken (the segment is older than the one
+    /// that set it).
+    #[cold]
+    fn take_ack_of_old_segment(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        seq: SeqNumber,
+        ack: Option<SeqNumber>,
+        syn: bool,
+    ) -> bool {
+        let Some(ack) = ack else { return false };
+        // Only while no FIN of ours is out: an ACK of it moves the state, which stays
+        // with the general path.
+        let open = matches!(self.state, State::Established | State::CloseWait);
+        if syn
+            || !open
+            || self.fin_seq.is_some()
+            || seq >= self.rcv_nxt
+            || ack <= self.snd_una
+            || ack > self.snd_max
+        {
+            return false;
+        }
+        self.on_new_ack(ctx, ack);
+        self.ack_now = true;
+        self.output(ctx);
+        true
     }
 
     /// Header prediction (Van Jacobson; RFC 9293 §3.10.7.4 for the common case): whether

@@ -745,3 +745,74 @@ fn fast_retransmit_never_carries_bytes_not_sent_before() {
         100,
     );
 }
+
+#[test]
+fn an_old_segment_still_delivers_a_new_ack() {
+    // A peer that went back to resend (passt rewinds to the last ACK it saw) carries its
+    // newest ACK only on data we already have, or on a pure ACK numbered from the rewound
+    // point: the ACK must be taken, or a peer with nothing new to send leaves our data
+    // unacknowledged for good (it ignores our retransmissions of what it has).
+    let mut h = Harness::quick_acks();
+    let iss = h.accept_connection();
+    let base = PEER_ISS + 1;
+    h.input(peer_seg(base, Some(iss + 1), Control::None, &DATA[..1000]));
+    h.take();
+    let conn = h.conn();
+    conn.send(chain(500)).expect("send");
+    h.poll();
+    check(
+        &h.take_one(),
+        Control::None,
+        iss + 1,
+        Some(base + 1000),
+        500,
+    );
+    // The peer resends its first 1000 bytes, now acknowledging ours.
+    h.input(peer_seg(
+        base,
+        Some(iss + 501),
+        Control::None,
+        &DATA[..1000],
+    ));
+    check(
+        &h.take_one(),
+        Control::None,
+        iss + 501,
+        Some(base + 1000),
+        0,
+    );
+    assert_eq!(h.layer.poll_at(), None, "all we sent is acknowledged");
+    // The same from a pure ACK numbered before what we received.
+    conn.send(chain(300)).expect("send");
+    h.poll();
+    check(
+        &h.take_one(),
+        Control::None,
+        iss + 501,
+        Some(base + 1000),
+        300,
+    );
+    h.input(peer_seg(base + 500, Some(iss + 801), Control::None, &[]));
+    check(
+        &h.take_one(),
+        Control::None,
+        iss + 801,
+        Some(base + 1000),
+        0,
+    );
+    assert_eq!(h.layer.poll_at(), None, "all we sent is acknowledged");
+    // An old segment acknowledging nothing new, or data never sent, moves nothing.
+    h.input(peer_seg(
+        base,
+        Some(iss + 801),
+        Control::None,
+        &DATA[..1000],
+    ));
+    h.input(peer_seg(
+        base,
+        Some(iss + 5000),
+        Control::None,
+        &DATA[..1000],
+    ));
+    assert_eq!(h.layer.poll_at(), None);
+}
