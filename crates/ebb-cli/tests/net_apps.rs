@@ -390,28 +390,66 @@ fn sink_counts_an_nc_upload_natively_through_user_networking() {
     }
 }
 
+/// Python: `N` concurrent connections to `HOST:PORT`, each echoing 1 MiB of random bytes,
+/// checked byte for byte; prints `ok N` (run inside a namespace, where this process is not).
+const ECHO_CLIENT: &str = r#"
+import os, socket, sys, threading
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+size, failures = 1 << 20, []
+def one(i):
+    try:
+        s = socket.create_connection((host, port), timeout=60)
+        data = os.urandom(size)
+        sender = threading.Thread(target=s.sendall, args=(data,))
+        sender.start()
+        got = bytearray()
+        while len(got) < size:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        sender.join()
+        if bytes(got) != data:
+            failures.append(f"connection {i}: {len(got)} bytes, differ")
+    except Exception as e:
+        failures.append(f"connection {i}: {e!r}")
+threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+for t in threads: t.start()
+for t in threads: t.join()
+print("ok", n) if not failures else print("\n".join(failures))
+sys.exit(1 if failures else 0)
+"#;
+
 #[test]
 fn echo_answers_concurrent_connections_natively_on_two_vcpus() {
+    // Over TAP, Linux being the peer. (Through passt, an echo that closes its receive
+    // window under back-pressure sometimes waits forever for passt to resume after the
+    // window reopens — Debian's 2023 passt; docs/10 — so the concurrency is shown here.)
     let test = "echo_answers_concurrent_connections_natively_on_two_vcpus";
-    let Some(()) = user_networking(test, &[]) else {
+    let Some(()) = kvm(test) else { return };
+    let Some(()) = need_namespace_and_tap(test, &["python3"]) else {
         return;
     };
+    let ns = namespace(test, unique_name("ebbn"));
+    let tap = unique_name("ebbt");
+    let net = format!("tap={tap}");
     let image = image("echo");
-    let port = free_port();
-    let forward = format!("{port}:7");
     let mut served = Served::start(
         image.to_str().expect("a UTF-8 path"),
-        &["--cpus", "2", "-p", &forward],
+        &["--cpus", "2", "--net", &net],
     );
-    let results: Vec<Result<(), String>> = (0..4)
-        .map(|i| std::thread::spawn(move || echo(port, 1 << 20, 0x5eed + i)))
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|t| t.join().unwrap_or_else(|_| Err("panicked".into())))
-        .collect();
-    for (i, r) in results.into_iter().enumerate() {
-        if let Err(e) = r {
-            served.fail(&format!("connection {i}: {e}"));
+    adopt(&ns.name, &tap, "10.0.2.2/24");
+    for round in 0..3 {
+        let out = ns
+            .exec(&["python3", "-c", ECHO_CLIENT, GUEST, "7", "8"])
+            .output()
+            .expect("run python3");
+        if !out.status.success() {
+            served.fail(&format!(
+                "round {round}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
         }
     }
 }
@@ -466,14 +504,12 @@ fn over_tap(test: &str, cpus: u32, faults: Option<&str>) {
     }
     if faults.is_some() {
         let line = served.counters().unwrap_or_else(|e| served.fail(&e));
-        for key in [
-            "fault_dropped",
-            "fault_reordered",
-            "fault_duplicated",
-            "fault_corrupted",
-        ] {
-            if counter(&line, key) == 0 {
-                served.fail(&format!("the fault injector reports no {key}: {line}"));
+        for dir in ["rx", "tx"] {
+            for fault in ["dropped", "reordered", "duplicated", "corrupted"] {
+                let key = format!("{dir}_fault_{fault}");
+                if counter(&line, &key) == 0 {
+                    served.fail(&format!("the fault injector reports no {key}: {line}"));
+                }
             }
         }
     }
