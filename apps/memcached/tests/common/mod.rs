@@ -227,6 +227,15 @@ impl Client {
         buf
     }
 
+    /// Exactly `n` bytes, or why not.
+    pub fn read_exact_checked(&mut self, n: usize) -> Result<Vec<u8>, String> {
+        let mut buf = vec![0; n];
+        self.reader
+            .read_exact(&mut buf)
+            .map_err(|e| format!("reading {n} bytes: {e}"))?;
+        Ok(buf)
+    }
+
     /// Reads until the server closes; what came before the close.
     pub fn read_to_end(&mut self) -> std::io::Result<Vec<u8>> {
         let mut rest = Vec::new();
