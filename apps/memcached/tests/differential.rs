@@ -203,6 +203,9 @@ fn c_numeric(value: &[u8]) -> Option<u64> {
 /// background threads, so such commands are not sent (ours always pads, one of the
 /// two outcomes).
 fn arith_would_shrink(peek: &mut Client, key: &str, incr: bool, delta: u64) -> bool {
+    if key.len() > 250 {
+        return false; // refused before any value is read
+    }
     peek.send(format!("get {key}\r\n").as_bytes());
     let Some((_, _, value)) = peek.read_values().pop() else {
         return false;
@@ -414,16 +417,43 @@ impl Gen {
                 c.tail = self.noreply();
                 c
             }
-            91..=97 => {
+            91..=95 => {
                 let key = self.key();
                 let exptime = self.touch_exptime();
                 let mut c = TextCmd::line(format!("touch {key} {exptime}"));
                 c.tail = self.noreply();
                 c
             }
+            96..=97 => self.odd(),
             _ => {
                 let mut c = TextCmd::line("flush_all".into());
                 c.tail = self.noreply();
+                c
+            }
+        }
+    }
+
+    /// Refusals and rarer forms (none of the documented differences).
+    fn odd(&mut self) -> TextCmd {
+        let long = "K".repeat(251);
+        let key = self.key();
+        let key = if key.len() > 250 { "k0".into() } else { key };
+        match self.rng.below(10) {
+            0 => TextCmd::line(format!("get k1 {long} k2")),
+            1 => TextCmd::line(format!("delete {long}")),
+            2 => TextCmd::line(format!("incr {long} 1")),
+            3 => TextCmd::line(format!("touch {long} 10")),
+            4 => TextCmd::line(format!("touch {key} abc")),
+            5 => TextCmd::line("get k0 k1 k2 k3 k4 k5 k6 k7 k0".into()),
+            6 => TextCmd::line("flush_all 0".into()),
+            7 => TextCmd::line("verbosity 1".into()),
+            8 => TextCmd::line(format!("gats 100 {key} {key}")),
+            _ => {
+                // The data block is longer than announced: "bad data chunk", and what
+                // follows is read as a command (a line of at least 4 bytes: shorter
+                // ones are one of the documented differences).
+                let mut c = TextCmd::line(format!("set {key} 0 0 3"));
+                c.data = Some(b"abcXXdelete k7".to_vec());
                 c
             }
         }
