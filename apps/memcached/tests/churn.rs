@@ -24,9 +24,20 @@ fn connections_settle(stats: &mut Client, want: u64) {
 
 #[test]
 fn ten_thousand_connections_come_and_go() {
-    common::bounded("connection churn", Duration::from_secs(240), || {
+    churn_connections(1);
+}
+
+/// The same with two cores serving (connections are spread over both; the counters
+/// are shared).
+#[test]
+fn ten_thousand_connections_come_and_go_on_two_cores() {
+    churn_connections(2);
+}
+
+fn churn_connections(cores: usize) {
+    common::bounded("connection churn", Duration::from_secs(240), move || {
         let start = Instant::now();
-        let mut server = ServerProcess::ours(&["-c", "4096"]);
+        let mut server = ServerProcess::ours_on(cores, &["-c", "4096"]);
         let mut stats = server.client();
         let baseline = stats.stat("curr_connections");
         assert_eq!(baseline, 1, "the stats connection alone");
@@ -59,7 +70,10 @@ fn ten_thousand_connections_come_and_go() {
         let total = stats.stat("total_connections") - total_before;
         assert_eq!(total, 10_000, "connections accepted");
         server.assert_alive();
-        println!("10,000 connections in {:?}", start.elapsed());
+        println!(
+            "10,000 connections on {cores} core(s) in {:?}",
+            start.elapsed()
+        );
     });
 }
 

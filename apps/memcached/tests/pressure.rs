@@ -41,25 +41,58 @@ fn check(key: &str, got: &[u8]) {
 
 #[test]
 fn eviction_keeps_values_intact() {
-    common::bounded("pressure", Duration::from_secs(180), || {
+    pressure(1);
+}
+
+/// The same with two cores serving and two clients writing at once.
+#[test]
+fn eviction_keeps_values_intact_on_two_cores() {
+    pressure(2);
+}
+
+/// Writes `WRITE_BYTES / writers` on each of `writers` connections at once; the keys.
+fn write_all(server: &ServerProcess, writers: usize) -> (Vec<String>, usize) {
+    let handles: Vec<_> = (0..writers)
+        .map(|w| {
+            let mut c = server.client();
+            std::thread::spawn(move || {
+                let mut keys = Vec::new();
+                let mut written = 0;
+                while written < WRITE_BYTES / writers {
+                    let key = format!("pressure:{}", keys.len() * writers + w);
+                    let value = value_of(&key);
+                    let flags = (keys.len() * writers + w) as u32;
+                    assert_eq!(c.set(&key, flags, 0, &value), "STORED", "set {key}");
+                    written += value.len();
+                    keys.push(key);
+                }
+                (keys, written)
+            })
+        })
+        .collect();
+    let mut keys = Vec::new();
+    let mut written = 0;
+    for h in handles {
+        let (k, n) = h.join().expect("writer");
+        keys.extend(k);
+        written += n;
+    }
+    keys.sort_by_key(|k| k["pressure:".len()..].parse::<usize>().unwrap());
+    (keys, written)
+}
+
+fn pressure(cores: usize) {
+    common::bounded("pressure", Duration::from_secs(180), move || {
         let start = Instant::now();
-        let mut server = ServerProcess::ours(&["-m", &LIMIT_MB.to_string()]);
+        let mut server = ServerProcess::ours_on(cores, &["-m", &LIMIT_MB.to_string()]);
         let mut c = server.client();
-        let mut keys = Vec::new();
-        let mut written = 0;
-        while written < WRITE_BYTES {
-            let key = format!("pressure:{}", keys.len());
-            let value = value_of(&key);
-            let flags = keys.len() as u32;
-            assert_eq!(c.set(&key, flags, 0, &value), "STORED", "set {key}");
-            written += value.len();
-            keys.push(key);
-        }
+        let (keys, written) = write_all(&server, cores);
         let (mut hits, mut misses) = (0, 0);
-        for (i, key) in keys.iter().enumerate() {
+        for key in &keys {
+            let number: u32 = key["pressure:".len()..].parse().unwrap();
             match c.get(key) {
                 Some((flags, got)) => {
-                    assert_eq!(flags, i as u32, "{key}: flags");
+                    assert_eq!(flags, number, "{key}: flags");
                     check(key, &got);
                     hits += 1;
                 }
@@ -75,7 +108,7 @@ fn eviction_keeps_values_intact() {
                 .unwrap()
         };
         println!(
-            "wrote {} values ({written} bytes): {hits} hits, {misses} misses; evictions {}, bytes {}, limit {}, curr_items {} ({:?})",
+            "{cores} core(s): wrote {} values ({written} bytes): {hits} hits, {misses} misses; evictions {}, bytes {}, limit {}, curr_items {} ({:?})",
             keys.len(),
             stat("evictions"),
             stat("bytes"),

@@ -37,11 +37,16 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Our server (`EBB_CPUS=1 memcached -p PORT ARGS...`), once it printed its banner.
     pub fn ours(args: &[&str]) -> ServerProcess {
+        Self::ours_on(1, args)
+    }
+
+    /// Our server on `cores` cores (`EBB_CPUS=cores`).
+    pub fn ours_on(cores: usize, args: &[&str]) -> ServerProcess {
         let mut last_err = String::new();
         for _ in 0..5 {
             let port = free_port();
             let mut child = Command::new(env!("CARGO_BIN_EXE_memcached"))
-                .env("EBB_CPUS", "1")
+                .env("EBB_CPUS", cores.to_string())
                 .arg("-p")
                 .arg(port.to_string())
                 .args(args)
