@@ -10,8 +10,41 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Mutex, mpsc};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
+
+/// The server processes alive, by the thread that started them: when [`bounded`] gives
+/// up on a thread it kills that thread's servers (their `Drop` will never run).
+static STARTED: Mutex<Vec<(ThreadId, u32)>> = Mutex::new(Vec::new());
+
+fn register(pid: u32) {
+    let me = std::thread::current().id();
+    STARTED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((me, pid));
+}
+
+fn unregister(pid: u32) {
+    STARTED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|&(_, p)| p != pid);
+}
+
+fn kill_started_by(thread: ThreadId) {
+    let pids: Vec<u32> = STARTED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|&&(t, _)| t == thread)
+        .map(|&(_, p)| p)
+        .collect();
+    for pid in pids {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+}
 
 /// How long any single read or write of a test client may block.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(20);
@@ -75,6 +108,7 @@ impl ServerProcess {
                 let left = deadline.saturating_duration_since(Instant::now());
                 match rx.recv_timeout(left) {
                     Ok(line) if line.starts_with("memcached: listening on") => {
+                        register(child.id());
                         return ServerProcess {
                             child,
                             port,
@@ -124,6 +158,7 @@ impl ServerProcess {
                     break; // port taken, most likely: try another
                 }
                 if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    register(child.id());
                     return ServerProcess {
                         child,
                         port,
@@ -158,6 +193,7 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
+        unregister(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -399,7 +435,7 @@ pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// Runs `f` on a thread and panics if it takes longer than `limit` (a hung server must
-/// fail the test, not hang it).
+/// fail the test, not hang it), killing the servers that thread started.
 pub fn bounded<T: Send + 'static>(
     what: &str,
     limit: Duration,
@@ -418,6 +454,9 @@ pub fn bounded<T: Send + 'static>(
             Err(panic) => std::panic::resume_unwind(panic),
             Ok(()) => unreachable!("the thread sent nothing but returned"),
         },
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: not done within {limit:?}"),
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            kill_started_by(handle.thread().id());
+            panic!("{what}: not done within {limit:?}")
+        }
     }
 }
