@@ -7,9 +7,9 @@
 //! * leading C whitespace (`' '`, `\t`, `\n`, `\v`, `\f`, `\r`) is skipped, then an
 //!   optional `+` or `-`, then at least one decimal digit (leading zeros allowed);
 //! * a value that overflows `u64` is refused (`ERANGE`);
-//! * the digits must be followed by whitespace or the end of the value (memcached's
-//!   value is followed by `\r\n`, which counts as whitespace), so `"12abc"` is refused
-//!   and `"12 junk"` reads as 12;
+//! * the digits must be followed by whitespace, a NUL (where `strtoull` stops reading)
+//!   or the end of the value (memcached's value is followed by `\r\n`, which counts as
+//!   whitespace), so `"12abc"` is refused and `"12 junk"` and `"12\0x"` read as 12;
 //! * a `-` negates modulo 2^64 like `strtoull`, and the result is refused only when it
 //!   is negative as an `i64` (so `"-5"` is refused but `"-0"` reads as 0).
 //!
@@ -57,7 +57,10 @@ pub(super) fn parse_u64<'a>(segments: impl IntoIterator<Item = &'a [u8]>) -> Opt
                     n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
                 }
                 // What follows the digits decides, and nothing after it matters.
-                (State::Digits, b) => return is_c_space(b).then(|| finish(n, negative))?,
+                // strtoull stops at a NUL, and safe_strtoull takes it as the string's end.
+                (State::Digits, b) => {
+                    return (is_c_space(b) || b == 0).then(|| finish(n, negative))?;
+                }
                 _ => return None,
             }
         }
