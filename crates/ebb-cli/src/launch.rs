@@ -185,13 +185,18 @@ pub fn run(
                 );
                 run_hosted(as_file, &name, options, &network)
             }
-            Requested::Native => boot(as_file, &name, options, &network, "--native"),
-            Requested::Auto => boot(as_file, &name, options, &network, "an image file"),
+            Requested::Native => boot(as_file, &name, options, &network, "--native", None),
+            Requested::Auto => boot(as_file, &name, options, &network, "an image file", None),
         };
     }
     let ws = workspace()?;
     ws.require_app(app)?;
-    let network = Network::resolve(&options.net, Some(&ws.app_network(app)?));
+    let app_network = ws.app_network(app)?;
+    let network = Network::resolve(&options.net, Some(&app_network));
+    // The app's suggestion holds for its default forwards only.
+    let hint = app_network
+        .hint
+        .filter(|_| options.net.publish.is_empty() && network.backend.as_deref() == Some("user"));
     let (flavour, why) = match requested {
         Requested::Hosted => (Flavour::Hosted, "--hosted".to_string()),
         Requested::Native => {
@@ -218,7 +223,7 @@ pub fn run(
     }
     let executable = cargo.build(&ws, app, flavour)?;
     match flavour {
-        Flavour::Native => boot(&executable, app, options, &network, &why),
+        Flavour::Native => boot(&executable, app, options, &network, &why, hint.as_deref()),
         Flavour::Hosted => {
             let listens = match network.forwards.as_slice() {
                 [f] => format!("; it listens on {}:{} itself", f.host_addr, f.host_port),
@@ -234,6 +239,9 @@ pub fn run(
                     "ebb: running {app} hosted ({}; {why}{listens})",
                     cores(options.cpus)
                 );
+            }
+            if let Some(hint) = &hint {
+                eprintln!("ebb: try: {hint}");
             }
             run_hosted(&executable, app, options, &network)
         }
@@ -268,6 +276,7 @@ fn boot(
     options: &RunOptions,
     network: &Network,
     why: &str,
+    hint: Option<&str>,
 ) -> Result<i32, CliError> {
     let image_error = |source: VmError| CliError::image(image, source);
     let net = network.device()?;
@@ -295,6 +304,9 @@ fn boot(
         options.mem >> 20,
         network.describe()
     );
+    if let Some(hint) = hint {
+        eprintln!("ebb: try: {hint}");
+    }
     let (outcome, remains) = vm.run_keeping_vm().map_err(image_error)?;
     let _ = std::io::stdout().flush();
     let code = outcome.exit_code();

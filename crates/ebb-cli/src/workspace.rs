@@ -13,6 +13,7 @@
 //! [package.metadata.ebb]
 //! network = true
 //! publish = ["8080:80"]   # [ADDR:]HOST:GUEST, as -p takes them
+//! try = "curl http://127.0.0.1:8080/"   # printed by `ebb run` once it starts the app
 //! ```
 
 use crate::error::CliError;
@@ -133,6 +134,8 @@ pub struct AppNetwork {
     pub network: bool,
     /// Host ports forwarded to it by default (`--net user`).
     pub publish: Vec<ebb_vmm::virtio::PortForward>,
+    /// A command to try once it runs (`try`), printed by `ebb run`.
+    pub hint: Option<String>,
 }
 
 /// What `ebb` reads from an app's `Cargo.toml`.
@@ -173,7 +176,15 @@ fn parse_network(ebb: &toml::Value) -> Result<AppNetwork, String> {
             })
             .collect::<Result<_, String>>()?,
     };
-    Ok(AppNetwork { network, publish })
+    let hint = match ebb.get("try") {
+        None => None,
+        Some(v) => Some(v.as_str().ok_or("`try` must be a string")?.to_string()),
+    };
+    Ok(AppNetwork {
+        network,
+        publish,
+        hint,
+    })
 }
 
 #[cfg(test)]

@@ -604,3 +604,44 @@ fn without_passt_a_network_app_runs_hosted_on_its_forwarded_port() {
         served.fail(&format!("the hosted echo on the forwarded port: {e}"));
     }
 }
+
+#[test]
+fn memcached_natively_passes_memccapable_and_stops_on_ctrl_c() {
+    let test = "memcached_natively_passes_memccapable_and_stops_on_ctrl_c";
+    let Some(()) = user_networking(test, &["memccapable"]) else {
+        return;
+    };
+    image("memcached");
+    let port = free_port();
+    let forward = format!("{port}:11211");
+    let mut served = Served::start("memcached", &["--cpus", "1", "-p", &forward]);
+    for mode in ["-a", "-b"] {
+        let out = Command::new("memccapable")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), mode, "-t", "10"])
+            .output()
+            .expect("run memccapable");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() || !text.contains("All tests passed") {
+            served.fail(&format!("memccapable {mode}:\n{text}"));
+        }
+    }
+    // Ctrl-C: the monitor stops the guest, prints its summary and exits with 130.
+    let interrupted = Command::new("kill")
+        .args(["-INT", &served.child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(interrupted.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        match served.child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => served.fail("ebb run did not stop within 10 s of SIGINT"),
+        }
+    };
+    let output = served.stop();
+    assert_eq!(status.code(), Some(130), "{output}");
+    assert!(output.contains("ebb-vmm: stopped by SIGINT"), "{output}");
+    assert!(output.contains("ebb-vmm: virtio-net: "), "{output}");
+}

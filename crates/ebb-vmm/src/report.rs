@@ -98,6 +98,11 @@ pub enum Outcome {
         /// Each core's registers, if it stopped in time to read them.
         states: Vec<Option<VcpuState>>,
     },
+    /// The monitor was asked to stop (SIGINT or SIGTERM: Ctrl-C, `kill`).
+    Stopped {
+        /// The signal's number.
+        signal: i32,
+    },
     /// The monitor failed (an ioctl error while running).
     MonitorError {
         /// Core.
@@ -116,6 +121,8 @@ impl Outcome {
             Outcome::Fault { .. } => EXIT_FAULT,
             Outcome::AbiViolation { .. } => EXIT_ABI_VIOLATION,
             Outcome::Timeout { .. } => EXIT_TIMEOUT,
+            // The shell's convention for a process ended by a signal.
+            Outcome::Stopped { signal } => 128 + signal,
             Outcome::MonitorError { .. } => EXIT_MONITOR_ERROR,
         }
     }
@@ -164,6 +171,14 @@ impl Outcome {
                 if let Some(s) = state {
                     s.render(sym, &mut out);
                 }
+            }
+            Outcome::Stopped { signal } => {
+                let name = match *signal {
+                    libc::SIGINT => "SIGINT",
+                    libc::SIGTERM => "SIGTERM",
+                    _ => "a signal",
+                };
+                let _ = writeln!(out, "ebb-vmm: stopped by {name}");
             }
             Outcome::Timeout { after, states } => {
                 let _ = writeln!(
@@ -249,6 +264,18 @@ mod tests {
                     message: String::new(),
                 },
                 EXIT_MONITOR_ERROR,
+            ),
+            (
+                Outcome::Stopped {
+                    signal: libc::SIGINT,
+                },
+                130,
+            ),
+            (
+                Outcome::Stopped {
+                    signal: libc::SIGTERM,
+                },
+                143,
             ),
         ];
         for (outcome, code) in cases {

@@ -278,6 +278,14 @@ fn install_stop_signal() -> Result<(), VmError> {
     result
 }
 
+/// Set by SIGINT or SIGTERM (the signal's number): stop the guest and end as
+/// [`Outcome::Stopped`], with the usual summary, instead of dying mid-run.
+static STOP_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn on_stop_request(signal: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    STOP_SIGNAL.store(signal, Ordering::SeqCst);
+}
+
 /// Set by SIGUSR1: print the network counters now (see [`net_summary`]).
 static STATS_REQUESTED: AtomicBool = AtomicBool::new(false);
 
@@ -591,6 +599,12 @@ impl Vm {
             threads.push(thread.handle);
         }
 
+        for signal in [libc::SIGINT, libc::SIGTERM] {
+            register_signal_handler(signal, on_stop_request).map_err(|e| VmError::Os {
+                what: "installing the SIGINT/SIGTERM (stop) handler",
+                source: std::io::Error::from_raw_os_error(e.errno()),
+            })?;
+        }
         let deadline = config.timeout.and_then(|t| shared.started.checked_add(t));
         loop {
             {
@@ -613,6 +627,10 @@ impl Vm {
                     error,
                     state: None,
                 });
+            }
+            let signal = STOP_SIGNAL.swap(0, Ordering::SeqCst);
+            if signal != 0 {
+                shared.finish(Outcome::Stopped { signal });
             }
             if STATS_REQUESTED.swap(false, Ordering::SeqCst)
                 && let Some(line) = net_summary(&shared)
