@@ -390,6 +390,7 @@ mod tests {
         let web = AppNetwork {
             network: true,
             publish: vec!["8080:80".parse().expect("forward")],
+            hint: None,
         };
         let quiet = AppNetwork::default();
         let default = Network::resolve(&request(None, &[], None), Some(&web));
