@@ -79,6 +79,10 @@ pub struct Report {
     pub outstanding: u64,
     /// Open loop: arrivals not sent because a connection already had too much unsent.
     pub dropped: u64,
+    /// Open loop: how late the client wrote each arrival (ns after its scheduled time,
+    /// counted for arrivals scheduled in the window). Part of every latency; when it is
+    /// large the client (or its CPU) is the bottleneck, not the server.
+    pub lag: Histogram<u64>,
 }
 
 impl Report {
@@ -96,12 +100,15 @@ impl Report {
             cpu_s: 0.0,
             outstanding: 0,
             dropped: 0,
+            lag: Histogram::new_with_bounds(1, 60_000_000_000, 3)
+                .map_err(|e| format!("histogram: {e}"))?,
         })
     }
 
     fn merge(&mut self, o: Report) -> Result<(), String> {
         self.hist
             .add(&o.hist)
+            .and_then(|()| self.lag.add(&o.lag))
             .map_err(|e| format!("histogram: {e}"))?;
         self.completed += o.completed;
         self.gets += o.gets;
@@ -595,6 +602,7 @@ impl<'a> Thread<'a> {
         }
         let mut next_arrival = start + Duration::from_secs_f64(self.rng.exp(mean_gap_s));
         let mut dirty: Vec<usize> = Vec::new();
+        let mut lags: Vec<Instant> = Vec::new();
         loop {
             let now = Instant::now();
             if cpu0.is_none() && now >= self.measure_from {
@@ -620,6 +628,7 @@ impl<'a> Thread<'a> {
                                 self.issue(i, op, next_arrival);
                             }
                             dirty.push(i);
+                            lags.push(next_arrival);
                         }
                     }
                     next_arrival += Duration::from_secs_f64(self.rng.exp(mean_gap_s));
@@ -627,6 +636,13 @@ impl<'a> Thread<'a> {
                 for i in dirty.drain(..) {
                     if let Err(e) = self.conns[i].flush() {
                         self.fail(i, e);
+                    }
+                }
+                let sent = Instant::now();
+                for t in lags.drain(..) {
+                    if t >= self.measure_from && t < self.end {
+                        let ns = sent.saturating_duration_since(t).as_nanos() as u64;
+                        self.report.lag.saturating_record(ns.max(1));
                     }
                 }
                 wake = wake.min(next_arrival);

@@ -142,6 +142,8 @@ struct Output {
     first_error: Option<String>,
     outstanding: u64,
     dropped: u64,
+    /// Open loop: p99 of how late the client wrote a request after its scheduled time.
+    send_lag_p99_us: Option<f64>,
     /// Client CPU over the window, percent of one core (all threads).
     client_cpu_pct: f64,
     requests: u64,
@@ -181,6 +183,8 @@ fn output(args: &Args, cfg: &Config, w: &Workload, r: &Report) -> Output {
         first_error: r.first_error.clone(),
         outstanding: r.outstanding,
         dropped: r.dropped,
+        send_lag_p99_us: matches!(cfg.mode, Mode::Open { .. })
+            .then(|| round(r.lag.value_at_quantile(0.99) as f64 / 1e3, 1)),
         client_cpu_pct: round(100.0 * r.cpu_s / r.measured_s.max(1e-9), 1),
         requests: r.completed,
         duration_s: round(r.measured_s, 3),
@@ -231,6 +235,9 @@ fn print_text(o: &Output) {
         "  errors {}  outstanding at end {}  dropped {}  client CPU {:.1} % of one core",
         o.errors, o.outstanding, o.dropped, o.client_cpu_pct
     );
+    if let Some(lag) = o.send_lag_p99_us {
+        println!("  send lag (µs) p99 {lag:.1} (client lateness, included in the latencies)");
+    }
     if let Some(e) = &o.first_error {
         println!("  first error: {e}");
     }
@@ -314,7 +321,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     })
 }
 
-const CSV_HEADER: &str = "label,offered_qps,achieved_rps,p50_us,p90_us,p99_us,p999_us,max_us,hit_ratio,errors,outstanding,dropped,client_cpu_pct";
+const CSV_HEADER: &str = "label,offered_qps,achieved_rps,p50_us,p90_us,p99_us,p999_us,max_us,hit_ratio,errors,outstanding,dropped,client_cpu_pct,send_lag_p99_us";
 
 fn sweep(args: &Args, mut cfg: Config, w: &Workload) -> Result<ExitCode, String> {
     if args.preload {
@@ -352,7 +359,7 @@ fn sweep(args: &Args, mut cfg: Config, w: &Workload) -> Result<ExitCode, String>
         let r = mc_load::run(&cfg, w, false)?;
         let o = output(args, &cfg, w, &r);
         let row = format!(
-            "{},{qps:.0},{:.1},{},{},{},{},{},{},{},{},{},{}",
+            "{},{qps:.0},{:.1},{},{},{},{},{},{},{},{},{},{},{}",
             args.label,
             o.rps,
             o.p50_us,
@@ -364,7 +371,8 @@ fn sweep(args: &Args, mut cfg: Config, w: &Workload) -> Result<ExitCode, String>
             o.errors,
             o.outstanding,
             o.dropped,
-            o.client_cpu_pct
+            o.client_cpu_pct,
+            o.send_lag_p99_us.unwrap_or_default()
         );
         eprintln!("{row}");
         csv.push_str(&row);
