@@ -115,6 +115,10 @@ import statistics, sys
 ms = [float(v) for v in sys.argv[1].split()]
 ml = [float(v) for v in sys.argv[2].split()]
 a, b = statistics.median(ms), statistics.median(ml)
+# Each round's two runs are back to back, so a round's ratio shares its load.
+paired = [y / x for x, y in zip(ms, ml)]
 print(f"median req/s: memcaslap {a:.0f} [{min(ms):.0f}-{max(ms):.0f}], "
       f"mc-load {b:.0f} [{min(ml):.0f}-{max(ml):.0f}]; mc-load / memcaslap = {b / a:.3f}")
+print("per-round mc-load / memcaslap: " + " ".join(f"{r:.2f}" for r in paired)
+      + f"; median {statistics.median(paired):.3f}")
 EOF

@@ -269,6 +269,12 @@ fn workload(args: &Args) -> Result<Workload, String> {
 
 fn run(args: &Args) -> Result<ExitCode, String> {
     let sweeping = !args.sweep.is_empty() || args.sweep_auto;
+    if args.label.contains([',', '\n']) {
+        return Err(format!(
+            "--label {:?}: no commas or newlines (it is a CSV field)",
+            args.label
+        ));
+    }
     if !sweeping && !args.plot_input.is_empty() {
         // Only draw.
         let out = args
