@@ -90,6 +90,9 @@ print(round(o["rps"]), o["gets"], o["sets"], o["hit_ratio"], o["errors"], o["p50
     preload=()
 }
 
+# Other work on the machine moves both tools' figures; say how busy it was.
+load() { echo "load average $(cut -d' ' -f1-3 /proc/loadavg)$(sed -n 's/^some avg10=\([^ ]*\) avg60=\([^ ]*\).*/, CPU pressure avg10 \1 % avg60 \2 %/p' /proc/pressure/cpu 2>/dev/null)"; }
+echo "before: $(load)"
 printf '%-6s %-10s %10s %10s %10s %s\n' round tool req/s gets sets detail
 ms=()
 ml=()
@@ -110,6 +113,7 @@ for r in $(seq "$ROUNDS"); do
     done
 done
 
+echo "after: $(load)"
 python3 - "${ms[*]}" "${ml[*]}" <<'EOF'
 import statistics, sys
 ms = [float(v) for v in sys.argv[1].split()]
