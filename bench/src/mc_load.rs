@@ -77,7 +77,8 @@ pub struct Report {
     pub cpu_s: f64,
     /// Requests sent and not answered when the window closed.
     pub outstanding: u64,
-    /// Open loop: arrivals not sent because a connection already had too much unsent.
+    /// Open loop: arrivals not sent, because their connection already had too much
+    /// unsent or had failed (failures also count as errors).
     pub dropped: u64,
     /// Open loop: how late the client wrote each arrival (ns after its scheduled time,
     /// counted for arrivals scheduled in the window). Part of every latency; when it is
@@ -558,7 +559,8 @@ impl<'a> Thread<'a> {
             if self.conns[i].stream.is_none() {
                 continue;
             }
-            let r = if flags & (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLERR) as u32 != 0 {
+            let readable = libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLERR | libc::EPOLLHUP;
+            let r = if flags & readable as u32 != 0 {
                 self.read(i)
             } else {
                 Ok(0)
@@ -582,7 +584,7 @@ impl<'a> Thread<'a> {
         self.measure_from = start + cfg.warmup;
         self.end = self.measure_from + cfg.duration;
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
-        let mut cpu0: Option<(Instant, f64)> = None;
+        let mut cpu0: Option<f64> = None;
         let n = self.conns.len();
         let (closed_depth, mean_gap_s) = match cfg.mode {
             Mode::Closed { depth } => (Some(depth), 0.0),
@@ -606,11 +608,16 @@ impl<'a> Thread<'a> {
         loop {
             let now = Instant::now();
             if cpu0.is_none() && now >= self.measure_from {
-                cpu0 = Some((now, thread_cpu_s()));
+                cpu0 = Some(thread_cpu_s());
             }
             if now >= self.end || self.alive == 0 {
-                let (t0, c0) = cpu0.unwrap_or((now, thread_cpu_s()));
-                self.report.measured_s = now.saturating_duration_since(t0).as_secs_f64();
+                let c0 = cpu0.unwrap_or_else(thread_cpu_s);
+                // Replies are counted when read in [measure_from, end): that window is
+                // the rate's denominator (cut short if every connection failed).
+                self.report.measured_s = now
+                    .min(self.end)
+                    .saturating_duration_since(self.measure_from)
+                    .as_secs_f64();
                 self.report.cpu_s = thread_cpu_s() - c0;
                 self.report.outstanding = self.conns.iter().map(|c| c.waiting.len() as u64).sum();
                 return Ok(());
@@ -619,17 +626,18 @@ impl<'a> Thread<'a> {
             if closed_depth.is_none() {
                 while next_arrival <= now {
                     let i = self.rng.below(n as u64) as usize;
-                    if self.conns[i].stream.is_some() {
-                        if self.conns[i].unsent() > MAX_UNSENT {
+                    let counted = next_arrival >= self.measure_from && next_arrival < self.end;
+                    if self.conns[i].stream.is_none() || self.conns[i].unsent() > MAX_UNSENT {
+                        if counted {
                             self.report.dropped += cfg.pipeline as u64;
-                        } else {
-                            for _ in 0..cfg.pipeline {
-                                let op = self.w.next_op(&mut self.rng);
-                                self.issue(i, op, next_arrival);
-                            }
-                            dirty.push(i);
-                            lags.push(next_arrival);
                         }
+                    } else {
+                        for _ in 0..cfg.pipeline {
+                            let op = self.w.next_op(&mut self.rng);
+                            self.issue(i, op, next_arrival);
+                        }
+                        dirty.push(i);
+                        lags.push(next_arrival);
                     }
                     next_arrival += Duration::from_secs_f64(self.rng.exp(mean_gap_s));
                 }
