@@ -27,7 +27,7 @@ VALUE=${VALUE:-64}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 
-for tool in memcached memcaslap taskset ss python3; do
+for tool in memcached memcaslap taskset ss python3 /usr/bin/time; do
     if ! command -v "$tool" >/dev/null; then
         echo "SKIPPED: mc-load-check: $tool is not installed (apt-get install memcached libmemcached-tools)"
         exit 0
@@ -66,15 +66,19 @@ echo "memcached $(memcached -V | cut -d' ' -f2) pid $MC_PID on 127.0.0.1:$PORT, 
 
 memcaslap_run() {
     local out
-    out=$(taskset -c "$CLIENT_CPU" memcaslap -s "127.0.0.1:$PORT" -t "${DURATION}s" \
-        -c "$CONNS" -T 1 -X "$VALUE" 2>&1)
+    # /usr/bin/time adds its CPU time (user system, seconds) as the last line.
+    out=$(/usr/bin/time -f '%U %S' taskset -c "$CLIENT_CPU" memcaslap -s "127.0.0.1:$PORT" \
+        -t "${DURATION}s" -c "$CONNS" -T 1 -X "$VALUE" 2>&1)
     # "Run time: 5.0s Ops: 107272 TPS: 21426 Net_rate: 4.3M/s" and cmd_get/cmd_set/get_misses
     python3 -c '
 import re, sys
 t = sys.stdin.read()
 g = lambda k: int(re.search(k + r":\s*(\d+)", t).group(1))
 tps = int(re.search(r"TPS:\s*(\d+)", t).group(1))
-print(tps, g("cmd_get"), g("cmd_set"), g("get_misses"))' <<<"$out"
+ops = int(re.search(r"Ops:\s*(\d+)", t).group(1))
+user, system = map(float, t.strip().splitlines()[-1].split())
+# CPU per operation over the whole process, start-up included.
+print(tps, g("cmd_get"), g("cmd_set"), g("get_misses"), round((user + system) / ops * 1e6, 2))' <<<"$out"
 }
 
 preload=(--preload)
@@ -86,7 +90,8 @@ mc_load_run() {
         python3 -c '
 import json, sys
 o = json.load(sys.stdin)
-print(round(o["rps"]), o["gets"], o["sets"], o["hit_ratio"], o["errors"], o["p50_us"], o["p99_us"], o["client_cpu_pct"])'
+print(round(o["rps"]), o["gets"], o["sets"], o["hit_ratio"], o["errors"], o["p50_us"], o["p99_us"],
+      o["client_cpu_pct"], round(o["client_cpu_pct"] / 100 / max(o["rps"], 1) * 1e6, 2))'
     preload=()
 }
 
@@ -101,14 +106,15 @@ for r in $(seq "$ROUNDS"); do
     ((r % 2 == 0)) && order=(mc-load memcaslap)
     for tool in "${order[@]}"; do
         if [[ $tool == memcaslap ]]; then
-            read -r tps gets sets misses < <(memcaslap_run)
+            read -r tps gets sets misses cpu_op < <(memcaslap_run)
             ms+=("$tps")
-            printf '%-6s %-10s %10s %10s %10s get_misses=%s\n' "$r" memcaslap "$tps" "$gets" "$sets" "$misses"
+            printf '%-6s %-10s %10s %10s %10s get_misses=%s client_cpu_per_op=%sus\n' \
+                "$r" memcaslap "$tps" "$gets" "$sets" "$misses" "$cpu_op"
         else
-            read -r rps gets sets hit errors p50 p99 cpu < <(mc_load_run)
+            read -r rps gets sets hit errors p50 p99 cpu cpu_op < <(mc_load_run)
             ml+=("$rps")
-            printf '%-6s %-10s %10s %10s %10s hit_ratio=%s errors=%s p50=%sus p99=%sus client_cpu=%s%%\n' \
-                "$r" mc-load "$rps" "$gets" "$sets" "$hit" "$errors" "$p50" "$p99" "$cpu"
+            printf '%-6s %-10s %10s %10s %10s hit_ratio=%s errors=%s p50=%sus p99=%sus client_cpu=%s%% client_cpu_per_op=%sus\n' \
+                "$r" mc-load "$rps" "$gets" "$sets" "$hit" "$errors" "$p50" "$p99" "$cpu" "$cpu_op"
         fi
     done
 done
