@@ -3,14 +3,19 @@
 //! * [`echo_check`]: a correctness checker for TCP echo servers (many concurrent
 //!   connections, large payloads, byte-exact verification, EOF handling).
 //! * [`pingpong`]: OS-thread context-switch cost (two threads on one core).
+//! * [`mc_workload`], [`mc_load`]: the memcached load generator's workloads (Facebook
+//!   ETC after mutilate, fixed sizes) and its epoll engine (closed and open loop).
 //! * [`server`]: a server process under test, found through its banner.
 //! * [`sys`]: small Linux helpers (CPU pinning, fd limit).
 //!
 //! Binaries: `echo-load` (closed-loop load generator), `tokio-echo` (the tokio
 //! peer server), `pthread-pingpong`, `net-sweep` (NetPIPE-style ping-pong sweep,
-//! streaming echo and their plot; `bench/scripts/native-net.sh`).
+//! streaming echo and their plot; `bench/scripts/native-net.sh`), `mc-load` (memcached
+//! load generator; `bench/scripts/mc-load-check.sh` compares it with memcaslap).
 
 pub mod echo_check;
+pub mod mc_load;
+pub mod mc_workload;
 pub mod pingpong;
 pub mod server;
 pub mod sys;
