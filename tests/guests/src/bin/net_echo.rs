@@ -6,7 +6,7 @@
 //! a test can tell that both queue pairs served connections. The command line may set
 //! `idle_poll_us=N`: how long an idle core polls before it sleeps in the WAIT hypercall
 //! (the runtime's default, 50 µs, when absent), and `stats_ms=N`: print every core's
-//! stack counters (device, interface drops, TCP, driver) every N ms, for diagnosis.
+//! stack counters (device, interface drops, TCP, runner) every N ms, for diagnosis.
 #![no_std]
 #![no_main]
 
@@ -87,7 +87,7 @@ async fn main() -> i32 {
             match counters {
                 Ok(c) => println!(
                     "net_echo: core {} device rx {} tx {} iface rx {} tx {} drops {:?} \
-                     tcp {:?} driver {:?}",
+                     tcp {:?} runner {:?}",
                     core.0,
                     c.device.rx_frames,
                     c.device.tx_frames,
@@ -95,7 +95,7 @@ async fn main() -> i32 {
                     c.interface.tx_frames,
                     c.interface.rx_dropped,
                     c.tcp,
-                    c.driver
+                    c.runner
                 ),
                 Err(e) => println!("net_echo: core {}: {e}", core.0),
             }

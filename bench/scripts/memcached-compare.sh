@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Hosted Ebbflow memcached (apps/memcached, Linux sockets, one core) against memcached
+# 1.6 (Debian's, `-t 1`), in the same run, driven by bench's mc-load:
+#
+#   closed loop: CONNS connections, one request in flight each, ETC workload (keys
+#                20-70 B, values 1-1024 B, 30:1 gets to sets, Zipf 0.99) over KEYS keys,
+#                preloaded; req/s, p50/p99, and the server's CPU time per request
+#                (/proc/PID/stat over the measured window);
+#   sweep:       open-loop Poisson sweep of offered load (SWEEP_POINTS points up to the
+#                closed-loop peak and beyond), p99 against achieved throughput for both
+#                servers on one plot (PLOT), and the highest throughput with p99 <= SLO_US.
+#
+# Each server runs pinned to CPU 0 (taskset), started fresh for each run and alternated
+# run by run (ROUNDS); mc-load runs pinned to CPU 1. Both servers: 1024 MB, 1024
+# connections. Summary: median [min-max] per figure and the ratio of medians, with a
+# verdict "parity" when the ranges overlap. Raw output in OUT_DIR.
+#
+# Usage: bench/scripts/memcached-compare.sh   (env: ROUNDS=3 CONNS=32 KEYS=100000
+#        DURATION=3s SWEEP=1 SWEEP_POINTS=8 SLO_US=500 OUT_DIR=/tmp/memcached-compare
+#        PLOT=OUT_DIR/sweep.svg CARGO_TARGET_DIR=...)
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-3}
+CONNS=${CONNS:-32}
+KEYS=${KEYS:-100000}
+DURATION=${DURATION:-3s}
+SWEEP=${SWEEP:-1}
+SWEEP_POINTS=${SWEEP_POINTS:-8}
+SLO_US=${SLO_US:-500}
+OUT_DIR=${OUT_DIR:-/tmp/memcached-compare}
+PLOT=${PLOT:-$OUT_DIR/sweep.svg}
+
+die() { echo "memcached-compare: error: $*" >&2; exit 1; }
+for t in memcached taskset; do
+  command -v "$t" >/dev/null || { echo "SKIPPED: memcached-compare: $t is not installed"; exit 0; }
+done
+(($(nproc) >= 2)) || die "needs 2 CPUs"
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+target=${CARGO_TARGET_DIR:-$PWD/target}
+cargo build --release -q -p memcached -p ebb-bench --bin mc-load
+ebb_mc=$target/release/memcached
+load=$target/release/mc-load
+mkdir -p "$OUT_DIR"
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+RUN_ID=0
+
+SERVER_PID=""
+stop() {
+  if [[ -n $SERVER_PID ]]; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+  fi
+}
+trap stop EXIT
+
+# free_port -> a TCP port nothing listens on
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# serve NAME: starts the server on CPU 0 on a free port; sets SERVER_PID and PORT
+serve() {
+  PORT=$(free_port)
+  local log=$OUT_DIR/server-$1-$RUN_ID.log
+  case $1 in
+    ebb) EBB_CPUS=1 taskset -c 0 "$ebb_mc" -p "$PORT" -m 1024 -c 1024 -t 1 >"$log" 2>&1 & ;;
+    memcached)
+      local user=()
+      [[ $(id -u) == 0 ]] && user=(-u nobody)
+      taskset -c 0 memcached -l 127.0.0.1 -p "$PORT" -U 0 -t 1 -m 1024 -c 1024 "${user[@]}" >"$log" 2>&1 &
+      ;;
+  esac
+  SERVER_PID=$!
+  local i
+  for ((i = 0; i < 100; i++)); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  cat "$log" >&2
+  die "$1 did not start"
+}
+
+common=(--pin-core 1 --conns "$CONNS" --workload etc --keys "$KEYS")
+
+echo "# memcached-compare: $ROUNDS rounds, $CONNS connections, ETC over $KEYS keys, $DURATION windows"
+: >"$OUT_DIR/closed.txt"
+for ((round = 1; round <= ROUNDS; round++)); do
+  if ((round % 2)); then order=(ebb memcached); else order=(memcached ebb); fi
+  for name in "${order[@]}"; do
+    RUN_ID="$round-$name"
+    serve "$name"
+    # Preload (not measured), then the measured window with the server's CPU around it.
+    "$load" --addr "127.0.0.1:$PORT" "${common[@]}" --closed-loop --preload \
+      --warmup 0s --duration 1s >/dev/null
+    before=$(cpu_ticks "$SERVER_PID")
+    out=$("$load" --addr "127.0.0.1:$PORT" "${common[@]}" --closed-loop \
+      --warmup 1s --duration "$DURATION" --json)
+    after=$(cpu_ticks "$SERVER_PID")
+    stop
+    rps=$(json_field "$out" rps)
+    requests=$(json_field "$out" requests)
+    p50=$(json_field "$out" p50_us)
+    p99=$(json_field "$out" p99_us)
+    # Ticks over the warm-up and window; per request of the window (a slight overcount).
+    cpu=$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" \
+      'BEGIN { if (n > 0) printf "%.2f", t * 1e6 / hz / n; else print "nan" }')
+    echo "$name $rps $p50 $p99 $cpu" | tee -a "$OUT_DIR/closed.txt"
+  done
+done
+
+summary() { # NAME COLUMN DIGITS
+  awk -v n="$1" -v c="$2" '$1 == n { print $c }' "$OUT_DIR/closed.txt" | stats - "$3"
+}
+echo
+echo "| server | req/s | p50 µs | p99 µs | server CPU µs/req |"
+echo "|---|---|---|---|---|"
+for name in ebb memcached; do
+  row="| $name"
+  for col in 2 3 4 5; do
+    read -r m lo hi <<<"$(summary "$name" "$col" 1)"
+    row="$row | $m [$lo-$hi]"
+  done
+  echo "$row |"
+done | tee "$OUT_DIR/summary.txt"
+read -r em elo ehi <<<"$(summary ebb 2 1)"
+read -r mm mlo mhi <<<"$(summary memcached 2 1)"
+awk -v em="$em" -v elo="$elo" -v ehi="$ehi" -v mm="$mm" -v mlo="$mlo" -v mhi="$mhi" 'BEGIN {
+  r = em / mm
+  v = (elo <= mhi && mlo <= ehi) ? "parity (ranges overlap)" : (r > 1 ? "ebb ahead" : "memcached ahead")
+  printf "closed-loop req/s, ebb / memcached: %.2fx (%s)\n", r, v }' | tee -a "$OUT_DIR/summary.txt"
+
+if [[ $SWEEP == 1 ]]; then
+  for name in ebb memcached; do
+    RUN_ID="sweep-$name"
+    serve "$name"
+    "$load" --addr "127.0.0.1:$PORT" "${common[@]}" --preload --sweep-auto \
+      --sweep-points "$SWEEP_POINTS" --warmup 1s --duration "$DURATION" --label "$name" \
+      --slo-us "$SLO_US" --csv "$OUT_DIR/sweep-$name.csv" 2>&1 | tee "$OUT_DIR/sweep-$name.txt" |
+      grep -i "slo\|highest" || true
+    stop
+  done
+  "$load" --plot "$PLOT" --plot-input "$OUT_DIR/sweep-ebb.csv" \
+    --plot-input "$OUT_DIR/sweep-memcached.csv" >/dev/null 2>&1 ||
+    echo "(plot not drawn: see mc-load --help for --plot)"
+  echo "sweep CSVs and plot: $OUT_DIR"
+fi
