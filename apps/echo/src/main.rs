@@ -14,8 +14,7 @@
 
 extern crate alloc;
 
-use alloc::string::{String, ToString};
-use ebb::net::{self, NetConfig};
+use ebb::net;
 use ebb_bytestream::Echo;
 
 /// The default port: the echo service's own natively, where the image has an address of
@@ -24,45 +23,15 @@ const DEFAULT_PORT: u16 = if cfg!(target_os = "none") { 7 } else { 7000 };
 
 const USAGE: &str = "usage: echo [--port N] [network options]";
 
-/// What the command line asks for.
-struct Options {
-    port: u16,
-    net: NetConfig,
-}
-
-fn parse_options() -> Result<Options, String> {
-    let (net, rest) = NetConfig::from_args(&ebb::args()).map_err(|e| e.to_string())?;
-    let mut port = DEFAULT_PORT;
-    let mut opts = getargs::Options::new(rest.iter().map(String::as_str));
-    while let Some(opt) = opts.next_opt().map_err(|e| e.to_string())? {
-        match opt {
-            getargs::Opt::Long("port") => {
-                let value = opts.value().map_err(|e| e.to_string())?;
-                port = value
-                    .parse()
-                    .map_err(|_| alloc::format!("bad --port {value:?}"))?;
-            }
-            getargs::Opt::Long("help") | getargs::Opt::Short('h') => {
-                return Err(alloc::format!("{USAGE}\n{}", net::OPTIONS_HELP));
-            }
-            other => return Err(alloc::format!("unknown option {other}\n{USAGE}")),
-        }
-    }
-    if let Some(extra) = opts.next_positional() {
-        return Err(alloc::format!("unexpected argument {extra:?}\n{USAGE}"));
-    }
-    Ok(Options { port, net })
-}
-
 async fn app_main() -> i32 {
-    let options = match parse_options() {
+    let (port, net) = match net::server_options(&ebb::args(), DEFAULT_PORT, USAGE) {
         Ok(options) => options,
         Err(e) => {
             ebb::eprintln!("echo: {e}");
             return 2;
         }
     };
-    let network = match net::start(options.net).await {
+    let network = match net::start(net).await {
         Ok(network) => network,
         Err(e) => {
             ebb::eprintln!("echo: cannot start the network: {e}");
@@ -70,12 +39,12 @@ async fn app_main() -> i32 {
         }
     };
     let listener = match network
-        .listen(options.port, |conn| conn.set_handler(Echo::default()))
+        .listen(port, |conn| conn.set_handler(Echo::default()))
         .await
     {
         Ok(listener) => listener,
         Err(e) => {
-            ebb::eprintln!("echo: cannot listen on port {}: {e}", options.port);
+            ebb::eprintln!("echo: cannot listen on port {}: {e}", port);
             return 1;
         }
     };

@@ -11,9 +11,7 @@
 
 extern crate alloc;
 
-use alloc::format;
-use alloc::string::{String, ToString};
-use ebb::net::{self, NetConfig};
+use ebb::net;
 use httpd::Http;
 
 /// The default port: HTTP's own natively, where the image has an address of its own;
@@ -22,30 +20,8 @@ const DEFAULT_PORT: u16 = if cfg!(target_os = "none") { 80 } else { 8080 };
 
 const USAGE: &str = "usage: httpd [--port N] [network options]";
 
-fn parse_options() -> Result<(u16, NetConfig), String> {
-    let (net, rest) = NetConfig::from_args(&ebb::args()).map_err(|e| e.to_string())?;
-    let mut port = DEFAULT_PORT;
-    let mut opts = getargs::Options::new(rest.iter().map(String::as_str));
-    while let Some(opt) = opts.next_opt().map_err(|e| e.to_string())? {
-        match opt {
-            getargs::Opt::Long("port") => {
-                let value = opts.value().map_err(|e| e.to_string())?;
-                port = value.parse().map_err(|_| format!("bad --port {value:?}"))?;
-            }
-            getargs::Opt::Long("help") | getargs::Opt::Short('h') => {
-                return Err(format!("{USAGE}\n{}", net::OPTIONS_HELP));
-            }
-            other => return Err(format!("unknown option {other}\n{USAGE}")),
-        }
-    }
-    if let Some(extra) = opts.next_positional() {
-        return Err(format!("unexpected argument {extra:?}\n{USAGE}"));
-    }
-    Ok((port, net))
-}
-
 async fn app_main() -> i32 {
-    let (port, net) = match parse_options() {
+    let (port, net) = match net::server_options(&ebb::args(), DEFAULT_PORT, USAGE) {
         Ok(options) => options,
         Err(e) => {
             ebb::eprintln!("httpd: {e}");

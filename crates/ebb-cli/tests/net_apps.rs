@@ -16,10 +16,11 @@
 mod common;
 
 use common::{build, ebb, kvm};
+use ebb_testkit::netcheck::{echo, free_port};
 use ebb_testkit::netns::{Netns, adopt, namespace, need_namespace_and_tap, unique_name};
 use sha2::{Digest, Sha256};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -45,14 +46,6 @@ fn image(app: &str) -> PathBuf {
     let path = build(app, "--native");
     built.push((app.to_string(), path.clone()));
     path
-}
-
-/// A free port on 127.0.0.1 (bound and released: passt binds it next).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// An app running under `ebb run`, killed when dropped.
@@ -304,42 +297,6 @@ fn nc_upload(served: &mut Served, ns: Option<&Netns>, host: &str, port: u16) -> 
     if !line.contains(sha.as_str()) {
         return Err(format!(
             "the sink's digest differs from the file's ({sha}): {line}"
-        ));
-    }
-    Ok(())
-}
-
-/// Sends `len` pseudo-random bytes to `port` on 127.0.0.1 and checks the echo.
-fn echo(port: u16, len: usize, seed: u64) -> Result<(), String> {
-    let mut stream =
-        TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .map_err(|e| e.to_string())?;
-    let mut x = seed | 1;
-    let data: Vec<u8> = (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    let writer = {
-        let mut s = stream.try_clone().map_err(|e| e.to_string())?;
-        let data = data.clone();
-        std::thread::spawn(move || s.write_all(&data))
-    };
-    let mut got = vec![0u8; len];
-    let read = stream.read_exact(&mut got);
-    let _ = stream.shutdown(std::net::Shutdown::Both);
-    let written = writer.join().map_err(|_| "writer panicked".to_string())?;
-    read.map_err(|e| format!("reading the echo: {e}"))?;
-    written.map_err(|e| format!("write: {e}"))?;
-    if got != data {
-        return Err(format!(
-            "echo differs from byte {:?}",
-            got.iter().zip(&data).position(|(a, b)| a != b)
         ));
     }
     Ok(())
@@ -600,7 +557,12 @@ fn without_passt_a_network_app_runs_hosted_on_its_forwarded_port() {
     if !served.stderr_lines_contain("passt is not installed") || !served.stderr.contains("hosted") {
         served.fail("ebb run did not say it fell back to hosted for want of passt");
     }
-    if let Err(e) = echo(port, 1 << 16, 7) {
+    if let Err(e) = echo(
+        ([127, 0, 0, 1], port).into(),
+        1 << 16,
+        7,
+        Duration::from_secs(30),
+    ) {
         served.fail(&format!("the hosted echo on the forwarded port: {e}"));
     }
 }

@@ -19,10 +19,12 @@
 
 mod common;
 
+use ebb_testkit::netcheck::{echo, free_port};
+
 use common::{guests, kvm};
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -43,14 +45,6 @@ const GUEST: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A free port on 127.0.0.1 (bound and released: passt binds it next).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// `ebb-vmm net_echo --cpus N ...`: the monitor's arguments come first, the guest's after.
@@ -195,45 +189,6 @@ impl Drop for EchoVm {
     }
 }
 
-/// `len` pseudo-random bytes from `seed`.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-/// Sends `len` pseudo-random bytes on a fresh connection to `addr` and checks the echo.
-fn echo(addr: SocketAddr, len: usize, seed: u64) -> Result<(), String> {
-    let mut stream =
-        TcpStream::connect_timeout(&addr, IO_TIMEOUT).map_err(|e| format!("connect: {e}"))?;
-    stream
-        .set_read_timeout(Some(IO_TIMEOUT))
-        .and_then(|()| stream.set_write_timeout(Some(IO_TIMEOUT)))
-        .map_err(|e| e.to_string())?;
-    let data = pattern(len, seed);
-    let writer = {
-        let mut s = stream.try_clone().map_err(|e| e.to_string())?;
-        let data = data.clone();
-        std::thread::spawn(move || s.write_all(&data))
-    };
-    let mut got = vec![0u8; len];
-    let read = stream.read_exact(&mut got);
-    let written = writer.join().map_err(|_| "writer panicked".to_string())?;
-    read.map_err(|e| format!("reading the echo (a stall?): {e}"))?;
-    written.map_err(|e| format!("write: {e}"))?;
-    if got != data {
-        let at = got.iter().zip(&data).position(|(a, b)| a != b);
-        return Err(format!("echo differs from byte {at:?}"));
-    }
-    Ok(())
-}
-
 /// `CONNECTIONS` concurrent bulk echoes to `addr`, each thread first running `enter` (to
 /// join a network namespace); every error, or none.
 fn bulk_echoes(addr: SocketAddr, enter: fn(&str), ns: &str) -> Result<(), String> {
@@ -242,7 +197,7 @@ fn bulk_echoes(addr: SocketAddr, enter: fn(&str), ns: &str) -> Result<(), String
             let ns = ns.to_string();
             std::thread::spawn(move || {
                 enter(&ns);
-                echo(addr, BULK, 0x5eed + i)
+                echo(addr, BULK, 0x5eed + i, IO_TIMEOUT)
             })
         })
         .collect();
@@ -274,7 +229,7 @@ fn assert_both_cores(vm: &EchoVm, addr: SocketAddr, enter: fn(&str), ns: &str) {
         let ns = ns.to_string();
         std::thread::spawn(move || {
             enter(&ns);
-            echo(addr, 4096, made)
+            echo(addr, 4096, made, IO_TIMEOUT)
         })
         .join()
         .unwrap_or_else(|_| Err("panicked".into()))

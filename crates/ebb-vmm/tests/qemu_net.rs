@@ -25,9 +25,9 @@
 mod common;
 
 use common::{app_image, guests};
+use ebb_testkit::netcheck::{echo, free_port};
 use sha2::Digest;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -60,14 +60,6 @@ fn qemu(test: &str) -> Option<()> {
             &format!("qemu-system-x86_64 not installed ({e})"),
         ),
     }
-}
-
-/// A free port on 127.0.0.1 (bound and released: QEMU's hostfwd binds it next).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// A running QEMU with net_echo; killed when dropped, so a failing test leaves none behind.
@@ -193,43 +185,6 @@ impl Drop for Qemu {
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.qmp);
     }
-}
-
-/// Sends `len` pseudo-random bytes on a fresh connection and checks the echo byte for byte.
-fn echo(port: u16, len: usize, seed: u64, timeout: Duration) -> Result<(), String> {
-    let mut stream =
-        TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
-    stream
-        .set_read_timeout(Some(timeout.max(Duration::from_millis(100))))
-        .map_err(|e| e.to_string())?;
-    let mut x = seed | 1;
-    let data: Vec<u8> = (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    // Written from another thread: the echo comes back while we are still sending, and
-    // neither side's buffers hold a whole megabyte.
-    let writer = {
-        let mut s = stream.try_clone().map_err(|e| e.to_string())?;
-        let data = data.clone();
-        std::thread::spawn(move || s.write_all(&data))
-    };
-    let mut got = vec![0u8; len];
-    let read = stream.read_exact(&mut got);
-    // Unblocks the writer if the read failed.
-    let _ = stream.shutdown(std::net::Shutdown::Both);
-    let written = writer.join().map_err(|_| "writer panicked".to_string())?;
-    read.map_err(|e| format!("reading the echo: {e}"))?;
-    written.map_err(|e| format!("write: {e}"))?;
-    if got != data {
-        let at = got.iter().zip(&data).position(|(a, b)| a != b);
-        return Err(format!("echo differs from byte {at:?}"));
-    }
-    Ok(())
 }
 
 /// What QEMU reports about its virtio-net device (`x-query-virtio-status`), as JSON text.
@@ -365,7 +320,12 @@ fn run(test: &str, cpus: u32, device_extra: &str, offered: &[&str]) {
         ));
     }
     for i in 0..CONNECTIONS {
-        if let Err(e) = echo(vm.port, ECHO_BYTES, 0x5eed + i, left()) {
+        if let Err(e) = echo(
+            ([127, 0, 0, 1], vm.port).into(),
+            ECHO_BYTES,
+            0x5eed + i,
+            left(),
+        ) {
             vm.fail(&format!("connection {i}: {e}"));
         }
     }

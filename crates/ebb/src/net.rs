@@ -273,6 +273,35 @@ impl NetConfig {
     }
 }
 
+/// The command line of a server that takes only a port and the network options
+/// (`[--port N] [network options]`, `--help`): the port (default `default_port`) and the
+/// network, or the message to print (`usage` and [`OPTIONS_HELP`] for `--help` and for a
+/// mistake).
+pub fn server_options(
+    args: &[String],
+    default_port: u16,
+    usage: &str,
+) -> Result<(u16, NetConfig), String> {
+    let (net, rest) = NetConfig::from_args(args).map_err(|e| alloc::format!("{e}\n{usage}"))?;
+    let mut port = default_port;
+    let mut rest = rest.iter();
+    while let Some(arg) = rest.next() {
+        let value = match arg.split_once('=') {
+            Some(("--port", v)) => Some(v.to_string()),
+            _ if arg == "--port" => rest.next().cloned(),
+            _ if arg == "--help" || arg == "-h" => {
+                return Err(alloc::format!("{usage}\n{OPTIONS_HELP}"));
+            }
+            _ => return Err(alloc::format!("unexpected argument {arg:?}\n{usage}")),
+        };
+        let value = value.ok_or_else(|| alloc::format!("--port needs a value\n{usage}"))?;
+        port = value
+            .parse()
+            .map_err(|_| alloc::format!("bad --port {value:?}\n{usage}"))?;
+    }
+    Ok((port, net))
+}
+
 /// `A.B.C.D/P`.
 fn parse_cidr(s: &str) -> Option<Ipv4Cidr> {
     let (addr, prefix) = s.split_once('/')?;
@@ -645,6 +674,27 @@ mod tests {
         assert_eq!(rest, vec![String::from("--echo")]);
         let (config, _) = NetConfig::from_args(&args("--tap=t --dhcp")).unwrap();
         assert_eq!(config.address, AddressConfig::Dhcp);
+    }
+
+    #[test]
+    fn a_server_takes_a_port_and_the_network_options() {
+        let (port, net) = server_options(&args("--port 81 --addr 0.0.0.0"), 80, "u").unwrap();
+        assert_eq!(port, 81);
+        assert!(matches!(net.backend, Backend::LinuxSockets { .. }));
+        assert_eq!(server_options(&args("--port=82"), 80, "u").unwrap().0, 82);
+        assert_eq!(server_options(&[], 80, "u").unwrap().0, 80);
+        assert!(server_options(&args("--port"), 80, "u").is_err());
+        assert!(server_options(&args("--port x"), 80, "u").is_err());
+        assert!(
+            server_options(&args("--once"), 80, "u")
+                .unwrap_err()
+                .contains("--once")
+        );
+        assert!(
+            server_options(&args("-h"), 80, "u")
+                .unwrap_err()
+                .contains("network options")
+        );
     }
 
     #[test]
