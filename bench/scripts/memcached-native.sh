@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Native Ebbflow memcached (apps/memcached as a native image under ebb-vmm, one vCPU,
+# ebb-net over virtio-net on a TAP device) against memcached 1.6 `-t 1` on the host, in
+# the same run, both reached from a network namespace by bench's mc-load:
+#
+#   native    - ebb-vmm IMAGE --cpus 1 --net tap=NAME, the whole monitor process pinned to
+#               CPU 0 (vCPU, virtio-net I/O thread and main thread share it); the TAP
+#               device's kernel end is moved into the namespace as 10.0.2.2/24, the guest is
+#               10.0.2.15;
+#   memcached - memcached -t 1 on the host, pinned to CPU 0, listening on the host end of a
+#               veth pair (10.0.3.1/24) whose other end (10.0.3.2) is in the namespace.
+#
+# mc-load runs in the namespace pinned to CPU 1: closed loop, CONNS connections, one
+# request in flight each, ETC over KEYS preloaded keys; req/s, p50/p99, and the server's
+# host CPU time per request (/proc/PID/stat: for native all of ebb-vmm's threads). Rounds
+# alternate the two servers; summary as median [min-max] and the ratio of medians.
+#
+# Usage: bench/scripts/memcached-native.sh   (root, KVM; env: ROUNDS=3 CONNS=32
+#        KEYS=100000 DURATION=3s OUT_DIR=/tmp/memcached-native CARGO_TARGET_DIR=...)
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-3}
+CONNS=${CONNS:-32}
+KEYS=${KEYS:-100000}
+DURATION=${DURATION:-3s}
+OUT_DIR=${OUT_DIR:-/tmp/memcached-native}
+
+die() { echo "memcached-native: error: $*" >&2; exit 1; }
+skip() { echo "SKIPPED: memcached-native: $1"; exit 0; }
+[[ $(id -u) == 0 ]] || skip "needs root (a TAP device and a network namespace)"
+[[ -w /dev/kvm ]] || skip "needs /dev/kvm"
+for t in memcached ip taskset; do command -v "$t" >/dev/null || skip "$t is not installed"; done
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+target=${CARGO_TARGET_DIR:-$PWD/target}
+cargo build --release -q -p ebb-vmm -p ebb-bench --bin mc-load
+cargo build --release -q -p memcached --target x86_64-unknown-none
+vmm=$target/release/ebb-vmm
+load=$target/release/mc-load
+image=$target/x86_64-unknown-none/release/memcached
+mkdir -p "$OUT_DIR"
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+
+ns=ebbmcn$$
+tap=ebbmct$$
+veth=ebbmcv$$
+SERVER_PID=""
+stop() {
+  if [[ -n $SERVER_PID ]]; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+  fi
+}
+cleanup() {
+  stop
+  ip link del "$veth" 2>/dev/null || true
+  ip netns del "$ns" 2>/dev/null || true
+}
+trap cleanup EXIT
+ip netns add "$ns"
+ip -n "$ns" link set lo up
+ip link add "$veth" type veth peer name "${veth}p"
+ip link set "${veth}p" netns "$ns"
+ip addr add 10.0.3.1/24 dev "$veth"
+ip link set "$veth" up
+ip -n "$ns" addr add 10.0.3.2/24 dev "${veth}p"
+ip -n "$ns" link set "${veth}p" up
+
+# serve NAME: starts the server on CPU 0; sets SERVER_PID and ADDR
+serve() {
+  local log=$OUT_DIR/server-$1-$2.log
+  case $1 in
+    native)
+      taskset -c 0 "$vmm" "$image" --cpus 1 --mem 1536M --net "tap=$tap" -- -m 1024 -c 1024 >"$log" 2>&1 &
+      SERVER_PID=$!
+      local i
+      for ((i = 0; i < 100; i++)); do
+        grep -q "listening on" "$log" && break
+        sleep 0.1
+      done
+      grep -q "listening on" "$log" || { cat "$log" >&2; die "native memcached did not start"; }
+      ip link set "$tap" netns "$ns"
+      ip -n "$ns" addr add 10.0.2.2/24 dev "$tap"
+      ip -n "$ns" link set "$tap" up
+      ADDR=10.0.2.15:11211
+      ;;
+    memcached)
+      taskset -c 0 memcached -l 10.0.3.1 -p 11211 -U 0 -t 1 -m 1024 -c 1024 -u nobody >"$log" 2>&1 &
+      SERVER_PID=$!
+      ADDR=10.0.3.1:11211
+      ;;
+  esac
+  local i
+  for ((i = 0; i < 100; i++)); do
+    ip netns exec "$ns" bash -c "exec 3<>/dev/tcp/${ADDR%:*}/${ADDR#*:}" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  die "$1 is not reachable at $ADDR"
+}
+
+in_ns() { ip netns exec "$ns" taskset -c 1 "$@"; }
+common=(--conns "$CONNS" --workload etc --keys "$KEYS")
+: >"$OUT_DIR/closed.txt"
+for ((round = 1; round <= ROUNDS; round++)); do
+  if ((round % 2)); then order=(native memcached); else order=(memcached native); fi
+  for name in "${order[@]}"; do
+    serve "$name" "$round"
+    in_ns "$load" --addr "$ADDR" "${common[@]}" --closed-loop --preload --warmup 0s \
+      --duration 1s >/dev/null
+    before=$(cpu_ticks "$SERVER_PID")
+    out=$(in_ns "$load" --addr "$ADDR" "${common[@]}" --closed-loop --warmup 1s \
+      --duration "$DURATION" --json)
+    after=$(cpu_ticks "$SERVER_PID")
+    stop
+    cpu=$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$(json_field "$out" requests)" \
+      'BEGIN { if (n > 0) printf "%.2f", t * 1e6 / hz / n; else print "nan" }')
+    echo "$name $(json_field "$out" rps) $(json_field "$out" p50_us) $(json_field "$out" p99_us) $cpu" |
+      tee -a "$OUT_DIR/closed.txt"
+  done
+done
+summary() { awk -v n="$1" -v c="$2" '$1 == n { print $c }' "$OUT_DIR/closed.txt" | stats - 1; }
+echo
+echo "| server | req/s | p50 µs | p99 µs | host CPU µs/req |"
+echo "|---|---|---|---|---|"
+for name in native memcached; do
+  row="| $name"
+  for col in 2 3 4 5; do
+    read -r m lo hi <<<"$(summary "$name" "$col")"
+    row="$row | $m [$lo-$hi]"
+  done
+  echo "$row |"
+done | tee "$OUT_DIR/summary.txt"
+read -r nm _ _ <<<"$(summary native 2)"
+read -r mm _ _ <<<"$(summary memcached 2)"
+awk -v a="$nm" -v b="$mm" 'BEGIN { printf "req/s, native / memcached: %.2fx\n", a / b }' |
+  tee -a "$OUT_DIR/summary.txt"
