@@ -14,5 +14,6 @@ mod common {
 #[test]
 #[ignore = "a measurement: run in release with --ignored --nocapture"]
 fn store_throughput_ebb_mem_allocator() {
-    common::store_bench::measure("ebb-mem allocator");
+    let stats = common::store_bench::measure("ebb-mem allocator");
+    common::store_bench::check(&stats);
 }

@@ -7,5 +7,6 @@ mod common {
 #[test]
 #[ignore = "a measurement: run in release with --ignored --nocapture"]
 fn store_throughput_system_allocator() {
-    common::store_bench::measure("system allocator");
+    let stats = common::store_bench::measure("system allocator");
+    common::store_bench::check(&stats);
 }

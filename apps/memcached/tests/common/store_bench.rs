@@ -52,8 +52,10 @@ async fn run_core(store: Arc<Store>, core: usize) -> (u32, Duration) {
     (hits, start.elapsed())
 }
 
-/// Fills the store, then measures; prints the result under `label`.
-pub fn measure(label: &str) {
+/// Fills the store, then measures; prints the result under `label` and returns the
+/// store's statistics at the end (for the caller's sanity checks: a measurement of a
+/// store that misbehaved is not a measurement).
+pub fn measure(label: &str) -> memcached::store::Stats {
     let config = ebb::Config {
         cores: 2,
         pin: false,
@@ -63,7 +65,7 @@ pub fn measure(label: &str) {
         let domain: Arc<RcuDomain> = ebb::Handle::current().expect("on a core").rcu().clone();
         let store = Arc::new(Store::new(
             StoreConfig {
-                memory_limit: 32 * 1024 * 1024,
+                memory_limit: LIMIT as usize,
                 cores: 2,
                 ..StoreConfig::default()
             },
@@ -89,4 +91,19 @@ pub fn measure(label: &str) {
         "{label}: items {} bytes {} evictions {}",
         stats.curr_items, stats.bytes, stats.evictions
     );
+    assert!(a.0 > 0 && b.0 > 0, "both cores found keys: {a:?} {b:?}");
+    stats
+}
+
+/// The memory limit `measure` runs under.
+pub const LIMIT: u64 = 32 * 1024 * 1024;
+
+/// What every run must show, whatever the allocator: the limit held and forced eviction.
+pub fn check(stats: &memcached::store::Stats) {
+    assert!(stats.bytes <= LIMIT, "over the limit: {stats:?}");
+    assert!(
+        stats.evictions > 0,
+        "the mix must force eviction: {stats:?}"
+    );
+    assert!(stats.curr_items > 0, "{stats:?}");
 }
