@@ -28,10 +28,9 @@ use ebb_core::{CoreId, IOBuf, event};
 use ebb_net::phy::Link;
 use ebb_net::steering::FlowDirectory;
 use ebb_net::tcp::FourTuple;
-use ebb_net::wire::tcp::MAX_SACK_BLOCKS;
 use ebb_net::wire::{
-    ChecksumCapabilities, EtherType, EthernetFrame, EthernetRepr, IpProtocol, Ipv4Packet, Ipv4Repr,
-    TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+    ChecksumCapabilities, EtherType, EthernetRepr, TcpControl, TcpRepr, TcpSeqNumber,
+    emit_tcp_frame,
 };
 use ebb_netstack::{MAX_STEERED_WAITING, NetStack, NetStackCounters, Placement};
 
@@ -360,45 +359,27 @@ fn the_steering_inbox_is_bounded_and_counts_what_overflows() {
 
 /// A SYN from the peer's port `port` to our port, as the peer's stack would send it.
 fn syn_frame(port: u16) -> IOBuf {
-    let caps = ChecksumCapabilities::default();
-    let tcp = TcpRepr {
-        src_port: port,
-        dst_port: OUR_PORT,
-        control: TcpControl::Syn,
-        push: false,
-        seq_number: TcpSeqNumber(1234),
-        ack_number: None,
-        window_len: 65535,
-        window_scale: None,
+    let syn = TcpRepr {
         max_seg_size: Some(1460),
-        sack_permitted: false,
-        sack_ranges: [None; MAX_SACK_BLOCKS],
-        timestamp: None,
-        payload: &[],
+        ..TcpRepr::plain(
+            port,
+            OUR_PORT,
+            TcpControl::Syn,
+            TcpSeqNumber(1234),
+            None,
+            65535,
+        )
     };
-    let ip = Ipv4Repr {
-        src_addr: PEER,
-        dst_addr: US,
-        protocol: IpProtocol::Tcp,
-        payload_len: tcp.buffer_len(),
-        ttl: 64,
-        ident: 1,
-        dont_frag: true,
-    };
-    let mut frame = vec![0u8; 14 + ip.buffer_len()];
-    EthernetRepr {
+    let eth = EthernetRepr {
         src_addr: mac(2),
         dst_addr: mac(1),
         ethertype: EtherType::Ipv4,
-    }
-    .emit(&mut EthernetFrame::new_unchecked(&mut frame[..]));
-    let mut packet = Ipv4Packet::new_unchecked(&mut frame[14..]);
-    ip.emit(&mut packet, &caps);
-    tcp.emit(
-        &mut TcpPacket::new_unchecked(packet.payload_mut()),
+    };
+    IOBuf::from_vec(emit_tcp_frame(
+        eth,
         PEER,
         US,
-        &caps,
-    );
-    IOBuf::copy_from_slice(&frame)
+        &syn,
+        &ChecksumCapabilities::default(),
+    ))
 }

@@ -51,6 +51,42 @@ pub use tcp::{Control as TcpControl, Packet as TcpPacket, Repr as TcpRepr};
 pub use tcp::{SeqNumber as TcpSeqNumber, TcpOption};
 pub use udp::{Packet as UdpPacket, Repr as UdpRepr};
 
+/// A whole Ethernet frame carrying `tcp` from `src` to `dst` over IPv4 (TTL 64, DF),
+/// checksums computed as `caps` says: for frames built by hand (tests, injected
+/// segments).
+pub fn emit_tcp_frame(
+    eth: EthernetRepr,
+    src: core::net::Ipv4Addr,
+    dst: core::net::Ipv4Addr,
+    tcp: &TcpRepr<'_>,
+    caps: &ChecksumCapabilities,
+) -> alloc::vec::Vec<u8> {
+    let ip = Ipv4Repr {
+        src_addr: src,
+        dst_addr: dst,
+        protocol: IpProtocol::Tcp,
+        payload_len: tcp.buffer_len(),
+        ttl: 64,
+        ident: 1,
+        dont_frag: true,
+    };
+    let eth = EthernetRepr {
+        ethertype: EtherType::Ipv4,
+        ..eth
+    };
+    let mut frame = alloc::vec![0u8; ethernet::HEADER_LEN + ip.buffer_len()];
+    eth.emit(&mut EthernetFrame::new_unchecked(&mut frame[..]));
+    let mut packet = Ipv4Packet::new_unchecked(&mut frame[ethernet::HEADER_LEN..]);
+    ip.emit(&mut packet, caps);
+    tcp.emit(
+        &mut TcpPacket::new_unchecked(packet.payload_mut()),
+        src,
+        dst,
+        caps,
+    );
+    frame
+}
+
 /// Why a buffer could not be read as a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

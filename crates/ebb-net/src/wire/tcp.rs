@@ -539,6 +539,33 @@ const fn pad4(n: usize) -> usize {
 }
 
 impl<'a> Repr<'a> {
+    /// A segment without options or payload: the shape most segments built by hand
+    /// (tests, probes) start from; set the other fields with struct update syntax.
+    pub fn plain(
+        src_port: u16,
+        dst_port: u16,
+        control: Control,
+        seq_number: SeqNumber,
+        ack_number: Option<SeqNumber>,
+        window_len: u16,
+    ) -> Self {
+        Repr {
+            src_port,
+            dst_port,
+            control,
+            push: false,
+            seq_number,
+            ack_number,
+            window_len,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; MAX_SACK_BLOCKS],
+            timestamp: None,
+            payload: &[],
+        }
+    }
+
     /// Reads a checked segment sent from `src_addr` to `dst_addr`, verifying the checksum
     /// if `caps.tcp` says to. Port zero, more than one of SYN/FIN/RST, and malformed
     /// options are [`WireError::Malformed`]. When an option appears twice, the last wins.
