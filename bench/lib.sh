@@ -60,3 +60,51 @@ net_bench() {
   (cd "$REPO" && cargo build --release -q -p ebb-net-bench)
   NET_BENCH="${CARGO_TARGET_DIR:-$REPO/target}/release/ebb-net-bench"
 }
+
+# mc_closed_loop NAME PID DURATION LOAD... : with LOAD a full mc-load command but for
+# its mode (e.g. `ip netns exec NS taskset -c 1 mc-load --addr A --conns 32 ...`):
+# preloads (not measured), then one closed-loop window of DURATION with the server PID's
+# CPU time around it; appends "NAME req/s p50_us p99_us cpu_us_per_request" to
+# $OUT_DIR/closed.txt (the CPU spans the 1 s warm-up too: a slight overcount).
+mc_closed_loop() {
+  local name=$1 pid=$2 duration=$3
+  shift 3
+  "$@" --closed-loop --preload --warmup 0s --duration 1s >/dev/null
+  local before after out cpu
+  before=$(cpu_ticks "$pid")
+  out=$("$@" --closed-loop --warmup 1s --duration "$duration" --json)
+  after=$(cpu_ticks "$pid")
+  cpu=$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$(json_field "$out" requests)" \
+    'BEGIN { if (n > 0) printf "%.2f", t * 1e6 / hz / n; else print "nan" }')
+  echo "$name $(json_field "$out" rps) $(json_field "$out" p50_us) $(json_field "$out" p99_us) $cpu" |
+    tee -a "$OUT_DIR/closed.txt"
+}
+
+# mc_summary A B CPU_LABEL: the table of $OUT_DIR/closed.txt for servers A and B (median
+# [min-max] per column) and req/s A / B with a verdict ("parity" where the ranges
+# overlap), into $OUT_DIR/summary.txt too.
+mc_summary() {
+  local a=$1 b=$2 name col m lo hi
+  col_of() { awk -v n="$1" -v c="$2" '$1 == n { print $c }' "$OUT_DIR/closed.txt" | stats - 1; }
+  {
+    echo
+    echo "| server | req/s | p50 µs | p99 µs | $3 |"
+    echo "|---|---|---|---|---|"
+    for name in "$a" "$b"; do
+      local row="| $name"
+      for col in 2 3 4 5; do
+        read -r m lo hi <<<"$(col_of "$name" "$col")"
+        row="$row | $m [$lo-$hi]"
+      done
+      echo "$row |"
+    done
+    local am alo ahi bm blo bhi
+    read -r am alo ahi <<<"$(col_of "$a" 2)"
+    read -r bm blo bhi <<<"$(col_of "$b" 2)"
+    awk -v a="$a" -v b="$b" -v am="$am" -v alo="$alo" -v ahi="$ahi" -v bm="$bm" -v blo="$blo" \
+      -v bhi="$bhi" 'BEGIN {
+      r = am / bm
+      v = (alo <= bhi && blo <= ahi) ? "parity (ranges overlap)" : (r > 1 ? a " ahead" : b " ahead")
+      printf "closed-loop req/s, %s / %s: %.2fx (%s)\n", a, b, r, v }'
+  } | tee "$OUT_DIR/summary.txt"
+}

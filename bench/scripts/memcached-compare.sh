@@ -90,45 +90,12 @@ for ((round = 1; round <= ROUNDS; round++)); do
   for name in "${order[@]}"; do
     RUN_ID="$round-$name"
     serve "$name"
-    # Preload (not measured), then the measured window with the server's CPU around it.
-    "$load" --addr "127.0.0.1:$PORT" "${common[@]}" --closed-loop --preload \
-      --warmup 0s --duration 1s >/dev/null
-    before=$(cpu_ticks "$SERVER_PID")
-    out=$("$load" --addr "127.0.0.1:$PORT" "${common[@]}" --closed-loop \
-      --warmup 1s --duration "$DURATION" --json)
-    after=$(cpu_ticks "$SERVER_PID")
+    mc_closed_loop "$name" "$SERVER_PID" "$DURATION" "$load" --addr "127.0.0.1:$PORT" "${common[@]}"
     stop
-    rps=$(json_field "$out" rps)
-    requests=$(json_field "$out" requests)
-    p50=$(json_field "$out" p50_us)
-    p99=$(json_field "$out" p99_us)
-    # Ticks over the warm-up and window; per request of the window (a slight overcount).
-    cpu=$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" \
-      'BEGIN { if (n > 0) printf "%.2f", t * 1e6 / hz / n; else print "nan" }')
-    echo "$name $rps $p50 $p99 $cpu" | tee -a "$OUT_DIR/closed.txt"
   done
 done
 
-summary() { # NAME COLUMN DIGITS
-  awk -v n="$1" -v c="$2" '$1 == n { print $c }' "$OUT_DIR/closed.txt" | stats - "$3"
-}
-echo
-echo "| server | req/s | p50 µs | p99 µs | server CPU µs/req |"
-echo "|---|---|---|---|---|"
-for name in ebb memcached; do
-  row="| $name"
-  for col in 2 3 4 5; do
-    read -r m lo hi <<<"$(summary "$name" "$col" 1)"
-    row="$row | $m [$lo-$hi]"
-  done
-  echo "$row |"
-done | tee "$OUT_DIR/summary.txt"
-read -r em elo ehi <<<"$(summary ebb 2 1)"
-read -r mm mlo mhi <<<"$(summary memcached 2 1)"
-awk -v em="$em" -v elo="$elo" -v ehi="$ehi" -v mm="$mm" -v mlo="$mlo" -v mhi="$mhi" 'BEGIN {
-  r = em / mm
-  v = (elo <= mhi && mlo <= ehi) ? "parity (ranges overlap)" : (r > 1 ? "ebb ahead" : "memcached ahead")
-  printf "closed-loop req/s, ebb / memcached: %.2fx (%s)\n", r, v }' | tee -a "$OUT_DIR/summary.txt"
+mc_summary ebb memcached "server CPU µs/req"
 
 if [[ $SWEEP == 1 ]]; then
   for name in ebb memcached; do

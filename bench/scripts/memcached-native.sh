@@ -100,39 +100,15 @@ serve() {
   die "$1 is not reachable at $ADDR"
 }
 
-in_ns() { ip netns exec "$ns" taskset -c 1 "$@"; }
 common=(--conns "$CONNS" --workload etc --keys "$KEYS")
 : >"$OUT_DIR/closed.txt"
 for ((round = 1; round <= ROUNDS; round++)); do
   if ((round % 2)); then order=(native memcached); else order=(memcached native); fi
   for name in "${order[@]}"; do
     serve "$name" "$round"
-    in_ns "$load" --addr "$ADDR" "${common[@]}" --closed-loop --preload --warmup 0s \
-      --duration 1s >/dev/null
-    before=$(cpu_ticks "$SERVER_PID")
-    out=$(in_ns "$load" --addr "$ADDR" "${common[@]}" --closed-loop --warmup 1s \
-      --duration "$DURATION" --json)
-    after=$(cpu_ticks "$SERVER_PID")
+    mc_closed_loop "$name" "$SERVER_PID" "$DURATION" \
+      ip netns exec "$ns" taskset -c 1 "$load" --addr "$ADDR" "${common[@]}"
     stop
-    cpu=$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$(json_field "$out" requests)" \
-      'BEGIN { if (n > 0) printf "%.2f", t * 1e6 / hz / n; else print "nan" }')
-    echo "$name $(json_field "$out" rps) $(json_field "$out" p50_us) $(json_field "$out" p99_us) $cpu" |
-      tee -a "$OUT_DIR/closed.txt"
   done
 done
-summary() { awk -v n="$1" -v c="$2" '$1 == n { print $c }' "$OUT_DIR/closed.txt" | stats - 1; }
-echo
-echo "| server | req/s | p50 µs | p99 µs | host CPU µs/req |"
-echo "|---|---|---|---|---|"
-for name in native memcached; do
-  row="| $name"
-  for col in 2 3 4 5; do
-    read -r m lo hi <<<"$(summary "$name" "$col")"
-    row="$row | $m [$lo-$hi]"
-  done
-  echo "$row |"
-done | tee "$OUT_DIR/summary.txt"
-read -r nm _ _ <<<"$(summary native 2)"
-read -r mm _ _ <<<"$(summary memcached 2)"
-awk -v a="$nm" -v b="$mm" 'BEGIN { printf "req/s, native / memcached: %.2fx\n", a / b }' |
-  tee -a "$OUT_DIR/summary.txt"
+mc_summary native memcached "host CPU µs/req"
