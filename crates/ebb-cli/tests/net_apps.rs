@@ -16,16 +16,15 @@
 mod common;
 
 use common::{build, ebb, kvm};
+use ebb_testkit::lines::Lines;
 use ebb_testkit::netcheck::{echo, free_port};
 use ebb_testkit::netns::{Netns, adopt, namespace, need_namespace_and_tap, unique_name};
 use sha2::{Digest, Sha256};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Bytes moved by the bulk transfers.
@@ -51,31 +50,16 @@ fn image(app: &str) -> PathBuf {
 /// An app running under `ebb run`, killed when dropped.
 struct Served {
     child: Child,
-    /// The app's console lines (the monitor writes the guest's console to stdout).
-    lines: mpsc::Receiver<String>,
-    stdout: String,
-    stderr_lines: mpsc::Receiver<String>,
-    stderr: String,
-    _readers: [JoinHandle<()>; 2],
-}
-
-fn lines_of(pipe: impl Read + Send + 'static) -> (mpsc::Receiver<String>, JoinHandle<()>) {
-    let (tx, rx) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (rx, reader)
+    /// The app's console (the monitor writes the guest's console to stdout).
+    stdout: Lines,
+    /// `ebb`'s and the monitor's lines.
+    stderr: Lines,
 }
 
 impl Served {
     /// `ebb run TARGET --timeout 600 EXTRA...`, then waits for the app's "listening" line.
     fn start(target: &str, extra: &[&str]) -> Served {
-        let mut child = ebb()
+        let child = ebb()
             .args(["run", target, "--timeout", "600"])
             .args(extra)
             .stdin(Stdio::null())
@@ -83,15 +67,17 @@ impl Served {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start ebb run");
-        let (lines, out) = lines_of(child.stdout.take().expect("stdout"));
-        let (stderr_lines, err) = lines_of(child.stderr.take().expect("stderr"));
+        Served::watch(child)
+    }
+
+    /// Takes over a started `ebb run` and waits for the app's "listening" line.
+    fn watch(mut child: Child) -> Served {
+        let stdout = Lines::spawn(child.stdout.take().expect("stdout"));
+        let stderr = Lines::spawn(child.stderr.take().expect("stderr"));
         let mut served = Served {
             child,
-            lines,
-            stdout: String::new(),
-            stderr_lines,
-            stderr: String::new(),
-            _readers: [out, err],
+            stdout,
+            stderr,
         };
         if let Err(e) = served.wait_for(": listening on ", START_TIMEOUT) {
             served.fail(&e);
@@ -101,25 +87,7 @@ impl Served {
 
     /// Waits for a console line containing `needle`; returns it.
     fn wait_for(&mut self, needle: &str, timeout: Duration) -> Result<String, String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.stdout.push_str(&line);
-                    self.stdout.push('\n');
-                    if line.contains(needle) {
-                        return Ok(line);
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    return Err(format!("no {needle:?} within {timeout:?}"));
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(format!("ebb run ended before {needle:?}"));
-                }
-            }
-        }
+        self.stdout.wait_for(needle, timeout)
     }
 
     /// The monitor's counter line, asked for with SIGUSR1 (see `ebb_vmm::vm::net_summary`).
@@ -131,35 +99,21 @@ impl Served {
         if !signalled.success() {
             return Err("kill -USR1 failed".into());
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.stderr_lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.stderr.push_str(&line);
-                    self.stderr.push('\n');
-                    if line.starts_with("ebb-vmm: virtio-net:") {
-                        return Ok(line);
-                    }
-                }
-                Err(_) => return Err("no counter line after SIGUSR1".into()),
-            }
-        }
+        self.stderr
+            .wait_for("ebb-vmm: virtio-net:", Duration::from_secs(10))
     }
 
     /// Stops the app; everything it printed, for a failure message.
     fn stop(&mut self) -> String {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
-            self.stdout.push_str(&line);
-            self.stdout.push('\n');
-        }
-        while let Ok(line) = self.stderr_lines.recv_timeout(Duration::from_millis(200)) {
-            self.stderr.push_str(&line);
-            self.stderr.push('\n');
-        }
-        format!("--- stdout\n{}--- stderr\n{}", self.stdout, self.stderr)
+        self.stdout.drain(Duration::from_millis(200));
+        self.stderr.drain(Duration::from_millis(200));
+        format!(
+            "--- stdout\n{}--- stderr\n{}",
+            self.stdout.seen(),
+            self.stderr.seen()
+        )
     }
 
     fn fail(&mut self, what: &str) -> ! {
@@ -414,18 +368,8 @@ fn echo_answers_concurrent_connections_natively_on_two_vcpus() {
 impl Served {
     /// Whether the monitor's start line (stderr) says `text`; waits up to 5 s for it.
     fn stderr_lines_contain(&mut self, text: &str) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !self.stderr.contains(text) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.stderr_lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.stderr.push_str(&line);
-                    self.stderr.push('\n');
-                }
-                Err(_) => return false,
-            }
-        }
-        true
+        self.stderr.seen().contains(text)
+            || self.stderr.wait_for(text, Duration::from_secs(5)).is_ok()
     }
 }
 
@@ -533,7 +477,7 @@ fn without_passt_a_network_app_runs_hosted_on_its_forwarded_port() {
     build("echo", "--hosted");
     let port = free_port();
     let forward = format!("{port}:7");
-    let mut child = ebb()
+    let child = ebb()
         .env("PATH", path_without_passt())
         .args(["run", "echo", "--timeout", "120", "-p", &forward])
         .stdin(Stdio::null())
@@ -541,20 +485,10 @@ fn without_passt_a_network_app_runs_hosted_on_its_forwarded_port() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start ebb run");
-    let (lines, _out) = lines_of(child.stdout.take().expect("stdout"));
-    let (errors, _err) = lines_of(child.stderr.take().expect("stderr"));
-    let mut served = Served {
-        child,
-        lines,
-        stdout: String::new(),
-        stderr_lines: errors,
-        stderr: String::new(),
-        _readers: [_out, _err],
-    };
-    if let Err(e) = served.wait_for(": listening on ", START_TIMEOUT) {
-        served.fail(&e);
-    }
-    if !served.stderr_lines_contain("passt is not installed") || !served.stderr.contains("hosted") {
+    let mut served = Served::watch(child);
+    if !served.stderr_lines_contain("passt is not installed")
+        || !served.stderr.seen().contains("hosted")
+    {
         served.fail("ebb run did not say it fell back to hosted for want of passt");
     }
     if let Err(e) = echo(

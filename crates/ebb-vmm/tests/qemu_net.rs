@@ -25,13 +25,13 @@
 mod common;
 
 use common::{app_image, guests};
+use ebb_testkit::lines::Lines;
 use ebb_testkit::netcheck::{echo, free_port};
 use sha2::Digest;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -67,10 +67,8 @@ struct Qemu {
     child: Child,
     port: u16,
     qmp: PathBuf,
-    /// Serial console lines, read on their own thread.
-    lines: mpsc::Receiver<String>,
-    /// Everything the console printed so far (for failure messages).
-    console: String,
+    /// The serial console, line by line.
+    console: Lines,
     stderr: Option<JoinHandle<String>>,
 }
 
@@ -106,16 +104,7 @@ impl Qemu {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start qemu-system-x86_64");
-        let stdout = child.stdout.take().expect("qemu's stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let console = Lines::spawn(child.stdout.take().expect("qemu's stdout"));
         let mut stderr = child.stderr.take().expect("qemu's stderr");
         let stderr = std::thread::spawn(move || {
             let mut text = String::new();
@@ -126,50 +115,31 @@ impl Qemu {
             child,
             port,
             qmp,
-            lines,
-            console: String::new(),
+            console,
             stderr: Some(stderr),
         }
     }
 
     /// Waits for the console line containing `needle`; returns it.
     fn wait_for(&mut self, needle: &str, timeout: Duration) -> Result<String, String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.console.push_str(&line);
-                    self.console.push('\n');
-                    if line.contains(needle) {
-                        return Ok(line);
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    return Err(format!("no {needle:?} on the console within {timeout:?}"));
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(format!("QEMU's console closed before {needle:?}"));
-                }
-            }
-        }
+        self.console.wait_for(needle, timeout)
     }
 
     /// Kills QEMU and returns what it printed, for a failure message.
     fn stop(&mut self) -> String {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        while let Ok(line) = self.lines.try_recv() {
-            self.console.push_str(&line);
-            self.console.push('\n');
-        }
+        self.console.drain(Duration::from_millis(100));
         let stderr = self
             .stderr
             .take()
             .and_then(|t| t.join().ok())
             .unwrap_or_default();
         let _ = std::fs::remove_file(&self.qmp);
-        format!("--- console\n{}--- qemu stderr\n{stderr}", self.console)
+        format!(
+            "--- console\n{}--- qemu stderr\n{stderr}",
+            self.console.seen()
+        )
     }
 
     /// Panics with `what`, QEMU's console and its stderr.
