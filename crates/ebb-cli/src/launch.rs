@@ -50,6 +50,8 @@ pub struct RunOptions {
     pub args: Vec<String>,
     /// The network options as given.
     pub net: NetRequest,
+    /// An inherited open /dev/kvm to boot with (`--kvm-fd`); KVM counts as usable then.
+    pub kvm_fd: Option<i32>,
 }
 
 /// `--net`, `-p` and `--net-faults` as the user gave them.
@@ -200,10 +202,12 @@ pub fn run(
     let (flavour, why) = match requested {
         Requested::Hosted => (Flavour::Hosted, "--hosted".to_string()),
         Requested::Native => {
-            ebb_vmm::kvm_usable().map_err(|e| CliError::kvm_unusable(&e))?;
+            if options.kvm_fd.is_none() {
+                ebb_vmm::kvm_usable().map_err(|e| CliError::kvm_unusable(&e))?;
+            }
             (Flavour::Native, "--native".to_string())
         }
-        Requested::Auto => match ebb_vmm::kvm_usable() {
+        Requested::Auto => match options.kvm_fd.map_or_else(ebb_vmm::kvm_usable, |_| Ok(())) {
             Err(e) => (Flavour::Hosted, format!("/dev/kvm unusable ({e})")),
             // Rootless native networking is passt; without it the app could not be
             // reached, so a first run falls back to hosted rather than fail.
@@ -288,7 +292,7 @@ fn boot(
         timeout: options.timeout,
         pin: false,
         net,
-        kvm_fd: None,
+        kvm_fd: options.kvm_fd,
     };
     // `Vm::new` validates the image before it opens /dev/kvm, so a bad image is reported
     // as such even where KVM is unusable.

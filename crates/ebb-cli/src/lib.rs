@@ -107,6 +107,10 @@ pub enum Command {
         /// `drop=P,reorder=P,duplicate=P,corrupt=P,seed=N`.
         #[arg(long, value_name = "SPEC")]
         net_faults: Option<String>,
+        /// Natively, use this inherited descriptor of an open /dev/kvm instead of opening
+        /// it: a launcher that may open /dev/kvm can run `ebb` as a user that may not.
+        #[arg(long, value_name = "FD")]
+        kvm_fd: Option<i32>,
         /// Arguments for the app (natively: its command line, joined with spaces).
         #[arg(last = true)]
         args: Vec<String>,
@@ -188,6 +192,7 @@ impl Cli {
                 net,
                 publish,
                 net_faults,
+                kvm_fd,
                 args,
             } => {
                 let cpus = match cpus {
@@ -200,6 +205,7 @@ impl Cli {
                     mem,
                     timeout,
                     args,
+                    kvm_fd,
                     net: NetRequest {
                         backend: net,
                         publish,

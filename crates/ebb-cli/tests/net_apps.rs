@@ -541,3 +541,76 @@ fn memcached_natively_passes_memccapable_and_stops_on_ctrl_c() {
     assert!(output.contains("ebb-vmm: stopped by SIGINT"), "{output}");
     assert!(output.contains("ebb-vmm: virtio-net: "), "{output}");
 }
+
+/// `ebb run IMAGE` as user `nobody` (uid and gid 65534), handed this (root) test's open
+/// /dev/kvm with `--kvm-fd`: /dev/kvm is root's alone here, and a descriptor grants this
+/// one process access without changing anything other processes see. The `ebb` binary
+/// and the image are copied to a temporary directory first, so that `nobody` can reach
+/// them wherever the repository lies.
+#[test]
+fn httpd_natively_through_user_networking_as_an_unprivileged_user() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let test = "httpd_natively_through_user_networking_as_an_unprivileged_user";
+    let Some(()) = user_networking(test, &["curl", "setpriv"]) else {
+        return;
+    };
+    let Some(()) = ebb_testkit::need_root(test, "handing user nobody an open /dev/kvm") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("ebb-nobody-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let (ebb_copy, image_copy) = (dir.join("ebb"), dir.join("httpd"));
+    std::fs::copy(env!("CARGO_BIN_EXE_ebb"), &ebb_copy).expect("copy ebb");
+    std::fs::copy(image("httpd"), &image_copy).expect("copy the image");
+    use std::os::unix::fs::PermissionsExt;
+    for (path, mode) in [(&dir, 0o755), (&ebb_copy, 0o755), (&image_copy, 0o644)] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+    let kvm = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .expect("open /dev/kvm as root");
+    let fd = kvm.as_raw_fd();
+    let port = free_port();
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&ebb_copy)
+        .arg("run")
+        .arg(&image_copy)
+        .args(["--timeout", "300", "-p", &format!("{port}:80")])
+        .args(["--kvm-fd", &fd.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: runs in the child between fork and exec, where only async-signal-safe calls
+    // are allowed: fcntl is one. It clears close-on-exec on the descriptor to inherit.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut served = Served::watch(cmd.spawn().expect("start setpriv ebb run"));
+    drop(kvm); // the child has its own copy
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", served.child.id())).unwrap_or_default();
+    let uid = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1).map(str::to_string));
+    if uid.as_deref() != Some("65534") {
+        served.fail(&format!("ebb does not run as nobody: Uid {uid:?}"));
+    }
+    if !served.stderr_lines_contain("running httpd natively") {
+        served.fail("not booted natively");
+    }
+    if let Err(e) = curl_bytes(None, &format!("http://127.0.0.1:{port}"), BULK / 10) {
+        served.fail(&e);
+    }
+    drop(served);
+    let _ = std::fs::remove_dir_all(&dir);
+}
