@@ -42,6 +42,9 @@ const READS_PER_EVENT: usize = 16;
 /// Receive buffer sizes adapt between these bounds (small requests, bulk streams).
 const MIN_READ: usize = 2 * 1024;
 const MAX_READ: usize = 64 * 1024;
+/// The largest receive buffer a connection keeps between reads for reuse (see
+/// `Conn::receive_buffer`): bounds what an idle connection holds.
+const MAX_KEPT_READ: usize = 8 * 1024;
 /// Segments handed to one `sendmsg`.
 const MAX_IOVECS: usize = 64;
 const LISTEN_BACKLOG: i32 = 4096;
@@ -79,6 +82,10 @@ struct Conn {
     receive_open: Cell<bool>,
     read_scheduled: Cell<bool>,
     read_size: Cell<usize>,
+    /// A clone of the last receive buffer (at most `MAX_KEPT_READ`): once the handler
+    /// has let go of every view of it, the next read fills the same region — no
+    /// allocation, no zero-fill — instead of a fresh one.
+    last_receive: Cell<Option<IOBuf>>,
     send_buffer: usize,
     connect_waker: RefCell<Option<Waker>>,
 }
@@ -161,6 +168,7 @@ impl Conn {
             receive_open: Cell::new(true),
             read_scheduled: Cell::new(false),
             read_size: Cell::new(MIN_READ),
+            last_receive: Cell::new(None),
             send_buffer,
             connect_waker: RefCell::new(None),
         })
@@ -297,6 +305,20 @@ impl Conn {
             )
     }
 
+    /// A buffer to read up to `capacity` bytes into: the last one again if the handler
+    /// has dropped it and it is the right size, else a fresh one. Request/response
+    /// protocols consume each read before the next, so they read into one region for
+    /// good; a handler that keeps the bytes (a stored value) keeps that region to itself.
+    fn receive_buffer(&self, capacity: usize) -> IOBuf {
+        if let Some(mut last) = self.last_receive.take()
+            && last.recycle()
+            && last.tailroom() == capacity
+        {
+            return last;
+        }
+        IOBuf::with_capacity(capacity)
+    }
+
     /// Reads and delivers data while the window is open, up to a per-event budget.
     fn read_some(self: &Rc<Self>) {
         for _ in 0..READS_PER_EVENT {
@@ -304,7 +326,8 @@ impl Conn {
                 return;
             }
             let capacity = self.read_size.get();
-            let mut buf = IOBuf::with_capacity(capacity);
+            let mut buf = self.receive_buffer(capacity);
+            let capacity = buf.tailroom();
             let result = {
                 let fd = self.fd.borrow();
                 let Some(fd) = fd.as_ref() else { return };
@@ -330,6 +353,9 @@ impl Conn {
                             .max(MIN_READ)
                             .max(n.next_power_of_two().min(MAX_READ))
                     });
+                    if capacity <= MAX_KEPT_READ {
+                        self.last_receive.set(Some(buf.clone()));
+                    }
                     self.callback(|h, c| h.receive(c, buf));
                     if n < capacity && !self.fin_pending.get() {
                         // A short read drained the socket; the next arrival is a new edge.

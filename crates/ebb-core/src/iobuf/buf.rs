@@ -291,7 +291,8 @@ impl IOBuf {
 
     /// Grows the view over the next `n` bytes of tailroom, as just written through
     /// [`spare_capacity_mut`](Self::spare_capacity_mut). Bytes of the tailroom never
-    /// handed out that way read as zero.
+    /// handed out that way read as zero (after [`recycle`](Self::recycle): as the
+    /// region's earlier contents).
     ///
     /// # Errors
     ///
@@ -407,6 +408,25 @@ impl IOBuf {
         // Cannot fail: the region is fresh and has room for the view by construction.
         debug_assert!(copied.is_ok());
         *self = fresh;
+    }
+
+    /// Takes the whole region back for writing: if the storage is unique (every other
+    /// view of it has been dropped), the view becomes empty at offset 0, so all of the
+    /// region is tailroom again, and this returns true. Otherwise (shared or static)
+    /// nothing changes and it returns false.
+    ///
+    /// For a receive path that fills a buffer, hands a clone to a consumer and, once the
+    /// consumer has let go, fills the same region again instead of allocating. The
+    /// region's bytes stay initialized, so [`spare_capacity_mut`](Self::spare_capacity_mut)
+    /// does not zero them again: the tailroom holds this region's earlier contents, not
+    /// zeros, until written — nobody else can see them, since the storage is unique.
+    pub fn recycle(&mut self) -> bool {
+        if self.storage.unique_mut().is_err() {
+            return false;
+        }
+        self.start = 0;
+        self.len = 0;
+        true
     }
 
     /// A cursor reading this buffer's view from the start.

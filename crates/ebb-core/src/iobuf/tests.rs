@@ -190,6 +190,31 @@ fn spare_capacity_and_commit() {
 }
 
 #[test]
+fn recycle_takes_back_a_unique_region_only() {
+    let mut b = IOBuf::with_headroom(2, 8);
+    b.extend_from_slice(b"request").unwrap();
+    let region = b.headroom() + b.len() + b.tailroom();
+    let consumer = b.clone();
+    // Shared: the consumer still sees the bytes, so nothing changes.
+    assert!(!b.recycle());
+    assert_eq!(&*b, b"request");
+    assert_eq!(&*consumer, b"request");
+    drop(consumer);
+    // Unique again: the whole region is tailroom, filled without a new allocation.
+    assert!(b.recycle());
+    assert_eq!((b.headroom(), b.len(), b.tailroom()), (0, 0, region));
+    let spare = b.spare_capacity_mut().unwrap();
+    assert_eq!(spare.len(), region);
+    spare[..4].copy_from_slice(b"next");
+    b.commit(4).unwrap();
+    assert_eq!(&*b, b"next");
+    // Static storage is never writable.
+    let mut s = IOBuf::from_static(b"static");
+    assert!(!s.recycle());
+    assert_eq!(&*s, b"static");
+}
+
+#[test]
 fn trim_front_and_back_bounds() {
     let mut b = IOBuf::copy_from_slice(b"0123456789");
     b.trim_front(0).unwrap();
