@@ -22,6 +22,11 @@ use core::time::Duration;
 use ebb::net::{self, IOBuf, NetConfig, TcpConnection};
 use memcached::server::{Server, Settings, TOO_MANY_CONNECTIONS};
 
+#[cfg(all(not(target_os = "none"), feature = "ebb-allocator"))]
+#[global_allocator]
+static GLOBAL: ebb_mem::GeneralPurposeAllocator<ebb_mem::MmapSource> =
+    ebb_mem::GeneralPurposeAllocator::new(ebb_mem::MmapSource::new());
+
 const USAGE: &str = "usage: memcached [-p PORT] [-l ADDR] [-U 0] [-m MB] [-c CONNS] [-I SIZE] [-M] [-t N] [-v] [network options]";
 
 /// Items the idle-time sweep removes per call (it runs when a core has nothing else to
