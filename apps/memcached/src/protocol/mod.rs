@@ -53,6 +53,7 @@
 //!   split of the same byte stream yields the same sequence of results.
 
 mod binary;
+mod meta;
 mod reply;
 #[cfg(test)]
 mod tests;
@@ -65,6 +66,9 @@ use core::ops::Deref;
 use ebb::IOBufChain;
 
 pub use binary::{Opcode, Status};
+pub use meta::{
+    MetaCmd, MetaFlags, MetaItem, MetaOutcome, MetaToken, base64_decode, base64_encode, encode_meta,
+};
 pub use reply::{Response, encode};
 
 /// The longest key memcached accepts (`KEY_MAX_LENGTH`).
@@ -262,6 +266,50 @@ pub enum Request {
     Quit,
     /// Binary `NOOP` or meta `mn`: encode [`Response::Noop`] and flush the output now.
     Noop,
+    /// `mg <key> <flags>*`. Answer with [`encode_meta`]: [`MetaOutcome::Item`] or
+    /// [`MetaOutcome::Miss`]. With [`MetaFlags::ttl`] the hit's expiry is set (a touch).
+    MetaGet {
+        /// The key (decoded, for `b`).
+        key: Key,
+        /// The flags.
+        flags: MetaFlags,
+    },
+    /// `ms <key> <datalen> <flags>*`. Answer with [`encode_meta`]:
+    /// [`MetaOutcome::Done`] (stored), `NotStored`, `Exists`, `NotFound`.
+    MetaSet {
+        /// `Set`, `Add`, `Replace`, `Append`, `Prepend`, or `Cas` (a `C` flag with mode
+        /// set or replace).
+        mode: StoreMode,
+        /// The key (decoded, for `b`).
+        key: Key,
+        /// `F`.
+        client_flags: u32,
+        /// `T`, raw (0 without).
+        exptime: i64,
+        /// `C`: compared by `Cas`, and by `Append`/`Prepend` when nonzero; 0 otherwise.
+        cas: u64,
+        /// The data block, without its `"\r\n"`: the received buffers, not a copy.
+        value: IOBufChain,
+        /// The flags.
+        flags: MetaFlags,
+    },
+    /// `md <key> <flags>*`. Answer [`MetaOutcome::Done`], `NotFound` or `Exists` (a `C`
+    /// that differs; `C0` differs from every item).
+    MetaDelete {
+        /// The key (decoded, for `b`).
+        key: Key,
+        /// The flags.
+        flags: MetaFlags,
+    },
+    /// `ma <key> <flags>*`: incr/decr by [`MetaFlags::delta`]; with `N`, a miss creates
+    /// the item from [`MetaFlags::initial`]. Answer [`MetaOutcome::Item`] (the value's
+    /// digits), `NotFound` or `Exists`, or the text errors of `incr`.
+    MetaArith {
+        /// The key (decoded, for `b`).
+        key: Key,
+        /// The flags.
+        flags: MetaFlags,
+    },
 }
 
 /// Which protocol a connection speaks, fixed by its first byte.
