@@ -93,7 +93,8 @@ pub struct MetaFlags {
     pub cmd: MetaCmd,
     /// `b`: the key was sent base64-encoded (the request's key is decoded).
     pub base64: bool,
-    /// `q`: quiet: `mg` hides `EN`, `ms` and `md` hide `HD`, `ma` hides its success.
+    /// `q`: quiet: `mg` hides `EN`, `ms` and `md` hide `HD`, `ma` hides the reply to
+    /// an update (not to an item created by `N`).
     pub quiet: bool,
     /// `v`: return the value (`mg`, `ma`).
     pub value: bool,
@@ -470,7 +471,9 @@ pub fn encode_meta(flags: &MetaFlags, key: &[u8], outcome: &MetaOutcome<'_>, out
         && match outcome {
             MetaOutcome::Miss => cmd == MetaCmd::Get,
             MetaOutcome::Done { .. } => true,
-            MetaOutcome::Item(_) => cmd == MetaCmd::Arith,
+            // ma: only an existing item's update (memcached's `OK` case), not an item
+            // N created.
+            MetaOutcome::Item(i) => cmd == MetaCmd::Arith && !i.created,
             _ => false,
         };
     if quiet {

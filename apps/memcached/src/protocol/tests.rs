@@ -977,7 +977,16 @@ fn meta_replies() {
         meta_reply(b"ma zz N50 t T100 s f\r\n", &created),
         b"HD t50\r\n"
     );
-    assert_eq!(meta_reply(b"ma zz q v\r\n", &created), b"");
+    assert_eq!(
+        meta_reply(b"ma zz q N0\r\n", &created),
+        b"HD\r\n",
+        "q: not when created"
+    );
+    let updated = MetaOutcome::Item(MetaItem {
+        value: &digits,
+        ..item
+    });
+    assert_eq!(meta_reply(b"ma zz q v\r\n", &updated), b"");
     assert_eq!(
         meta_reply(b"ma zz q\r\n", &MetaOutcome::NotFound),
         b"NF\r\n"
