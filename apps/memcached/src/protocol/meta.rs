@@ -343,8 +343,12 @@ pub(super) fn set(t: &Tokens<'_>, item_fits: impl Fn(usize, u32, usize) -> bool)
         _ => return refused(BAD_FORMAT),
     };
     // From here on the data block is swallowed when the command is refused.
-    let refuse = |reply, unlink| Line::Refused {
-        kind: ErrorKind::BadFormat,
+    let refuse = |reply: &'static [u8], unlink| Line::Refused {
+        kind: if reply == TOO_LARGE {
+            ErrorKind::TooLarge
+        } else {
+            ErrorKind::BadFormat
+        },
         reply: Some(reply),
         noreply: false,
         swallow: vlen + 2,
