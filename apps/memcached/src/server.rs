@@ -588,7 +588,7 @@ impl McConnection {
                         crate::protocol::MetaToken::Vivify => flags.vivify,
                         _ => None,
                     })
-                    .last()
+                    .next_back()
                     .unwrap_or(0);
                 let op = Arith {
                     incr: flags.incr(),

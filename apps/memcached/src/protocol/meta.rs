@@ -255,21 +255,21 @@ fn preparse(t: &Tokens<'_>, start: usize, cmd: MetaCmd) -> Result<(MetaFlags, Ke
 }
 
 /// The checks every meta command but `mn` starts with; `Err` is the refusal.
-fn common(t: &Tokens<'_>) -> Result<(), Line> {
+fn common(t: &Tokens<'_>) -> Result<(), (ErrorKind, &'static [u8])> {
     // WANT_TOKENS_MIN(ntokens, 3): memcached counts a terminal empty token.
     if t.len() < 2 {
-        return Err(Line::refused(ErrorKind::UnknownCommand, ERROR, false));
+        return Err((ErrorKind::UnknownCommand, ERROR));
     }
     if t.get(1).unwrap_or_default().len() > KEY_MAX_LENGTH {
-        return Err(refused(BAD_FORMAT));
+        return Err((ErrorKind::BadFormat, BAD_FORMAT));
     }
     Ok(())
 }
 
 /// `mg <key> <flags>*` (process_mget_command).
 pub(super) fn get(t: &Tokens<'_>) -> Line {
-    if let Err(refusal) = common(t) {
-        return refusal;
+    if let Err((kind, reply)) = common(t) {
+        return Line::refused(kind, reply, false);
     }
     if t.len() + 1 > MAX_OPT_TOKENS {
         return refused(FLAGS_TOO_LONG_MG);
@@ -286,8 +286,8 @@ pub(super) fn get(t: &Tokens<'_>) -> Line {
 
 /// `md <key> <flags>*` (process_mdelete_command).
 pub(super) fn delete(t: &Tokens<'_>) -> Line {
-    if let Err(refusal) = common(t) {
-        return refusal;
+    if let Err((kind, reply)) = common(t) {
+        return Line::refused(kind, reply, false);
     }
     if t.len() + 1 > MAX_OPT_TOKENS {
         return refused(FLAGS_TOO_LONG);
@@ -304,8 +304,8 @@ pub(super) fn delete(t: &Tokens<'_>) -> Line {
 
 /// `ma <key> <flags>*` (process_marithmetic_command).
 pub(super) fn arith(t: &Tokens<'_>) -> Line {
-    if let Err(refusal) = common(t) {
-        return refusal;
+    if let Err((kind, reply)) = common(t) {
+        return Line::refused(kind, reply, false);
     }
     if t.len() + 1 > MAX_OPT_TOKENS {
         return refused(FLAGS_TOO_LONG);
@@ -328,8 +328,8 @@ pub(super) fn arith(t: &Tokens<'_>) -> Line {
 /// `ms <key> <datalen> <flags>*` (process_mset_command): the line; `text` reads the
 /// data block.
 pub(super) fn set(t: &Tokens<'_>, item_fits: impl Fn(usize, u32, usize) -> bool) -> Line {
-    if let Err(refusal) = common(t) {
-        return refusal;
+    if let Err((kind, reply)) = common(t) {
+        return Line::refused(kind, reply, false);
     }
     if t.len() == 2 {
         return refused(BAD_FORMAT);

@@ -323,8 +323,8 @@ pub enum Request {
         cas: u64,
         /// The data block, without its `"\r\n"`: the received buffers, not a copy.
         value: IOBufChain,
-        /// The flags.
-        flags: MetaFlags,
+        /// The flags (boxed: they would double the size of every request).
+        flags: alloc::boxed::Box<MetaFlags>,
     },
     /// `md <key> <flags>*`. Answer [`MetaOutcome::Done`], `NotFound` or `Exists` (a `C`
     /// that differs; `C0` differs from every item).

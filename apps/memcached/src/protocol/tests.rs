@@ -581,9 +581,9 @@ fn text_value_is_not_copied() {
 fn meta_flags(r: &Request) -> &MetaFlags {
     match r {
         Request::MetaGet { flags, .. }
-        | Request::MetaSet { flags, .. }
         | Request::MetaDelete { flags, .. }
         | Request::MetaArith { flags, .. } => flags,
+        Request::MetaSet { flags, .. } => flags,
         other => panic!("not a meta request: {other:?}"),
     }
 }
@@ -890,8 +890,8 @@ fn meta_reply(line: &[u8], outcome: &MetaOutcome<'_>) -> Vec<u8> {
     let (key, flags) = match &r {
         Request::MetaGet { key, flags }
         | Request::MetaDelete { key, flags }
-        | Request::MetaArith { key, flags }
-        | Request::MetaSet { key, flags, .. } => (key.clone(), flags.clone()),
+        | Request::MetaArith { key, flags } => (key.clone(), flags.clone()),
+        Request::MetaSet { key, flags, .. } => (key.clone(), (**flags).clone()),
         other => panic!("{other:?}"),
     };
     let mut out = IOBufChain::new();

@@ -176,7 +176,7 @@ pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
                     exptime,
                     cas,
                     value,
-                    flags: *meta,
+                    flags: meta,
                 },
                 None => Request::Store {
                     mode,
