@@ -27,10 +27,12 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use ebb::net::{CloseReason, IOBuf, IOBufChain, TcpConnection, TcpHandler};
 
 use crate::protocol::{
-    Command, Limits, Parsed, Parser, ReplyTo, Request, Response, StoreMode, encode,
+    Command, Limits, MetaItem, MetaOutcome, Parsed, Parser, ReplyTo, Request, Response, StoreMode,
+    encode, encode_meta,
 };
 use crate::store::{
     Arith, ArithOutcome, Ctx, DeleteOutcome, Mode, Store, StoreError, StoreOutcome, UnixTime,
+    absolute_expiry,
 };
 
 /// The version the server reports (`version`, `stats`): memcached's protocol level, and
@@ -510,8 +512,150 @@ impl McConnection {
                 encode(to, &Response::Noop, out);
                 return true;
             }
+            Request::MetaGet { key, flags } => {
+                let found = store.meta_get(cx, &key, flags.ttl, !flags.no_bump);
+                let outcome = match &found {
+                    Some(m) => MetaOutcome::Item(MetaItem {
+                        flags: m.hit.flags,
+                        cas: m.hit.cas,
+                        value: &m.hit.value,
+                        ttl: ttl(m.exptime, cx.now),
+                        ttl_touched: flags
+                            .ttl
+                            .map_or(-1, |t| ttl(absolute_expiry(t, cx.now), cx.now)),
+                        ttl_vivified: -1,
+                        created: false,
+                        last_access: u64::from(cx.now.saturating_sub(m.time)),
+                        fetched: m.fetched,
+                    }),
+                    None => MetaOutcome::Miss,
+                };
+                encode_meta(&flags, &key, &outcome, out);
+            }
+            Request::MetaSet {
+                mode,
+                key,
+                client_flags,
+                exptime,
+                cas,
+                value,
+                flags,
+            } => {
+                let mode = match mode {
+                    StoreMode::Set => Mode::Set,
+                    StoreMode::Add => Mode::Add,
+                    StoreMode::Replace => Mode::Replace,
+                    StoreMode::Append => Mode::Append,
+                    StoreMode::Prepend => Mode::Prepend,
+                    StoreMode::Cas => Mode::Cas(cas),
+                };
+                let outcome =
+                    match store.store_with_cas(cx, mode, &key, client_flags, exptime, value, cas) {
+                        Ok(StoreOutcome::Stored { cas }) => MetaOutcome::Done { cas },
+                        Ok(StoreOutcome::NotStored) | Err(StoreError::BadKey) => {
+                            MetaOutcome::NotStored
+                        }
+                        Ok(StoreOutcome::Exists) => MetaOutcome::Exists,
+                        Ok(StoreOutcome::NotFound) => MetaOutcome::NotFound,
+                        Err(StoreError::TooLarge) => {
+                            encode(to, &Response::TooLarge, out);
+                            return false;
+                        }
+                        Err(StoreError::OutOfMemory) => {
+                            let oom = Response::OutOfMemory("out of memory storing object");
+                            encode(to, &oom, out);
+                            return false;
+                        }
+                    };
+                encode_meta(&flags, &key, &outcome, out);
+            }
+            Request::MetaDelete { key, flags } => {
+                let outcome = match store.delete_if(cx, &key, flags.cas) {
+                    DeleteOutcome::Deleted => MetaOutcome::Done { cas: 0 },
+                    DeleteOutcome::NotFound => MetaOutcome::NotFound,
+                    DeleteOutcome::Exists => MetaOutcome::Exists,
+                };
+                encode_meta(&flags, &key, &outcome, out);
+            }
+            Request::MetaArith { key, flags } => {
+                // A created item starts immortal and takes N then T, or T then N, in
+                // request order: the later one is what it keeps.
+                let created_exptime = flags
+                    .tokens
+                    .iter()
+                    .filter_map(|t| match t {
+                        crate::protocol::MetaToken::SetTtl => flags.ttl,
+                        crate::protocol::MetaToken::Vivify => flags.vivify,
+                        _ => None,
+                    })
+                    .next_back()
+                    .unwrap_or(0);
+                let op = Arith {
+                    incr: flags.incr(),
+                    delta: flags.delta,
+                    initial: flags.vivify.map(|_| (flags.initial, created_exptime)),
+                    cas: flags.cas.unwrap_or(0),
+                };
+                let digits;
+                let outcome = match store.meta_arith(cx, &key, op, flags.ttl) {
+                    Ok((ArithOutcome::Value { value, cas }, m)) => {
+                        let mut text = Vec::with_capacity(20);
+                        let _ = write!(Digits(&mut text), "{value}");
+                        digits = IOBufChain::from(IOBuf::from_vec(text));
+                        let at = |raw: Option<i64>| {
+                            raw.map_or(-1, |t| ttl(absolute_expiry(t, cx.now), cx.now))
+                        };
+                        MetaOutcome::Item(MetaItem {
+                            flags: 0,
+                            cas,
+                            value: &digits,
+                            ttl: if m.created {
+                                -1
+                            } else {
+                                ttl(m.exptime, cx.now)
+                            },
+                            ttl_touched: at(flags.ttl),
+                            ttl_vivified: at(flags.vivify),
+                            created: m.created,
+                            last_access: 0,
+                            fetched: false,
+                        })
+                    }
+                    Ok((ArithOutcome::NotFound, _)) => MetaOutcome::NotFound,
+                    Ok((ArithOutcome::Exists, _)) => MetaOutcome::Exists,
+                    Ok((ArithOutcome::NonNumeric, _)) => {
+                        encode(to, &Response::NonNumeric, out);
+                        return false;
+                    }
+                    Err(StoreError::TooLarge | StoreError::OutOfMemory | StoreError::BadKey) => {
+                        encode(to, &Response::OutOfMemory("out of memory"), out);
+                        return false;
+                    }
+                };
+                encode_meta(&flags, &key, &outcome, out);
+            }
         }
         false
+    }
+}
+
+/// memcached's `t`: `-1` for an item that never expires, else the seconds left as an
+/// unsigned 32-bit difference (an expiry in the past wraps, as in memcached).
+fn ttl(exptime: UnixTime, now: UnixTime) -> i64 {
+    if exptime == 0 {
+        -1
+    } else {
+        i64::from(exptime.wrapping_sub(now))
+    }
+}
+
+/// A `fmt::Write` into a byte vector.
+struct Digits<'a>(&'a mut Vec<u8>);
+
+impl core::fmt::Write for Digits<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
     }
 }
 

@@ -112,6 +112,8 @@ enum CasArg {
 struct TextCmd {
     head: String,
     cas: Option<CasArg>,
+    /// Written before the CAS id: `" "` for `cas`, `" C"` for meta commands.
+    cas_prefix: &'static str,
     tail: String,
     data: Option<Vec<u8>>,
 }
@@ -121,6 +123,7 @@ impl TextCmd {
         TextCmd {
             head,
             cas: None,
+            cas_prefix: " ",
             tail: String::new(),
             data: None,
         }
@@ -129,7 +132,8 @@ impl TextCmd {
     fn render(&self, side: &Side) -> Vec<u8> {
         let mut out = self.head.clone().into_bytes();
         if let Some(cas) = self.cas {
-            out.extend_from_slice(format!(" {}", side.real_cas(cas)).as_bytes());
+            let real = side.real_cas(cas);
+            out.extend_from_slice(format!("{}{real}", self.cas_prefix).as_bytes());
         }
         out.extend_from_slice(self.tail.as_bytes());
         out.extend_from_slice(b"\r\n");
@@ -143,8 +147,8 @@ impl TextCmd {
     fn show(&self) -> String {
         let mut s = self.head.clone();
         match self.cas {
-            Some(CasArg::Norm(n)) => write!(s, " <cas#{n}>").unwrap(),
-            Some(CasArg::Raw(v)) => write!(s, " {v}").unwrap(),
+            Some(CasArg::Norm(n)) => write!(s, "{}<cas#{n}>", self.cas_prefix).unwrap(),
+            Some(CasArg::Raw(v)) => write!(s, "{}{v}", self.cas_prefix).unwrap(),
             None => {}
         }
         s.push_str(&self.tail);
@@ -202,12 +206,11 @@ fn c_numeric(value: &[u8]) -> Option<u64> {
 /// otherwise stores a new item of just the digits; which one happens depends on its
 /// background threads, so such commands are not sent (ours always pads, one of the
 /// two outcomes).
-fn arith_would_shrink(peek: &mut Client, key: &str, incr: bool, delta: u64) -> bool {
+fn arith_would_shrink(peek: &mut Client, key: &str, base64: bool, incr: bool, delta: u64) -> bool {
     if key.len() > 250 {
         return false; // refused before any value is read
     }
-    peek.send(format!("get {key}\r\n").as_bytes());
-    let Some((_, _, value)) = peek.read_values().pop() else {
+    let Some(value) = peek_value(peek, key, base64) else {
         return false;
     };
     if !value.is_empty() && value.iter().all(u8::is_ascii_whitespace) {
@@ -233,6 +236,52 @@ fn arith_would_shrink(peek: &mut Client, key: &str, incr: bool, delta: u64) -> b
     result.to_string().len() < value.len()
 }
 
+/// The reference's value of `key` (base64 for `b`), read with `mg ... v u`: `u` leaves
+/// the item as it was (not marked fetched, which `mg h` would show).
+fn peek_value(peek: &mut Client, key: &str, base64: bool) -> Option<Vec<u8>> {
+    let b = if base64 { " b" } else { "" };
+    peek.send(format!("mg {key}{b} v u\r\n").as_bytes());
+    let line = peek.line_str();
+    let len: usize = line.strip_prefix("VA ")?.parse().ok()?;
+    let mut data = peek.read_exact(len + 2);
+    data.truncate(len);
+    Some(data)
+}
+
+/// A meta command's flags and how to render them: `(flag, shown)` pairs, shuffled.
+fn meta_line(g: &mut Gen, head: String, mut flags: Vec<String>) -> String {
+    // memcached echoes flags in request order: vary it.
+    for i in (1..flags.len()).rev() {
+        let j = g.rng.below(i as u64 + 1) as usize;
+        flags.swap(i, j);
+    }
+    let mut line = head;
+    for f in flags {
+        line.push(' ');
+        line.push_str(&f);
+    }
+    line
+}
+
+/// Base64 (standard, padded), for `b` keys.
+fn b64(bytes: &[u8]) -> String {
+    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// Generates the commands of one seed.
 struct Gen {
     rng: Rng,
@@ -241,6 +290,12 @@ struct Gen {
     last_cas: HashMap<String, u64>,
     /// How many normalized ids exist so far.
     seen_cas: u64,
+    /// Keys whose item an incr/decr/ma may have replaced since they were last set: then
+    /// `mg h` is not asked. memcached 1.6.18 rewrites the item in place, keeping its
+    /// fetched bit, or stores a new, unfetched one, depending on whether its background
+    /// threads hold a reference at that moment (see `arith_would_shrink`); ours always
+    /// stores a new one.
+    h_unsure: std::collections::HashSet<String>,
 }
 
 impl Gen {
@@ -252,6 +307,7 @@ impl Gen {
             keys,
             last_cas: HashMap::new(),
             seen_cas: 0,
+            h_unsure: Default::default(),
         }
     }
 
@@ -372,8 +428,32 @@ impl Gen {
     }
 
     fn next(&mut self) -> TextCmd {
-        let roll = self.rng.below(100);
+        let cmd = self.next_cmd();
+        let words: Vec<&str> = cmd.head.split(' ').collect();
+        match words[..] {
+            ["incr" | "decr" | "ma", key, ..] => {
+                self.h_unsure.insert(key.to_string());
+            }
+            ["set" | "delete" | "md", key, ..] => {
+                self.h_unsure.remove(key);
+            }
+            ["flush_all", ..] => self.h_unsure.clear(),
+            // A get refused for a key over 250 bytes: 1.6.18 has already fetched (and
+            // marked fetched) the keys before it; ours refuses the line as a whole.
+            ["get" | "gets", ref keys @ ..] if keys.iter().any(|k| k.len() > 250) => {
+                for k in keys {
+                    self.h_unsure.insert(k.to_string());
+                }
+            }
+            _ => {}
+        }
+        cmd
+    }
+
+    fn next_cmd(&mut self) -> TextCmd {
+        let roll = self.rng.below(140);
         match roll {
+            100.. => self.meta(),
             0..=39 => {
                 let mode = *self.rng.pick(&[
                     "set", "set", "set", "add", "replace", "append", "prepend", "cas",
@@ -386,6 +466,7 @@ impl Gen {
                 TextCmd {
                     head: format!("{mode} {key} {flags} {exptime} {}", value.len()),
                     cas,
+                    cas_prefix: " ",
                     tail: self.noreply(),
                     data: Some(value),
                 }
@@ -459,11 +540,160 @@ impl Gen {
         }
     }
 
+    /// A key for a meta command: `(token, b)`. A `b` key is the base64 of a key with a
+    /// space, which no other command can name: memcached 1.6.18 remembers on the item
+    /// whether `ms` was given a `b` key and `mg k` shows that, not the request's form
+    /// (documented in `src/protocol/mod.rs`), so the two kinds of keys stay apart.
+    fn meta_key(&mut self) -> (String, bool) {
+        if self.rng.chance(1, 6) {
+            let n = self.rng.below(3);
+            return (b64(format!("b {n}").as_bytes()), true);
+        }
+        (self.key(), false)
+    }
+
+    /// A meta TTL (T or N) and whether it expires the item at once (then a `t` would
+    /// show memcached's unsigned difference with its own clock's origin, which differs).
+    fn meta_ttl(&mut self) -> (i64, bool) {
+        let e = self.touch_exptime();
+        (e, e < 0 || e == 2_592_001)
+    }
+
+    fn opaque(&mut self) -> String {
+        match self.rng.below(4) {
+            0 => "O1".into(),
+            1 => "Oabc".into(),
+            2 => format!("O{}", self.rng.next_u64()),
+            _ => "O".into(),
+        }
+    }
+
+    /// A random subset of `pool`'s flags.
+    fn some(&mut self, pool: &[&str], out: &mut Vec<String>) {
+        for f in pool {
+            if self.rng.chance(1, 3) {
+                out.push((*f).to_string());
+            }
+        }
+    }
+
+    /// mg/ms/md/ma with random flag sets, of the flags both servers support alike.
+    fn meta(&mut self) -> TextCmd {
+        let (key, b) = self.meta_key();
+        let mut flags: Vec<String> = Vec::new();
+        if b {
+            flags.push("b".into());
+        }
+        if self.rng.chance(1, 3) {
+            let o = self.opaque();
+            flags.push(o);
+        }
+        if self.rng.chance(1, 5) {
+            flags.push("q".into());
+        }
+        let mut cas = None;
+        match self.rng.below(20) {
+            0..=6 => {
+                self.some(&["v", "c", "f", "s", "l", "u"], &mut flags);
+                if !self.h_unsure.contains(&key) && self.rng.chance(1, 3) {
+                    flags.push("h".into());
+                }
+                if !b && self.rng.chance(1, 3) {
+                    flags.push("k".into());
+                }
+                let (ttl, expires) = self.meta_ttl();
+                let touch = self.rng.chance(1, 4);
+                if touch {
+                    flags.push(format!("T{ttl}"));
+                }
+                if self.rng.chance(1, 3) && !(touch && expires) {
+                    flags.push("t".into());
+                }
+                TextCmd::line(meta_line(self, format!("mg {key}"), flags))
+            }
+            7..=12 => {
+                let value = self.value();
+                self.some(&["c", "k"], &mut flags);
+                if self.rng.chance(1, 2) {
+                    flags.push(format!("T{}", self.exptime()));
+                }
+                if self.rng.chance(1, 2) {
+                    flags.push(format!("F{}", self.flags()));
+                }
+                if self.rng.chance(1, 2) {
+                    let m = *self.rng.pick(&["MS", "ME", "MA", "MP", "MR", "Ms", "MX"]);
+                    flags.push(m.into());
+                }
+                if self.rng.chance(1, 4) {
+                    cas = Some(self.cas_arg(&key));
+                }
+                let mut c =
+                    TextCmd::line(meta_line(self, format!("ms {key} {}", value.len()), flags));
+                c.data = Some(value);
+                c.cas = cas;
+                c.cas_prefix = " C";
+                c
+            }
+            13..=15 => {
+                self.some(&["k"], &mut flags);
+                if self.rng.chance(1, 4) {
+                    cas = Some(self.cas_arg(&key));
+                }
+                let mut c = TextCmd::line(meta_line(self, format!("md {key}"), flags));
+                c.cas = cas;
+                c.cas_prefix = " C";
+                c
+            }
+            _ => {
+                self.some(&["v", "c", "k", "t"], &mut flags);
+                let t_given = flags.iter().any(|f| f == "t");
+                for (letter, chance) in [('N', 3), ('T', 4)] {
+                    if self.rng.chance(1, chance) {
+                        let (ttl, expires) = self.meta_ttl();
+                        if !(t_given && expires) {
+                            flags.push(format!("{letter}{ttl}"));
+                        }
+                    }
+                }
+                if self.rng.chance(1, 3) {
+                    let j = *self.rng.pick(&["0", "5", "42", "18446744073709551615"]);
+                    flags.push(format!("J{j}"));
+                }
+                if self.rng.chance(1, 2) {
+                    let d = *self
+                        .rng
+                        .pick(&["0", "1", "5", "100", "18446744073709551615"]);
+                    flags.push(format!("D{d}"));
+                }
+                if self.rng.chance(1, 2) {
+                    let m = *self.rng.pick(&["MI", "MD", "M+", "M-", "Mx"]);
+                    flags.push(m.into());
+                }
+                if self.rng.chance(1, 5) {
+                    cas = Some(self.cas_arg(&key));
+                }
+                let mut c = TextCmd::line(meta_line(self, format!("ma {key}"), flags));
+                c.cas = cas;
+                c.cas_prefix = " C";
+                c
+            }
+        }
+    }
+
     /// Learns the CAS ids a (normalized) reply showed.
-    fn learn(&mut self, reply: &[u8]) {
+    fn learn(&mut self, reply: &[u8], meta_key: Option<&str>) {
         for line in reply.split(|&b| b == b'\n') {
             let line = String::from_utf8_lossy(line);
             let parts: Vec<&str> = line.trim_end().split(' ').collect();
+            if let Some(key) = meta_key
+                && matches!(parts[0], "HD" | "VA")
+                && let Some(n) = parts
+                    .iter()
+                    .find_map(|p| p.strip_prefix("c#").and_then(|n| n.parse().ok()))
+            {
+                self.last_cas.insert(key.to_string(), n);
+                self.seen_cas = self.seen_cas.max(n);
+            }
             if parts.len() == 5
                 && parts[0] == "VALUE"
                 && let Some(n) = parts[4].strip_prefix('#').and_then(|n| n.parse().ok())
@@ -508,11 +738,73 @@ fn text_exchange(side: &mut Side, bytes: &[u8]) -> Result<Vec<u8>, String> {
             let mut data = vec![0; len + 2];
             read_exact(side, &mut data)?;
             reply.extend_from_slice(&data);
+        } else if matches!(parts[0], "HD" | "VA" | "NS" | "EX" | "NF" | "EN") {
+            // A meta reply: CAS ids normalized (c0, ms's "none", kept).
+            let mut shown = String::new();
+            for (i, p) in parts.iter().enumerate() {
+                if i > 0 {
+                    shown.push(' ');
+                }
+                match p.strip_prefix('c').and_then(|n| n.parse::<u64>().ok()) {
+                    Some(real) if real != 0 && i > 0 => {
+                        write!(shown, "c#{}", side.normalize(real)).unwrap()
+                    }
+                    _ => shown.push_str(p),
+                }
+            }
+            reply.extend_from_slice(shown.as_bytes());
+            reply.extend_from_slice(b"\r\n");
+            if parts[0] == "VA" {
+                let len: usize = parts
+                    .get(1)
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| format!("bad VA line {text:?}"))?;
+                let mut data = vec![0; len + 2];
+                read_exact(side, &mut data)?;
+                reply.extend_from_slice(&data);
+            }
         } else {
             reply.extend_from_slice(&line);
             reply.extend_from_slice(b"\r\n");
         }
     }
+}
+
+/// Whether two replies are the same, but for `t` (TTL left) and `l` (seconds since
+/// access) values of meta replies, which may differ by a second or two: each server's
+/// clock ticks at its own moment (memcached's once a second from its start).
+fn same_reply(a: &[u8], b: &[u8]) -> bool {
+    if a == b {
+        return true;
+    }
+    // Tokens with their separators, so only a t/l number may differ.
+    let split = |r: &'_ [u8]| -> Vec<Vec<u8>> {
+        r.split_inclusive(|&c| c == b' ' || c == b'\n')
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    let (ta, tb) = (split(a), split(b));
+    let number = |tok: &[u8], c: u8| -> Option<(i64, Vec<u8>)> {
+        let body_len = tok.iter().take_while(|b| !b.is_ascii_whitespace()).count();
+        let (body, sep) = tok.split_at(body_len);
+        let n = std::str::from_utf8(body.strip_prefix(&[c])?)
+            .ok()?
+            .parse()
+            .ok()?;
+        Some((n, sep.to_vec()))
+    };
+    ta.len() == tb.len()
+        && ta.iter().zip(&tb).all(|(x, y)| {
+            x == y
+                || [b't', b'l']
+                    .iter()
+                    .any(|&c| match (number(x, c), number(y, c)) {
+                        (Some((p, s)), Some((q, r))) => {
+                            s == r && p >= 0 && q >= 0 && (p - q).abs() <= 2
+                        }
+                        _ => false,
+                    })
+        })
 }
 
 fn read_exact(side: &mut Side, buf: &mut [u8]) -> Result<(), String> {
@@ -534,13 +826,37 @@ fn text_sequence(seed: u64, ours: &mut Side, reference: &mut Side, peek: &mut Cl
         let words: Vec<&str> = cmd.head.split(' ').collect();
         if let ["incr" | "decr", key, delta] = words[..]
             && let Ok(delta) = delta.parse::<u64>()
-            && arith_would_shrink(peek, key, words[0] == "incr", delta)
+            && arith_would_shrink(peek, key, false, words[0] == "incr", delta)
         {
             continue;
         }
+        if let ["ma", key, flags @ ..] = &words[..] {
+            let has = |f: &str| flags.contains(&f);
+            let delta = flags
+                .iter()
+                .find_map(|f| f.strip_prefix('D').and_then(|d| d.parse().ok()))
+                .unwrap_or(1);
+            let incr = !has("MD") && !has("M-");
+            if arith_would_shrink(peek, key, has("b"), incr, delta) {
+                continue;
+            }
+            // ma T on an existing item: 1.6.18 sets the TTL on the item do_add_delta
+            // returns, which is the old, replaced one unless it rewrote it in place (see
+            // arith_would_shrink), so the TTL is lost or not; ours sets it. Not compared.
+            if flags.iter().any(|f| f.starts_with('T'))
+                && key.len() <= 250
+                && peek_value(peek, key, has("b")).is_some()
+            {
+                continue;
+            }
+        }
         let a = text_exchange(ours, &cmd.render(ours));
         let b = text_exchange(reference, &cmd.render(reference));
-        if a != b {
+        let alike = match (&a, &b) {
+            (Ok(a), Ok(b)) => same_reply(a, b),
+            _ => a == b,
+        };
+        if !alike {
             let mut msg = format!(
                 "seed {seed}, command {i}: replies differ\n--- history ({} commands, replies as memcached 1.6.18 gave them) ---\n",
                 history.len()
@@ -563,7 +879,8 @@ fn text_sequence(seed: u64, ours: &mut Side, reference: &mut Side, peek: &mut Cl
             panic!("{msg}");
         }
         let reply = a.expect("both failed alike");
-        g.learn(&reply);
+        let meta_key = (words[0].len() == 2 && words.len() > 1).then(|| words[1]);
+        g.learn(&reply, meta_key);
         history.push((cmd.show(), reply));
     }
 }
@@ -803,6 +1120,7 @@ fn bin_sequence(seed: u64, ours: &mut Side, reference: &mut Side, peek: &mut Cli
             && arith_would_shrink(
                 peek,
                 std::str::from_utf8(&cmd.key).unwrap(),
+                false,
                 base == bin::INCR,
                 u64::from_be_bytes(cmd.extras[..8].try_into().unwrap()),
             )

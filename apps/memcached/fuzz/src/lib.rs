@@ -26,7 +26,10 @@
 //! leave the same bytes: segmentation must not matter.
 
 use ebb_core::iobuf::{IOBuf, IOBufChain};
-use memcached::protocol::{Command, Limits, Parsed, Parser, ReplyTo, Request, Response, encode};
+use memcached::protocol::{
+    Command, Limits, MetaItem, MetaOutcome, Parsed, Parser, ReplyTo, Request, Response, encode,
+    encode_meta,
+};
 
 /// The fixed input bytes before the stream.
 pub const PREFIX: usize = 3;
@@ -154,7 +157,7 @@ pub fn feed(limits: Limits, segments: &[&[u8]]) -> Outcome {
 
 /// A value's segments are views of received buffers, not copies.
 fn check_zero_copy(cmd: &Command, received: &[IOBuf]) {
-    let Request::Store { value, .. } = &cmd.request else {
+    let (Request::Store { value, .. } | Request::MetaSet { value, .. }) = &cmd.request else {
         return;
     };
     // Bounded work: a 1-byte-segment feed of a big value would be quadratic.
@@ -222,6 +225,17 @@ fn natural_replies(cmd: &Command, out: &mut IOBufChain) {
         }
         Request::Quit => encode(to, &Response::Quit, out),
         Request::Noop => encode(to, &Response::Noop, out),
+        Request::MetaGet { key, flags }
+        | Request::MetaDelete { key, flags }
+        | Request::MetaArith { key, flags } => {
+            meta_replies(key, flags, &data, out);
+        }
+        Request::MetaSet {
+            key, flags, value, ..
+        } => {
+            // Every outcome, and the stored value served back as mg would.
+            meta_replies(key, flags, value, out);
+        }
     }
     for r in [
         Response::NotStored,
@@ -234,6 +248,38 @@ fn natural_replies(cmd: &Command, out: &mut IOBufChain) {
         Response::OutOfMemory("out of memory"),
     ] {
         encode(to, &r, out);
+    }
+}
+
+/// Every meta outcome encoded for a meta request's flags (an item created or not).
+fn meta_replies(
+    key: &[u8],
+    flags: &memcached::protocol::MetaFlags,
+    data: &IOBufChain,
+    out: &mut IOBufChain,
+) {
+    for created in [false, true] {
+        let item = MetaItem {
+            flags: 7,
+            cas: 9,
+            value: data,
+            ttl: -1,
+            ttl_touched: 100,
+            ttl_vivified: i64::from(u32::MAX),
+            created,
+            last_access: 3,
+            fetched: created,
+        };
+        encode_meta(flags, key, &MetaOutcome::Item(item), out);
+    }
+    for o in [
+        MetaOutcome::Done { cas: u64::MAX },
+        MetaOutcome::NotStored,
+        MetaOutcome::Exists,
+        MetaOutcome::NotFound,
+        MetaOutcome::Miss,
+    ] {
+        encode_meta(flags, key, &o, out);
     }
 }
 

@@ -23,6 +23,11 @@ fn text_commands() -> Vec<u8> {
         b"cas k 1 2 0 77\r\n\r\nset k 0 0 4\n\r\n\r\n\r\n",
         b"incr k 5\r\ndecr k 1 noreply\r\ntouch k 10\r\ndelete k\r\ndelete k noreply\r\n",
         b"flush_all\r\nflush_all 10 noreply\r\nversion\r\nverbosity 1\r\nstats\r\nstats items\r\n",
+        b"mg foo v c f t s k h l u O123 q T30\r\nmg Zm9v b k v\r\nmg foo\r\n",
+        b"ms foo 3 T0 F5 c k O1 q MS\r\nbar\r\nms Zm9v 1 b MA C7 I\r\nx\r\n",
+        b"ms k 0 ME\r\n\r\nms k 1 MP\r\ny\r\nms k 1 MR C0\r\nz\r\n",
+        b"md foo q C5 k O2 T10\r\nmd Zm9v b\r\n",
+        b"ma n N0 J42 D7 MD v t c k O3 T5 q\r\nma n M+\r\nma Zm9v b MI C1\r\n",
         b"mn\r\nquit\r\n",
     ]
     .concat()
@@ -34,7 +39,12 @@ fn text_errors() -> Vec<u8> {
         b"set k 0 0 5000\r\n",
         &[b'z'; 5002],
         b"incr k x\r\ntouch k x\r\ngat x k\r\nget\r\nbogus\r\nbogus noreply\r\n\r\n",
-        b"cas k 0 0 1\r\nx\r\nverbosity\r\nflush_all x\r\nshutdown\r\nmg k v\r\nms k 2\r\nhi\r\n",
+        b"cas k 0 0 1\r\nx\r\nverbosity\r\nflush_all x\r\nshutdown\r\nme k\r\n",
+        b"mg k v v\r\nmg k x\r\nmg k Tx\r\nmg Zm9v= b\r\nmg k N30\r\nmd k I\r\n",
+        b"ma k MX\r\nma k Dx\r\nms k 2 MX\r\nhi\r\nms k 2 q q\r\nhi\r\nms k -1\r\n",
+        b"ms k 3000 T0\r\n",
+        &[b'm'; 3002],
+        b"ms k 2\r\nhixx\r\nmg\r\n",
         b"get ",
     ]
     .concat();
@@ -158,7 +168,22 @@ fn seeds() -> Vec<Seed> {
         InvalidExptime,
         Unsupported,
         Unsupported,
-        Unsupported,
+        // The meta refusals.
+        BadFormat,
+        BadFormat,
+        BadFormat,
+        BadFormat,
+        BadFormat,
+        BadFormat,
+        BadFormat,
+        BadFormat,
+        BadFormat,
+        BadFormat,
+        BadFormat,
+        TooLarge,
+        BadDataChunk,
+        BadFormat, // the "\r\n" after "hixx"
+        UnknownCommand,
         BadFormat,
         Http,
     ];

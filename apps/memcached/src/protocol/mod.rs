@@ -27,8 +27,41 @@
 //! Deliberate differences from both: a line longer than 2048 bytes is judged by its
 //! content, not by how it was segmented (see `text`); an unknown binary opcode swallows
 //! exactly the rest of its packet (memcached swallows `bodylen` more bytes after the key,
-//! eating `extlen + keylen` bytes of the next request, checked on 1.6.18); the meta
-//! commands other than `mn` are answered `ERROR` (an `ms` data block is swallowed).
+//! eating `extlen + keylen` bytes of the next request, checked on 1.6.18).
+//!
+//! # Meta commands
+//!
+//! `mg`, `ms`, `md`, `ma` and `mn` follow memcached **1.6.18** (`meta`), not 1.6.45: the
+//! same checks in the same order with the same error lines, the returned flags echoed in
+//! request order, the same quiet rules. Flags:
+//!
+//! | cmd | flags                                                                       |
+//! |-----|-----------------------------------------------------------------------------|
+//! | all | `b` (base64 key), `k` (return key), `O` (opaque, ≤ 32 bytes), `q`, `P`/`L` (ignored) |
+//! | mg  | `v` `s` `f` `c` `t` (TTL left, -1 none) `h` (fetched before) `l` `u` (no bump) `T` (touch) |
+//! | ms  | `c` `T` `F` `C` (compare CAS) `M` (`S` set, `E` add, `A` append, `P` prepend, `R` replace) `I` without `C` (a no-op, as in 1.6.18) |
+//! | md  | `C` `T` (ignored, as in 1.6.18 without `I`)                                |
+//! | ma  | `v` `c` `t` `T` `N` (vivify) `J` (initial) `D` (delta) `M` (`I`/`+` incr, `D`/`-` decr) `C` |
+//!
+//! Quiet (`q`), as 1.6.18: `mg` hides `EN`; `ms` and `md` hide `HD`; `ma` hides the reply
+//! to an update of an existing item (not `NF`, `EX`, nor the reply for an item `N`
+//! created). Errors are never hidden. Newer 1.6 releases also hide `NF` of `md` and
+//! add flags (`E`, `x`, ...) that 1.6.18 refuses as invalid, as here.
+//!
+//! Differences from 1.6.18, each deliberate (the differential test avoids them):
+//!
+//! | input                                   | here                          | 1.6.18 |
+//! |-----------------------------------------|-------------------------------|--------|
+//! | `mg k N30`, `mg k R30` (vivify/recache: win, stale tokens `W` `X` `Z`) | `CLIENT_ERROR invalid flag` | vivifies, answers `W`/`Z`/`X` |
+//! | `md k I` (mark stale), `ms k 2 C5 I` (store stale) | `CLIENT_ERROR invalid or duplicate flag`, `CLIENT_ERROR invalid flag` | marks the item stale |
+//! | `me k` (meta debug)                     | `ERROR`                        | `ME k exp=.. la=.. cas=.. fetch=.. cls=.. size=..` |
+//! | `mg k k` of an item `ms` stored with `b` (or `mg k b k` of one stored without) | the key as the request gave it | as the *item* was stored (`ITEM_KEY_BINARY`), which an append or an `incr` that reallocates forgets |
+//! | `mg k l`                                | seconds since the item was stored | since its last access (updated at most once a minute) |
+//! | `ma k T30` of an existing item          | the TTL is set                | set only if the `incr` was done in place (else on the old, replaced item: lost) |
+//! | `mg`/`ma` with an `O` over 32 bytes     | refused before anything is done | `mg` sets `T` and `ma` does the arithmetic, then refuses |
+//! | `t` after a `T`/`N` that expires the item (`T-1`) | `2^32 - now` wrapped | `2^32 - (its uptime)` wrapped |
+//! | `h` after an `incr`/`ma` that kept the length | 0 (a new item)        | 0 or 1: in place or a new item, by its threads' references |
+//! | a meta line holding a NUL byte          | tokenized whole (1.6.45's tokenizer) | tokenized up to the NUL (`strlen`) |
 //!
 //! # Use
 //!
@@ -46,13 +79,14 @@
 //!   input or returns [`Parsed::Incomplete`] or a closing error. On `Incomplete` the input
 //!   holds exactly the bytes it held before, minus any bytes the parser was swallowing
 //!   (the data block of a request already refused).
-//! * Values are never copied: a `set` data block or binary value is split off the input
+//! * Values are never copied: a `set`/`ms` data block or binary value is split off the input
 //!   with [`IOBufChain::split_to`] and shares the received buffers' storage. Command
 //!   lines, headers and keys are copied into small owned buffers.
 //! * The outcome of parsing does not depend on how the bytes were segmented: any
 //!   split of the same byte stream yields the same sequence of results.
 
 mod binary;
+mod meta;
 mod reply;
 #[cfg(test)]
 mod tests;
@@ -65,6 +99,9 @@ use core::ops::Deref;
 use ebb::IOBufChain;
 
 pub use binary::{Opcode, Status};
+pub use meta::{
+    MetaCmd, MetaFlags, MetaItem, MetaOutcome, MetaToken, base64_decode, base64_encode, encode_meta,
+};
 pub use reply::{Response, encode};
 
 /// The longest key memcached accepts (`KEY_MAX_LENGTH`).
@@ -262,6 +299,50 @@ pub enum Request {
     Quit,
     /// Binary `NOOP` or meta `mn`: encode [`Response::Noop`] and flush the output now.
     Noop,
+    /// `mg <key> <flags>*`. Answer with [`encode_meta`]: [`MetaOutcome::Item`] or
+    /// [`MetaOutcome::Miss`]. With [`MetaFlags::ttl`] the hit's expiry is set (a touch).
+    MetaGet {
+        /// The key (decoded, for `b`).
+        key: Key,
+        /// The flags.
+        flags: MetaFlags,
+    },
+    /// `ms <key> <datalen> <flags>*`. Answer with [`encode_meta`]:
+    /// [`MetaOutcome::Done`] (stored), `NotStored`, `Exists`, `NotFound`.
+    MetaSet {
+        /// `Set`, `Add`, `Replace`, `Append`, `Prepend`, or `Cas` (a `C` flag with mode
+        /// set or replace).
+        mode: StoreMode,
+        /// The key (decoded, for `b`).
+        key: Key,
+        /// `F`.
+        client_flags: u32,
+        /// `T`, raw (0 without).
+        exptime: i64,
+        /// `C`: compared by `Cas`, and by `Append`/`Prepend` when nonzero; 0 otherwise.
+        cas: u64,
+        /// The data block, without its `"\r\n"`: the received buffers, not a copy.
+        value: IOBufChain,
+        /// The flags (boxed: they would double the size of every request).
+        flags: alloc::boxed::Box<MetaFlags>,
+    },
+    /// `md <key> <flags>*`. Answer [`MetaOutcome::Done`], `NotFound` or `Exists` (a `C`
+    /// that differs; `C0` differs from every item).
+    MetaDelete {
+        /// The key (decoded, for `b`).
+        key: Key,
+        /// The flags.
+        flags: MetaFlags,
+    },
+    /// `ma <key> <flags>*`: incr/decr by [`MetaFlags::delta`]; with `N`, a miss creates
+    /// the item from [`MetaFlags::initial`]. Answer [`MetaOutcome::Item`] (the value's
+    /// digits), `NotFound` or `Exists`, or the text errors of `incr`.
+    MetaArith {
+        /// The key (decoded, for `b`).
+        key: Key,
+        /// The flags.
+        flags: MetaFlags,
+    },
 }
 
 /// Which protocol a connection speaks, fixed by its first byte.

@@ -482,11 +482,11 @@ fn text_unknown_and_malformed() {
     );
     assert_eq!(err(&one(b"\r\n")).1, BAD_FORMAT, "shorter than 4 bytes");
     assert_eq!(err(&one(b"mn\n")).1, BAD_FORMAT, "shorter than 4 bytes");
-    assert_eq!(err(&one(b"mg k v\r\n")).1, b"ERROR\r\n", "meta not offered");
-    // ms: its data block is swallowed.
-    let v = all(b"ms k 2 T0\r\nhi\r\nversion\r\n");
-    assert_eq!(v.len(), 2);
-    assert_eq!(v[1], req(b"version\r\n").into_parsed());
+    assert_eq!(
+        err(&one(b"me k\r\n")).1,
+        b"ERROR\r\n",
+        "meta debug not offered"
+    );
     assert_eq!(
         err(&one(b"GET / HTTP/1.1\r\n")),
         (ErrorKind::Http, vec![], true)
@@ -574,6 +574,445 @@ fn text_value_is_not_copied() {
     };
     assert_eq!(value.to_vec(), b"hello");
     assert!(value.iter().all(|seg| seg.shares_storage_with(&buf)));
+}
+
+// ---------------------------------------------------------------- meta commands
+
+fn meta_flags(r: &Request) -> &MetaFlags {
+    match r {
+        Request::MetaGet { flags, .. }
+        | Request::MetaDelete { flags, .. }
+        | Request::MetaArith { flags, .. } => flags,
+        Request::MetaSet { flags, .. } => flags,
+        other => panic!("not a meta request: {other:?}"),
+    }
+}
+
+#[test]
+fn meta_get_flags() {
+    let r = req(b"mg foo v k O123 T30 q s t c f h l u\r\n").request;
+    let Request::MetaGet { key: k, flags } = &r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(*k, key("foo"));
+    assert_eq!(flags.cmd, MetaCmd::Get);
+    assert!(flags.value && flags.quiet && flags.no_bump && !flags.base64);
+    assert_eq!(flags.ttl, Some(30));
+    assert_eq!(
+        flags.tokens,
+        vec![
+            MetaToken::Key,
+            MetaToken::Opaque(b"O123".to_vec()),
+            MetaToken::SetTtl,
+            MetaToken::Size,
+            MetaToken::Ttl,
+            MetaToken::Cas,
+            MetaToken::Flags,
+            MetaToken::Hit,
+            MetaToken::LastAccess,
+        ]
+    );
+    // No flags at all; the proxy flags P and L are accepted and ignored.
+    let r = req(b"mg foo\r\n").request;
+    assert!(meta_flags(&r).tokens.is_empty());
+    assert!(
+        meta_flags(&req(b"mg foo P L\r\n").request)
+            .tokens
+            .is_empty()
+    );
+    // b: the key is base64, decoded here.
+    let r = req(b"mg Zm9v b k\r\n").request;
+    assert!(matches!(&r, Request::MetaGet { key: k, flags } if *k == key("foo") && flags.base64));
+}
+
+#[test]
+fn meta_errors() {
+    // As memcached 1.6.18 answered each line.
+    let long_key = [b"mg ".as_slice(), &[b'k'; 251], b" v\r\n"].concat();
+    let cases: &[(&[u8], &[u8])] = &[
+        (b"mg\r\n", b"ERROR\r\n"),
+        (b"md\r\n", b"ERROR\r\n"),
+        (b"ma\r\n", b"ERROR\r\n"),
+        (b"mz foo\r\n", b"ERROR\r\n"),
+        (b"me foo\r\n", b"ERROR\r\n"),
+        (&long_key, BAD_FORMAT),
+        (b"mg foo x\r\n", b"CLIENT_ERROR invalid flag\r\n"),
+        (b"mg foo v v\r\n", b"CLIENT_ERROR duplicate flag\r\n"),
+        (b"mg foo t T30 t\r\n", b"CLIENT_ERROR duplicate flag\r\n"),
+        (b"mg foo \xff\r\n", b"CLIENT_ERROR duplicate flag\r\n"),
+        (
+            b"mg foo Tx\r\n",
+            b"CLIENT_ERROR bad token in command line format\r\n",
+        ),
+        (
+            b"mg foo T\r\n",
+            b"CLIENT_ERROR bad token in command line format\r\n",
+        ),
+        // A failed flag lets parsing go on: a later unknown flag has the last word.
+        (b"mg foo Tx z\r\n", b"CLIENT_ERROR invalid flag\r\n"),
+        (b"mg Zm9v= b\r\n", b"CLIENT_ERROR error decoding key\r\n"),
+        (b"mg !!!! b\r\n", b"CLIENT_ERROR error decoding key\r\n"),
+        (
+            b"mg foo Oabcdefghijabcdefghijabcdefghijab\r\n",
+            b"CLIENT_ERROR opaque token too long\r\n",
+        ),
+        (
+            b"mg foo a b c d e f g h i j k l m n o p q r\r\n",
+            b"CLIENT_ERROR options flags are too long\r\n",
+        ),
+        (
+            b"md foo a b c d e f g h i j k l m n o p q r\r\n",
+            b"CLIENT_ERROR options flags too long\r\n",
+        ),
+        // Not offered here (memcached 1.6.18 takes them): refused as unknown flags.
+        (b"mg foo N30\r\n", b"CLIENT_ERROR invalid flag\r\n"),
+        (b"mg foo R30\r\n", b"CLIENT_ERROR invalid flag\r\n"),
+        (
+            b"md foo I\r\n",
+            b"CLIENT_ERROR invalid or duplicate flag\r\n",
+        ),
+        (
+            b"md foo Y\r\n",
+            b"CLIENT_ERROR invalid or duplicate flag\r\n",
+        ),
+        (
+            b"md foo q q\r\n",
+            b"CLIENT_ERROR invalid or duplicate flag\r\n",
+        ),
+        (
+            b"ma foo D-1\r\n",
+            b"CLIENT_ERROR invalid or duplicate flag\r\n",
+        ),
+        (
+            b"ma foo Dx\r\n",
+            b"CLIENT_ERROR invalid or duplicate flag\r\n",
+        ),
+        (
+            b"ma foo J\r\n",
+            b"CLIENT_ERROR invalid or duplicate flag\r\n",
+        ),
+        (
+            b"ma foo MX\r\n",
+            b"CLIENT_ERROR invalid mode for ma M token\r\n",
+        ),
+        (
+            b"ma foo MII\r\n",
+            b"CLIENT_ERROR invalid or duplicate flag\r\n",
+        ),
+        (b"ms foo\r\n", BAD_FORMAT),
+        (b"ms foo -1\r\n", BAD_FORMAT),
+        (b"ms foo x\r\n", BAD_FORMAT),
+    ];
+    for (line, want) in cases {
+        let v = all(line);
+        assert_eq!(v.len(), 1, "{}", line.escape_ascii());
+        let (_, reply, close) = err(&v[0]);
+        assert_eq!(
+            reply.escape_ascii().to_string(),
+            want.escape_ascii().to_string(),
+            "{}",
+            line.escape_ascii()
+        );
+        assert!(!close);
+    }
+    // q never hides an error.
+    assert_eq!(
+        err(&one(b"mg foo q x\r\n")).1,
+        b"CLIENT_ERROR invalid flag\r\n"
+    );
+}
+
+#[test]
+fn meta_set_reads_its_block() {
+    let r = req(b"ms foo 2 T30 F5 c k MA C7\r\nhi\r\n").request;
+    let Request::MetaSet {
+        mode,
+        key: k,
+        client_flags,
+        exptime,
+        cas,
+        value,
+        flags,
+    } = &r
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        (*mode, k, *client_flags, *exptime, *cas),
+        (StoreMode::Append, &key("foo"), 5, 30, 7)
+    );
+    assert_eq!(value.to_vec(), b"hi");
+    assert_eq!(
+        flags.tokens,
+        vec![MetaToken::SetTtl, MetaToken::Cas, MetaToken::Key]
+    );
+    // Modes, and what a C does to each.
+    for (line, want) in [
+        (&b"ms k 1\r\nx\r\n"[..], (StoreMode::Set, 0)),
+        (b"ms k 1 MS C3\r\nx\r\n", (StoreMode::Cas, 3)),
+        (b"ms k 1 MR C0\r\nx\r\n", (StoreMode::Cas, 0)),
+        (b"ms k 1 MR\r\nx\r\n", (StoreMode::Replace, 0)),
+        (b"ms k 1 ME C3\r\nx\r\n", (StoreMode::Add, 0)),
+        (b"ms k 1 MP C3\r\nx\r\n", (StoreMode::Prepend, 3)),
+        (b"ms k 1 I\r\nx\r\n", (StoreMode::Set, 0)),
+    ] {
+        let r = req(line).request;
+        let Request::MetaSet { mode, cas, .. } = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!((mode, cas), want, "{}", line.escape_ascii());
+    }
+    // A refused ms swallows its block once its length is known; before, it does not
+    // (1.6.18 then reads the block as a command).
+    for (input, want) in [
+        (
+            &b"ms k 2 Zbad\r\nhi\r\nmn\r\n"[..],
+            &b"CLIENT_ERROR invalid flag\r\n"[..],
+        ),
+        (
+            b"ms k 2 MX\r\nhi\r\nmn\r\n",
+            b"CLIENT_ERROR invalid mode for ms M token\r\n",
+        ),
+        (
+            b"ms k 2 q q\r\nhi\r\nmn\r\n",
+            b"CLIENT_ERROR duplicate flag\r\n",
+        ),
+        (b"ms k 2 F-1\r\nhi\r\nmn\r\n", BAD_FORMAT),
+        (
+            b"ms k 2 C1 I\r\nhi\r\nmn\r\n",
+            b"CLIENT_ERROR invalid flag\r\n",
+        ),
+    ] {
+        let v = all(input);
+        assert_eq!(v.len(), 2, "{}", input.escape_ascii());
+        assert_eq!(err(&v[0]).1, want, "{}", input.escape_ascii());
+        assert_eq!(v[1], Parsed::Request(req(b"mn\r\n")));
+    }
+    let v = all(b"ms k\r\nhi\r\n");
+    assert_eq!(err(&v[0]).1, BAD_FORMAT);
+    assert_eq!(err(&v[1]).1, b"ERROR\r\n", "the block read as a command");
+    // A bad chunk is reported even with q.
+    let v = all(b"ms k 2 q\r\nhixx\r\n");
+    assert_eq!(err(&v[0]).1, b"CLIENT_ERROR bad data chunk\r\n");
+    // Too large: refused, swallowed, the key's item dropped whatever the mode.
+    let limits = Limits {
+        item_size_max: 1024,
+        ..Limits::default()
+    };
+    let mut input = [b"ms big 2000 ME q\r\n".as_slice(), &[b'x'; 2002], b"mn\r\n"].concat();
+    let (v, rest) = feed(limits, &[&input]);
+    assert!(rest.is_empty());
+    let Parsed::Error(e) = &v[0] else { panic!() };
+    assert_eq!(
+        e.reply.to_vec(),
+        b"SERVER_ERROR object too large for cache\r\n"
+    );
+    assert_eq!(e.unlink, Some(key("big")));
+    assert_eq!(v[1], Parsed::Request(req(b"mn\r\n")));
+    input.truncate(30);
+    let (v, _) = feed(limits, &[&input]);
+    assert_eq!(v.len(), 1, "the error is known before the block arrives");
+}
+
+#[test]
+fn meta_set_value_is_not_copied() {
+    let buf = IOBuf::copy_from_slice(b"ms k 5 T0\r\nhello\r\n");
+    let mut input = IOBufChain::from(buf.clone());
+    let mut p = Parser::new(Limits::default());
+    let Parsed::Request(Command {
+        request: Request::MetaSet { value, .. },
+        ..
+    }) = p.parse(&mut input)
+    else {
+        panic!()
+    };
+    assert_eq!(value.to_vec(), b"hello");
+    assert!(value.iter().all(|seg| seg.shares_storage_with(&buf)));
+}
+
+#[test]
+fn meta_delete_and_arith_flags() {
+    let r = req(b"md foo C5 q k O1 T10\r\n").request;
+    let f = meta_flags(&r);
+    assert_eq!((f.cas, f.quiet, f.ttl), (Some(5), true, Some(10)));
+    let r = req(b"ma foo N0 J42 D7 MD v t c\r\n").request;
+    let f = meta_flags(&r);
+    assert_eq!(
+        (f.vivify, f.initial, f.delta, f.incr(), f.value),
+        (Some(0), 42, 7, false, true)
+    );
+    let f = meta_flags(&req(b"ma foo\r\n").request).clone();
+    assert_eq!((f.delta, f.incr(), f.vivify), (1, true, None));
+    assert!(!meta_flags(&req(b"ma foo M-\r\n").request).incr());
+    assert!(meta_flags(&req(b"ma foo M+\r\n").request).incr());
+}
+
+#[test]
+fn meta_base64_as_memcached() {
+    for (input, want) in [
+        (&b"Zm9v"[..], Some(&b"foo"[..])),
+        (b"Zm8=", Some(b"fo")),
+        (b"Zg==", Some(b"f")),
+        (b"Z!m9v", Some(b"foo")),
+        (b"Zg==Zm9v", Some(b"f")),
+        (b"Zm9v=", None),
+        (b"Zm9", None),
+        (b"!!!!", None),
+        (b"Z===", None),
+        (b"", None),
+    ] {
+        assert_eq!(
+            base64_decode(input).as_deref(),
+            want,
+            "{}",
+            input.escape_ascii()
+        );
+    }
+    for (input, want) in [
+        (&b"foo"[..], &b"Zm9v"[..]),
+        (b"fo", b"Zm8="),
+        (b"f", b"Zg=="),
+        (b"", b""),
+    ] {
+        let mut out = Vec::new();
+        base64_encode(input, &mut out);
+        assert_eq!(out, want);
+    }
+    proptest!(|(bytes in proptest::collection::vec(any::<u8>(), 1..300))| {
+        let mut enc = Vec::new();
+        base64_encode(&bytes, &mut enc);
+        prop_assert_eq!(base64_decode(&enc), Some(bytes));
+    });
+}
+
+fn meta_reply(line: &[u8], outcome: &MetaOutcome<'_>) -> Vec<u8> {
+    let r = req(line).request;
+    let (key, flags) = match &r {
+        Request::MetaGet { key, flags }
+        | Request::MetaDelete { key, flags }
+        | Request::MetaArith { key, flags } => (key.clone(), flags.clone()),
+        Request::MetaSet { key, flags, .. } => (key.clone(), (**flags).clone()),
+        other => panic!("{other:?}"),
+    };
+    let mut out = IOBufChain::new();
+    encode_meta(&flags, &key, outcome, &mut out);
+    out.to_vec()
+}
+
+#[test]
+fn meta_replies() {
+    let data = chain(b"hi");
+    let item = MetaItem {
+        flags: 5,
+        cas: 7,
+        value: &data,
+        ttl: -1,
+        ttl_touched: 100,
+        ttl_vivified: 50,
+        created: false,
+        last_access: 3,
+        fetched: true,
+    };
+    let hit = MetaOutcome::Item(item);
+    // As 1.6.18 answered: flags in request order, v not echoed, q no help on a hit.
+    assert_eq!(
+        meta_reply(b"mg foo v f t c s k\r\n", &hit),
+        b"VA 2 f5 t-1 c7 s2 kfoo\r\nhi\r\n"
+    );
+    assert_eq!(
+        meta_reply(b"mg foo h l O123 q\r\n", &hit),
+        b"HD h1 l3 O123\r\n"
+    );
+    assert_eq!(meta_reply(b"mg foo t T30 c\r\n", &hit), b"HD t-1 c7\r\n");
+    assert_eq!(meta_reply(b"mg foo T30 t\r\n", &hit), b"HD t100\r\n");
+    assert_eq!(
+        meta_reply(b"mg Zm9v b k v\r\n", &hit),
+        b"VA 2 kZm9v b\r\nhi\r\n"
+    );
+    assert_eq!(
+        meta_reply(b"mg nokey k O9\r\n", &MetaOutcome::Miss),
+        b"EN knokey O9\r\n"
+    );
+    assert_eq!(meta_reply(b"mg nokey q k\r\n", &MetaOutcome::Miss), b"");
+    // ms: c is 0 unless stored; q hides HD only.
+    let stored = MetaOutcome::Done { cas: 9 };
+    assert_eq!(
+        meta_reply(b"ms foo 2 c k O1 T5 s\r\nhi\r\n", &stored),
+        b"HD c9 kfoo O1\r\n"
+    );
+    assert_eq!(
+        meta_reply(b"ms foo 2 c k O1\r\nhi\r\n", &MetaOutcome::NotStored),
+        b"NS c0 kfoo O1\r\n"
+    );
+    assert_eq!(meta_reply(b"ms foo 2 q\r\nhi\r\n", &stored), b"");
+    assert_eq!(
+        meta_reply(b"ms foo 2 q\r\nhi\r\n", &MetaOutcome::Exists),
+        b"EX\r\n"
+    );
+    assert_eq!(
+        meta_reply(b"ms foo 2 q MR\r\nhi\r\n", &MetaOutcome::NotStored),
+        b"NS\r\n"
+    );
+    // md: q hides HD, not NF.
+    let deleted = MetaOutcome::Done { cas: 0 };
+    assert_eq!(meta_reply(b"md foo q\r\n", &deleted), b"");
+    assert_eq!(meta_reply(b"md foo k c\r\n", &deleted), b"HD kfoo\r\n");
+    assert_eq!(
+        meta_reply(b"md foo q\r\n", &MetaOutcome::NotFound),
+        b"NF\r\n"
+    );
+    // ma: the number's digits; q hides success, not NF.
+    let digits = chain(b"42");
+    let created = MetaOutcome::Item(MetaItem {
+        value: &digits,
+        created: true,
+        ..item
+    });
+    // A created item is immortal until its N (or T) in request order.
+    assert_eq!(
+        meta_reply(b"ma zz J42 v t c N0\r\n", &created),
+        b"VA 2 t-1 c7\r\n42\r\n"
+    );
+    assert_eq!(
+        meta_reply(b"ma zz N50 t T100 s f\r\n", &created),
+        b"HD t50\r\n"
+    );
+    assert_eq!(
+        meta_reply(b"ma zz q N0\r\n", &created),
+        b"HD\r\n",
+        "q: not when created"
+    );
+    let updated = MetaOutcome::Item(MetaItem {
+        value: &digits,
+        ..item
+    });
+    assert_eq!(meta_reply(b"ma zz q v\r\n", &updated), b"");
+    assert_eq!(
+        meta_reply(b"ma zz q\r\n", &MetaOutcome::NotFound),
+        b"NF\r\n"
+    );
+}
+
+#[test]
+fn meta_value_reply_is_zero_copy() {
+    let data = IOBufChain::from(IOBuf::copy_from_slice(b"hello"));
+    let item = MetaItem {
+        flags: 0,
+        cas: 1,
+        value: &data,
+        ttl: -1,
+        ttl_touched: -1,
+        ttl_vivified: -1,
+        created: false,
+        last_access: 0,
+        fetched: false,
+    };
+    let flags = meta_flags(&req(b"mg k v\r\n").request).clone();
+    let mut out = IOBufChain::new();
+    encode_meta(&flags, b"k", &MetaOutcome::Item(item), &mut out);
+    assert_eq!(out.to_vec(), b"VA 5\r\nhello\r\n");
+    let front = data.front().unwrap();
+    assert!(out.iter().any(|seg| seg.shares_storage_with(front)));
 }
 
 // ---------------------------------------------------------------- binary requests
@@ -1219,6 +1658,11 @@ fn text_stream() -> Vec<u8> {
         b"incr k 5\r\ndecr k 1 noreply\r\nincr k x\r\n",
         b"touch k 10\r\ndelete k\r\ndelete k noreply\r\n",
         b"flush_all\r\nflush_all 10 noreply\r\nversion\r\nverbosity 1\r\nstats items\r\n",
+        b"mg k v c f t s k O1 q\r\nmg Zm9v b k\r\nmg k x\r\n",
+        b"ms k 2 T0 F5 c k\r\nhi\r\nms k 2 MX\r\nhi\r\nms k\r\nms k 3 q\r\nhixxx\r\n",
+        b"md k q C1\r\nma k N0 J5 D2 MD v t\r\nma k Y\r\n",
+        b"ms big 2000 ME\r\n",
+        &[b'y'; 2002],
         b"bogus\r\n\r\nmn\r\nms k 2\r\nhi\r\nquit\n",
     ] {
         s.extend_from_slice(line);
@@ -1430,6 +1874,55 @@ impl Toy {
             Request::Stats { .. } => encode(to, &Response::StatsEnd, out),
             Request::Quit => encode(to, &Response::Quit, out),
             Request::Noop => encode(to, &Response::Noop, out),
+            Request::MetaGet { key, flags } => {
+                let found = self.items.get(key.as_bytes()).cloned();
+                let outcome = match &found {
+                    Some((f, data, cas)) => MetaOutcome::Item(MetaItem {
+                        flags: *f,
+                        cas: *cas,
+                        value: data,
+                        ttl: -1,
+                        ttl_touched: -1,
+                        ttl_vivified: -1,
+                        created: false,
+                        last_access: 0,
+                        fetched: false,
+                    }),
+                    None => MetaOutcome::Miss,
+                };
+                encode_meta(flags, key, &outcome, out);
+            }
+            Request::MetaSet {
+                mode,
+                key,
+                client_flags,
+                value,
+                flags,
+                ..
+            } => {
+                let exists = self.items.contains_key(key.as_bytes());
+                let outcome = match mode {
+                    StoreMode::Add if exists => MetaOutcome::NotStored,
+                    StoreMode::Replace if !exists => MetaOutcome::NotStored,
+                    _ => {
+                        let cas = self.cas();
+                        self.items
+                            .insert(key.to_vec(), (*client_flags, value.clone(), cas));
+                        MetaOutcome::Done { cas }
+                    }
+                };
+                encode_meta(flags, key, &outcome, out);
+            }
+            Request::MetaDelete { key, flags } => {
+                let outcome = match self.items.remove(key.as_bytes()) {
+                    Some(_) => MetaOutcome::Done { cas: 0 },
+                    None => MetaOutcome::NotFound,
+                };
+                encode_meta(flags, key, &outcome, out);
+            }
+            Request::MetaArith { key, flags } => {
+                encode_meta(flags, key, &MetaOutcome::NotFound, out);
+            }
         }
     }
 
@@ -1497,6 +1990,12 @@ fn conversations_match_memcached() {
             false,
         ),
         (b"incr k noreply\r\nget a noreply\r\n", b"END\r\n", false),
+        (
+            b"ms foo 2 T0 F5 c\r\nhi\r\nmg foo v f t s k\r\nmg nokey q\r\nmg nokey k O9\r\n\
+              ms foo 2 ME q\r\nhi\r\nmd foo q\r\nmd foo q\r\nma foo\r\nmn\r\n",
+            b"HD c1\r\nVA 2 f5 t-1 s2 kfoo\r\nhi\r\nEN knokey O9\r\nNS\r\nNF\r\nNF\r\nMN\r\n",
+            false,
+        ),
         (b"quit\r\nversion\r\n", b"", true),
         (b"GET / HTTP/1.1\r\n", b"", true),
     ];

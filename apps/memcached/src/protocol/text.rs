@@ -21,6 +21,9 @@ use alloc::vec::Vec;
 
 use ebb::{IOBuf, IOBufChain};
 
+use alloc::boxed::Box;
+
+use super::meta::{self, MetaFlags};
 use super::{
     Command, ErrorKind, KEY_MAX_LENGTH, Key, ParseError, Parsed, Parser, ReplyTo, Request,
     StoreMode,
@@ -46,7 +49,7 @@ const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
 const SHUTDOWN_DISABLED: &[u8] = b"SERVER_ERROR: shutdown not enabled\r\n";
 
 /// What a command line asks for, before its data block (if any) is read.
-enum Line {
+pub(super) enum Line {
     /// A complete request.
     Request(Request, ReplyTo),
     /// A storage command whose data block (`vlen` bytes + `"\r\n"`) follows.
@@ -58,6 +61,8 @@ enum Line {
         cas: u64,
         vlen: usize,
         noreply: bool,
+        /// `ms`: its flags (the request is a [`Request::MetaSet`]).
+        meta: Option<Box<MetaFlags>>,
     },
     /// A refused line.
     Refused {
@@ -72,7 +77,7 @@ enum Line {
 }
 
 impl Line {
-    fn refused(kind: ErrorKind, reply: &'static [u8], noreply: bool) -> Self {
+    pub(super) fn refused(kind: ErrorKind, reply: &'static [u8], noreply: bool) -> Self {
         Line::Refused {
             kind,
             reply: Some(reply),
@@ -137,6 +142,7 @@ pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
             cas,
             vlen,
             noreply,
+            meta,
         } => {
             let Some(total) = line_len.checked_add(vlen).and_then(|n| n.checked_add(2)) else {
                 // Unreachable: `vlen` is at most `i32::MAX - 2`.
@@ -162,8 +168,17 @@ pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
                     None,
                 ));
             }
-            Parsed::Request(Command {
-                request: Request::Store {
+            let request = match meta {
+                Some(meta) => Request::MetaSet {
+                    mode,
+                    key,
+                    client_flags: flags,
+                    exptime,
+                    cas,
+                    value,
+                    flags: meta,
+                },
+                None => Request::Store {
                     mode,
                     key,
                     flags,
@@ -171,6 +186,9 @@ pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
                     cas,
                     value,
                 },
+            };
+            Parsed::Request(Command {
+                request,
                 reply_to: ReplyTo::Text {
                     noreply,
                     cas: false,
@@ -244,7 +262,7 @@ fn starts_multiget(input: &IOBufChain) -> bool {
 
 /// The tokens of a line: `(start, end)` offsets of up to [`MAX_TOKENS`] space-separated
 /// words, as memcached's `mcmc_tokenize`.
-struct Tokens<'a> {
+pub(super) struct Tokens<'a> {
     line: &'a [u8],
     spans: [(usize, usize); MAX_TOKENS],
     count: usize,
@@ -275,11 +293,11 @@ impl<'a> Tokens<'a> {
         Self { line, spans, count }
     }
 
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.count
     }
 
-    fn get(&self, i: usize) -> Option<&'a [u8]> {
+    pub(super) fn get(&self, i: usize) -> Option<&'a [u8]> {
         if i >= self.count {
             return None;
         }
@@ -325,8 +343,12 @@ fn process_line(line: &[u8], p: &Parser) -> Line {
     let t = Tokens::new(line);
     match cmd {
         b"mn" => text_request(Request::Noop, false),
-        b"ms" => meta_set(&t),
-        b"mg" | b"md" | b"ma" | b"me" => Line::refused(ErrorKind::Unsupported, ERROR, false),
+        b"ms" => meta::set(&t, |k, f, v| p.limits.item_fits(k, f, v)),
+        b"mg" => meta::get(&t),
+        b"md" => meta::delete(&t),
+        b"ma" => meta::arith(&t),
+        // Meta debug: not offered.
+        b"me" => Line::refused(ErrorKind::Unsupported, ERROR, false),
         b"get" => get(&t, body, false, false),
         b"gets" => get(&t, body, true, false),
         b"gat" => get(&t, body, false, true),
@@ -500,22 +522,7 @@ fn storage(t: &Tokens<'_>, mode: StoreMode, p: &Parser) -> Line {
         cas,
         vlen,
         noreply,
-    }
-}
-
-/// `ms <key> <datalen> <flags>*`: the meta protocol is not offered, but its data block
-/// is swallowed so it is not read as commands.
-fn meta_set(t: &Tokens<'_>) -> Line {
-    let swallow = match t.get(2).and_then(mcmc_i32) {
-        Some(v) if (0..=i32::MAX - 2).contains(&v) => v.unsigned_abs() as usize + 2,
-        _ => 0,
-    };
-    Line::Refused {
-        kind: ErrorKind::Unsupported,
-        reply: Some(ERROR),
-        noreply: false,
-        swallow,
-        unlink: None,
+        meta: None,
     }
 }
 
@@ -692,7 +699,7 @@ fn c_strtou(s: &[u8]) -> Option<(u64, bool, u128)> {
 /// memcached's `safe_strtoul` into a 32-bit flags field: ERANGE beyond 2^64, a negative
 /// number refused only when it reads as negative as a signed long, the result
 /// truncated to 32 bits (`*out = l`).
-fn c_strtoul_u32(s: &[u8]) -> Option<u32> {
+pub(super) fn c_strtoul_u32(s: &[u8]) -> Option<u32> {
     let (v, neg, _) = c_strtou(s)?;
     if neg && (v as i64) < 0 {
         return None;
@@ -700,9 +707,19 @@ fn c_strtoul_u32(s: &[u8]) -> Option<u32> {
     Some(v as u32)
 }
 
+/// memcached's `safe_strtoull`: ERANGE beyond 2^64, a negative number refused only
+/// when it reads as negative as a signed long long.
+pub(super) fn c_strtoull_u64(s: &[u8]) -> Option<u64> {
+    let (v, neg, _) = c_strtou(s)?;
+    if neg && (v as i64) < 0 {
+        return None;
+    }
+    Some(v)
+}
+
 /// memcached's `safe_strtol`: `strtol` (a 64-bit long: ERANGE outside it) stored into
 /// an `int32_t` (truncated).
-fn c_strtol_i32(s: &[u8]) -> Option<i32> {
+pub(super) fn c_strtol_i32(s: &[u8]) -> Option<i32> {
     let (_, neg, mag) = c_strtou(s)?;
     let v: i64 = if neg {
         if mag > 1u128 << 63 {

@@ -223,6 +223,29 @@ pub struct Hit {
     pub value: IOBufChain,
 }
 
+/// A key found by a meta get (`mg`): the hit and what the meta flags report about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetaHit {
+    /// Flags, CAS id and value.
+    pub hit: Hit,
+    /// The item's absolute expiry (0: never) as found, before any new TTL was set.
+    pub exptime: UnixTime,
+    /// When the item was stored (memcached's `l` reports the last access instead).
+    pub time: UnixTime,
+    /// Whether a read had returned the item before this one (memcached's `h`).
+    pub fetched: bool,
+}
+
+/// What a meta arithmetic (`ma`) did besides [`ArithOutcome`]: the TTL to report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetaArith {
+    /// The item's absolute expiry (0: never) before `touch` was applied; 0 for an item
+    /// just created (memcached creates it immortal, then applies `N`/`T`).
+    pub exptime: UnixTime,
+    /// The item was created from [`Arith::initial`].
+    pub created: bool,
+}
+
 /// Why a write could not be done at all (as opposed to a refusal by the command's
 /// semantics, which the outcome enums report).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -477,6 +500,20 @@ impl Store {
     /// `get`/`gets`: the item for `key`, if present and live. Lock-free (on a core of
     /// the store's RCU domain). An expired or flushed item is removed on the way.
     pub fn get(&self, cx: Ctx, key: &[u8]) -> Option<Hit> {
+        self.read(cx, key, true).map(|m| m.hit)
+    }
+
+    /// `mg`: the item for `key` and what the meta flags report about it. With `touch`
+    /// (`T`) the expiry is set, counted as a touch; otherwise counted as a get. `bump:
+    /// false` (`u`) leaves the item's fetched and CLOCK bits alone.
+    pub fn meta_get(&self, cx: Ctx, key: &[u8], touch: Option<i64>, bump: bool) -> Option<MetaHit> {
+        let Some(exptime) = touch else {
+            return self.read(cx, key, bump);
+        };
+        self.touch_with(cx, key, exptime, bump)
+    }
+
+    fn read(&self, cx: Ctx, key: &[u8], bump: bool) -> Option<MetaHit> {
         // `cmd_get` is not counted: it is `get_hits + get_misses`, one atomic less
         // on the hot path.
         let Some((_, shard)) = self.shard_for(key) else {
@@ -484,7 +521,7 @@ impl Store {
             return None;
         };
         enum Found {
-            Live(Hit),
+            Live(MetaHit),
             Flushed(Arc<Item>),
             Expired(Arc<Item>),
         }
@@ -494,11 +531,19 @@ impl Store {
             } else if item.expired(cx.now) {
                 Found::Expired(item.clone())
             } else {
-                item.mark_read();
-                Found::Live(Hit {
-                    flags: item.flags,
-                    cas: item.cas,
-                    value: item.value.to_chain(),
+                let fetched = item.was_fetched();
+                if bump {
+                    item.mark_read();
+                }
+                Found::Live(MetaHit {
+                    hit: Hit {
+                        flags: item.flags,
+                        cas: item.cas,
+                        value: item.value.to_chain(),
+                    },
+                    exptime: item.exptime.load(Ordering::Relaxed),
+                    time: item.time,
+                    fetched,
                 })
             }
         });
@@ -540,6 +585,10 @@ impl Store {
     }
 
     fn touch_inner(&self, cx: Ctx, key: &[u8], exptime: i64) -> Option<Hit> {
+        self.touch_with(cx, key, exptime, true).map(|m| m.hit)
+    }
+
+    fn touch_with(&self, cx: Ctx, key: &[u8], exptime: i64, bump: bool) -> Option<MetaHit> {
         self.count(cx, Counter::CmdTouch);
         let exptime = absolute_expiry(exptime, cx.now);
         // Under the shard lock, so that a touch cannot revive an item that a sweep or
@@ -547,12 +596,20 @@ impl Store {
         let hit = self
             .mutate(cx, key, |live| {
                 let hit = live.map(|item| {
-                    item.exptime.store(exptime, Ordering::Relaxed);
-                    item.mark_read();
-                    Hit {
-                        flags: item.flags,
-                        cas: item.cas,
-                        value: item.value.to_chain(),
+                    let old = item.exptime.swap(exptime, Ordering::Relaxed);
+                    let fetched = item.was_fetched();
+                    if bump {
+                        item.mark_read();
+                    }
+                    MetaHit {
+                        hit: Hit {
+                            flags: item.flags,
+                            cas: item.cas,
+                            value: item.value.to_chain(),
+                        },
+                        exptime: old,
+                        time: item.time,
+                        fetched,
                     }
                 });
                 (Plan::Keep, hit)
@@ -719,10 +776,18 @@ impl Store {
     /// `delete`: removes the key's live item. With `cas != 0` (binary protocol) only if
     /// its CAS id matches.
     pub fn delete(&self, cx: Ctx, key: &[u8], cas: u64) -> DeleteOutcome {
+        self.delete_if(cx, key, (cas != 0).then_some(cas))
+    }
+
+    /// `md`: removes the key's live item, only if its CAS id is `cas` when given (`C0`
+    /// matches no item: memcached's meta delete compares even a zero).
+    pub fn delete_if(&self, cx: Ctx, key: &[u8], cas: Option<u64>) -> DeleteOutcome {
         let outcome = self
             .mutate(cx, key, |live| match live {
                 None => (Plan::Keep, DeleteOutcome::NotFound),
-                Some(item) if cas != 0 && item.cas != cas => (Plan::Keep, DeleteOutcome::Exists),
+                Some(item) if cas.is_some_and(|c| item.cas != c) => {
+                    (Plan::Keep, DeleteOutcome::Exists)
+                }
                 Some(_) => (Plan::Remove, DeleteOutcome::Deleted),
             })
             .map_or(DeleteOutcome::NotFound, |(o, _)| o);
@@ -741,6 +806,24 @@ impl Store {
     /// old length when shorter (memcached's in-place update), with a new CAS id and the
     /// old flags and expiry.
     pub fn arith(&self, cx: Ctx, key: &[u8], op: Arith) -> Result<ArithOutcome, StoreError> {
+        self.meta_arith(cx, key, op, None).map(|(o, _)| o)
+    }
+
+    /// `ma`: [`arith`](Self::arith), then sets the expiry of an existing item to
+    /// `touch` (`T`; an item created from [`Arith::initial`] gets the initial's expiry).
+    /// Also returns, for a value, the expiry before `touch` and whether it was created.
+    pub fn meta_arith(
+        &self,
+        cx: Ctx,
+        key: &[u8],
+        op: Arith,
+        touch: Option<i64>,
+    ) -> Result<(ArithOutcome, MetaArith), StoreError> {
+        let mut meta = MetaArith {
+            exptime: 0,
+            created: false,
+        };
+        let meta_ref = &mut meta;
         let (hit, miss) = if op.incr {
             (Counter::IncrHits, Counter::IncrMisses)
         } else {
@@ -750,17 +833,20 @@ impl Store {
             let Some(item) = live else {
                 self.count(cx, miss);
                 return match op.initial {
-                    Some((initial, exptime)) => (
-                        Plan::Write {
-                            flags: 0,
-                            exptime: absolute_expiry(exptime, cx.now),
-                            value: IOBuf::from_vec(numeric::render(initial, 0)).into(),
-                        },
-                        ArithOutcome::Value {
-                            value: initial,
-                            cas: 0,
-                        },
-                    ),
+                    Some((initial, exptime)) => {
+                        meta_ref.created = true;
+                        (
+                            Plan::Write {
+                                flags: 0,
+                                exptime: absolute_expiry(exptime, cx.now),
+                                value: IOBuf::from_vec(numeric::render(initial, 0)).into(),
+                            },
+                            ArithOutcome::Value {
+                                value: initial,
+                                cas: 0,
+                            },
+                        )
+                    }
                     None => (Plan::Keep, ArithOutcome::NotFound),
                 };
             };
@@ -779,19 +865,22 @@ impl Store {
             } else {
                 current.saturating_sub(op.delta)
             };
+            let old_exptime = item.exptime.load(Ordering::Relaxed);
+            meta_ref.exptime = old_exptime;
             (
                 Plan::Write {
                     flags: item.flags,
-                    exptime: item.exptime.load(Ordering::Relaxed),
+                    exptime: touch.map_or(old_exptime, |t| absolute_expiry(t, cx.now)),
                     value: IOBuf::from_vec(numeric::render(value, item.value.len())).into(),
                 },
                 ArithOutcome::Value { value, cas: 0 },
             )
         })?;
-        Ok(match (outcome, cas) {
+        let outcome = match (outcome, cas) {
             (ArithOutcome::Value { value, .. }, Some(cas)) => ArithOutcome::Value { value, cas },
             (other, _) => other,
-        })
+        };
+        Ok((outcome, meta))
     }
 
     /// `flush_all [delay]`: with `delay <= 0` every present item becomes invalid now;

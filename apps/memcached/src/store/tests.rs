@@ -1168,3 +1168,79 @@ fn sweep_removes_flushed_items_and_frees_their_bytes() {
     assert_eq!(st.bytes as usize, 5 + 1 + ITEM_OVERHEAD);
     assert_eq!(value(&s, T0, b"after").unwrap(), b"v");
 }
+
+// ----- meta commands
+
+#[test]
+fn meta_get_reports_and_touches() {
+    let s = store();
+    set(&s, T0, b"k", 5, 100, b"hi");
+    // The first read finds it unfetched; u leaves it so.
+    let m = s.meta_get(cx(T0 + 3), b"k", None, false).unwrap();
+    assert_eq!(
+        (m.hit.flags, m.exptime, m.time, m.fetched),
+        (5, T0 + 100, T0, false)
+    );
+    assert!(!s.meta_get(cx(T0 + 3), b"k", None, true).unwrap().fetched);
+    assert!(s.meta_get(cx(T0 + 3), b"k", None, true).unwrap().fetched);
+    // T: the expiry found is reported, the new one set (counted as a touch).
+    let touches = s.stats().cmd_touch;
+    let m = s.meta_get(cx(T0 + 4), b"k", Some(0), true).unwrap();
+    assert_eq!(m.exptime, T0 + 100);
+    assert_eq!(s.stats().cmd_touch, touches + 1);
+    assert_eq!(
+        s.meta_get(cx(T0 + 500), b"k", None, true).unwrap().exptime,
+        0
+    );
+    assert!(s.meta_get(cx(T0), b"k", Some(-1), true).is_some());
+    assert_eq!(s.meta_get(cx(T0), b"k", None, true), None, "T-1 expired it");
+}
+
+#[test]
+fn delete_if_compares_even_zero() {
+    let s = store();
+    let cas = set(&s, T0, b"k", 0, 0, b"v");
+    assert_eq!(s.delete_if(cx(T0), b"k", Some(0)), DeleteOutcome::Exists);
+    assert_eq!(
+        s.delete_if(cx(T0), b"k", Some(cas + 1)),
+        DeleteOutcome::Exists
+    );
+    assert_eq!(s.delete_if(cx(T0), b"k", Some(cas)), DeleteOutcome::Deleted);
+    assert_eq!(s.delete_if(cx(T0), b"k", None), DeleteOutcome::NotFound);
+}
+
+#[test]
+fn meta_arith_touches_and_creates() {
+    let s = store();
+    set(&s, T0, b"n", 3, 100, b"10");
+    let op = Arith {
+        incr: true,
+        delta: 5,
+        initial: None,
+        cas: 0,
+    };
+    let (o, m) = s.meta_arith(cx(T0), b"n", op, Some(3600)).unwrap();
+    assert!(matches!(o, ArithOutcome::Value { value: 15, .. }));
+    assert_eq!(
+        m,
+        MetaArith {
+            exptime: T0 + 100,
+            created: false
+        }
+    );
+    let hit = s.meta_get(cx(T0), b"n", None, false).unwrap();
+    assert_eq!((hit.exptime, hit.hit.flags), (T0 + 3600, 3));
+    // A miss with an initial creates it with the initial's expiry, not the touch's.
+    let op = Arith {
+        initial: Some((42, 50)),
+        ..op
+    };
+    let (o, m) = s.meta_arith(cx(T0), b"new", op, Some(3600)).unwrap();
+    assert!(matches!(o, ArithOutcome::Value { value: 42, .. }));
+    assert!(m.created);
+    assert_eq!(
+        s.meta_get(cx(T0), b"new", None, false).unwrap().exptime,
+        T0 + 50
+    );
+    assert_eq!(value(&s, T0, b"new").unwrap(), b"42");
+}
