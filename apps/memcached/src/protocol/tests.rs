@@ -1333,6 +1333,36 @@ fn encoded(to: ReplyTo, responses: &[Response<'_>]) -> Vec<u8> {
 }
 
 #[test]
+fn one_key_hit_fits_a_chain_without_spilling() {
+    // Header line, the value's one buffer, "\r\nEND\r\n": three buffers, which a chain
+    // holds in place (a fourth would move them to the heap, once per request).
+    let data = chain(b"hello");
+    let value = Response::Value {
+        key: b"k",
+        flags: 0,
+        cas: 0,
+        data: &data,
+    };
+    let mut out = IOBufChain::new();
+    encode(&text_to(false), &value, &mut out);
+    encode(&text_to(false), &Response::End, &mut out);
+    assert_eq!(out.segment_count(), 3);
+    assert_eq!(out.to_vec(), b"VALUE k 0 5\r\nhello\r\nEND\r\n");
+    // A miss alone, and two hits, still end the same way.
+    let mut out = IOBufChain::new();
+    encode(&text_to(false), &Response::End, &mut out);
+    assert_eq!(out.to_vec(), b"END\r\n");
+    let mut out = IOBufChain::new();
+    for r in [&value, &value, &Response::End] {
+        encode(&text_to(false), r, &mut out);
+    }
+    assert_eq!(
+        out.to_vec(),
+        b"VALUE k 0 5\r\nhello\r\nVALUE k 0 5\r\nhello\r\nEND\r\n"
+    );
+}
+
+#[test]
 fn text_replies() {
     let data = chain(b"hello");
     let value = Response::Value {
