@@ -36,8 +36,15 @@ pub mod virtio;
 /// `BootInfo::magic`: "EBBFLOW1" in little-endian byte order.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"EBBFLOW1");
 /// Version of this protocol; the guest refuses a block with another one. Version 3 added
-/// [`BootInfo::host`] (who built the block: the monitor or the PVH entry stub).
-pub const BOOT_VERSION: u32 = 3;
+/// [`BootInfo::host`] (who built the block: the monitor or the PVH entry stub), version 4
+/// [`BootInfo::flags`].
+pub const BOOT_VERSION: u32 = 4;
+
+/// [`BootInfo::flags`]: every vCPU shares its host CPU with one of the monitor's device
+/// threads (the process may run on no more CPUs than it has vCPUs). An idle core should
+/// then make the WAIT hypercall at once instead of polling first: each microsecond it
+/// polls is taken from the device thread that would bring it work.
+pub const BOOT_FLAG_SHARED_CPUS: u32 = 1 << 0;
 
 /// GDT page.
 pub const GDT_ADDR: u64 = 0x1000;
@@ -143,8 +150,8 @@ pub struct BootInfo {
     /// Who booted the image: [`HOST_EBB_VMM`] (hypercalls go to the monitor) or
     /// [`HOST_PVH`] (a standard hypervisor: serial console, `isa-debug-exit`, no monitor).
     pub host: u32,
-    /// Reserved, zero.
-    pub reserved2: u32,
+    /// `BOOT_FLAG_*` bits: the monitor's advice on how the guest should run.
+    pub flags: u32,
 }
 
 /// [`BootInfo::host`]: `ebb-vmm` built the block and serves the hypercalls.

@@ -30,7 +30,8 @@ const _: () = {
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
     /// How long an idle core keeps polling before it makes the WAIT hypercall (adaptive
-    /// polling; see `ebb_core::event::Runtime::with_idle_poll`).
+    /// polling; see `ebb_core::event::Runtime::with_idle_poll`). Zero, whatever this
+    /// says, when the monitor sets `BOOT_FLAG_SHARED_CPUS`.
     pub idle_poll: Duration,
     /// Timed WAITs end this long before their deadline and the loop polls the rest (see
     /// [`NativePlatform::with_wait_early`]); zero waits right up to the deadline.
@@ -82,14 +83,18 @@ where
     assert!(!NODE.is_completed(), "the runtime is already running");
     let info = boot_info();
     let platform = Arc::new(NativePlatform::with_wait_early(info, config.wait_early));
-    let runtime = match Runtime::with_idle_poll(
-        platform.clone(),
-        info.cpu_count as usize,
-        config.idle_poll,
-    ) {
-        Ok(runtime) => runtime,
-        Err(e) => panic!("cannot build the runtime: {e}"),
+    // The monitor's advice wins: polling on a CPU its device thread needs only delays
+    // the work the core waits for.
+    let idle_poll = if info.flags & crate::abi::BOOT_FLAG_SHARED_CPUS != 0 {
+        Duration::ZERO
+    } else {
+        config.idle_poll
     };
+    let runtime =
+        match Runtime::with_idle_poll(platform.clone(), info.cpu_count as usize, idle_poll) {
+            Ok(runtime) => runtime,
+            Err(e) => panic!("cannot build the runtime: {e}"),
+        };
     // Publishing (release) lets the secondary cores in.
     let node = NODE.call_once(|| Node { runtime, platform });
     node.runtime.run_core(CoreId(0), move || {

@@ -22,9 +22,9 @@ use crate::paging::{PageTables, PagingError};
 use crate::report::{Outcome, VcpuState};
 use crate::sys;
 use ebb_abi::{
-    BOOT_INFO_ADDR, BOOT_MAGIC, BOOT_VERSION, BootInfo, CMDLINE_ADDR, GDT_ADDR, HOST_EBB_VMM,
-    HYPERCALL_PORT, KICK_PORT, MAX_MEM_REGIONS, MemRegion, PAGE_TABLES_ADDR, PERCORE_STRIDE,
-    PerCore, TSS_ADDR,
+    BOOT_FLAG_SHARED_CPUS, BOOT_INFO_ADDR, BOOT_MAGIC, BOOT_VERSION, BootInfo, CMDLINE_ADDR,
+    GDT_ADDR, HOST_EBB_VMM, HYPERCALL_PORT, KICK_PORT, MAX_MEM_REGIONS, MemRegion,
+    PAGE_TABLES_ADDR, PERCORE_STRIDE, PerCore, TSS_ADDR,
 };
 use kvm_bindings::KVM_MAX_CPUID_ENTRIES;
 use kvm_ioctls::{IoEventAddress, Kvm, VcpuFd, VmFd};
@@ -753,6 +753,16 @@ fn write_percore(mem: &GuestMem, layout: &Layout, core: u32) -> Result<(), VmErr
         .ok_or(VmError::GuestWrite("a per-core block"))
 }
 
+/// The monitor's advice to the guest ([`BootInfo::flags`]).
+fn boot_flags(config: &VmConfig) -> u32 {
+    let device_thread = config.net.is_some();
+    if device_thread && crate::virtio::net::shares_cpus_with_vcpus(config.cpus as usize) {
+        BOOT_FLAG_SHARED_CPUS
+    } else {
+        0
+    }
+}
+
 fn write_boot_info(
     mem: &GuestMem,
     layout: &Layout,
@@ -794,7 +804,8 @@ fn write_boot_info(
         .and_then(|()| u64_at(offset_of!(BootInfo, image_start), layout.image_start))
         .and_then(|()| u64_at(offset_of!(BootInfo, image_end), layout.image_end))
         .and_then(|()| u32_at(offset_of!(BootInfo, region_count), map.len() as u32))
-        .and_then(|()| u32_at(offset_of!(BootInfo, host), HOST_EBB_VMM));
+        .and_then(|()| u32_at(offset_of!(BootInfo, host), HOST_EBB_VMM))
+        .and_then(|()| u32_at(offset_of!(BootInfo, flags), boot_flags(config)));
     for (i, r) in map.iter().take(MAX_MEM_REGIONS).enumerate() {
         let at = offset_of!(BootInfo, regions) + i * size_of::<MemRegion>();
         ok = ok

@@ -350,7 +350,7 @@ fn write_boot_info(layout: &PvhLayout, cmdline_len: u64, tsc_khz: u64) {
         reserved: 0,
         regions,
         host: HOST_PVH,
-        reserved2: 0,
+        flags: 0,
     };
     // SAFETY: BOOT_INFO_ADDR is the boot-info page of the fixed layout, RAM in the first
     // GiB, reserved for this block (the start info was read before).

@@ -142,8 +142,11 @@ pub struct VirtioNet {
     mac: [u8; 6],
     pairs: u16,
     transport: Mutex<Transport>,
-    /// Tells the I/O thread that the transport changed.
+    /// Tells a sleeping I/O thread that the transport changed.
     control: EventFd,
+    /// Counts transport changes (reset, activation, breakage): the I/O thread compares it
+    /// with what it last saw each round — one load — instead of locking the transport.
+    changes: AtomicU64,
     /// Counters.
     pub stats: NetStats,
 }
@@ -181,6 +184,7 @@ impl VirtioNet {
                 ..Transport::default()
             }),
             control: EventFd::new(EFD_NONBLOCK)?,
+            changes: AtomicU64::new(0),
             stats: NetStats::default(),
         })
     }
@@ -193,6 +197,13 @@ impl VirtioNet {
     /// Whether `addr` is in the window this device answers for (every slot).
     pub fn claims(addr: u64) -> bool {
         (ebb_abi::virtio::MMIO_WINDOW_START..ebb_abi::virtio::MMIO_WINDOW_END).contains(&addr)
+    }
+
+    /// The transport changed: the I/O thread rebuilds its queues next round (and wakes
+    /// for it if asleep).
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::Release);
+        let _ = self.control.write(1);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Transport> {
@@ -332,7 +343,7 @@ impl VirtioNet {
                 epoch: t.epoch + 1,
                 ..Transport::default()
             };
-            let _ = self.control.write(1);
+            self.changed();
             return;
         }
         let mut value = value;
@@ -358,7 +369,7 @@ impl VirtioNet {
         }
         if activated {
             t.epoch += 1;
-            let _ = self.control.write(1);
+            self.changed();
         }
     }
 
@@ -375,7 +386,7 @@ impl VirtioNet {
         }
         t.status |= status::DEVICE_NEEDS_RESET;
         t.epoch += 1;
-        let _ = self.control.write(1);
+        self.changed();
     }
 
     /// The features the driver accepted, once the device has agreed to them (FEATURES_OK).
@@ -442,6 +453,8 @@ struct Pair {
 pub(crate) struct Engine {
     /// The transport epoch the queues were built for (`u64::MAX`: none).
     epoch: u64,
+    /// `VirtioNet::changes` when the transport was last looked at (`None`: never).
+    seen_changes: Option<u64>,
     pairs: Vec<Pair>,
     ctrl: Option<DeviceQueue>,
     active_pairs: usize,
@@ -453,6 +466,7 @@ impl Engine {
     pub(crate) fn new() -> Engine {
         Engine {
             epoch: u64::MAX,
+            seen_changes: None,
             pairs: Vec::new(),
             ctrl: None,
             active_pairs: 1,
@@ -472,6 +486,25 @@ impl Engine {
         backends: &mut [Box<dyn Backend>],
         wakes: &[EventFd],
     ) -> bool {
+        // Acquire: pairs with `changed`, so the transport's new state is visible below.
+        let changes = device.changes.load(Ordering::Acquire);
+        if self.seen_changes != Some(changes) {
+            self.seen_changes = Some(changes);
+            self.rebuild(device, mem);
+        }
+        match self.work(device, mem, now, backends, wakes) {
+            Ok(worked) => worked,
+            Err(e) => {
+                device.break_device(&e.to_string());
+                self.pairs.clear();
+                self.ctrl = None;
+                false
+            }
+        }
+    }
+
+    /// Builds the queues the transport now describes (none unless it is live).
+    fn rebuild(&mut self, device: &VirtioNet, mem: &GuestMem) {
         match device.activation(mem) {
             Ok(Some((e, configs, _multi))) if e != self.epoch => {
                 self.epoch = e;
@@ -500,15 +533,6 @@ impl Engine {
             Err(e) => {
                 device.break_device(&e.to_string());
                 self.pairs.clear();
-            }
-        }
-        match self.work(device, mem, now, backends, wakes) {
-            Ok(worked) => worked,
-            Err(e) => {
-                device.break_device(&e.to_string());
-                self.pairs.clear();
-                self.ctrl = None;
-                false
             }
         }
     }
@@ -690,11 +714,11 @@ impl IoThread {
         let mut last_work = Instant::now();
         let started = Instant::now();
         let mut events = Vec::with_capacity(16);
+        let idle_poll = io_poll_window(self.vcpu_wakes.len());
+        log::debug!("virtio-net: the I/O thread polls {idle_poll:?} before it sleeps");
         let mut last_faults: Option<FaultStats> = None;
         while !self.shared.stopping() {
             let now = NetInstant::from_nanos(started.elapsed().as_nanos() as u64);
-            // The transport may have changed: the step rebuilds the queues.
-            let _ = self.device.control.read();
             let worked = engine.step(&self.device, mem, now, &mut self.backends, &self.vcpu_wakes);
             let faults = self
                 .backends
@@ -714,7 +738,7 @@ impl IoThread {
                 last_work = Instant::now();
                 continue;
             }
-            if last_work.elapsed() < IDLE_POLL {
+            if last_work.elapsed() < idle_poll {
                 std::hint::spin_loop();
                 continue;
             }
@@ -731,6 +755,8 @@ impl IoThread {
                     Some(&timeout),
                 );
             }
+            // Clear what woke us; a transport change is seen through `changes`.
+            let _ = self.device.control.read();
             for kick in &self.queue_kicks {
                 if let Ok(n) = kick.read() {
                     self.device.stats.kicks.fetch_add(n, Ordering::Relaxed);
@@ -740,6 +766,32 @@ impl IoThread {
             last_work = Instant::now();
         }
     }
+}
+
+/// Environment variable overriding the I/O thread's poll window, in microseconds.
+pub const IO_POLL_ENV: &str = "EBB_VMM_IO_POLL_US";
+
+/// How long the I/O thread polls after its last work before it sleeps: [`IDLE_POLL`]
+/// when the process may run on more CPUs than it has vCPUs, so the thread has a CPU to
+/// poll on; zero when it shares every CPU with a vCPU, where each microsecond of its
+/// polling is taken from a guest with work to do (measured with native memcached on one
+/// CPU: 1.4× the requests per second without it). [`IO_POLL_ENV`] overrides both.
+fn io_poll_window(vcpus: usize) -> Duration {
+    if let Some(us) = std::env::var(IO_POLL_ENV).ok().and_then(|v| v.parse().ok()) {
+        return Duration::from_micros(us);
+    }
+    if shares_cpus_with_vcpus(vcpus) {
+        Duration::ZERO
+    } else {
+        IDLE_POLL
+    }
+}
+
+/// Whether this process may run on no more CPUs than it has vCPUs (its affinity mask,
+/// as `taskset` sets it), so that a device thread always competes with a vCPU for a CPU.
+/// An unreadable mask counts as "not sharing" (polling stays on, as before).
+pub(crate) fn shares_cpus_with_vcpus(vcpus: usize) -> bool {
+    rustix::thread::sched_getaffinity(None).is_ok_and(|set| set.count() as usize <= vcpus)
 }
 
 /// Largest transmit chain, header included: no segmentation offload is offered, so a
