@@ -41,7 +41,8 @@ struct Args {
     net_faults: Option<String>,
     /// Checksum offload on the virtio-net device with a TAP backend (VIRTIO_NET_F_CSUM and
     /// GUEST_CSUM through the TAP's virtio-net header): `on` (the default) or `off`.
-    #[arg(long, value_name = "on|off", value_parser = net_options::parse_offload, default_value = "on")]
+    #[arg(long, value_name = "on|off", value_parser = net_options::parse_offload,
+          default_value = "on", action = clap::ArgAction::Set)]
     net_offload: bool,
     /// Use this inherited descriptor of an open /dev/kvm instead of opening it (a parent
     /// allowed to open /dev/kvm can so run the monitor as a user that is not).

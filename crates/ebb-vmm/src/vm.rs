@@ -327,10 +327,11 @@ pub fn net_summary(shared: &Shared) -> Option<String> {
             out
         })
         .unwrap_or_default();
-    // Checksum offload: what was offered and negotiated, and how many frames used it.
+    // Checksum offload: what was offered and negotiated (1 or 0), and how many frames
+    // used it.
     let bit = |bits: u64, b| bits & ebb_abi::virtio::features::bit(b) != 0;
     let negotiated = net.features().unwrap_or(0);
-    let onoff = |on: bool| if on { "on" } else { "off" };
+    let onoff = |on: bool| u8::from(on);
     let csum = format!(
         " csum_offered={} csum={} guest_csum={} tx_csum_partial={} rx_csum_partial={} \
          rx_csum_valid={}",
