@@ -455,7 +455,7 @@ impl Interface {
         let start = ETH_LEN + header_len;
         let end = start + ip.payload_len;
         match ip.protocol {
-            IpProtocol::Udp => self.receive_udp(now, &ip, addressed, frame, start, end, l4_trusted),
+            IpProtocol::Udp => self.receive_udp(now, &ip, addressed, frame, start..end, l4_trusted),
             _ if addressed == Addressed::Unconfigured => self.drop_rx(RxDropReason::Ipv4NotForUs),
             IpProtocol::Icmp => self.receive_icmp(now, &ip, addressed, &frame[start..end], tcp),
             IpProtocol::Tcp if addressed == Addressed::Us => {
@@ -512,10 +512,10 @@ impl Interface {
         ip: &Ipv4Repr,
         addressed: Addressed,
         mut frame: IOBuf,
-        start: usize,
-        end: usize,
+        l4: core::ops::Range<usize>,
         l4_trusted: bool,
     ) {
+        let (start, end) = (l4.start, l4.end);
         let packet = match UdpPacket::new_checked(&frame[start..end]) {
             Ok(p) => p,
             Err(_) => return self.drop_rx(RxDropReason::UdpMalformed),
