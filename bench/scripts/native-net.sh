@@ -13,6 +13,10 @@
 #            (taskset -p on its thread id), where it shares the CPU with the client: the
 #            vCPU and the I/O thread each poll for 50 µs before sleeping, and on one CPU
 #            they take turns at scheduler granularity (p50 ~ 190 µs here)
+#   native-nocsum, native-split-nocsum - as native and native-split with `ebb-vmm
+#            --net-offload off`: the virtio-net device offers no checksum offload (native
+#            and native-split negotiate CSUM and GUEST_CSUM with the TAP backend), for
+#            comparing offload on and off in the same run
 #   hosted - apps/sink --echo on ebb-net over a TAP device, the same way
 #   linux  - apps/sink --echo on Linux sockets in the root namespace, reached from the
 #            namespace over a veth pair (created for the run, default offloads)
@@ -194,16 +198,18 @@ start() {
   tap="ebn${id}x$starts" # a fresh name: the last server's device may still be going away
   : >"$server_log"
   case $config in
-    native | native-split)
+    native | native-split | native-nocsum | native-split-nocsum)
       local cpus=$VMM_CPUS
-      [[ $config == native-split ]] && cpus=0
+      [[ $config == native-split* ]] && cpus=0
+      local offload=on
+      [[ $config == *-nocsum ]] && offload=off
       local guest_args=()
       [[ -n $NATIVE_GUEST_ARGS ]] && read -r -a guest_args <<<"-- $NATIVE_GUEST_ARGS"
-      taskset -c "$cpus" "$vmm" "$image" --cpus 1 --pin --net "tap=$tap" "${guest_args[@]}" \
-        >"$server_log" 2>&1 &
+      taskset -c "$cpus" "$vmm" "$image" --cpus 1 --pin --net "tap=$tap" \
+        --net-offload "$offload" "${guest_args[@]}" >"$server_log" 2>&1 &
       server_pid=$!
       wait_listening "ebb-vmm"
-      [[ $config == native-split ]] && io_thread_to 1
+      [[ $config == native-split* ]] && io_thread_to 1
       tap_to_ns
       ;;
     hosted)
@@ -222,7 +228,7 @@ start() {
       server_pid=$!
       wait_listening "sink (linux)"
       ;;
-    *) die "unknown config $config (CONFIGS: native native-split hosted linux)" ;;
+    *) die "unknown config $config (CONFIGS: native native-split native-nocsum native-split-nocsum hosted linux)" ;;
   esac
 }
 stop() {
@@ -411,6 +417,16 @@ verdict_higher() {
       echo "$native/$other bulk echo Mbit/s: $(ratio "$(med "$bulk_csv" "$native" mbps)" "$(med "$bulk_csv" "$other" mbps)")" \
         "$([[ $other == hosted ]] && echo "- $(verdict_higher "$native" "$bulk_csv" mbps hosted 0.8)")"
     done
+  done
+  for native in native native-split; do
+    [[ " ${configs[*]} " == *" $native "* && " ${configs[*]} " == *" $native-nocsum "* ]] || continue
+    off="$native-nocsum"
+    echo "$native checksum offload on/off: 64 B p50 $(ratio "$(med "$pp64" "$native" p50_us)" "$(med "$pp64" "$off" p50_us)")," \
+      "64 B round trips/s $(ratio "$(med "$pp64" "$native" rt_per_s)" "$(med "$pp64" "$off" rt_per_s)")," \
+      "64 B server CPU/rt $(ratio "$(med "$pp64" "$native" server_cpu_us_per_rt)" "$(med "$pp64" "$off" server_cpu_us_per_rt)")," \
+      "bulk echo Mbit/s $(ratio "$(med "$bulk_csv" "$native" mbps)" "$(med "$bulk_csv" "$off" mbps)")," \
+      "bulk echo CPU/MiB $(ratio "$(med "$bulk_csv" "$native" server_cpu_us_per_mib)" "$(med "$bulk_csv" "$off" server_cpu_us_per_mib)")" \
+      "$([[ -s $oneway_csv ]] && echo ", one way Mbit/s $(ratio "$(med "$oneway_csv" "$native" mbps)" "$(med "$oneway_csv" "$off" mbps)"), one way CPU/MiB $(ratio "$(med "$oneway_csv" "$native" server_cpu_us_per_mib)" "$(med "$oneway_csv" "$off" server_cpu_us_per_mib)")")"
   done
   if [[ -s $OUT_DIR/failures.txt ]]; then
     echo

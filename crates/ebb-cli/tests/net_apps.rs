@@ -7,7 +7,11 @@
 //! * through `--net tap=NAME` (root), the TAP device's kernel end moved into a network
 //!   namespace where Linux is 10.0.2.2/24: `ping`, `curl`, `nc`, with 1 and 2 vCPUs;
 //! * with `--net-faults` between the guest and the TAP device, the monitor's fault
-//!   counters asserted non-zero and the bytes still right.
+//!   counters asserted non-zero and the bytes still right;
+//! * over TAP with virtio-net checksum offload negotiated (the default there): the
+//!   monitor's counters must show CSUM and GUEST_CSUM agreed, the download sent with
+//!   partial checksums and (without faults) the upload received with them — the same
+//!   SHA-256 checks on the bytes.
 //!
 //! Every app is built once (`ebb build --native`); every run has a `--timeout`, and is
 //! killed when its test ends. Without KVM, passt, root, TAP or a tool, a test prints
@@ -403,8 +407,14 @@ fn over_tap(test: &str, cpus: u32, faults: Option<&str>) {
     if let Err(e) = curl_bytes(Some(&ns), &format!("http://{GUEST}"), len) {
         served.fail(&e);
     }
+    let line = served.counters().unwrap_or_else(|e| served.fail(&e));
+    // Checksum offload was negotiated and the download went out with partial checksums.
+    for key in ["csum", "guest_csum", "tx_csum_partial"] {
+        if counter(&line, key) == 0 {
+            served.fail(&format!("no checksum offload ({key}=0): {line}"));
+        }
+    }
     if faults.is_some() {
-        let line = served.counters().unwrap_or_else(|e| served.fail(&e));
         for dir in ["rx", "tx"] {
             for fault in ["dropped", "reordered", "duplicated", "corrupted"] {
                 let key = format!("{dir}_fault_{fault}");
@@ -424,6 +434,15 @@ fn over_tap(test: &str, cpus: u32, faults: Option<&str>) {
     adopt(&ns.name, &tap, "10.0.2.2/24");
     if let Err(e) = nc_upload(&mut served, Some(&ns), GUEST, 9000) {
         served.fail(&e);
+    }
+    // The namespace's TCP sent the upload with CHECKSUM_PARTIAL: the guest took it as
+    // NEEDS_CSUM (a fault injector in between hands frames on with complete checksums).
+    let line = served.counters().unwrap_or_else(|e| served.fail(&e));
+    let partial = counter(&line, "rx_csum_partial");
+    if faults.is_none() && partial == 0 || faults.is_some() && partial != 0 {
+        served.fail(&format!(
+            "rx_csum_partial={partial} with faults {faults:?}: {line}"
+        ));
     }
 }
 

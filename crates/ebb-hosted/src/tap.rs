@@ -12,7 +12,16 @@
 //!
 //! The device lives as long as the `TapDevice` (it is not made persistent). Creating
 //! one needs `CAP_NET_ADMIN` (root); a missing `/dev/net/tun` or a refusal is reported
-//! as its own [`TapError`]. No offload: the stack computes every checksum.
+//! as its own [`TapError`]. No offload unless asked: the stack computes every checksum.
+//!
+//! **Checksum offload** ([`TapConfig::vnet_hdr`]): the device is opened with
+//! `IFF_VNET_HDR` (a 12-byte `virtio_net_hdr` in front of every frame, `TUNSETVNETHDRSZ`)
+//! and `TUNSETOFFLOAD(TUN_F_CSUM)`, so the kernel may hand us frames with partial
+//! checksums (`NEEDS_CSUM`, from a local sender) or verified ones (`DATA_VALID`), and
+//! completes the partial checksums we send. Per frame this is an `ebb_net`
+//! [`FrameChecksum`]: [`NetDevice::receive_with_checksums`] reports it,
+//! [`NetDevice::transmit_with_checksums`] passes partial checksums on; the plain
+//! `receive` completes a partial checksum before handing the frame over.
 //!
 //! The one `unsafe` call — the `TUNSETIFF` ioctl, which `rustix` does not wrap — is
 //! fenced in the private `sys` module below.
@@ -22,7 +31,10 @@ use std::io::IoSlice;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use ebb_core::{IOBuf, IOBufChain, Instant};
-use ebb_net::phy::{DeviceCapabilities, DeviceCounters, DropReason, NetDevice};
+use ebb_net::phy::{
+    ChecksumOffload, DeviceCapabilities, DeviceCounters, DropReason, FrameChecksum, NetDevice,
+    complete_checksum, completed,
+};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
@@ -45,6 +57,9 @@ pub struct TapConfig {
     /// Linux hands a flow's frames to the queue that last transmitted for it (else to
     /// a queue chosen by the flow's hash). Default 1.
     pub queues: usize,
+    /// Open with a virtio-net header and checksum offload (see the module docs).
+    /// Default off.
+    pub vnet_hdr: bool,
 }
 
 impl TapConfig {
@@ -54,6 +69,7 @@ impl TapConfig {
             name: name.into(),
             mtu: 1500,
             queues: 1,
+            vnet_hdr: false,
         }
     }
 }
@@ -96,6 +112,44 @@ pub struct TapDevice {
     io_errors: u64,
     /// A receive buffer allocated and not yet filled.
     spare: Option<IOBuf>,
+    /// Opened with `IFF_VNET_HDR`: every frame has a [`VNET_HDR_LEN`]-byte header.
+    vnet_hdr: bool,
+}
+
+/// Bytes of the `virtio_net_hdr` (with `num_buffers`, as virtio 1.x) in front of each
+/// frame with [`TapConfig::vnet_hdr`].
+pub const VNET_HDR_LEN: usize = 12;
+/// `virtio_net_hdr.flags`: the checksum at `csum_start + csum_offset` is partial.
+const VNET_HDR_F_NEEDS_CSUM: u8 = 1;
+/// `virtio_net_hdr.flags`: the checksum was verified.
+const VNET_HDR_F_DATA_VALID: u8 = 2;
+
+/// The header of a frame with `checksum`.
+fn vnet_header(checksum: FrameChecksum) -> [u8; VNET_HDR_LEN] {
+    let mut h = [0u8; VNET_HDR_LEN];
+    if let FrameChecksum::Partial { start, offset } = checksum {
+        h[0] = VNET_HDR_F_NEEDS_CSUM;
+        h[6..8].copy_from_slice(&start.to_le_bytes());
+        h[8..10].copy_from_slice(&offset.to_le_bytes());
+    }
+    h
+}
+
+/// What a received header says of its frame of `len` bytes (a partial checksum whose
+/// field lies outside the frame is not trusted).
+fn vnet_checksum(h: &[u8], len: usize) -> FrameChecksum {
+    let le16 = |at: usize| u16::from_le_bytes([h[at], h[at + 1]]);
+    if h[0] & VNET_HDR_F_NEEDS_CSUM != 0 {
+        let (start, offset) = (le16(6), le16(8));
+        if usize::from(start) + usize::from(offset) + 2 <= len {
+            return FrameChecksum::Partial { start, offset };
+        }
+        return FrameChecksum::Complete;
+    }
+    if h[0] & VNET_HDR_F_DATA_VALID != 0 {
+        return FrameChecksum::Verified;
+    }
+    FrameChecksum::Complete
 }
 
 impl TapDevice {
@@ -135,19 +189,25 @@ impl TapDevice {
                 source: e.into(),
             },
         })?;
-        let actual = sys::set_tap_iff(&fd, &name, multi_queue).map_err(|e| match e {
-            Errno::PERM | Errno::ACCESS => TapError::PermissionDenied { name: name.clone() },
-            e => TapError::Io {
-                name: name.clone(),
-                source: e.into(),
-            },
-        })?;
+        let actual =
+            sys::set_tap_iff(&fd, &name, multi_queue, config.vnet_hdr).map_err(|e| match e {
+                Errno::PERM | Errno::ACCESS => TapError::PermissionDenied { name: name.clone() },
+                e => TapError::Io {
+                    name: name.clone(),
+                    source: e.into(),
+                },
+            })?;
         let mut caps = DeviceCapabilities::ETHERNET;
         caps.mtu = config.mtu;
         caps.queues = config.queues.max(1);
+        if config.vnet_hdr {
+            caps.checksum.tcp = ChecksumOffload::PARTIAL;
+            caps.checksum.udp = ChecksumOffload::PARTIAL;
+        }
         Ok(Self {
             fd,
             name: actual,
+            vnet_hdr: config.vnet_hdr,
             caps,
             counters: DeviceCounters::default(),
             io_errors: 0,
@@ -185,7 +245,48 @@ impl NetDevice for TapDevice {
     }
 
     fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+        self.receive_frames(out, None, max)
+    }
+
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+        self.transmit_frames(frames, None)
+    }
+
+    fn receive_with_checksums(
+        &mut self,
+        _now: Instant,
+        out: &mut Vec<IOBuf>,
+        checksums: &mut Vec<FrameChecksum>,
+        max: usize,
+    ) -> usize {
+        self.receive_frames(out, Some(checksums), max)
+    }
+
+    fn transmit_with_checksums(
+        &mut self,
+        _now: Instant,
+        frames: &mut VecDeque<IOBufChain>,
+        checksums: &mut VecDeque<FrameChecksum>,
+    ) -> usize {
+        self.transmit_frames(frames, Some(checksums))
+    }
+
+    fn counters(&self) -> DeviceCounters {
+        self.counters
+    }
+}
+
+impl TapDevice {
+    /// `receive`; with `checksums`, what each frame's header said (without, a partial
+    /// checksum is completed first).
+    fn receive_frames(
+        &mut self,
+        out: &mut Vec<IOBuf>,
+        mut checksums: Option<&mut Vec<FrameChecksum>>,
+        max: usize,
+    ) -> usize {
         let max_frame = self.caps.max_frame_len();
+        let header = if self.vnet_hdr { VNET_HDR_LEN } else { 0 };
         let mut received = 0;
         while received < max {
             // One byte more than the largest frame, to tell an oversized frame (which
@@ -195,7 +296,7 @@ impl NetDevice for TapDevice {
             let mut buf = self
                 .spare
                 .take()
-                .unwrap_or_else(|| IOBuf::with_capacity(max_frame + 1));
+                .unwrap_or_else(|| IOBuf::with_capacity(header + max_frame + 1));
             let Ok(space) = buf.spare_capacity_mut() else {
                 break;
             };
@@ -204,7 +305,7 @@ impl NetDevice for TapDevice {
                     self.spare = Some(buf);
                     break;
                 }
-                Ok(len) if len > max_frame => {
+                Ok(len) if len > header + max_frame || len < header => {
                     self.counters.rx_dropped.record(DropReason::Oversized);
                     self.spare = Some(buf);
                 }
@@ -212,7 +313,24 @@ impl NetDevice for TapDevice {
                     if buf.commit(len).is_err() {
                         break;
                     }
-                    self.counters.record_rx(len);
+                    let mut checksum = FrameChecksum::Complete;
+                    if header > 0 {
+                        checksum = vnet_checksum(&buf.as_slice()[..header], len - header);
+                        if buf.trim_front(header).is_err() {
+                            break;
+                        }
+                    }
+                    match checksums.as_deref_mut() {
+                        Some(list) => list.push(checksum),
+                        None => {
+                            if let FrameChecksum::Partial { start, offset } = checksum
+                                && let Ok(bytes) = buf.as_mut_slice()
+                            {
+                                complete_checksum(bytes, start, offset);
+                            }
+                        }
+                    }
+                    self.counters.record_rx(len - header);
                     out.push(buf);
                     received += 1;
                 }
@@ -231,25 +349,51 @@ impl NetDevice for TapDevice {
         received
     }
 
-    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    /// `transmit`; with `checksums` and a virtio-net header, partial checksums go to the
+    /// kernel as `NEEDS_CSUM`; without a header they are completed here.
+    fn transmit_frames(
+        &mut self,
+        frames: &mut VecDeque<IOBufChain>,
+        mut checksums: Option<&mut VecDeque<FrameChecksum>>,
+    ) -> usize {
         let max_frame = self.caps.max_frame_len();
         let mut taken = 0;
-        while let Some(frame) = frames.front() {
+        while !frames.is_empty() {
+            let mut checksum = checksums
+                .as_deref()
+                .and_then(|c| c.front().copied())
+                .unwrap_or_default();
+            if !self.vnet_hdr
+                && matches!(checksum, FrameChecksum::Partial { .. })
+                && let Some(frame) = frames.front_mut()
+            {
+                *frame = completed(core::mem::take(frame), checksum);
+                checksum = FrameChecksum::Complete;
+            }
+            let Some(frame) = frames.front() else { break };
             let len = frame.len();
             if len > max_frame {
                 frames.pop_front();
+                if let Some(c) = checksums.as_deref_mut() {
+                    c.pop_front();
+                }
                 self.counters.tx_dropped.record(DropReason::Oversized);
                 taken += 1;
                 continue;
             }
-            let result = if frame.segment_count() <= MAX_IOVECS {
+            let header = vnet_header(checksum);
+            let header: &[u8] = if self.vnet_hdr { &header } else { &[] };
+            let result = if frame.segment_count() < MAX_IOVECS {
                 let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
-                for (slot, segment) in slices.iter_mut().zip(frame.segments()) {
+                slices[0] = IoSlice::new(header);
+                for (slot, segment) in slices[1..].iter_mut().zip(frame.segments()) {
                     *slot = IoSlice::new(segment);
                 }
-                rustix::io::writev(&self.fd, &slices[..frame.segment_count()])
+                rustix::io::writev(&self.fd, &slices[..1 + frame.segment_count()])
             } else {
-                rustix::io::write(&self.fd, &frame.to_vec())
+                let mut bytes = header.to_vec();
+                bytes.extend_from_slice(&frame.to_vec());
+                rustix::io::write(&self.fd, &bytes)
             };
             match result {
                 Err(Errno::AGAIN) => break,
@@ -262,17 +406,17 @@ impl NetDevice for TapDevice {
                 }
             }
             frames.pop_front();
+            if let Some(c) = checksums.as_deref_mut() {
+                c.pop_front();
+            }
             taken += 1;
         }
         taken
     }
-
-    fn counters(&self) -> DeviceCounters {
-        self.counters
-    }
 }
 
-/// The `TUNSETIFF` ioctl: the only `unsafe` code in this crate.
+/// The `TUNSETIFF`, `TUNSETVNETHDRSZ` and `TUNSETOFFLOAD` ioctls: the only `unsafe` code
+/// in this crate.
 #[allow(unsafe_code)]
 mod sys {
     use std::os::fd::{AsRawFd, OwnedFd};
@@ -294,12 +438,13 @@ mod sys {
         fd: &OwnedFd,
         name: &str,
         multi_queue: bool,
+        vnet_hdr: bool,
     ) -> Result<String, Errno> {
         let queue_flag = if multi_queue {
             libc::IFF_MULTI_QUEUE
         } else {
             0
-        };
+        } | if vnet_hdr { libc::IFF_VNET_HDR } else { 0 };
         let mut req = IfReqFlags {
             name: [0; libc::IFNAMSIZ],
             flags: (libc::IFF_TAP | libc::IFF_NO_PI | queue_flag) as libc::c_short,
@@ -316,11 +461,29 @@ mod sys {
         let rc =
             unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReqFlags) };
         if rc < 0 {
-            return Err(Errno::from_raw_os_error(
-                std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EIO),
-            ));
+            return Err(last_errno());
+        }
+        if vnet_hdr {
+            // The virtio 1.x header (with `num_buffers`), and partial checksums accepted
+            // from the kernel (TUN_F_CSUM: no segmentation offload).
+            let size: libc::c_int = super::VNET_HDR_LEN as libc::c_int;
+            // SAFETY: `fd` is an open TAP descriptor; TUNSETVNETHDRSZ reads one c_int
+            // through the pointer, which points at a live one.
+            let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETHDRSZ, &size) };
+            if rc < 0 {
+                return Err(last_errno());
+            }
+            // SAFETY: TUNSETOFFLOAD takes its flags by value; `fd` is an open TAP descriptor.
+            let rc = unsafe {
+                libc::ioctl(
+                    fd.as_raw_fd(),
+                    libc::TUNSETOFFLOAD,
+                    libc::TUN_F_CSUM as libc::c_ulong,
+                )
+            };
+            if rc < 0 {
+                return Err(last_errno());
+            }
         }
         let end = req
             .name
@@ -328,6 +491,14 @@ mod sys {
             .position(|&b| b == 0)
             .unwrap_or(req.name.len());
         Ok(String::from_utf8_lossy(&req.name[..end]).into_owned())
+    }
+
+    fn last_errno() -> Errno {
+        Errno::from_raw_os_error(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        )
     }
 
     const _: () = assert!(core::mem::size_of::<IfReqFlags>() == 40);

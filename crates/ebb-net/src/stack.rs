@@ -30,12 +30,13 @@
 //! test double.
 
 use alloc::boxed::Box;
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
-use ebb_core::{IOBuf, Instant};
+use ebb_core::{IOBuf, IOBufChain, Instant};
 
-use crate::iface::{Interface, InterfaceConfig};
-use crate::phy::NetDevice;
+use crate::iface::{Interface, InterfaceConfig, software_checksums};
+use crate::phy::{FrameChecksum, NetDevice};
 use crate::transport::TcpInput;
 
 /// How much one [`Stack::poll`] does.
@@ -78,24 +79,38 @@ pub struct Stack<D: NetDevice, T: TcpInput> {
     iface: Interface,
     tcp: T,
     rx: Vec<IOBuf>,
+    /// What the device said of each frame in `rx` (see [`FrameChecksum`]).
+    rx_checksums: Vec<FrameChecksum>,
     /// Frames other cores steered here, processed at the start of the next poll.
     injected: Vec<IOBuf>,
     steering: Steering,
     config: StackConfig,
+    /// Which protocols' checksums the interface leaves partial (TCP, UDP): the device
+    /// completes them (`ChecksumOffload::tx_partial`).
+    tx_partial: (bool, bool),
+    /// The [`FrameChecksum`] of each frame in the transmit queue, built at each handoff.
+    tx_checksums: VecDeque<FrameChecksum>,
+    /// A copy of `tx_checksums` from before the handoff (to count what was taken).
+    tx_checksums_sent: Vec<FrameChecksum>,
 }
 
 impl<D: NetDevice, T: TcpInput> Stack<D, T> {
     /// A stack on `device` with an interface configured by `config` and `tcp` above it.
     pub fn new(device: D, config: InterfaceConfig, tcp: T) -> Self {
         let caps = device.capabilities();
+        let software = software_checksums(caps.checksum);
         Self {
             iface: Interface::new(config, caps),
             rx: Vec::with_capacity(caps.max_burst.max(1)),
+            rx_checksums: Vec::with_capacity(caps.max_burst.max(1)),
             injected: Vec::new(),
             steering: Steering(None),
             device,
             tcp,
             config: StackConfig::default(),
+            tx_partial: (software.tcp.partial(), software.udp.partial()),
+            tx_checksums: VecDeque::new(),
+            tx_checksums_sent: Vec::new(),
         }
     }
 
@@ -168,12 +183,29 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
                 .receive_batch(now, &mut self.injected, &mut self.tcp);
         }
         for _ in 0..self.config.rx_batches.max(1) {
-            let n = self.device.receive(now, &mut self.rx, burst);
-            received += n;
-            if let Some(steering) = self.steering.0.as_mut() {
+            let n = if let Some(steering) = self.steering.0.as_mut() {
+                // Steered frames go to other cores without their `FrameChecksum`: take
+                // them with complete checksums (see `NetDevice::receive`).
+                let n = self.device.receive(now, &mut self.rx, burst);
                 steering.steer(&mut self.rx);
-            }
-            self.iface.receive_batch(now, &mut self.rx, &mut self.tcp);
+                self.iface.receive_batch(now, &mut self.rx, &mut self.tcp);
+                n
+            } else {
+                let n = self.device.receive_with_checksums(
+                    now,
+                    &mut self.rx,
+                    &mut self.rx_checksums,
+                    burst,
+                );
+                self.iface.receive_batch_with_checksums(
+                    now,
+                    &mut self.rx,
+                    &mut self.rx_checksums,
+                    &mut self.tcp,
+                );
+                n
+            };
+            received += n;
             more_rx = n >= burst;
             if !more_rx {
                 break;
@@ -188,7 +220,7 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
         {
             self.tcp.poll(now, self.iface.output());
         }
-        self.device.transmit(now, self.iface.transmit_queue());
+        self.transmit(now);
         // TCP filled the queue and the device took it all: let TCP go on in this same poll
         // rather than a whole round later (bounded, so receive gets its turn).
         for _ in 0..self.config.rx_batches {
@@ -196,7 +228,7 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
                 break;
             }
             self.tcp.poll(now, self.iface.output());
-            self.device.transmit(now, self.iface.transmit_queue());
+            self.transmit(now);
         }
 
         if more_rx || !self.iface.transmit_queue().is_empty() || self.tcp.transmit_blocked() {
@@ -211,6 +243,52 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
         .flatten()
         .min()
     }
+
+    /// Hands the transmit queue to the device; with partial checksums, each frame goes
+    /// with its [`FrameChecksum`] (every TCP/UDP frame of a protocol the interface
+    /// leaves partial is: the interface writes no other kind then).
+    fn transmit(&mut self, now: Instant) {
+        let (tcp, udp) = self.tx_partial;
+        if !tcp && !udp {
+            self.device.transmit(now, self.iface.transmit_queue());
+            return;
+        }
+        self.tx_checksums.clear();
+        for frame in self.iface.transmit_queue().iter() {
+            self.tx_checksums
+                .push_back(partial_checksum(frame, tcp, udp));
+        }
+        self.tx_checksums_sent.clear();
+        self.tx_checksums_sent.extend(self.tx_checksums.iter());
+        let n = self.device.transmit_with_checksums(
+            now,
+            self.iface.transmit_queue(),
+            &mut self.tx_checksums,
+        );
+        let partial = self.tx_checksums_sent[..n.min(self.tx_checksums_sent.len())]
+            .iter()
+            .filter(|c| matches!(c, FrameChecksum::Partial { .. }))
+            .count();
+        self.iface.count_tx_partial(partial as u64);
+    }
+}
+
+/// The [`FrameChecksum`] of a frame the interface queued: where its checksum lies if it
+/// is TCP (`tcp`) or UDP (`udp`) with a partial checksum, else `Complete`. The headers
+/// are all in the chain's first segment (`IpOutput::send_datagram`).
+fn partial_checksum(frame: &IOBufChain, tcp: bool, udp: bool) -> FrameChecksum {
+    let Some(head) = frame.segments().next() else {
+        return FrameChecksum::Complete;
+    };
+    let wanted = match head.get(23) {
+        Some(6) => tcp,
+        Some(17) => udp,
+        _ => false,
+    };
+    if !wanted {
+        return FrameChecksum::Complete;
+    }
+    FrameChecksum::partial_of(head).unwrap_or(FrameChecksum::Complete)
 }
 
 #[cfg(test)]
@@ -432,5 +510,144 @@ mod tests {
         assert_eq!(delivered, [true, true]);
         let injected = a.device().stats().rx.dropped + b.device().stats().rx.dropped;
         assert!(injected > 0, "the link did drop frames");
+    }
+
+    /// A NIC with per-frame checksum offload on a link: it completes partial checksums
+    /// on transmit (counting them) and marks every received frame verified.
+    struct Offloading<D> {
+        inner: D,
+        completed: usize,
+    }
+
+    impl<D: NetDevice> NetDevice for Offloading<D> {
+        fn capabilities(&self) -> crate::phy::DeviceCapabilities {
+            let mut caps = self.inner.capabilities();
+            caps.checksum.tcp = crate::phy::ChecksumOffload::PARTIAL;
+            caps.checksum.udp = crate::phy::ChecksumOffload::PARTIAL;
+            caps
+        }
+        fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+            self.inner.receive(now, out, max)
+        }
+        fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+            self.inner.transmit(now, frames)
+        }
+        fn counters(&self) -> crate::phy::DeviceCounters {
+            self.inner.counters()
+        }
+        fn receive_with_checksums(
+            &mut self,
+            now: Instant,
+            out: &mut Vec<IOBuf>,
+            checksums: &mut Vec<FrameChecksum>,
+            max: usize,
+        ) -> usize {
+            let n = self.inner.receive(now, out, max);
+            checksums.extend(core::iter::repeat_n(FrameChecksum::Verified, n));
+            n
+        }
+        fn transmit_with_checksums(
+            &mut self,
+            now: Instant,
+            frames: &mut VecDeque<IOBufChain>,
+            checksums: &mut VecDeque<FrameChecksum>,
+        ) -> usize {
+            for (frame, checksum) in frames.iter_mut().zip(checksums.iter_mut()) {
+                if matches!(checksum, FrameChecksum::Partial { .. }) {
+                    *frame = crate::phy::completed(core::mem::take(frame), *checksum);
+                    *checksum = FrameChecksum::Complete;
+                    self.completed += 1;
+                }
+            }
+            let n = self.inner.transmit(now, frames);
+            checksums.drain(..n.min(checksums.len()));
+            n
+        }
+    }
+
+    fn udp_exchange<D: NetDevice>(
+        a: &mut Stack<D, CountingTcp>,
+        b: &mut Stack<D, CountingTcp>,
+        now: &mut Instant,
+        rounds: usize,
+    ) -> usize {
+        let sa = a.iface_mut().udp_bind(4000).unwrap();
+        let sb = b.iface_mut().udp_bind(5000).unwrap();
+        let mut delivered = 0;
+        for _ in 0..rounds {
+            let msg = IOBufChain::from(IOBuf::copy_from_slice(b"offloaded datagram"));
+            let _ = a
+                .iface_mut()
+                .udp_send_to(*now, sa, SocketAddrV4::new(IP_B, 5000), msg);
+            run(a, b, now, 5);
+            while let Some(d) = b.iface_mut().udp_recv(sb).unwrap() {
+                assert_eq!(d.payload.as_slice(), b"offloaded datagram");
+                delivered += 1;
+            }
+        }
+        delivered
+    }
+
+    #[test]
+    fn partial_checksums_go_to_the_device_and_verified_frames_are_trusted() {
+        let (a, b) = Link::new().connect();
+        let wrap = |inner| Offloading {
+            inner,
+            completed: 0,
+        };
+        let (mut a, mut b) = stacks(wrap(a), wrap(b));
+        let mut now = Instant::ZERO;
+        ping_until_answered(&mut a, &mut b, IP_B, &mut now);
+        assert_eq!(udp_exchange(&mut a, &mut b, &mut now, 10), 10);
+        assert_eq!(a.device().completed, 10, "only the UDP frames are partial");
+        assert_eq!(a.iface().counters().tx_checksum_partial, 10);
+        let c = b.iface().counters();
+        assert!(c.rx_checksum_trusted >= 10, "{c:?}");
+        assert_eq!(c.rx_dropped.total(), 0, "{c:?}");
+    }
+
+    #[test]
+    fn corruption_behind_an_offloading_device_is_still_caught() {
+        // The injector sits between the stack and the offloading device, as
+        // `--net-faults` does: it takes frames through the plain `receive` and
+        // `transmit`, with complete checksums, so what it corrupts is never marked
+        // verified nor completed over the corrupted bytes.
+        // Past the Ethernet and IPv4 headers: every flip lands in the UDP datagram.
+        let all = FaultConfig::NONE
+            .with_corrupt(Probability::from_percent(100))
+            .with_corrupt_offset(34);
+        for (rx, tx) in [(true, false), (false, true)] {
+            let (a, b) = Link::new().connect();
+            let wrap = |inner, seed| {
+                let offloading = Offloading {
+                    inner,
+                    completed: 0,
+                };
+                FaultInjector::new(offloading, seed)
+            };
+            let (mut a, mut b) = stacks(wrap(a, 1), wrap(b, 2));
+            let mut now = Instant::ZERO;
+            ping_until_answered(&mut a, &mut b, IP_B, &mut now);
+            // Faults from now on: the stacks were built seeing the device's offload.
+            if rx {
+                b.device_mut().set_rx_faults(all);
+            }
+            if tx {
+                a.device_mut().set_tx_faults(all);
+            }
+            assert_eq!(
+                udp_exchange(&mut a, &mut b, &mut now, 20),
+                0,
+                "rx {rx} tx {tx}"
+            );
+            assert!(a.iface().counters().tx_checksum_partial >= 20);
+            assert_eq!(
+                a.device().inner().completed,
+                0,
+                "completed before corruption"
+            );
+            let c = b.iface().counters();
+            assert!(c.rx_dropped.udp_bad_checksum > 0, "{c:?}");
+        }
     }
 }

@@ -39,6 +39,11 @@ struct Args {
     /// Seeded faults between guest and backend: `drop=P,reorder=P,duplicate=P,corrupt=P,seed=N`.
     #[arg(long, value_name = "SPEC")]
     net_faults: Option<String>,
+    /// Checksum offload on the virtio-net device with a TAP backend (VIRTIO_NET_F_CSUM and
+    /// GUEST_CSUM through the TAP's virtio-net header): `on` (the default) or `off`.
+    #[arg(long, value_name = "on|off", value_parser = net_options::parse_offload,
+          default_value = "on", action = clap::ArgAction::Set)]
+    net_offload: bool,
     /// Use this inherited descriptor of an open /dev/kvm instead of opening it (a parent
     /// allowed to open /dev/kvm can so run the monitor as a user that is not).
     #[arg(long, value_name = "FD")]
@@ -82,7 +87,10 @@ fn main() -> ExitCode {
         &args.publish,
         args.net_faults.as_deref(),
     ) {
-        Ok(net) => net,
+        Ok(net) => net.map(|net| ebb_vmm::vm::NetConfig {
+            offload: args.net_offload,
+            ..net
+        }),
         Err(e) => {
             eprintln!("ebb-vmm: {e}");
             return ExitCode::from(2);

@@ -29,6 +29,15 @@ pub enum NetOptionError {
     BadFaults(String),
 }
 
+/// Parses `--net-offload on|off`: whether to offer checksum offload (default on).
+pub fn parse_offload(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("--net-offload {s:?}: expected on or off")),
+    }
+}
+
 /// `--net` (`None`: not given), the `-p` forwards and `--net-faults`: a device with the
 /// given backend; `-p` or `--net-faults` alone imply `--net user`; nothing at all is no
 /// device (`Ok(None)`).
@@ -59,6 +68,7 @@ pub fn net_config(
         backend,
         mac: GUEST_MAC,
         faults,
+        offload: true,
     }))
 }
 

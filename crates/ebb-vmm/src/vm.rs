@@ -74,6 +74,17 @@ pub struct NetConfig {
     pub mac: [u8; 6],
     /// Seeded faults between guest and backend (`--net-faults`).
     pub faults: Option<(ebb_net::phy::FaultConfig, u64)>,
+    /// Offer checksum offload where the backend can complete partial checksums (TAP
+    /// only; `--net-offload off` turns it off, for comparison).
+    pub offload: bool,
+}
+
+impl NetConfig {
+    /// Whether the device offers checksum offload: asked for, and a TAP backend (see
+    /// `virtio::net`, "Checksum offload", for why not with passt).
+    pub fn checksum_offload(&self) -> bool {
+        self.offload && matches!(self.backend, NetBackend::Tap(_))
+    }
 }
 
 /// See [`NetConfig::backend`].
@@ -316,9 +327,24 @@ pub fn net_summary(shared: &Shared) -> Option<String> {
             out
         })
         .unwrap_or_default();
+    // Checksum offload: what was offered and negotiated (1 or 0), and how many frames
+    // used it.
+    let bit = |bits: u64, b| bits & ebb_abi::virtio::features::bit(b) != 0;
+    let negotiated = net.features().unwrap_or(0);
+    let onoff = |on: bool| u8::from(on);
+    let csum = format!(
+        " csum_offered={} csum={} guest_csum={} tx_csum_partial={} rx_csum_partial={} \
+         rx_csum_valid={}",
+        onoff(bit(net.offered(), ebb_abi::virtio::features::NET_CSUM)),
+        onoff(bit(negotiated, ebb_abi::virtio::features::NET_CSUM)),
+        onoff(bit(negotiated, ebb_abi::virtio::features::NET_GUEST_CSUM)),
+        get(&s.tx_csum_partial),
+        get(&s.rx_csum_partial),
+        get(&s.rx_csum_valid),
+    );
     Some(format!(
         "ebb-vmm: virtio-net: tx_frames={} rx_frames={} rx_dropped={} exits={} mmio_exits={} \
-         kicks={} wakeups={}{faults}{}",
+         kicks={} wakeups={}{csum}{faults}{}",
         get(&s.tx_frames),
         get(&s.rx_frames),
         get(&s.rx_dropped),
@@ -512,8 +538,12 @@ impl Vm {
             (Some(net), Some(backends)) => {
                 let os = |what| move |source| VmError::Os { what, source };
                 let device = Arc::new(
-                    crate::virtio::VirtioNet::new(net.mac, layout.cpus as u16)
-                        .map_err(os("creating the virtio-net control eventfd"))?,
+                    crate::virtio::VirtioNet::new(
+                        net.mac,
+                        layout.cpus as u16,
+                        net.checksum_offload(),
+                    )
+                    .map_err(os("creating the virtio-net control eventfd"))?,
                 );
                 let mut queue_kicks = Vec::new();
                 for queue in 0..device.queue_count() {
@@ -851,7 +881,7 @@ fn open_backends(
 ) -> Result<Vec<Box<dyn crate::virtio::Backend>>, VmError> {
     use crate::virtio::backend::{Passt, open_tap};
     let mut backends: Vec<Box<dyn crate::virtio::Backend>> = match &net.backend {
-        NetBackend::Tap(name) => open_tap(name, cpus as usize)?
+        NetBackend::Tap(name) => open_tap(name, cpus as usize, net.checksum_offload())?
             .into_iter()
             .map(|tap| Box::new(tap) as Box<dyn crate::virtio::Backend>)
             .collect(),

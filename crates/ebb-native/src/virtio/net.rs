@@ -4,16 +4,27 @@
 //! * **Receive**: every receive descriptor is one [`IOBuf`] of [`RX_BUFFER_LEN`] bytes,
 //!   posted by address. A returned buffer becomes the received frame without a copy (its
 //!   12-byte virtio-net header trimmed off) and its slot gets a fresh buffer.
-//! * **Transmit**: a frame's `IOBufChain` becomes one descriptor chain — a shared, all-zero
-//!   virtio-net header (no offloads) and one descriptor per segment — without a copy; the
-//!   chain is kept until the device returns it. When descriptors run out, `transmit`
-//!   takes no more frames (back-pressure).
+//! * **Transmit**: a frame's `IOBufChain` becomes one descriptor chain — a shared, static
+//!   virtio-net header and one descriptor per segment — without a copy; the chain is kept
+//!   until the device returns it. When descriptors run out, `transmit` takes no more
+//!   frames (back-pressure).
+//! * **Checksum offload where negotiated** (`VIRTIO_NET_F_CSUM`, `VIRTIO_NET_F_GUEST_CSUM`,
+//!   each accepted when offered): with CSUM the pair reports `tx_partial` for TCP and UDP,
+//!   ebb-net writes only the pseudo-header sum, and the frame goes with a header that
+//!   says `NEEDS_CSUM` at `csum_start`/`csum_offset` (one static header per TCP and UDP
+//!   placement behind a 20-byte IPv4 header, which is all ebb-net sends; any other
+//!   partial frame is completed here in software). With GUEST_CSUM a received frame's
+//!   `DATA_VALID` becomes `FrameChecksum::Verified` and its `NEEDS_CSUM` (a partial
+//!   checksum from a sender on the host) `FrameChecksum::Partial`, which ebb-net trusts
+//!   as Linux does; through the plain `receive` such a frame's checksum is completed
+//!   first. Without the features, exactly the old behaviour: zero headers, no flags.
 //! * **Readiness**: each pair registers with its core's poll list (`crate::poll`): the
 //!   core checks both used rings whenever it polls for events and arms `used_event`
 //!   before it sleeps.
 //!
-//! Feature set: VERSION_1 and RING_EVENT_IDX are required; MAC, STATUS, MTU, MQ and
-//! CTRL_VQ are used when offered. No checksum offload, no merged receive buffers.
+//! Feature set: VERSION_1 and RING_EVENT_IDX are required; MAC, STATUS, MTU, MQ,
+//! CTRL_VQ, CSUM and GUEST_CSUM are used when offered. No segmentation offload, no merged
+//! receive buffers.
 
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
@@ -24,14 +35,18 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use ebb_core::{IOBuf, IOBufChain, Instant};
-use ebb_net::phy::{DeviceCapabilities, DeviceCounters, DropReason, NetDevice};
+use ebb_net::phy::{
+    ChecksumOffload, DeviceCapabilities, DeviceCounters, DropReason, FrameChecksum, NetDevice,
+    complete_checksum, completed,
+};
 use ebb_netstack::{DeviceError, DeviceReady, PlatformDevice, Readiness};
 
 use super::mmio::Regs;
 use super::ring::{Buffer, SplitRing, UsedWatch};
 use crate::abi::virtio::{
-    DEVICE_ID_NET, MMIO_SLOTS, MMIO_VERSION, NET_CTRL_MQ, NET_CTRL_MQ_VQ_PAIRS_SET, NET_HDR_LEN,
-    NET_OK, ctrl_queue, features, regs, rx_queue, status, tx_queue,
+    DEVICE_ID_NET, MMIO_SLOTS, MMIO_VERSION, NET_CTRL_MQ, NET_CTRL_MQ_VQ_PAIRS_SET,
+    NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NET_HDR_LEN, NET_OK, ctrl_queue, features, regs,
+    rx_queue, status, tx_queue,
 };
 use crate::poll::{self, PollId, PolledDevice};
 
@@ -74,6 +89,8 @@ pub struct VirtioNet {
     pub mtu: u16,
     /// The transport's address.
     pub base: u64,
+    /// The feature bits negotiated (`features::bit`).
+    pub features: u64,
     /// One queue pair per core, pair `i` for core `i`.
     pub pairs: Vec<QueuePair>,
 }
@@ -114,7 +131,13 @@ pub fn open(want_pairs: u16) -> Result<VirtioNet, VirtioError> {
         }
     }
     let mut accepted = features::bit(features::VERSION_1) | features::bit(features::RING_EVENT_IDX);
-    for bit in [features::NET_MAC, features::NET_STATUS, features::NET_MTU] {
+    for bit in [
+        features::NET_MAC,
+        features::NET_STATUS,
+        features::NET_MTU,
+        features::NET_CSUM,
+        features::NET_GUEST_CSUM,
+    ] {
         if has(bit) {
             accepted |= features::bit(bit);
         }
@@ -143,7 +166,10 @@ pub fn open(want_pairs: u16) -> Result<VirtioNet, VirtioError> {
     for pair in 0..pairs_used {
         let rx = setup_queue(regs, rx_queue(pair))?;
         let tx = setup_queue(regs, tx_queue(pair))?;
-        pairs.push(QueuePair::new(pair, pairs_used, mtu, rx, tx));
+        let mut queue_pair = QueuePair::new(pair, pairs_used, mtu, rx, tx);
+        queue_pair.csum = accepted & features::bit(features::NET_CSUM) != 0;
+        queue_pair.guest_csum = accepted & features::bit(features::NET_GUEST_CSUM) != 0;
+        pairs.push(queue_pair);
     }
     let ctrl = if multi {
         Some(setup_queue(regs, ctrl_queue(max_pairs))?)
@@ -163,6 +189,7 @@ pub fn open(want_pairs: u16) -> Result<VirtioNet, VirtioError> {
         mac,
         mtu,
         base: regs.base(),
+        features: accepted,
         pairs,
     })
 }
@@ -278,9 +305,35 @@ fn set_queue_pairs(ctrl: &mut SplitRing, pairs: u16) -> Result<(), VirtioError> 
     Err(VirtioError::QueuePairs(pairs))
 }
 
-/// The transmit header every frame carries: all zero (no checksum or segmentation
-/// offload). Read-only for the device; one for every chain.
+/// The transmit header of a frame with complete checksums: all zero (no checksum or
+/// segmentation offload). Read-only for the device; one for every chain.
 static TX_HEADER: [u8; NET_HDR_LEN] = [0; NET_HDR_LEN];
+
+/// A transmit header asking the device to complete the checksum at `start + offset`.
+const fn needs_csum(start: u16, offset: u16) -> [u8; NET_HDR_LEN] {
+    let s = start.to_le_bytes();
+    let o = offset.to_le_bytes();
+    [
+        NET_HDR_F_NEEDS_CSUM,
+        0,
+        0,
+        0,
+        0,
+        0,
+        s[0],
+        s[1],
+        o[0],
+        o[1],
+        0,
+        0,
+    ]
+}
+/// Where the checksum starts behind Ethernet and a 20-byte IPv4 header.
+const L4_START: u16 = 14 + 20;
+/// `NEEDS_CSUM` for TCP behind a 20-byte IPv4 header (the field is 16 bytes in).
+static TX_HEADER_TCP: [u8; NET_HDR_LEN] = needs_csum(L4_START, 16);
+/// `NEEDS_CSUM` for UDP behind a 20-byte IPv4 header (the field is 6 bytes in).
+static TX_HEADER_UDP: [u8; NET_HDR_LEN] = needs_csum(L4_START, 6);
 
 /// One receive/transmit queue pair, as the stack drives it (see the module docs).
 pub struct QueuePair {
@@ -297,6 +350,10 @@ pub struct QueuePair {
     /// Chains the device returned that we did not post, or receive lengths out of range.
     device_errors: u64,
     watch: Option<PollId>,
+    /// VIRTIO_NET_F_CSUM negotiated: the device completes partial checksums we send.
+    csum: bool,
+    /// VIRTIO_NET_F_GUEST_CSUM negotiated: received headers carry checksum flags.
+    guest_csum: bool,
 }
 
 impl QueuePair {
@@ -312,7 +369,14 @@ impl QueuePair {
             counters: DeviceCounters::default(),
             device_errors: 0,
             watch: None,
+            csum: false,
+            guest_csum: false,
         }
+    }
+
+    /// Whether checksum offload was negotiated: (CSUM, GUEST_CSUM).
+    pub fn checksum_offload(&self) -> (bool, bool) {
+        (self.csum, self.guest_csum)
     }
 
     /// Which pair this is (pair `i` serves core `i`).
@@ -372,10 +436,54 @@ impl NetDevice for QueuePair {
         let mut caps = DeviceCapabilities::ETHERNET;
         caps.mtu = usize::from(self.mtu);
         caps.queues = usize::from(self.pairs);
+        if self.csum {
+            caps.checksum.tcp = ChecksumOffload::PARTIAL;
+            caps.checksum.udp = ChecksumOffload::PARTIAL;
+        }
         caps
     }
 
     fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+        self.receive_frames(out, None, max)
+    }
+
+    fn receive_with_checksums(
+        &mut self,
+        _now: Instant,
+        out: &mut Vec<IOBuf>,
+        checksums: &mut Vec<FrameChecksum>,
+        max: usize,
+    ) -> usize {
+        self.receive_frames(out, Some(checksums), max)
+    }
+
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+        self.transmit_frames(frames, None)
+    }
+
+    fn transmit_with_checksums(
+        &mut self,
+        _now: Instant,
+        frames: &mut VecDeque<IOBufChain>,
+        checksums: &mut VecDeque<FrameChecksum>,
+    ) -> usize {
+        self.transmit_frames(frames, Some(checksums))
+    }
+
+    fn counters(&self) -> DeviceCounters {
+        self.counters
+    }
+}
+
+impl QueuePair {
+    /// `receive`, and with `checksums` what the header said of each frame's checksum
+    /// (without, a partial checksum is completed here).
+    fn receive_frames(
+        &mut self,
+        out: &mut Vec<IOBuf>,
+        mut checksums: Option<&mut Vec<FrameChecksum>>,
+        max: usize,
+    ) -> usize {
         self.reclaim_tx();
         let mut received = 0;
         while received < max {
@@ -387,13 +495,39 @@ impl NetDevice for QueuePair {
                 continue;
             };
             let len = len as usize;
-            if !(NET_HDR_LEN..=RX_BUFFER_LEN).contains(&len)
-                || buffer.commit(len).is_err()
-                || buffer.trim_front(NET_HDR_LEN).is_err()
-            {
+            if !(NET_HDR_LEN..=RX_BUFFER_LEN).contains(&len) || buffer.commit(len).is_err() {
                 self.device_errors += 1;
                 self.counters.rx_dropped.record(DropReason::Oversized);
                 continue;
+            }
+            let header = &buffer.as_slice()[..NET_HDR_LEN];
+            let le16 = |at: usize| u16::from_le_bytes([header[at], header[at + 1]]);
+            let (flags, start, offset) = (header[0], le16(6), le16(8));
+            if buffer.trim_front(NET_HDR_LEN).is_err() {
+                self.device_errors += 1;
+                continue;
+            }
+            let mut checksum = FrameChecksum::Complete;
+            if self.guest_csum && flags & NET_HDR_F_NEEDS_CSUM != 0 {
+                let end = usize::from(start) + usize::from(offset) + 2;
+                if end > buffer.len() {
+                    // Out of the frame: nothing to trust; ebb-net verifies (and drops) it.
+                    self.device_errors += 1;
+                } else {
+                    checksum = FrameChecksum::Partial { start, offset };
+                }
+            } else if self.guest_csum && flags & NET_HDR_F_DATA_VALID != 0 {
+                checksum = FrameChecksum::Verified;
+            }
+            match checksums.as_deref_mut() {
+                Some(list) => list.push(checksum),
+                None => {
+                    if let FrameChecksum::Partial { start, offset } = checksum
+                        && let Ok(bytes) = buffer.as_mut_slice()
+                    {
+                        complete_checksum(bytes, start, offset);
+                    }
+                }
             }
             self.counters.record_rx(buffer.len());
             out.push(buffer);
@@ -405,15 +539,43 @@ impl NetDevice for QueuePair {
         received
     }
 
-    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    /// `transmit`; with `checksums` (and CSUM negotiated) partial checksums go to the
+    /// device with `NEEDS_CSUM`, else they are completed here first.
+    fn transmit_frames(
+        &mut self,
+        frames: &mut VecDeque<IOBufChain>,
+        mut checksums: Option<&mut VecDeque<FrameChecksum>>,
+    ) -> usize {
         self.reclaim_tx();
         let max_frame = self.capabilities().max_frame_len();
         let mut taken = 0;
         let mut chain: Vec<Buffer> = Vec::new();
-        while let Some(frame) = frames.front() {
+        while !frames.is_empty() {
+            let checksum = checksums
+                .as_deref()
+                .and_then(|c| c.front().copied())
+                .unwrap_or_default();
+            let header: &'static [u8; NET_HDR_LEN] = match checksum {
+                FrameChecksum::Partial { start, offset } if self.csum && start == L4_START => {
+                    match offset {
+                        16 => &TX_HEADER_TCP,
+                        6 => &TX_HEADER_UDP,
+                        _ => &TX_HEADER,
+                    }
+                }
+                _ => &TX_HEADER,
+            };
+            if matches!(checksum, FrameChecksum::Partial { .. })
+                && core::ptr::eq(header, &TX_HEADER)
+                && let Some(frame) = frames.front_mut()
+            {
+                // A placement the static headers do not cover, or no CSUM: complete it.
+                *frame = completed(core::mem::take(frame), checksum);
+            }
+            let Some(frame) = frames.front() else { break };
             chain.clear();
             chain.push(Buffer {
-                addr: TX_HEADER.as_ptr() as u64,
+                addr: header.as_ptr() as u64,
                 len: NET_HDR_LEN as u32,
                 write: false,
             });
@@ -427,6 +589,9 @@ impl NetDevice for QueuePair {
             let len = frame.len();
             if len > max_frame || chain.len() > usize::from(self.tx.size()) {
                 frames.pop_front();
+                if let Some(c) = checksums.as_deref_mut() {
+                    c.pop_front();
+                }
                 self.counters.tx_dropped.record(DropReason::Oversized);
                 taken += 1;
                 continue;
@@ -435,6 +600,9 @@ impl NetDevice for QueuePair {
                 break; // out of descriptors: the rest waits (back-pressure)
             };
             self.tx_frames[usize::from(head)] = frames.pop_front();
+            if let Some(c) = checksums.as_deref_mut() {
+                c.pop_front();
+            }
             self.counters.record_tx(len);
             taken += 1;
         }
@@ -442,10 +610,6 @@ impl NetDevice for QueuePair {
             self.tx.publish();
         }
         taken
-    }
-
-    fn counters(&self) -> DeviceCounters {
-        self.counters
     }
 }
 

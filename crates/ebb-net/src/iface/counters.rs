@@ -227,6 +227,10 @@ pub struct InterfaceCounters {
     pub rx_icmp_unreachable: u64,
     /// Other ICMP messages received (other errors, unknown types): counted, not acted on.
     pub rx_icmp_other: u64,
+    /// Received frames whose TCP/UDP checksum the device vouched for (verified, or a
+    /// local sender's partial checksum: `phy::FrameChecksum`), so the stack did not
+    /// verify it.
+    pub rx_checksum_trusted: u64,
     /// Received frames dropped, by reason.
     pub rx_dropped: RxDrops,
 
@@ -246,6 +250,9 @@ pub struct InterfaceCounters {
     pub tx_icmp_port_unreachable: u64,
     /// ICMP errors not sent because of the rate limit.
     pub icmp_errors_rate_limited: u64,
+    /// Frames handed to the device with a partial TCP/UDP checksum for it to complete
+    /// (`phy::ChecksumOffload::tx_partial`).
+    pub tx_checksum_partial: u64,
     /// Outgoing packets dropped, by reason.
     pub tx_dropped: TxDrops,
 

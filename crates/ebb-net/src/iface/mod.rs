@@ -79,18 +79,27 @@ const UDP_LEN: usize = 8;
 
 /// The checksum duties of a device with `caps`: software does what the device does not.
 pub fn software_checksums(caps: phy::ChecksumCapabilities) -> wire::ChecksumCapabilities {
+    use wire::checksum::Checksum;
     fn duty(offload: phy::ChecksumOffload) -> wire::checksum::Checksum {
         use wire::checksum::Checksum;
         match (offload.rx_verified, offload.tx_filled) {
+            // Per-frame: verified unless the frame is marked (`FrameChecksum`).
+            (false, false) if offload.tx_partial => Checksum::Partial,
             (false, false) => Checksum::Both,
             (false, true) => Checksum::Rx,
             (true, false) => Checksum::Tx,
             (true, true) => Checksum::None,
         }
     }
+    // A partial checksum is a TCP/UDP notion: the IPv4 header and ICMP are always
+    // completed by the stack when the device does not fill them.
+    let whole = |offload: phy::ChecksumOffload| match duty(offload) {
+        Checksum::Partial => Checksum::Both,
+        other => other,
+    };
     wire::ChecksumCapabilities {
-        ipv4: duty(caps.ipv4),
-        icmpv4: duty(caps.icmpv4),
+        ipv4: whole(caps.ipv4),
+        icmpv4: whole(caps.icmpv4),
         udp: duty(caps.udp),
         tcp: duty(caps.tcp),
     }
@@ -217,6 +226,12 @@ impl Interface {
         &mut self.out
     }
 
+    /// Counts `n` frames handed to the device with a partial checksum.
+    pub(crate) fn count_tx_partial(&mut self, n: u64) {
+        let c = &mut self.out.counters.tx_checksum_partial;
+        *c = c.saturating_add(n);
+    }
+
     /// Frames waiting for the device, oldest first: the driver hands this queue to
     /// [`NetDevice::transmit`](crate::phy::NetDevice::transmit), which takes what it can.
     pub fn transmit_queue(&mut self) -> &mut VecDeque<IOBufChain> {
@@ -269,6 +284,27 @@ impl Interface {
         frames.clear();
     }
 
+    /// [`receive_batch`](Self::receive_batch) with what the device said of each frame's
+    /// TCP/UDP checksum (`checksums[i]` for `frames[i]`, from
+    /// [`NetDevice::receive_with_checksums`](crate::phy::NetDevice::receive_with_checksums);
+    /// a missing entry is `Complete`): a frame marked verified or partial is not
+    /// checked for its TCP or UDP checksum — everything else is. Leaves both empty.
+    pub fn receive_batch_with_checksums(
+        &mut self,
+        now: Instant,
+        frames: &mut alloc::vec::Vec<IOBuf>,
+        checksums: &mut alloc::vec::Vec<phy::FrameChecksum>,
+        tcp: &mut dyn TcpInput,
+    ) {
+        for (i, slot) in frames.iter_mut().enumerate() {
+            let frame = core::mem::take(slot);
+            let trusted = checksums.get(i).is_some_and(|c| c.l4_trusted());
+            self.receive_frame_checked(now, frame, trusted, tcp);
+        }
+        frames.clear();
+        checksums.clear();
+    }
+
     /// Turns the receive fast path for plain TCP segments off (`false`) or on (the
     /// default). Either way the interface behaves identically — the fast path only
     /// skips parsing the general path would do to the same end — and tests use this
@@ -281,14 +317,29 @@ impl Interface {
     /// Handles one received Ethernet frame: answers ARP and pings, queues UDP datagrams
     /// on their sockets, feeds DHCP, and hands TCP segments to `tcp` (zero copy).
     pub fn receive_frame(&mut self, now: Instant, frame: IOBuf, tcp: &mut dyn TcpInput) {
+        self.receive_frame_checked(now, frame, false, tcp);
+    }
+
+    /// [`receive_frame`](Self::receive_frame); `l4_trusted`: the device vouched for the
+    /// frame's TCP/UDP checksum (see [`phy::FrameChecksum`]), so it is not verified.
+    pub fn receive_frame_checked(
+        &mut self,
+        now: Instant,
+        frame: IOBuf,
+        l4_trusted: bool,
+        tcp: &mut dyn TcpInput,
+    ) {
         self.out.now = now;
         bump(&mut self.out.counters.rx_frames);
+        if l4_trusted {
+            bump(&mut self.out.counters.rx_checksum_trusted);
+        }
         if self.fast_path
             && let Some(ip) = self.plain_tcp_to_us(frame.as_slice())
         {
-            self.receive_tcp(now, ip, frame, tcp);
+            self.receive_tcp(now, ip, frame, l4_trusted, tcp);
         } else {
-            self.receive_frame_general(now, frame, tcp);
+            self.receive_frame_general(now, frame, l4_trusted, tcp);
         }
         self.apply_dhcp_change();
     }
@@ -339,7 +390,13 @@ impl Interface {
     }
 
     /// Every frame [`plain_tcp_to_us`](Self::plain_tcp_to_us) does not take.
-    fn receive_frame_general(&mut self, now: Instant, frame: IOBuf, tcp: &mut dyn TcpInput) {
+    fn receive_frame_general(
+        &mut self,
+        now: Instant,
+        frame: IOBuf,
+        l4_trusted: bool,
+        tcp: &mut dyn TcpInput,
+    ) {
         let eth = match EthernetFrame::new_checked(frame.as_slice())
             .and_then(|f| EthernetRepr::parse(&f))
         {
@@ -351,7 +408,7 @@ impl Interface {
         }
         match eth.ethertype {
             EtherType::Arp => self.out.receive_arp(&frame[ETH_LEN..]),
-            EtherType::Ipv4 => self.receive_ipv4(now, frame, tcp),
+            EtherType::Ipv4 => self.receive_ipv4(now, frame, l4_trusted, tcp),
             _ => self.drop_rx(RxDropReason::EthernetUnknownType),
         }
     }
@@ -364,7 +421,13 @@ impl Interface {
         self.out.counters.rx_dropped.record(reason);
     }
 
-    fn receive_ipv4(&mut self, now: Instant, frame: IOBuf, tcp: &mut dyn TcpInput) {
+    fn receive_ipv4(
+        &mut self,
+        now: Instant,
+        frame: IOBuf,
+        l4_trusted: bool,
+        tcp: &mut dyn TcpInput,
+    ) {
         let bytes = &frame[ETH_LEN..];
         let packet = match Ipv4Packet::new_checked(bytes) {
             Ok(p) => p,
@@ -392,7 +455,7 @@ impl Interface {
         let start = ETH_LEN + header_len;
         let end = start + ip.payload_len;
         match ip.protocol {
-            IpProtocol::Udp => self.receive_udp(now, &ip, addressed, frame, start, end),
+            IpProtocol::Udp => self.receive_udp(now, &ip, addressed, frame, start..end, l4_trusted),
             _ if addressed == Addressed::Unconfigured => self.drop_rx(RxDropReason::Ipv4NotForUs),
             IpProtocol::Icmp => self.receive_icmp(now, &ip, addressed, &frame[start..end], tcp),
             IpProtocol::Tcp if addressed == Addressed::Us => {
@@ -402,14 +465,21 @@ impl Interface {
                     start,
                     end,
                 };
-                self.receive_tcp(now, segment, frame, tcp)
+                self.receive_tcp(now, segment, frame, l4_trusted, tcp)
             }
             IpProtocol::Tcp => self.drop_rx(RxDropReason::TcpMalformed),
             _ => self.drop_rx(RxDropReason::Ipv4UnknownProtocol),
         }
     }
 
-    fn receive_tcp(&mut self, now: Instant, ip: TcpInIp, mut frame: IOBuf, tcp: &mut dyn TcpInput) {
+    fn receive_tcp(
+        &mut self,
+        now: Instant,
+        ip: TcpInIp,
+        mut frame: IOBuf,
+        l4_trusted: bool,
+        tcp: &mut dyn TcpInput,
+    ) {
         let TcpInIp {
             src,
             dst,
@@ -424,7 +494,7 @@ impl Interface {
         if packet.src_port() == 0 || packet.dst_port() == 0 {
             return self.drop_rx(RxDropReason::TcpMalformed);
         }
-        if self.out.caps.tcp.rx() && !packet.verify_checksum(src, dst) {
+        if !l4_trusted && self.out.caps.tcp.rx() && !packet.verify_checksum(src, dst) {
             return self.drop_rx(RxDropReason::TcpBadChecksum);
         }
         // Zero copy: the segment is the frame's own storage, trimmed to the TCP bytes.
@@ -442,14 +512,19 @@ impl Interface {
         ip: &Ipv4Repr,
         addressed: Addressed,
         mut frame: IOBuf,
-        start: usize,
-        end: usize,
+        l4: core::ops::Range<usize>,
+        l4_trusted: bool,
     ) {
+        let (start, end) = (l4.start, l4.end);
         let packet = match UdpPacket::new_checked(&frame[start..end]) {
             Ok(p) => p,
             Err(_) => return self.drop_rx(RxDropReason::UdpMalformed),
         };
-        let repr = match UdpRepr::parse(&packet, ip.src_addr, ip.dst_addr, &self.out.caps) {
+        let mut caps = self.out.caps;
+        if l4_trusted {
+            caps.udp = wire::checksum::Checksum::None;
+        }
+        let repr = match UdpRepr::parse(&packet, ip.src_addr, ip.dst_addr, &caps) {
             Ok(r) => r,
             Err(WireError::BadChecksum) => return self.drop_rx(RxDropReason::UdpBadChecksum),
             Err(_) => return self.drop_rx(RxDropReason::UdpMalformed),
@@ -689,6 +764,7 @@ impl Interface {
         payload: IOBufChain,
     ) -> Result<(), OutputError> {
         let fill_checksum = self.out.caps.udp.tx();
+        let partial = self.out.caps.udp.partial();
         let (src, dst) = (route.src, route.dst);
         self.out
             .send_datagram(route, IpProtocol::Udp, UDP_LEN, payload, |l4, payload| {
@@ -710,6 +786,10 @@ impl Interface {
                         v => v,
                     };
                     UdpPacket::new_unchecked(&mut l4[..]).set_checksum(value);
+                } else if partial {
+                    // The device completes it (see `phy::FrameChecksum::Partial`).
+                    let sum = checksum::pseudo_header(src, dst, IpProtocol::Udp.into(), len);
+                    UdpPacket::new_unchecked(&mut l4[..]).set_checksum(sum);
                 }
             })
     }

@@ -423,6 +423,7 @@ impl TcpOutput for IpOutput {
         // `header.payload` is normally empty; if TCP put bytes there, they go inline.
         let l4_len = header.buffer_len();
         let fill_checksum = self.caps.tcp.tx();
+        let partial = self.caps.tcp.partial();
         let (src, dst) = (route.src, route.dst);
         self.send_datagram(
             route,
@@ -440,6 +441,11 @@ impl TcpOutput for IpOutput {
                         chain_sum(l4_len % 2 == 1, payload),
                     ]);
                     TcpPacket::new_unchecked(&mut l4[..]).set_checksum(!sum);
+                } else if partial {
+                    // The device completes it (see `phy::FrameChecksum::Partial`).
+                    let len = (l4_len + payload.len()) as u16;
+                    let sum = checksum::pseudo_header(src, dst, IpProtocol::Tcp.into(), len);
+                    TcpPacket::new_unchecked(&mut l4[..]).set_checksum(sum);
                 }
             },
         )
@@ -457,6 +463,7 @@ impl TcpOutput for IpOutput {
             return Err(self.fail(OutputError::Unreachable));
         }
         let fill_checksum = self.caps.tcp.tx();
+        let partial = self.caps.tcp.partial();
         let (src, dst) = (route.src, route.dst);
         self.send_datagram(
             route,
@@ -476,6 +483,10 @@ impl TcpOutput for IpOutput {
                         chain_sum(false, payload),
                     ]);
                     bytes[16..18].copy_from_slice(&(!sum).to_be_bytes());
+                } else if partial {
+                    let len = (TCP_HEADER_LEN + payload.len()) as u16;
+                    let sum = checksum::pseudo_header(src, dst, IpProtocol::Tcp.into(), len);
+                    bytes[16..18].copy_from_slice(&sum.to_be_bytes());
                 }
             },
         )

@@ -29,6 +29,18 @@
 //!   (the fault injector's delays) reports its earliest deadline from
 //!   [`NetDevice::poll_at`]; the stack then calls `receive` and `transmit` (with an empty
 //!   queue if it has nothing to send) at or after that instant.
+//! * **Per-frame checksum offload beside the batches.** A device whose offload is
+//!   decided frame by frame (virtio-net: `DATA_VALID` says this frame's TCP/UDP checksum
+//!   was verified, `NEEDS_CSUM` asks for a partial checksum to be completed) reports it
+//!   through [`NetDevice::receive_with_checksums`] and takes it through
+//!   [`NetDevice::transmit_with_checksums`]: a [`FrameChecksum`] per frame, in a vector
+//!   beside the frames (Linux keeps the same state in `skb->ip_summed`). The plain
+//!   [`receive`](NetDevice::receive) and [`transmit`](NetDevice::transmit) always carry
+//!   *complete* checksums, and the provided `*_with_checksums` methods bridge to them by
+//!   completing partial checksums in software: a device or wrapper that knows nothing
+//!   of offload (a [`Link`], the [`FaultInjector`], a TAP without a virtio-net header)
+//!   never sees a partial checksum, and the injector corrupts only frames whose
+//!   checksums are complete, so its corruption stays detectable.
 //! * **One `NetDevice` is one queue pair.** A multi-queue NIC gives each core its own
 //!   `NetDevice` for its queue; [`DeviceCapabilities::queues`] says how many there are.
 //!
@@ -98,6 +110,145 @@ pub trait NetDevice {
 
     /// What the device has done so far: frames and bytes each way, drops by reason.
     fn counters(&self) -> DeviceCounters;
+
+    /// [`receive`](Self::receive), and for every frame appended to `out` one
+    /// [`FrameChecksum`] appended to `checksums`: what the device knows of that frame's
+    /// TCP/UDP checksum. A frame may then carry a partial checksum
+    /// ([`FrameChecksum::Partial`]), which plain `receive` never returns.
+    ///
+    /// Provided: `receive`, every frame [`FrameChecksum::Complete`].
+    fn receive_with_checksums(
+        &mut self,
+        now: Instant,
+        out: &mut Vec<IOBuf>,
+        checksums: &mut Vec<FrameChecksum>,
+        max: usize,
+    ) -> usize {
+        let n = self.receive(now, out, max);
+        checksums.extend(core::iter::repeat_n(FrameChecksum::Complete, n));
+        n
+    }
+
+    /// [`transmit`](Self::transmit) where `checksums[i]` says what `frames[i]`'s
+    /// TCP/UDP checksum is (a missing entry is [`FrameChecksum::Complete`]): a
+    /// [`FrameChecksum::Partial`] one is for the device to complete. Removes one entry
+    /// of `checksums` per frame taken.
+    ///
+    /// Provided: completes every partial checksum in software (the frame is copied into
+    /// one buffer if it has several segments), then `transmit`. A device that completes
+    /// checksums itself overrides this.
+    fn transmit_with_checksums(
+        &mut self,
+        now: Instant,
+        frames: &mut VecDeque<IOBufChain>,
+        checksums: &mut VecDeque<FrameChecksum>,
+    ) -> usize {
+        complete_partial_frames(frames, checksums);
+        let n = self.transmit(now, frames);
+        checksums.drain(..n.min(checksums.len()));
+        n
+    }
+}
+
+/// What a device knows of one frame's TCP or UDP checksum (see the module docs). Other
+/// checksums (IPv4 header, ICMP) are always complete and always verified in software.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FrameChecksum {
+    /// Complete: received, the stack verifies it; transmitted, the stack filled it.
+    #[default]
+    Complete,
+    /// Received only: the device verified the TCP/UDP checksum (virtio `DATA_VALID`,
+    /// Linux `CHECKSUM_UNNECESSARY`); the stack does not verify it again.
+    Verified,
+    /// The checksum field at `start + offset` holds only the pseudo-header sum; the
+    /// one's-complement sum of the bytes from `start` to the frame's end, complemented,
+    /// completes it (virtio `NEEDS_CSUM`, Linux `CHECKSUM_PARTIAL`). Transmitted: for the
+    /// device to complete. Received: the frame came from a local sender that left its
+    /// checksum to hardware it trusts; the stack accepts it as verified, as Linux does.
+    Partial {
+        /// Offset from the frame's start where checksumming starts (the L4 header).
+        start: u16,
+        /// Offset of the checksum field from `start` (16 for TCP, 6 for UDP).
+        offset: u16,
+    },
+}
+
+impl FrameChecksum {
+    /// Whether the stack may skip verifying the frame's TCP/UDP checksum.
+    pub const fn l4_trusted(self) -> bool {
+        matches!(
+            self,
+            FrameChecksum::Verified | FrameChecksum::Partial { .. }
+        )
+    }
+
+    /// Where the TCP or UDP checksum of an Ethernet + IPv4 frame lies, as a
+    /// [`FrameChecksum::Partial`]: `None` for other frames (not IPv4, not TCP or UDP, a
+    /// fragment, or too short). What the stack sends under
+    /// [`ChecksumOffload::tx_partial`] for every TCP/UDP frame.
+    pub fn partial_of(frame: &[u8]) -> Option<FrameChecksum> {
+        let ip = frame.get(ETHERNET_HEADER_LEN..)?;
+        if frame.get(12..14)? != [0x08, 0x00] || ip.first()? >> 4 != 4 {
+            return None;
+        }
+        let ihl = usize::from(ip[0] & 0x0f) * 4;
+        if ihl < 20 || ip.len() < ihl || ip[6] & 0x3f != 0 || ip[7] != 0 {
+            return None;
+        }
+        let offset = match ip[9] {
+            6 => 16,
+            17 => 6,
+            _ => return None,
+        };
+        let start = ETHERNET_HEADER_LEN + ihl;
+        (frame.len() >= start + offset + 2).then_some(FrameChecksum::Partial {
+            start: start as u16,
+            offset: offset as u16,
+        })
+    }
+}
+
+/// Completes a partial checksum in place: the one's-complement sum of `frame[start..]`
+/// (the field at `start + offset` holding the pseudo-header sum), complemented, into the
+/// field; a result of zero is written as `0xffff` (its other form, which UDP needs, as
+/// Linux does). Returns false, changing nothing, if the field lies outside the frame.
+pub fn complete_checksum(frame: &mut [u8], start: u16, offset: u16) -> bool {
+    let (start, at) = (usize::from(start), usize::from(start) + usize::from(offset));
+    if at + 2 > frame.len() {
+        return false;
+    }
+    let sum = !crate::wire::checksum::data(&frame[start..]);
+    let value = if sum == 0 { 0xffff } else { sum };
+    frame[at..at + 2].copy_from_slice(&value.to_be_bytes());
+    true
+}
+
+/// `frame` with its checksum completed in software if `checksum` is partial (copied into
+/// one fresh buffer: the original may be a retransmission copy or shared); `frame` itself
+/// otherwise. A partial checksum outside the frame leaves the frame as it is.
+pub fn completed(frame: IOBufChain, checksum: FrameChecksum) -> IOBufChain {
+    let FrameChecksum::Partial { start, offset } = checksum else {
+        return frame;
+    };
+    let mut bytes = frame.to_vec();
+    if !complete_checksum(&mut bytes, start, offset) {
+        return frame;
+    }
+    IOBufChain::from(IOBuf::from_vec(bytes))
+}
+
+/// Completes in software the partial checksum of every frame in `frames` whose entry in
+/// `checksums` is [`FrameChecksum::Partial`], and marks it complete.
+pub fn complete_partial_frames(
+    frames: &mut VecDeque<IOBufChain>,
+    checksums: &mut VecDeque<FrameChecksum>,
+) {
+    for (frame, checksum) in frames.iter_mut().zip(checksums.iter_mut()) {
+        if matches!(checksum, FrameChecksum::Partial { .. }) {
+            *frame = completed(core::mem::take(frame), *checksum);
+            *checksum = FrameChecksum::Complete;
+        }
+    }
 }
 
 impl<D: NetDevice + ?Sized> NetDevice for &mut D {
@@ -116,6 +267,23 @@ impl<D: NetDevice + ?Sized> NetDevice for &mut D {
     fn counters(&self) -> DeviceCounters {
         (**self).counters()
     }
+    fn receive_with_checksums(
+        &mut self,
+        now: Instant,
+        out: &mut Vec<IOBuf>,
+        checksums: &mut Vec<FrameChecksum>,
+        max: usize,
+    ) -> usize {
+        (**self).receive_with_checksums(now, out, checksums, max)
+    }
+    fn transmit_with_checksums(
+        &mut self,
+        now: Instant,
+        frames: &mut VecDeque<IOBufChain>,
+        checksums: &mut VecDeque<FrameChecksum>,
+    ) -> usize {
+        (**self).transmit_with_checksums(now, frames, checksums)
+    }
 }
 
 impl<D: NetDevice + ?Sized> NetDevice for Box<D> {
@@ -133,6 +301,23 @@ impl<D: NetDevice + ?Sized> NetDevice for Box<D> {
     }
     fn counters(&self) -> DeviceCounters {
         (**self).counters()
+    }
+    fn receive_with_checksums(
+        &mut self,
+        now: Instant,
+        out: &mut Vec<IOBuf>,
+        checksums: &mut Vec<FrameChecksum>,
+        max: usize,
+    ) -> usize {
+        (**self).receive_with_checksums(now, out, checksums, max)
+    }
+    fn transmit_with_checksums(
+        &mut self,
+        now: Instant,
+        frames: &mut VecDeque<IOBufChain>,
+        checksums: &mut VecDeque<FrameChecksum>,
+    ) -> usize {
+        (**self).transmit_with_checksums(now, frames, checksums)
     }
 }
 
@@ -224,7 +409,7 @@ impl ChecksumCapabilities {
         }
     }
 
-    /// The same capabilities with every `tx_filled` flag cleared.
+    /// The same capabilities with every `tx_filled` and `tx_partial` flag cleared.
     pub const fn without_tx(self) -> Self {
         Self {
             ipv4: self.ipv4.without_tx(),
@@ -243,6 +428,11 @@ pub struct ChecksumOffload {
     pub rx_verified: bool,
     /// The device fills this checksum on transmitted frames, so the stack leaves it.
     pub tx_filled: bool,
+    /// TCP and UDP only, when `tx_filled` is not set: the device completes a partial
+    /// checksum, so the stack writes only the pseudo-header sum and hands the frame over
+    /// [`NetDevice::transmit_with_checksums`] marked [`FrameChecksum::Partial`]
+    /// (virtio-net's `VIRTIO_NET_F_CSUM`).
+    pub tx_partial: bool,
 }
 
 impl ChecksumOffload {
@@ -250,17 +440,27 @@ impl ChecksumOffload {
     pub const NONE: ChecksumOffload = ChecksumOffload {
         rx_verified: false,
         tx_filled: false,
+        tx_partial: false,
     };
     /// The device verifies and fills the checksum.
     pub const BOTH: ChecksumOffload = ChecksumOffload {
         rx_verified: true,
         tx_filled: true,
+        tx_partial: false,
+    };
+    /// The stack verifies the checksum (unless a frame is marked verified) and leaves
+    /// a partial one for the device to complete: virtio-net with `CSUM` negotiated.
+    pub const PARTIAL: ChecksumOffload = ChecksumOffload {
+        rx_verified: false,
+        tx_filled: false,
+        tx_partial: true,
     };
 
     const fn without_rx(self) -> Self {
         Self {
             rx_verified: false,
             tx_filled: self.tx_filled,
+            tx_partial: self.tx_partial,
         }
     }
 
@@ -268,6 +468,7 @@ impl ChecksumOffload {
         Self {
             rx_verified: self.rx_verified,
             tx_filled: false,
+            tx_partial: false,
         }
     }
 }

@@ -107,17 +107,27 @@ pub enum Checksum {
     Tx,
     /// The device does both (full offload); software neither verifies nor fills.
     None,
+    /// Software verifies on receive (unless the device marked the frame verified, see
+    /// [`crate::phy::FrameChecksum`]); on transmit it writes only the pseudo-header sum
+    /// into the checksum field and the device completes the checksum over the segment
+    /// (virtio's `NEEDS_CSUM`, Linux's `CHECKSUM_PARTIAL`). TCP and UDP only.
+    Partial,
 }
 
 impl Checksum {
     /// Whether software must verify received checksums.
     pub fn rx(self) -> bool {
-        matches!(self, Checksum::Both | Checksum::Rx)
+        matches!(self, Checksum::Both | Checksum::Rx | Checksum::Partial)
     }
 
     /// Whether software must fill transmitted checksums.
     pub fn tx(self) -> bool {
         matches!(self, Checksum::Both | Checksum::Tx)
+    }
+
+    /// Whether software writes only the pseudo-header sum, for the device to complete.
+    pub fn partial(self) -> bool {
+        matches!(self, Checksum::Partial)
     }
 }
 
@@ -224,6 +234,7 @@ mod tests {
         assert!(Checksum::Rx.rx() && !Checksum::Rx.tx());
         assert!(!Checksum::Tx.rx() && Checksum::Tx.tx());
         assert!(!Checksum::None.rx() && !Checksum::None.tx());
+        assert!(Checksum::Partial.rx() && !Checksum::Partial.tx() && Checksum::Partial.partial());
         assert_eq!(ChecksumCapabilities::default().tcp, Checksum::Both);
         assert_eq!(ChecksumCapabilities::ignored().udp, Checksum::None);
     }

@@ -722,6 +722,14 @@ impl<'a> Repr<'a> {
         packet.payload_mut()[..self.payload.len()].copy_from_slice(self.payload);
         if caps.tcp.tx() {
             packet.fill_checksum(src_addr, dst_addr);
+        } else if caps.tcp.partial() {
+            let len = u16::try_from(self.buffer_len()).unwrap_or(u16::MAX);
+            packet.set_checksum(super::checksum::pseudo_header(
+                src_addr,
+                dst_addr,
+                super::IpProtocol::Tcp.into(),
+                len,
+            ));
         } else {
             packet.set_checksum(0);
         }

@@ -198,6 +198,14 @@ impl<'a> Repr<'a> {
         packet.payload_mut().copy_from_slice(self.payload);
         if caps.udp.tx() {
             packet.fill_checksum(src_addr, dst_addr);
+        } else if caps.udp.partial() {
+            let len = u16::try_from(self.buffer_len()).unwrap_or(u16::MAX);
+            packet.set_checksum(super::checksum::pseudo_header(
+                src_addr,
+                dst_addr,
+                super::IpProtocol::Udp.into(),
+                len,
+            ));
         } else {
             packet.set_checksum(0);
         }

@@ -90,10 +90,12 @@ pub enum BackendError {
     Passt(String),
 }
 
-/// Opens `queues` queues of TAP device `name`.
-pub fn open_tap(name: &str, queues: usize) -> Result<Vec<TapDevice>, BackendError> {
+/// Opens `queues` queues of TAP device `name`; with `offload`, with a virtio-net header
+/// and checksum offload (`TapConfig::vnet_hdr`).
+pub fn open_tap(name: &str, queues: usize, offload: bool) -> Result<Vec<TapDevice>, BackendError> {
     let mut config = TapConfig::new(name);
     config.queues = queues;
+    config.vnet_hdr = offload;
     TapDevice::open_queues(&config).map_err(|source| BackendError::Tap {
         name: name.to_string(),
         source,

@@ -3,7 +3,8 @@
 //!
 //! * **Transport.** Modern virtio-MMIO at [`MMIO_BASE`] (slot 0; other slots read as
 //!   absent). Offers VERSION_1, RING_EVENT_IDX, MAC, STATUS, MTU, MQ and CTRL_VQ, one queue
-//!   pair per vCPU. Writing 0 to Status resets; features outside the offer (or without
+//!   pair per vCPU, and CSUM and GUEST_CSUM when the backend completes partial checksums
+//!   (see "Checksum offload" below). Writing 0 to Status resets; features outside the offer (or without
 //!   VERSION_1 and RING_EVENT_IDX) are refused by leaving FEATURES_OK clear; feature
 //!   writes after FEATURES_OK and queue registers of a ready queue or after DRIVER_OK are
 //!   ignored. A bad access, DRIVER_OK without FEATURES_OK or a bad ring or chain marks the
@@ -19,6 +20,24 @@
 //!   without work it sleeps in epoll on the backend, the ioeventfds and its control
 //!   eventfd. Transmit copies each frame out of guest memory once, receive writes each
 //!   frame into the guest's buffer once.
+//! * **Checksum offload.** Offered only with a backend that takes and gives per-frame
+//!   checksum state ([`FrameChecksum`]): the TAP backend opened with `IFF_VNET_HDR` and
+//!   `TUN_F_CSUM`, where the kernel completes our partial checksums — or, for a local
+//!   receiver, never computes them — and marks what it verified. The guest's header is
+//!   passed through as that state: `NEEDS_CSUM` (validated: CSUM negotiated and the
+//!   two-byte field inside the frame, else the device is broken like for any bad
+//!   chain) becomes `FrameChecksum::Partial`; toward the guest `Partial` becomes
+//!   `NEEDS_CSUM` and `Verified` `DATA_VALID` when GUEST_CSUM was negotiated (without
+//!   it the backend's plain `receive`, which completes checksums, is used). Not offered
+//!   with passt: its socket protocol has no header to carry the state, so the monitor's
+//!   one I/O thread would compute every checksum the guest skipped — moving the work,
+//!   not removing it — and passt's frames would have to be trusted unverified. The
+//!   `--net-faults` injector between device and backend takes frames through the plain
+//!   calls, whose default completes a partial checksum in software *before* the
+//!   injector corrupts it, and reports every frame `Complete`: a corrupted frame is
+//!   never marked `DATA_VALID` nor completed over the corrupted bytes, so the guest's
+//!   stack or Linux's catches it. No backend is ever handed an incomplete checksum
+//!   it has not said it completes.
 
 use super::backend::Backend;
 use super::queue::{Chain, DeviceQueue, Direction, QueueConfig, QueueError};
@@ -26,11 +45,11 @@ use crate::guest::GuestMem;
 use crate::vm::Shared;
 use ebb_abi::virtio::{
     DEVICE_ID_NET, MAGIC, MMIO_BASE, MMIO_SLOT_SIZE, MMIO_VERSION, NET_CTRL_MQ,
-    NET_CTRL_MQ_VQ_PAIRS_SET, NET_ERR, NET_HDR_LEN, NET_OK, NET_S_LINK_UP, VENDOR_ID_EBB, features,
-    regs, status,
+    NET_CTRL_MQ_VQ_PAIRS_SET, NET_ERR, NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NET_HDR_LEN,
+    NET_OK, NET_S_LINK_UP, VENDOR_ID_EBB, features, regs, status,
 };
 use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
-use ebb_net::phy::{FaultCounts, FaultStats};
+use ebb_net::phy::{FaultCounts, FaultStats, FrameChecksum};
 use rustix::event::epoll;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,6 +81,12 @@ pub struct NetStats {
     pub rx_frames: AtomicU64,
     /// Frames from the backend dropped for want of guest buffers or room.
     pub rx_dropped: AtomicU64,
+    /// Frames from the guest with `NEEDS_CSUM`, handed to the backend to complete.
+    pub tx_csum_partial: AtomicU64,
+    /// Frames to the guest with `NEEDS_CSUM` (a partial checksum from a local sender).
+    pub rx_csum_partial: AtomicU64,
+    /// Frames to the guest with `DATA_VALID`.
+    pub rx_csum_valid: AtomicU64,
     /// What the `--net-faults` injectors did, summed over the backends (`None`: no
     /// injector). Published by the I/O thread when it changes.
     pub faults: Mutex<Option<FaultStats>>,
@@ -141,6 +166,8 @@ struct Transport {
 pub struct VirtioNet {
     mac: [u8; 6],
     pairs: u16,
+    /// CSUM and GUEST_CSUM are offered (the backend completes partial checksums).
+    offload: bool,
     transport: Mutex<Transport>,
     /// Tells a sleeping I/O thread that the transport changed.
     control: EventFd,
@@ -159,7 +186,10 @@ impl std::fmt::Debug for VirtioNet {
     }
 }
 
-fn offered() -> u64 {
+/// The features the device offers; with `offload`, CSUM and GUEST_CSUM too.
+fn offered_features(offload: bool) -> u64 {
+    let csum = [features::NET_CSUM, features::NET_GUEST_CSUM];
+    let csum = if offload { &csum[..] } else { &[] };
     [
         features::VERSION_1,
         features::RING_EVENT_IDX,
@@ -169,16 +199,20 @@ fn offered() -> u64 {
         features::NET_MQ,
         features::NET_CTRL_VQ,
     ]
-    .into_iter()
-    .fold(0, |acc, bit| acc | features::bit(bit))
+    .iter()
+    .chain(csum)
+    .fold(0, |acc, &bit| acc | features::bit(bit))
 }
 
 impl VirtioNet {
-    /// A device with `pairs` queue pairs (one per vCPU) and MAC `mac`.
-    pub fn new(mac: [u8; 6], pairs: u16) -> std::io::Result<VirtioNet> {
+    /// A device with `pairs` queue pairs (one per vCPU) and MAC `mac`; with `offload`,
+    /// it offers checksum offload (only for a backend that completes partial checksums:
+    /// see the module docs).
+    pub fn new(mac: [u8; 6], pairs: u16, offload: bool) -> std::io::Result<VirtioNet> {
         Ok(VirtioNet {
             mac,
             pairs,
+            offload,
             transport: Mutex::new(Transport {
                 queues: vec![(QueueConfig::default(), false); usize::from(2 * pairs + 1)],
                 ..Transport::default()
@@ -249,8 +283,8 @@ impl VirtioNet {
             regs::DEVICE_ID => DEVICE_ID_NET,
             regs::VENDOR_ID => VENDOR_ID_EBB,
             regs::DEVICE_FEATURES => match t.device_features_sel {
-                0 => offered() as u32,
-                1 => (offered() >> 32) as u32,
+                0 => self.offered() as u32,
+                1 => (self.offered() >> 32) as u32,
                 _ => 0,
             },
             regs::QUEUE_NUM_MAX => queue.map_or(0, |_| u32::from(QUEUE_MAX)),
@@ -353,8 +387,8 @@ impl VirtioNet {
             // does not follow.
             let required =
                 features::bit(features::VERSION_1) | features::bit(features::RING_EVENT_IDX);
-            let acceptable =
-                t.driver_features & !offered() == 0 && t.driver_features & required == required;
+            let acceptable = t.driver_features & !self.offered() == 0
+                && t.driver_features & required == required;
             if !acceptable {
                 value &= !status::FEATURES_OK;
             }
@@ -371,6 +405,11 @@ impl VirtioNet {
             t.epoch += 1;
             self.changed();
         }
+    }
+
+    /// The features offered.
+    pub fn offered(&self) -> u64 {
+        offered_features(self.offload)
     }
 
     /// Marks the device broken: the guest sees DEVICE_NEEDS_RESET, the I/O thread stops.
@@ -404,7 +443,7 @@ impl VirtioNet {
     fn activation(
         &self,
         mem: &GuestMem,
-    ) -> Result<Option<(u64, Vec<QueueConfig>, bool)>, QueueFault> {
+    ) -> Result<Option<(u64, Vec<QueueConfig>, u64)>, QueueFault> {
         let t = self.lock();
         if t.broken.is_some() || t.status & status::DRIVER_OK == 0 {
             return Ok(None);
@@ -420,8 +459,7 @@ impl VirtioNet {
                 configs.push(QueueConfig::default());
             }
         }
-        let multi = t.driver_features & features::bit(features::NET_MQ) != 0;
-        Ok(Some((t.epoch, configs, multi)))
+        Ok(Some((t.epoch, configs, t.driver_features)))
     }
 }
 
@@ -443,7 +481,7 @@ pub struct IoThread {
 struct Pair {
     rx: Option<DeviceQueue>,
     tx: Option<DeviceQueue>,
-    backlog: VecDeque<IOBuf>,
+    backlog: VecDeque<(IOBuf, FrameChecksum)>,
 }
 
 /// The I/O thread's live queues and what it carries from one round to the next. One
@@ -458,8 +496,13 @@ pub(crate) struct Engine {
     pairs: Vec<Pair>,
     ctrl: Option<DeviceQueue>,
     active_pairs: usize,
+    /// The features negotiated for the current epoch.
+    features: u64,
     frames: Vec<IOBuf>,
+    checksums: Vec<FrameChecksum>,
     outgoing: VecDeque<IOBufChain>,
+    /// `outgoing[i]`'s checksum state, in step with it.
+    outgoing_checksums: VecDeque<FrameChecksum>,
 }
 
 impl Engine {
@@ -470,8 +513,11 @@ impl Engine {
             pairs: Vec::new(),
             ctrl: None,
             active_pairs: 1,
+            features: 0,
             frames: Vec::new(),
+            checksums: Vec::new(),
             outgoing: VecDeque::new(),
+            outgoing_checksums: VecDeque::new(),
         }
     }
 
@@ -506,8 +552,9 @@ impl Engine {
     /// Builds the queues the transport now describes (none unless it is live).
     fn rebuild(&mut self, device: &VirtioNet, mem: &GuestMem) {
         match device.activation(mem) {
-            Ok(Some((e, configs, _multi))) if e != self.epoch => {
+            Ok(Some((e, configs, negotiated))) if e != self.epoch => {
                 self.epoch = e;
+                self.features = negotiated;
                 let queue = |i: usize, want| {
                     configs
                         .get(i)
@@ -567,6 +614,9 @@ impl Engine {
             }
         };
         let outgoing = &mut self.outgoing;
+        let outgoing_checksums = &mut self.outgoing_checksums;
+        let csum = self.features & features::bit(features::NET_CSUM) != 0;
+        let guest_csum = self.features & features::bit(features::NET_GUEST_CSUM) != 0;
         let mut worked = false;
         // Control commands.
         if let Some(q) = &mut self.ctrl {
@@ -596,10 +646,15 @@ impl Engine {
                 let Some(chain) = tx.pop(mem).map_err(&on)? else {
                     break;
                 };
-                let frame = gather(mem, &chain).map_err(&on)?;
+                let (frame, header) = gather(mem, &chain).map_err(&on)?;
+                let checksum = tx_checksum(&header, chain.head, frame.len(), csum).map_err(&on)?;
+                if checksum != FrameChecksum::Complete {
+                    device.stats.tx_csum_partial.fetch_add(1, Ordering::Relaxed);
+                }
                 let old = tx.push_used(mem, chain.head, 0).map_err(&on)?;
                 returned.get_or_insert(old);
                 outgoing.push_back(IOBufChain::from(frame));
+                outgoing_checksums.push_back(checksum);
                 worked = true;
             }
             if let Some(old) = returned
@@ -609,7 +664,7 @@ impl Engine {
             }
             let backend = &mut backends[p.min(n_backends - 1)];
             let before = outgoing.len();
-            backend.transmit(now, outgoing);
+            backend.transmit_with_checksums(now, outgoing, outgoing_checksums);
             device
                 .stats
                 .tx_frames
@@ -633,11 +688,19 @@ impl Engine {
                     .unwrap_or(0)
             };
             frames.clear();
-            let n = backend.receive(now, frames, room.min(64));
+            let checksums = &mut self.checksums;
+            checksums.clear();
+            let n = if guest_csum {
+                backend.receive_with_checksums(now, frames, checksums, room.min(64))
+            } else {
+                // Complete checksums only: a driver without GUEST_CSUM reads no flags.
+                backend.receive(now, frames, room.min(64))
+            };
             if n > 0 {
                 worked = true;
             }
-            for frame in frames.drain(..) {
+            checksums.resize(frames.len(), FrameChecksum::Complete);
+            for (frame, checksum) in frames.drain(..).zip(checksums.drain(..)) {
                 let p = if n_backends == self.pairs.len() {
                     b
                 } else {
@@ -648,7 +711,7 @@ impl Engine {
                 if backlog.len() >= RX_BACKLOG {
                     device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
                 } else {
-                    backlog.push_back(frame);
+                    backlog.push_back((frame, checksum));
                 }
             }
         }
@@ -656,15 +719,23 @@ impl Engine {
             let Some(rx) = &mut pair.rx else { continue };
             let on = on(2 * p, pairs);
             let mut returned = None;
-            while let Some(frame) = pair.backlog.front() {
+            while let Some((frame, checksum)) = pair.backlog.front() {
                 let Some(chain) = rx.pop(mem).map_err(&on)? else {
                     break;
                 };
-                let written = scatter(mem, &chain, frame.as_slice()).map_err(&on)?;
+                let written = scatter(mem, &chain, frame.as_slice(), *checksum).map_err(&on)?;
                 if written.is_none() {
                     device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
                 } else {
                     device.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
+                    let counter = match checksum {
+                        FrameChecksum::Partial { .. } => Some(&device.stats.rx_csum_partial),
+                        FrameChecksum::Verified => Some(&device.stats.rx_csum_valid),
+                        FrameChecksum::Complete => None,
+                    };
+                    if let Some(c) = counter {
+                        c.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 let old = rx
                     .push_used(mem, chain.head, written.unwrap_or(0))
@@ -798,10 +869,10 @@ pub(crate) fn shares_cpus_with_vcpus(vcpus: usize) -> bool {
 /// frame is at most the MTU and an Ethernet header; this is generous.
 const TX_CHAIN_MAX: u64 = 65_536;
 
-/// The frame of a transmit chain (its bytes after the virtio-net header). A chain with no
-/// frame in it (the header or less) or too long for one is the driver's error, not a
-/// frame to drop silently.
-fn gather(mem: &GuestMem, chain: &Chain) -> Result<IOBuf, QueueError> {
+/// The frame of a transmit chain (its bytes after the virtio-net header) and the header.
+/// A chain with no frame in it (the header or less) or too long for one is the driver's
+/// error, not a frame to drop silently.
+fn gather(mem: &GuestMem, chain: &Chain) -> Result<(IOBuf, [u8; NET_HDR_LEN]), QueueError> {
     let total: u64 = chain.readable.iter().map(|b| u64::from(b.len)).sum();
     if total <= NET_HDR_LEN as u64 || total > TX_CHAIN_MAX {
         return Err(QueueError::NotAFrame {
@@ -818,19 +889,62 @@ fn gather(mem: &GuestMem, chain: &Chain) -> Result<IOBuf, QueueError> {
             .ok_or(QueueError::Access("a transmit buffer"))?;
         at += len;
     }
+    let mut header = [0u8; NET_HDR_LEN];
+    header.copy_from_slice(&bytes[..NET_HDR_LEN]);
     bytes.drain(..NET_HDR_LEN);
-    Ok(IOBuf::from_vec(bytes))
+    Ok((IOBuf::from_vec(bytes), header))
+}
+
+/// What a transmit header asks of a frame of `len` bytes: `Partial` for `NEEDS_CSUM`,
+/// which must have been negotiated (`csum`) and must put the two-byte checksum field
+/// inside the frame — a hostile or broken driver's request is refused, never acted on.
+/// `DATA_VALID` and the GSO fields mean nothing on transmit and are ignored.
+fn tx_checksum(
+    header: &[u8; NET_HDR_LEN],
+    head: u16,
+    len: usize,
+    csum: bool,
+) -> Result<FrameChecksum, QueueError> {
+    if header[0] & NET_HDR_F_NEEDS_CSUM == 0 {
+        return Ok(FrameChecksum::Complete);
+    }
+    let start = u16::from_le_bytes([header[6], header[7]]);
+    let offset = u16::from_le_bytes([header[8], header[9]]);
+    if !csum || usize::from(start) + usize::from(offset) + 2 > len {
+        return Err(QueueError::BadChecksumRequest {
+            head,
+            start,
+            offset,
+            len,
+            negotiated: csum,
+        });
+    }
+    Ok(FrameChecksum::Partial { start, offset })
 }
 
 /// Writes the header and `frame` into a receive chain; the bytes written, or `None` if
 /// the chain is too small (the frame is dropped).
-fn scatter(mem: &GuestMem, chain: &Chain, frame: &[u8]) -> Result<Option<u32>, QueueError> {
+fn scatter(
+    mem: &GuestMem,
+    chain: &Chain,
+    frame: &[u8],
+    checksum: FrameChecksum,
+) -> Result<Option<u32>, QueueError> {
     let room: u64 = chain.writable.iter().map(|b| u64::from(b.len)).sum();
     let total = NET_HDR_LEN + frame.len();
     if (total as u64) > room {
         return Ok(None);
     }
     let mut header = [0u8; NET_HDR_LEN];
+    match checksum {
+        FrameChecksum::Partial { start, offset } => {
+            header[0] = NET_HDR_F_NEEDS_CSUM;
+            header[6..8].copy_from_slice(&start.to_le_bytes());
+            header[8..10].copy_from_slice(&offset.to_le_bytes());
+        }
+        FrameChecksum::Verified => header[0] = NET_HDR_F_DATA_VALID,
+        FrameChecksum::Complete => {}
+    }
     header[10] = 1; // num_buffers
     let mut data = header.iter().chain(frame.iter()).copied();
     let mut left = total;

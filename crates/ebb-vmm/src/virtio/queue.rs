@@ -143,6 +143,26 @@ pub enum QueueError {
         /// The most a chain may hold.
         max: u64,
     },
+    /// A transmit header asking for a checksum the device cannot complete: `NEEDS_CSUM`
+    /// without CSUM negotiated, or a checksum field (`csum_start + csum_offset`, two
+    /// bytes) outside the frame.
+    #[error(
+        "transmit chain {head}: NEEDS_CSUM at csum_start {start} + csum_offset {offset} \
+         in a {len}-byte frame{}",
+        if *.negotiated { "" } else { " without VIRTIO_NET_F_CSUM negotiated" }
+    )]
+    BadChecksumRequest {
+        /// Its head.
+        head: u16,
+        /// `csum_start`.
+        start: u16,
+        /// `csum_offset`.
+        offset: u16,
+        /// The frame's length.
+        len: usize,
+        /// Whether CSUM was negotiated.
+        negotiated: bool,
+    },
     /// Guest memory could not be read where the ring says.
     #[error("cannot access the {0} in guest memory")]
     Access(&'static str),

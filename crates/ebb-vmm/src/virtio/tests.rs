@@ -31,7 +31,10 @@ use ebb_abi::virtio::{
     regs, status,
 };
 use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
-use ebb_net::phy::{DeviceCapabilities, DeviceCounters, NetDevice};
+use ebb_net::phy::{
+    DeviceCapabilities, DeviceCounters, FaultConfig, FaultInjector, FrameChecksum, NetDevice,
+    Probability, complete_checksum,
+};
 use std::collections::VecDeque;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
@@ -57,6 +60,10 @@ const FRAME: &[u8] = b"\x02\0\0\0\0\x01\x02\0\0\0\0\x02\x08\x00hello, hostile wo
 struct Wire {
     to_guest: Arc<Mutex<VecDeque<Vec<u8>>>>,
     from_guest: Arc<Mutex<Vec<Vec<u8>>>>,
+    /// The checksum state of each frame in `to_guest` (missing: complete).
+    to_guest_checksums: Arc<Mutex<VecDeque<FrameChecksum>>>,
+    /// The checksum state the device gave each frame in `from_guest`.
+    from_guest_checksums: Arc<Mutex<Vec<FrameChecksum>>>,
 }
 
 /// The in-memory backend the device drives.
@@ -69,16 +76,52 @@ impl NetDevice for WireEnd {
     fn capabilities(&self) -> DeviceCapabilities {
         DeviceCapabilities::ETHERNET
     }
-    fn receive(&mut self, _now: NetInstant, out: &mut Vec<IOBuf>, max: usize) -> usize {
-        let mut to_guest = self.wire.to_guest.lock().expect("not poisoned");
-        let n = max.min(to_guest.len());
-        out.extend(to_guest.drain(..n).map(IOBuf::from_vec));
+    fn receive(&mut self, now: NetInstant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+        // Plain receive: complete checksums only, as the trait asks.
+        let mut checksums = Vec::new();
+        let first = out.len();
+        let n = self.receive_with_checksums(now, out, &mut checksums, max);
+        for (frame, checksum) in out[first..].iter_mut().zip(checksums) {
+            if let FrameChecksum::Partial { start, offset } = checksum {
+                let mut bytes = frame.to_vec();
+                complete_checksum(&mut bytes, start, offset);
+                *frame = IOBuf::from_vec(bytes);
+            }
+        }
         n
     }
-    fn transmit(&mut self, _now: NetInstant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, now: NetInstant, frames: &mut VecDeque<IOBufChain>) -> usize {
+        self.transmit_with_checksums(now, frames, &mut VecDeque::new())
+    }
+    fn receive_with_checksums(
+        &mut self,
+        _now: NetInstant,
+        out: &mut Vec<IOBuf>,
+        checksums: &mut Vec<FrameChecksum>,
+        max: usize,
+    ) -> usize {
+        let mut to_guest = self.wire.to_guest.lock().expect("not poisoned");
+        let mut states = self.wire.to_guest_checksums.lock().expect("not poisoned");
+        let n = max.min(to_guest.len());
+        out.extend(to_guest.drain(..n).map(IOBuf::from_vec));
+        for _ in 0..n {
+            checksums.push(states.pop_front().unwrap_or_default());
+        }
+        n
+    }
+    fn transmit_with_checksums(
+        &mut self,
+        _now: NetInstant,
+        frames: &mut VecDeque<IOBufChain>,
+        checksums: &mut VecDeque<FrameChecksum>,
+    ) -> usize {
         let n = frames.len();
         let mut from_guest = self.wire.from_guest.lock().expect("not poisoned");
+        let mut states = self.wire.from_guest_checksums.lock().expect("not poisoned");
         from_guest.extend(frames.drain(..).map(|f| f.to_vec()));
+        for _ in 0..n {
+            states.push(checksums.pop_front().unwrap_or_default());
+        }
         n
     }
     fn counters(&self) -> DeviceCounters {
@@ -132,6 +175,16 @@ impl Guest {
 
     /// A device with `pairs` queue pairs; the ring helpers cover queues 0..3 only.
     fn with_pairs(pairs: u16) -> Guest {
+        Guest::build(pairs, false, None)
+    }
+
+    /// One pair, checksum offload offered; with `faults`, the backend behind a fault
+    /// injector making them both ways (as `--net-faults` does).
+    fn with_offload(faults: Option<FaultConfig>) -> Guest {
+        Guest::build(1, true, faults)
+    }
+
+    fn build(pairs: u16, offload: bool, faults: Option<FaultConfig>) -> Guest {
         let mmap = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), MEM as usize)])
             .expect("host memory for the fake guest");
         let wire = Wire::default();
@@ -139,11 +192,19 @@ impl Guest {
             wire: wire.clone(),
             fd: EventFd::new(EFD_NONBLOCK).expect("an eventfd"),
         };
+        let backend: Box<dyn Backend> = match faults {
+            Some(f) => Box::new(
+                FaultInjector::new(end, 7)
+                    .with_rx_faults(f)
+                    .with_tx_faults(f),
+            ),
+            None => Box::new(end),
+        };
         Guest {
             mem: GuestMem::new(mmap, MEM),
-            dev: VirtioNet::new([2, 0, 0, 0, 0, 1], pairs).expect("a device"),
+            dev: VirtioNet::new([2, 0, 0, 0, 0, 1], pairs, offload).expect("a device"),
             engine: Engine::new(),
-            backends: vec![Box::new(end)],
+            backends: vec![backend],
             wire,
             wakes: vec![EventFd::new(EFD_NONBLOCK).expect("an eventfd")],
             sizes: [SIZE; 3],
@@ -333,8 +394,25 @@ impl Guest {
     }
 
     fn arrive(&self, frame: &[u8]) {
+        self.arrive_with(frame, FrameChecksum::Complete);
+    }
+
+    /// A frame from the backend in checksum state `checksum`.
+    fn arrive_with(&self, frame: &[u8], checksum: FrameChecksum) {
         let mut to_guest = self.wire.to_guest.lock().expect("not poisoned");
+        let mut states = self.wire.to_guest_checksums.lock().expect("not poisoned");
+        states.resize(to_guest.len(), FrameChecksum::Complete);
         to_guest.push_back(frame.to_vec());
+        states.push_back(checksum);
+    }
+
+    /// The checksum states the device handed the backend, one per frame sent.
+    fn sent_checksums(&self) -> Vec<FrameChecksum> {
+        self.wire
+            .from_guest_checksums
+            .lock()
+            .expect("not poisoned")
+            .clone()
     }
 
     /// The device says it is broken, for a reason containing every one of `words`.
@@ -1205,4 +1283,195 @@ fn reasons_name_queues_of_every_pair_and_the_control_queue() {
         g.assert_broken(&[role, "queue size 100"]);
         g.settle();
     }
+}
+
+// ===== checksum offload =====
+
+/// What a driver that wants checksum offload accepts.
+fn csum_features() -> u64 {
+    Guest::good_features()
+        | features::bit(features::NET_CSUM)
+        | features::bit(features::NET_GUEST_CSUM)
+}
+
+/// A started offloading device with `accepted` features and the three queues.
+fn start_with(g: &mut Guest, accepted: u64) {
+    assert!(g.negotiate(accepted));
+    for q in [RX, TX, CTRL] {
+        g.queue(q, u32::from(SIZE), Guest::rings(q));
+    }
+    g.driver_ok();
+    g.settle();
+    g.assert_healthy();
+}
+
+/// Sends `FRAME` with a header of `flags`, `csum_start` and `csum_offset`.
+fn send_with_header(g: &mut Guest, flags: u8, start: u16, offset: u16) {
+    let mut header = [0u8; NET_HDR_LEN];
+    header[0] = flags;
+    header[6..8].copy_from_slice(&start.to_le_bytes());
+    header[8..10].copy_from_slice(&offset.to_le_bytes());
+    g.mem.write_bytes(BUF, &header).expect("in memory");
+    g.mem.write_bytes(BUF + 0x100, FRAME).expect("in memory");
+    g.desc(TX, 0, d(BUF, NET_HDR_LEN as u32, DESC_F_NEXT, 1));
+    g.desc(TX, 1, d(BUF + 0x100, FRAME.len() as u32, 0, 0));
+    g.publish(TX, 0);
+    g.settle();
+}
+
+/// Posts one receive buffer, lets one frame arrive and returns the header and frame the
+/// guest got.
+fn receive_one(g: &mut Guest, frame: &[u8], checksum: FrameChecksum) -> (Vec<u8>, Vec<u8>) {
+    g.desc(RX, 0, d(BUF + 0x1000, 1526, DESC_F_WRITE, 0));
+    g.publish(RX, 0);
+    g.arrive_with(frame, checksum);
+    g.settle();
+    let (_, len) = *g.used(RX).last().expect("a used entry");
+    let got = g
+        .mem
+        .read_bytes(BUF + 0x1000, u64::from(len))
+        .expect("in memory");
+    (got[..NET_HDR_LEN].to_vec(), got[NET_HDR_LEN..].to_vec())
+}
+
+/// `FRAME` with a "partial checksum" at 14 + 4 completed, as the kernel would.
+fn completed_frame() -> Vec<u8> {
+    let mut f = FRAME.to_vec();
+    assert!(complete_checksum(&mut f, 14, 4));
+    f
+}
+
+#[test]
+fn checksum_offload_is_offered_only_with_a_backend_that_completes_checksums() {
+    let plain = Guest::new();
+    plain.write(regs::DEVICE_FEATURES_SEL, 0);
+    assert_eq!(
+        plain.read(regs::DEVICE_FEATURES) & 0b11,
+        0,
+        "no CSUM, GUEST_CSUM"
+    );
+    assert!(!plain.negotiate(csum_features()), "not offered, so refused");
+    let offloading = Guest::with_offload(None);
+    offloading.write(regs::DEVICE_FEATURES_SEL, 0);
+    assert_eq!(offloading.read(regs::DEVICE_FEATURES) & 0b11, 0b11);
+    assert!(offloading.negotiate(csum_features()));
+    assert_eq!(offloading.dev.features(), Some(csum_features()));
+}
+
+#[test]
+fn needs_csum_from_the_guest_is_passed_to_the_backend() {
+    let mut g = Guest::with_offload(None);
+    start_with(&mut g, csum_features());
+    send_with_header(&mut g, ebb_abi::virtio::NET_HDR_F_NEEDS_CSUM, 14, 4);
+    assert_eq!(g.sent(), vec![FRAME.to_vec()]);
+    let partial = FrameChecksum::Partial {
+        start: 14,
+        offset: 4,
+    };
+    assert_eq!(g.sent_checksums(), vec![partial]);
+    assert_eq!(g.dev.stats.tx_csum_partial.load(Ordering::Relaxed), 1);
+    // The field may end exactly at the frame's end.
+    let last = FRAME.len() as u16 - 2;
+    send_with_header(&mut g, ebb_abi::virtio::NET_HDR_F_NEEDS_CSUM, last, 0);
+    g.assert_healthy();
+    assert_eq!(g.sent().len(), 2);
+}
+
+#[test]
+fn hostile_checksum_requests_break_the_device_and_reach_no_backend() {
+    let len = FRAME.len() as u16;
+    for (name, accepted, start, offset) in [
+        ("start past the frame", csum_features(), 0xffff, 0),
+        ("offset past the frame", csum_features(), 14, 0xfff0),
+        ("field one byte over the end", csum_features(), len - 2, 1),
+        ("start at the end", csum_features(), len, 0),
+        ("both at the maximum", csum_features(), u16::MAX, u16::MAX),
+        ("CSUM not negotiated", Guest::good_features(), 14, 4),
+    ] {
+        let g = bounded(move || {
+            let mut g = Guest::with_offload(None);
+            start_with(&mut g, accepted);
+            send_with_header(&mut g, ebb_abi::virtio::NET_HDR_F_NEEDS_CSUM, start, offset);
+            g
+        });
+        g.assert_broken(&[queue_name(TX), "NEEDS_CSUM"]);
+        assert!(g.sent().is_empty(), "{name}: nothing reaches the backend");
+    }
+}
+
+#[test]
+fn received_checksum_state_reaches_a_guest_csum_driver_as_header_flags() {
+    use ebb_abi::virtio::{NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM};
+    let mut g = Guest::with_offload(None);
+    start_with(&mut g, csum_features());
+    let partial = FrameChecksum::Partial {
+        start: 14,
+        offset: 4,
+    };
+    let (header, frame) = receive_one(&mut g, FRAME, partial);
+    assert_eq!(header[0], NET_HDR_F_NEEDS_CSUM);
+    assert_eq!(header[6..10], [14, 0, 4, 0], "csum_start, csum_offset");
+    assert_eq!(frame, FRAME, "left partial for the guest");
+    let (header, _) = receive_one(&mut g, FRAME, FrameChecksum::Verified);
+    assert_eq!(header[0], NET_HDR_F_DATA_VALID);
+    let (header, _) = receive_one(&mut g, FRAME, FrameChecksum::Complete);
+    assert_eq!(header[0], 0);
+    assert_eq!(g.dev.stats.rx_csum_partial.load(Ordering::Relaxed), 1);
+    assert_eq!(g.dev.stats.rx_csum_valid.load(Ordering::Relaxed), 1);
+
+    // A driver without GUEST_CSUM reads no flags: it gets complete checksums.
+    let mut g = Guest::with_offload(None);
+    start_with(
+        &mut g,
+        Guest::good_features() | features::bit(features::NET_CSUM),
+    );
+    let (header, frame) = receive_one(&mut g, FRAME, partial);
+    assert_eq!(header[0], 0);
+    assert_eq!(
+        frame,
+        completed_frame(),
+        "completed before the guest sees it"
+    );
+}
+
+#[test]
+fn injected_corruption_is_never_hidden_by_checksum_offload() {
+    let corrupt = FaultConfig::NONE.with_corrupt(Probability::from_percent(100));
+    let mut g = Guest::with_offload(Some(corrupt));
+    start_with(&mut g, csum_features());
+    // Toward the guest: a frame the backend verified is corrupted by the injector after
+    // that, so it must reach the guest unmarked, for the guest's stack to check.
+    for state in [
+        FrameChecksum::Verified,
+        FrameChecksum::Partial {
+            start: 14,
+            offset: 4,
+        },
+    ] {
+        let (header, frame) = receive_one(&mut g, FRAME, state);
+        assert_eq!(header[0], 0, "{state:?}: no DATA_VALID, no NEEDS_CSUM");
+        // The partial checksum was completed before the one-bit corruption.
+        let original = match state {
+            FrameChecksum::Verified => FRAME.to_vec(),
+            _ => completed_frame(),
+        };
+        let flipped: u32 = frame
+            .iter()
+            .zip(&original)
+            .map(|(a, b)| (a ^ b).count_ones())
+            .sum();
+        assert_eq!(flipped, 1, "{state:?}: exactly the injected bit differs");
+    }
+    // From the guest: a partial checksum is completed over the original bytes, then one
+    // bit is flipped; the backend gets a complete (and so detectably wrong) checksum.
+    send_with_header(&mut g, ebb_abi::virtio::NET_HDR_F_NEEDS_CSUM, 14, 4);
+    assert_eq!(g.sent_checksums(), vec![FrameChecksum::Complete]);
+    let sent = &g.sent()[0];
+    let flipped: u32 = sent
+        .iter()
+        .zip(&completed_frame())
+        .map(|(a, b)| (a ^ b).count_ones())
+        .sum();
+    assert_eq!(flipped, 1, "completed first, corrupted after");
+    g.assert_healthy();
 }

@@ -5,6 +5,7 @@
 mod arp;
 mod dhcp;
 mod fast_path;
+mod offload;
 mod robustness;
 mod rx;
 mod tcp;
