@@ -224,7 +224,7 @@ import collections, os, re, statistics, sys
 out_dir, repo = sys.argv[1], sys.argv[2]
 
 def parse(path):
-    """Self cost (Ir) per (object, source file of the code, function) of a callgrind dump."""
+    """Self cost (Ir) per (object, function's file, source file of the code, function)."""
     names = {"ob": {}, "fl": {}, "fn": {}}
     kind = {"ob": "ob", "cob": "ob", "fl": "fl", "fi": "fl", "fe": "fl", "cfi": "fl",
             "cfl": "fl", "fn": "fn", "cfn": "fn"}
@@ -245,7 +245,7 @@ def parse(path):
             if skip:
                 skip = False
             else:
-                cost[(ob, cur, fn)] += int(line.split()[-1])
+                cost[(ob, fl, cur, fn)] += int(line.split()[-1])
             continue
         m = re.match(r"(\w+)[=:]\s?(.*)$", line.rstrip("\n"))
         if not m:
@@ -266,7 +266,8 @@ def parse(path):
     return cost
 
 LAYERS = ["protocol", "store", "server / connection", "buffers (IOBuf)", "event loop / runtime",
-          "socket calls (user side)", "allocator", "memcpy / memset / memcmp", "other"]
+          "locks (pthread mutex)", "socket calls (user side)", "allocator",
+          "memcpy / memset / memcmp", "other"]
 
 # Rust paths (a function's name, or the crate part of a source path) -> layer
 RUST = [
@@ -296,12 +297,17 @@ LIBC = [
     (r"^(__libc_)?(read|write|writev|readv|recv\w*|send\w*|accept4?|epoll_\w+|__GI_\w*read|"
      r"__GI_\w*write|close|__close|__libc_sendmsg|__libc_recvmsg|shutdown|setsockopt|getsockopt|"
      r"__libc_read|__libc_write|syscall)(@.*)?$", "socket calls (user side)"),
-    (r"^(clock_gettime|__clock_gettime|pthread_\w+|__pthread\w*|___pthread\w*|lll_\w+|"
-     r"__lll_\w+|futex\w*|__futex\w*|sem_\w+|nanosleep|__nanosleep|clock_nanosleep|__GI___clock\w*)",
+    (r"^(pthread_mutex\w*|__pthread_mutex\w*|___pthread_mutex\w*|lll_\w+|__lll_\w+)",
+     "locks (pthread mutex)"),
+    (r"^(clock_gettime|__clock_gettime|pthread_\w+|__pthread\w*|___pthread\w*|"
+     r"futex\w*|__futex\w*|sem_\w+|nanosleep|__nanosleep|clock_nanosleep|__GI___clock\w*)",
      "event loop / runtime"),
 ]
 
-def layer(ob, fi, fn):
+# memcached's functions that live in another layer's file (thread.c's item locks)
+C_FUNCTIONS = [(r"^(item_|do_item|assoc_|slabs_|lru_)", "store")]
+
+def layer(ob, fl, fi, fn):
     obj = os.path.basename(ob)
     if obj.startswith("libevent"):
         return "event loop / runtime"
@@ -311,11 +317,16 @@ def layer(ob, fi, fn):
             if re.search(rx, base):
                 return l
         return "other"
-    for rx, l in C_FILES:
-        if re.search(rx, fi):
-            return l
-    ours = fi.startswith(repo + "/")
-    for key in ([fi] if ours else []) + [fn]:
+    if re.search(r"\.[ch]$", fl):  # C: by function name, else file (inlined headers: the caller's)
+        for rx, l in C_FUNCTIONS:
+            if re.search(rx, fn):
+                return l
+        for f in (fi, fl):
+            for rx, l in C_FILES:
+                if re.search(rx, f):
+                    return l
+    ours = [f for f in (fi, fl) if f.startswith(repo + "/")]
+    for key in ours[:1] + [fn]:
         for rx, l in RUST:
             if re.search(rx, key):
                 return l
@@ -335,9 +346,9 @@ data = collections.defaultdict(dict)
 for name, run, conns, window, n, path in phases:
     cost = parse(path)
     by_layer, by_fn = collections.Counter(), collections.Counter()
-    for (ob, fi, fn), v in cost.items():
-        by_layer[layer(ob, fi, fn)] += v
-        by_fn[(layer(ob, fi, fn), os.path.basename(ob), fn)] += v
+    for (ob, fl, fi, fn), v in cost.items():
+        by_layer[layer(ob, fl, fi, fn)] += v
+        by_fn[(layer(ob, fl, fi, fn), os.path.basename(ob), fn)] += v
     data[(name, int(run), int(conns))][window] = (int(n), by_layer, by_fn)
 
 def slope(d):
