@@ -21,14 +21,20 @@
 # runs) with its median and range; "parity" when the two servers' TPS ranges overlap.
 # Raw output in OUT_DIR.
 #
+# SERVERS (default "ebb memcached") may add ebb-nopoll: ours with EBB_IDLE_POLL_US=0 (an
+# idle core sleeps in epoll_wait at once instead of polling for 50 µs), to see what the
+# polling does on a CPU shared with other work.
+#
 # Usage: bench/scripts/memcached-memcaslap.sh   (env: ROUNDS=3 CONCS="1 8 32"
-#        DURATION=5s OUT_DIR=/tmp/memcached-memcaslap CARGO_TARGET_DIR=...)
+#        DURATION=5s SERVERS="ebb memcached" OUT_DIR=/tmp/memcached-memcaslap
+#        CARGO_TARGET_DIR=...)
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
 CONCS=${CONCS:-1 8 32}
 DURATION=${DURATION:-5s}
 OUT_DIR=${OUT_DIR:-/tmp/memcached-memcaslap}
+read -r -a servers <<<"${SERVERS:-ebb memcached}"
 
 die() { echo "memcached-memcaslap: error: $*" >&2; exit 1; }
 for t in memcached memcaslap taskset python3; do
@@ -94,6 +100,8 @@ serve() {
   local log=$OUT_DIR/server-$1-$RUN_ID.log
   case $1 in
     ebb) EBB_CPUS=1 taskset -c 0 "$ebb_mc" -p "$PORT" -m 1024 -c 1024 -t 1 >"$log" 2>&1 & ;;
+    ebb-nopoll) EBB_CPUS=1 EBB_IDLE_POLL_US=0 taskset -c 0 "$ebb_mc" -p "$PORT" -m 1024 -c 1024 \
+      -t 1 >"$log" 2>&1 & ;;
     memcached)
       local user=()
       [[ $(id -u) == 0 ]] && user=(-u nobody)
@@ -111,12 +119,18 @@ serve() {
 }
 
 hz=$(getconf CLK_TCK)
-echo "# memcached-memcaslap: $ROUNDS rounds, concurrencies $CONCS, $DURATION per run;" \
-  "$(git rev-parse --short HEAD) $(date -u +%FT%TZ); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+# Other work on the machine moves both servers' figures; say how busy it was.
+busy() { echo "load average $(cut -d' ' -f1-3 /proc/loadavg)$(sed -n 's/^some avg10=\([^ ]*\) avg60=\([^ ]*\).*/, CPU pressure avg10 \1 % avg60 \2 %/p' /proc/pressure/cpu 2>/dev/null)"; }
+echo "# memcached-memcaslap: $ROUNDS rounds, concurrencies $CONCS, $DURATION per run, servers" \
+  "${servers[*]}; $(git rev-parse --short HEAD) $(date -u +%FT%TZ); $(busy)"
 : >"$OUT_DIR/runs.txt"
 for conc in $CONCS; do
   for ((round = 1; round <= ROUNDS; round++)); do
-    if ((round % 2)); then order=(ebb memcached); else order=(memcached ebb); fi
+    order=("${servers[@]}")
+    if ((round % 2 == 0)); then # alternate: reversed in even rounds
+      order=()
+      for ((i = ${#servers[@]} - 1; i >= 0; i--)); do order+=("${servers[i]}"); done
+    fi
     for name in "${order[@]}"; do
       RUN_ID="$conc-$round-$name"
       serve "$name"
@@ -137,27 +151,36 @@ for conc in $CONCS; do
   done
 done
 
+echo "# after: $(busy)"
 python3 - "$OUT_DIR/runs.txt" <<'PY' | tee "$OUT_DIR/summary.md"
 import collections, statistics, sys
 runs = collections.defaultdict(dict)
+names = []
 for line in open(sys.argv[1]):
     conc, rnd, name, tps, n, cpu, misses = line.split()
     runs[int(conc)][(int(rnd), name)] = (float(tps), float(cpu), misses)
+    if name not in names:
+        names.append(name)
 def mmm(v, f="{:.0f}"):
     return f"{f.format(statistics.median(v))} [{f.format(min(v))}–{f.format(max(v))}]"
-print("\n| concurrency | ebb ops/s | memcached ops/s | ebb / memcached per round | median ratio | verdict | ebb CPU µs/req | memcached CPU µs/req |")
-print("|---|---|---|---|---|---|---|---|")
+print("\n| concurrency | server | ops/s (memcaslap TPS) | server CPU µs/req | ÷ memcached per round | median [min–max] | verdict |")
+print("|---|---|---|---|---|---|---|")
 for conc in sorted(runs):
     r = runs[conc]
     rounds = sorted({k[0] for k in r})
-    e = [r[(i, "ebb")][0] for i in rounds]
     m = [r[(i, "memcached")][0] for i in rounds]
-    ratios = [a / b for a, b in zip(e, m)]
-    overlap = min(e) <= max(m) and min(m) <= max(e)
-    verdict = "parity (ranges overlap)" if overlap else ("ebb ahead" if statistics.median(e) > statistics.median(m) else "memcached ahead")
-    ec = [r[(i, "ebb")][1] for i in rounds]
-    mc = [r[(i, "memcached")][1] for i in rounds]
-    print(f"| {conc} | {mmm(e)} | {mmm(m)} | {' '.join(f'{x:.2f}' for x in ratios)} | "
-          f"{statistics.median(ratios):.2f} [{min(ratios):.2f}–{max(ratios):.2f}] | {verdict} | "
-          f"{mmm(ec, '{:.1f}')} | {mmm(mc, '{:.1f}')} |")
+    for name in names:
+        t = [r[(i, name)][0] for i in rounds]
+        c = [r[(i, name)][1] for i in rounds]
+        row = f"| {conc} | {name} | {mmm(t)} | {mmm(c, '{:.1f}')} |"
+        if name == "memcached":
+            row += " | | |"
+        else:
+            ratios = [a / b for a, b in zip(t, m)]
+            overlap = min(t) <= max(m) and min(m) <= max(t)
+            verdict = "parity (ranges overlap)" if overlap else (
+                f"{name} ahead" if statistics.median(t) > statistics.median(m) else "memcached ahead")
+            row += (f" {' '.join(f'{x:.2f}' for x in ratios)} | {statistics.median(ratios):.2f} "
+                    f"[{min(ratios):.2f}–{max(ratios):.2f}] | {verdict} |")
+        print(row)
 PY
