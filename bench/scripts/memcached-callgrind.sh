@@ -271,7 +271,7 @@ LAYERS = ["protocol", "store", "server / connection", "buffers (IOBuf)", "event 
 
 # Rust paths (a function's name, or the crate part of a source path) -> layer
 RUST = [
-    (r"memcached::protocol|apps/memcached/src/protocol/", "protocol"),
+    (r"memcached::protocol|apps/memcached/src/protocol/|memchr", "protocol"),
     (r"memcached::store|apps/memcached/src/store/|foldhash|ebb_core::rcu::hashmap|ebb-core/src/rcu/hashmap",
      "store"),
     (r"memcached::server|apps/memcached/src/(server|main|lib)\.rs|^memcached::|ebb/src/net", "server / connection"),

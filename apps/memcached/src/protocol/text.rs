@@ -235,7 +235,7 @@ fn find_newline(input: &IOBufChain, from: usize) -> Option<usize> {
         if seg_end > from {
             let skip = from.saturating_sub(offset);
             if let Some(rest) = seg.get(skip..)
-                && let Some(i) = rest.iter().position(|&b| b == b'\n')
+                && let Some(i) = memchr::memchr(b'\n', rest)
             {
                 return Some(offset + skip + i);
             }
@@ -275,16 +275,19 @@ impl<'a> Tokens<'a> {
         let end = body_end(line.get(..len).unwrap_or_default());
         let mut spans = [(0, 0); MAX_TOKENS];
         let mut count = 0;
+        let body = line.get(..end).unwrap_or_default();
         let mut i = 0;
         while i < end && count < MAX_TOKENS {
-            if line.get(i) == Some(&b' ') {
+            if body.get(i) == Some(&b' ') {
                 i += 1;
                 continue;
             }
             let start = i;
-            while i < end && line.get(i) != Some(&b' ') {
-                i += 1;
-            }
+            // The token runs to the next space or the end of the body.
+            i = body
+                .get(i..)
+                .and_then(|rest| memchr::memchr(b' ', rest))
+                .map_or(end, |j| i + j);
             if let Some(span) = spans.get_mut(count) {
                 *span = (start, i);
             }
@@ -321,6 +324,25 @@ impl<'a> Tokens<'a> {
     }
 }
 
+/// The pieces of `bytes` between spaces, exactly as `bytes.split(|&b| b == b' ')` gives
+/// them (empty pieces included), found with `memchr`.
+pub(super) fn split_spaces(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(bytes);
+    core::iter::from_fn(move || {
+        let r = rest?;
+        match memchr::memchr(b' ', r) {
+            Some(i) => {
+                rest = r.get(i + 1..);
+                r.get(..i)
+            }
+            None => {
+                rest = None;
+                Some(r)
+            }
+        }
+    })
+}
+
 /// Where a line's body ends: before its `"\r\n"`, or before a bare `"\n"`.
 fn body_end(line: &[u8]) -> usize {
     let len = line.len();
@@ -338,7 +360,7 @@ fn process_line(line: &[u8], p: &Parser) -> Line {
     }
     let end = body_end(line);
     let body = line.get(..end).unwrap_or_default();
-    let cl = body.iter().position(|&b| b == b' ').unwrap_or(end);
+    let cl = memchr::memchr(b' ', body).unwrap_or(end);
     let cmd = body.get(..cl).unwrap_or_default();
     let t = Tokens::new(line);
     match cmd {
@@ -451,7 +473,7 @@ fn get(t: &Tokens<'_>, body: &[u8], cas: bool, touch: bool) -> Line {
     // Keys run to the end of the line, beyond the tokenizer's 23 tokens.
     let start = t.spans.get(key_token).map_or(body.len(), |s| s.0);
     let mut keys = Vec::new();
-    for key in body.get(start..).unwrap_or_default().split(|&b| b == b' ') {
+    for key in split_spaces(body.get(start..).unwrap_or_default()) {
         if key.is_empty() {
             continue;
         }
