@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Hosted Ebbflow memcached with the system allocator (glibc malloc) against the same
-# server with ebb-mem's per-core slab allocator as its global allocator (the
-# `ebb-allocator` feature; what a native image always uses), in the same run, driven by
+# Hosted Ebbflow memcached with the system allocator (glibc malloc; built with
+# `--no-default-features`) against the same server with ebb-mem's per-core slab allocator
+# as its global allocator (the default `ebb-allocator` feature; what a native image always
+# uses), in the same run, driven by
 # bench's mc-load in closed loop on the ETC workload (keys 20-70 B, values 1-1024 B, 30:1
 # gets to sets, Zipf 0.99, preloaded):
 #
@@ -27,10 +28,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 target=${CARGO_TARGET_DIR:-$PWD/target}
 mkdir -p "$OUT_DIR_BASE"
 # Two builds of the same source; the second is copied aside before the first is rebuilt.
-cargo build --release -q -p memcached --features ebb-allocator
-cp "$target/release/memcached" "$OUT_DIR_BASE/memcached-ebb-mem"
-cargo build --release -q -p memcached -p ebb-bench --bin mc-load --bin memcached
+cargo build --release -q -p memcached --no-default-features
 cp "$target/release/memcached" "$OUT_DIR_BASE/memcached-system"
+cargo build --release -q -p memcached -p ebb-bench --bin mc-load --bin memcached
+cp "$target/release/memcached" "$OUT_DIR_BASE/memcached-ebb-mem"
 load=$target/release/mc-load
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
