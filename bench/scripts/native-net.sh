@@ -224,7 +224,7 @@ start() {
       linux_up
       local mode=(--echo --port 7)
       [[ $# -gt 2 ]] && mode=(--port "$4")
-      taskset -c 0 "$sink" "${mode[@]}" --addr "$server_ip" --cores 1 >"$server_log" 2>&1 &
+      EBB_CPUS=1 taskset -c 0 "$sink" "${mode[@]}" --addr "$server_ip" >"$server_log" 2>&1 &
       server_pid=$!
       wait_listening "sink (linux)"
       ;;
