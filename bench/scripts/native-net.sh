@@ -9,10 +9,11 @@
 #            tap=NAME`; the whole monitor process (vCPU thread, virtio-net I/O thread,
 #            main thread) is pinned to VMM_CPUS (default 0) with taskset, so it gets one
 #            CPU like the others. The TAP's kernel end is moved into the namespace.
-#   native-split - as native, but the monitor's virtio-net I/O thread is moved to CPU 1
-#            (taskset -p on its thread id), where it shares the CPU with the client: the
-#            vCPU and the I/O thread each poll for 50 µs before sleeping, and on one CPU
-#            they take turns at scheduler granularity (p50 ~ 190 µs here)
+#   native-split - the monitor started on CPUs 0,1 (so it knows it has a CPU beside
+#            its vCPU: the I/O thread and the guest poll before sleeping), the vCPU pinned
+#            to CPU 0 by --pin, and the virtio-net I/O thread moved to CPU 1 (taskset -p on
+#            its thread id), where it shares the CPU with the client. On one CPU (native)
+#            neither polls: each would only keep the other, which holds the work, waiting
 #   native-nocsum, native-split-nocsum - as native and native-split with `ebb-vmm
 #            --net-offload off`: the virtio-net device offers no checksum offload (native
 #            and native-split negotiate CSUM and GUEST_CSUM with the TAP backend), for
@@ -200,7 +201,7 @@ start() {
   case $config in
     native | native-split | native-nocsum | native-split-nocsum)
       local cpus=$VMM_CPUS
-      [[ $config == native-split* ]] && cpus=0
+      [[ $config == native-split* ]] && cpus=0,1
       local offload=on
       [[ $config == *-nocsum ]] && offload=off
       local guest_args=()
