@@ -561,75 +561,144 @@ fn memcached_natively_passes_memccapable_and_stops_on_ctrl_c() {
     assert!(output.contains("ebb-vmm: virtio-net: "), "{output}");
 }
 
-/// `ebb run IMAGE` as user `nobody` (uid and gid 65534), handed this (root) test's open
-/// /dev/kvm with `--kvm-fd`: /dev/kvm is root's alone here, and a descriptor grants this
-/// one process access without changing anything other processes see. The `ebb` binary
-/// and the image are copied to a temporary directory first, so that `nobody` can reach
-/// them wherever the repository lies.
+/// An app run by `ebb run IMAGE -p PORT:GUEST_PORT` as user `nobody` (uid and gid 65534),
+/// handed this (root) test's open /dev/kvm with `--kvm-fd`: /dev/kvm is root's alone here,
+/// and a descriptor grants this one process access without changing anything other
+/// processes see. The `ebb` binary and the image are copied to a temporary directory
+/// first, so that `nobody` can reach them wherever the repository lies.
+struct AsNobody {
+    served: Served,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl AsNobody {
+    /// `None` (the test recorded as skipped) without KVM, passt, `setpriv`, `tools` or root.
+    fn start(test: &str, app: &str, guest_port: u16, tools: &[&str]) -> Option<AsNobody> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        let needed: Vec<&str> = ["setpriv"].iter().chain(tools).copied().collect();
+        user_networking(test, &needed)?;
+        ebb_testkit::need_root(test, "handing user nobody an open /dev/kvm")?;
+        let dir = std::env::temp_dir().join(format!("ebb-nobody-{}-{app}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let (ebb_copy, image_copy) = (dir.join("ebb"), dir.join(app));
+        std::fs::copy(env!("CARGO_BIN_EXE_ebb"), &ebb_copy).expect("copy ebb");
+        std::fs::copy(image(app), &image_copy).expect("copy the image");
+        for (path, mode) in [(&dir, 0o755), (&ebb_copy, 0o755), (&image_copy, 0o644)] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        }
+        let kvm = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+            .expect("open /dev/kvm as root");
+        let fd = kvm.as_raw_fd();
+        let port = free_port();
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&ebb_copy)
+            .arg("run")
+            .arg(&image_copy)
+            .args(["--timeout", "300", "-p", &format!("{port}:{guest_port}")])
+            .args(["--kvm-fd", &fd.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: runs in the child between fork and exec, where only async-signal-safe
+        // calls are allowed: fcntl is one. It clears close-on-exec on the descriptor to
+        // inherit.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut served = Served::watch(cmd.spawn().expect("start setpriv ebb run"));
+        drop(kvm); // the child has its own copy
+        let status = std::fs::read_to_string(format!("/proc/{}/status", served.child.id()))
+            .unwrap_or_default();
+        let uid = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(1).map(str::to_string));
+        if uid.as_deref() != Some("65534") {
+            served.fail(&format!("ebb does not run as nobody: Uid {uid:?}"));
+        }
+        if !served.stderr_lines_contain(&format!("running {app} natively")) {
+            served.fail("not booted natively");
+        }
+        Some(AsNobody { served, port, dir })
+    }
+}
+
+impl Drop for AsNobody {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 #[test]
 fn httpd_natively_through_user_networking_as_an_unprivileged_user() {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::process::CommandExt;
     let test = "httpd_natively_through_user_networking_as_an_unprivileged_user";
-    let Some(()) = user_networking(test, &["curl", "setpriv"]) else {
+    let Some(mut app) = AsNobody::start(test, "httpd", 80, &["curl"]) else {
         return;
     };
-    let Some(()) = ebb_testkit::need_root(test, "handing user nobody an open /dev/kvm") else {
+    let url = format!("http://127.0.0.1:{}", app.port);
+    if let Err(e) = curl_bytes(None, &url, BULK / 10) {
+        app.served.fail(&e);
+    }
+}
+
+#[test]
+fn sink_natively_through_user_networking_as_an_unprivileged_user() {
+    let test = "sink_natively_through_user_networking_as_an_unprivileged_user";
+    let Some(mut app) = AsNobody::start(test, "sink", 9000, &["nc"]) else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("ebb-nobody-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let (ebb_copy, image_copy) = (dir.join("ebb"), dir.join("httpd"));
-    std::fs::copy(env!("CARGO_BIN_EXE_ebb"), &ebb_copy).expect("copy ebb");
-    std::fs::copy(image("httpd"), &image_copy).expect("copy the image");
-    use std::os::unix::fs::PermissionsExt;
-    for (path, mode) in [(&dir, 0o755), (&ebb_copy, 0o755), (&image_copy, 0o644)] {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    let port = app.port;
+    if let Err(e) = nc_upload(&mut app.served, None, "127.0.0.1", port) {
+        app.served.fail(&e);
     }
-    let kvm = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .expect("open /dev/kvm as root");
-    let fd = kvm.as_raw_fd();
-    let port = free_port();
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&ebb_copy)
-        .arg("run")
-        .arg(&image_copy)
-        .args(["--timeout", "300", "-p", &format!("{port}:80")])
-        .args(["--kvm-fd", &fd.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // SAFETY: runs in the child between fork and exec, where only async-signal-safe calls
-    // are allowed: fcntl is one. It clears close-on-exec on the descriptor to inherit.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+}
+
+/// Python: one connection to `HOST:PORT` echoing 256 KiB of random bytes, checked byte for
+/// byte; prints `ok`. Small enough that the echo never closes its receive window (the
+/// passt stall of docs/10 needs that).
+const ECHO_ONCE: &str = r#"
+import os, socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60)
+data = os.urandom(256 << 10)
+got = bytearray()
+for i in range(0, len(data), 16384):
+    s.sendall(data[i:i + 16384])
+    while len(got) < i + 16384:
+        chunk = s.recv(65536)
+        if not chunk:
+            sys.exit(f"closed after {len(got)} bytes")
+        got += chunk
+print("ok" if bytes(got) == data else "differ")
+sys.exit(0 if bytes(got) == data else 1)
+"#;
+
+#[test]
+fn echo_natively_through_user_networking_as_an_unprivileged_user() {
+    let test = "echo_natively_through_user_networking_as_an_unprivileged_user";
+    let Some(mut app) = AsNobody::start(test, "echo", 7, &["python3"]) else {
+        return;
+    };
+    let out = Command::new("python3")
+        .args(["-c", ECHO_ONCE, "127.0.0.1", &app.port.to_string()])
+        .output()
+        .expect("run python3");
+    if !out.status.success() {
+        app.served.fail(&format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
     }
-    let mut served = Served::watch(cmd.spawn().expect("start setpriv ebb run"));
-    drop(kvm); // the child has its own copy
-    let status =
-        std::fs::read_to_string(format!("/proc/{}/status", served.child.id())).unwrap_or_default();
-    let uid = status
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1).map(str::to_string));
-    if uid.as_deref() != Some("65534") {
-        served.fail(&format!("ebb does not run as nobody: Uid {uid:?}"));
-    }
-    if !served.stderr_lines_contain("running httpd natively") {
-        served.fail("not booted natively");
-    }
-    if let Err(e) = curl_bytes(None, &format!("http://127.0.0.1:{port}"), BULK / 10) {
-        served.fail(&e);
-    }
-    drop(served);
-    let _ = std::fs::remove_dir_all(&dir);
 }
