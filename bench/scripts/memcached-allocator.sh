@@ -30,7 +30,8 @@ mkdir -p "$OUT_DIR_BASE"
 # Two builds of the same source; the second is copied aside before the first is rebuilt.
 cargo build --release -q -p memcached --no-default-features
 cp "$target/release/memcached" "$OUT_DIR_BASE/memcached-system"
-cargo build --release -q -p memcached -p ebb-bench --bin mc-load --bin memcached
+cargo build --release -q -p memcached
+cargo build --release -q -p ebb-bench --bin mc-load
 cp "$target/release/memcached" "$OUT_DIR_BASE/memcached-ebb-mem"
 load=$target/release/mc-load
 # shellcheck source=bench/lib.sh

@@ -63,7 +63,9 @@ done
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 repo=$PWD
 target=${CARGO_TARGET_DIR:-$PWD/target}
-cargo build --release -q -p memcached -p ebb-bench --bin mc-load
+# Two builds: `-p memcached -p ebb-bench --bin mc-load` would build mc-load alone.
+cargo build --release -q -p memcached
+cargo build --release -q -p ebb-bench --bin mc-load
 ebb_mc=$target/release/memcached
 load=$target/release/mc-load
 mkdir -p "$OUT_DIR"
