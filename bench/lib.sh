@@ -22,6 +22,19 @@ start_server() {
   die "$name server did not print 'listening on 127.0.0.1:PORT' within 10s"
 }
 
+# stop: ends the server start_server (or the caller) started as SERVER_PID, if any, and
+# waits for it; for `trap stop EXIT` too
+stop() {
+  if [[ -n $SERVER_PID ]]; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+  fi
+}
+
+# free_port -> a TCP port on 127.0.0.1 that nothing listens on (now)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
 # json_field JSON KEY -> number
 json_field() { sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" <<<"$1"; }
 

@@ -38,13 +38,6 @@ load=$target/release/mc-load
 source bench/lib.sh
 
 SERVER_PID=""
-stop() {
-  if [[ -n $SERVER_PID ]]; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=""
-  fi
-}
 trap stop EXIT
 
 echo "# memcached-allocator: $ROUNDS rounds, ETC over $KEYS keys, $DURATION windows"

@@ -76,17 +76,11 @@ rm -f "$OUT_DIR"/cg.* "$OUT_DIR"/phases.txt "$OUT_DIR"/syscalls.txt
 echo "# $(git rev-parse --short HEAD) $(date -u +%FT%TZ) $(valgrind --version);" \
   "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 SERVER_PID=""
-stop() {
-  if [[ -n $SERVER_PID ]]; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=""
-  fi
-}
 trap stop EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # requests PORT -> cmd_get + cmd_set of the server (its `stats`)
 requests() {

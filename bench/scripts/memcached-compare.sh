@@ -49,17 +49,8 @@ source bench/lib.sh
 RUN_ID=0
 
 SERVER_PID=""
-stop() {
-  if [[ -n $SERVER_PID ]]; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=""
-  fi
-}
 trap stop EXIT
 
-# free_port -> a TCP port nothing listens on
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # serve NAME: starts the server on CPU 0 on a free port; sets SERVER_PID and PORT
 serve() {

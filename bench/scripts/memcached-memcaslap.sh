@@ -66,16 +66,8 @@ cmd
 EOF
 
 SERVER_PID=""
-stop() {
-  if [[ -n $SERVER_PID ]]; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=""
-  fi
-}
 trap stop EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # requests -> cmd_get + cmd_set of the server on PORT
 requests() {

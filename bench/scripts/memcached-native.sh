@@ -46,13 +46,6 @@ ns=ebbmcn$$
 tap=ebbmct$$
 veth=ebbmcv$$
 SERVER_PID=""
-stop() {
-  if [[ -n $SERVER_PID ]]; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=""
-  fi
-}
 cleanup() {
   stop
   ip link del "$veth" 2>/dev/null || true
