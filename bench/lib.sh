@@ -35,6 +35,23 @@ stop() {
 # free_port -> a TCP port on 127.0.0.1 that nothing listens on (now)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# mc_requests PORT -> cmd_get + cmd_set of the memcached on 127.0.0.1:PORT (its `stats`)
+mc_requests() {
+  python3 - "$1" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"stats\r\n")
+buf = b""
+while not buf.endswith(b"END\r\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+stats = dict(l.split()[1:3] for l in buf.decode().splitlines() if l.startswith("STAT "))
+print(int(stats["cmd_get"]) + int(stats["cmd_set"]))
+PY
+}
+
 # json_field JSON KEY -> number
 json_field() { sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" <<<"$1"; }
 

@@ -82,23 +82,6 @@ SERVER_PID=""
 trap stop EXIT
 
 
-# requests PORT -> cmd_get + cmd_set of the server (its `stats`)
-requests() {
-  python3 - "$1" <<'PY'
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-s.sendall(b"stats\r\n")
-buf = b""
-while not buf.endswith(b"END\r\n"):
-    chunk = s.recv(65536)
-    if not chunk:
-        break
-    buf += chunk
-stats = dict(l.split()[1:3] for l in buf.decode().splitlines() if l.startswith("STAT "))
-print(int(stats["cmd_get"]) + int(stats["cmd_set"]))
-PY
-}
-
 # serve NAME WRAP...: starts server NAME on CPU 0 on a free port under the command WRAP
 # (valgrind ..., or nothing); sets SERVER_PID and PORT
 serve() {
@@ -167,11 +150,11 @@ for ((run = 1; run <= RUNS; run++)); do
     DUMP=0
     for conns in $CONNS; do
       for window in "$SHORT" "$LONG"; do
-        n0=$(requests "$PORT")
+        n0=$(mc_requests "$PORT")
         "${AS[@]}" callgrind_control -z "$SERVER_PID" >/dev/null
         closed "$conns" "$window" >"$OUT_DIR/mc-load-$RUN_ID-$conns-$window.json"
         "${AS[@]}" callgrind_control -d "$SERVER_PID" >/dev/null
-        n1=$(requests "$PORT")
+        n1=$(mc_requests "$PORT")
         DUMP=$((DUMP + 1))
         # callgrind numbers the dumps .1, .2, ...: wait for this one to be written
         for ((i = 0; i < 100; i++)); do [[ -s $out.$DUMP ]] && break; sleep 0.1; done
@@ -199,14 +182,14 @@ if [[ $SYSCALLS == 1 ]] && command -v perf >/dev/null &&
       serve "$name"
       "$load" --addr "127.0.0.1:$PORT" --pin-core 1 --conns 4 --workload etc --keys "$KEYS" \
         --closed-loop --preload --warmup 0s --duration 1s >/dev/null
-      n0=$(requests "$PORT")
+      n0=$(mc_requests "$PORT")
       perf stat -x, -e "$events" -p "$SERVER_PID" -o "$OUT_DIR/perf-$RUN_ID.csv" -- \
         sleep "$(awk -v s="$secs" 'BEGIN { print s + 1 }')" &
       perf_pid=$!
       sleep 0.5
       closed "$conns" "$SYSCALL_WINDOW" >/dev/null
       wait "$perf_pid"
-      n1=$(requests "$PORT")
+      n1=$(mc_requests "$PORT")
       # perf's window covers the client's connect and close too: a little over
       echo "$name $conns $((n1 - n0)) $OUT_DIR/perf-$RUN_ID.csv" | tee -a "$OUT_DIR/syscalls.txt"
       stop

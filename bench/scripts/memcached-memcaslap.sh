@@ -69,23 +69,6 @@ SERVER_PID=""
 trap stop EXIT
 
 
-# requests -> cmd_get + cmd_set of the server on PORT
-requests() {
-  python3 - "$PORT" <<'PY'
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-s.sendall(b"stats\r\n")
-buf = b""
-while not buf.endswith(b"END\r\n"):
-    chunk = s.recv(65536)
-    if not chunk:
-        break
-    buf += chunk
-stats = dict(l.split()[1:3] for l in buf.decode().splitlines() if l.startswith("STAT "))
-print(int(stats["cmd_get"]) + int(stats["cmd_set"]))
-PY
-}
-
 # serve NAME: the server on CPU 0 on a free port; sets SERVER_PID and PORT
 serve() {
   PORT=$(free_port)
@@ -126,12 +109,12 @@ for conc in $CONCS; do
     for name in "${order[@]}"; do
       RUN_ID="$conc-$round-$name"
       serve "$name"
-      n0=$(requests)
+      n0=$(mc_requests "$PORT")
       before=$(cpu_ticks "$SERVER_PID")
       out=$(taskset -c 1 memcaslap -s "127.0.0.1:$PORT" -F "$cfg" -t "$DURATION" -c "$conc" -T 1 2>&1) ||
         { echo "$out" >&2; die "memcaslap failed against $name"; }
       after=$(cpu_ticks "$SERVER_PID")
-      n1=$(requests)
+      n1=$(mc_requests "$PORT")
       echo "$out" >"$OUT_DIR/memcaslap-$RUN_ID.txt"
       tps=$(sed -n 's/.*TPS: *\([0-9]*\).*/\1/p' <<<"$out" | tail -n1)
       misses=$(sed -n 's/^get_misses: *\([0-9]*\).*/\1/p' <<<"$out" | tail -n1)

@@ -473,7 +473,11 @@ impl Vm {
             write_percore(&mem, &layout, core)?;
         }
         // The TSC frequency comes from a vCPU; it is filled in once one exists.
-        write_boot_info(&mem, &layout, &config, 0)?;
+        // Decided once, for both sides: the guest's idle policy (boot flags) and the
+        // I/O thread's poll window must agree.
+        let cpus_shared = config.net.is_some()
+            && crate::virtio::net::shares_cpus_with_vcpus(config.cpus as usize);
+        write_boot_info(&mem, &layout, &config, boot_flags(cpus_shared), 0)?;
         let console =
             Console::new(&mem, &layout, sink).ok_or(VmError::GuestWrite("the console rings"))?;
 
@@ -565,6 +569,7 @@ impl Vm {
                     backends,
                     queue_kicks,
                     vcpu_wakes,
+                    idle_poll: crate::virtio::net::io_poll_window(cpus_shared),
                 })
             }
             _ => None,
@@ -784,9 +789,8 @@ fn write_percore(mem: &GuestMem, layout: &Layout, core: u32) -> Result<(), VmErr
 }
 
 /// The monitor's advice to the guest ([`BootInfo::flags`]).
-fn boot_flags(config: &VmConfig) -> u32 {
-    let device_thread = config.net.is_some();
-    if device_thread && crate::virtio::net::shares_cpus_with_vcpus(config.cpus as usize) {
+fn boot_flags(cpus_shared: bool) -> u32 {
+    if cpus_shared {
         BOOT_FLAG_SHARED_CPUS
     } else {
         0
@@ -797,6 +801,7 @@ fn write_boot_info(
     mem: &GuestMem,
     layout: &Layout,
     config: &VmConfig,
+    flags: u32,
     tsc_khz: u32,
 ) -> Result<(), VmError> {
     let b = BOOT_INFO_ADDR;
@@ -835,7 +840,7 @@ fn write_boot_info(
         .and_then(|()| u64_at(offset_of!(BootInfo, image_end), layout.image_end))
         .and_then(|()| u32_at(offset_of!(BootInfo, region_count), map.len() as u32))
         .and_then(|()| u32_at(offset_of!(BootInfo, host), HOST_EBB_VMM))
-        .and_then(|()| u32_at(offset_of!(BootInfo, flags), boot_flags(config)));
+        .and_then(|()| u32_at(offset_of!(BootInfo, flags), flags));
     for (i, r) in map.iter().take(MAX_MEM_REGIONS).enumerate() {
         let at = offset_of!(BootInfo, regions) + i * size_of::<MemRegion>();
         ok = ok

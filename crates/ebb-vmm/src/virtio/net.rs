@@ -475,6 +475,8 @@ pub struct IoThread {
     pub queue_kicks: Vec<EventFd>,
     /// Each vCPU's wake-up eventfd (the one WAIT sleeps on), pair `i` ↔ vCPU `i`.
     pub vcpu_wakes: Vec<EventFd>,
+    /// How long to poll after the last work before sleeping ([`io_poll_window`]).
+    pub idle_poll: Duration,
 }
 
 /// One live queue pair in the I/O thread.
@@ -785,7 +787,7 @@ impl IoThread {
         let mut last_work = Instant::now();
         let started = Instant::now();
         let mut events = Vec::with_capacity(16);
-        let idle_poll = io_poll_window(self.vcpu_wakes.len());
+        let idle_poll = self.idle_poll;
         log::debug!("virtio-net: the I/O thread polls {idle_poll:?} before it sleeps");
         let mut last_faults: Option<FaultStats> = None;
         while !self.shared.stopping() {
@@ -843,15 +845,15 @@ impl IoThread {
 pub const IO_POLL_ENV: &str = "EBB_VMM_IO_POLL_US";
 
 /// How long the I/O thread polls after its last work before it sleeps: [`IDLE_POLL`]
-/// when the process may run on more CPUs than it has vCPUs, so the thread has a CPU to
-/// poll on; zero when it shares every CPU with a vCPU, where each microsecond of its
-/// polling is taken from a guest with work to do (measured with native memcached on one
-/// CPU: 1.4× the requests per second without it). [`IO_POLL_ENV`] overrides both.
-fn io_poll_window(vcpus: usize) -> Duration {
+/// when it has a CPU to poll on; zero when it shares every CPU with a vCPU
+/// (`cpus_shared`, [`shares_cpus_with_vcpus`]), where each microsecond of its polling is
+/// taken from a guest with work to do (measured with native memcached on one CPU: 1.4×
+/// the requests per second without it). [`IO_POLL_ENV`] overrides both.
+pub(crate) fn io_poll_window(cpus_shared: bool) -> Duration {
     if let Some(us) = std::env::var(IO_POLL_ENV).ok().and_then(|v| v.parse().ok()) {
         return Duration::from_micros(us);
     }
-    if shares_cpus_with_vcpus(vcpus) {
+    if cpus_shared {
         Duration::ZERO
     } else {
         IDLE_POLL
