@@ -41,9 +41,14 @@ pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"EBBFLOW1");
 pub const BOOT_VERSION: u32 = 4;
 
 /// [`BootInfo::flags`]: every vCPU shares its host CPU with one of the monitor's device
-/// threads (the process may run on no more CPUs than it has vCPUs). An idle core should
-/// then make the WAIT hypercall at once instead of polling first: each microsecond it
-/// polls is taken from the device thread that would bring it work.
+/// threads (the process may run on no more CPUs than it has vCPUs), and runs at a lower
+/// host priority than that thread, which preempts it the moment it has work. An idle
+/// core should then poll for a long while (a millisecond) before the WAIT hypercall: its
+/// polling costs the device thread nothing, and a WAIT costs two exits and a wake-up of
+/// ~100 µs each under nested virtualization.
+///
+/// (Until the monitor lowered the vCPUs' priority, this flag asked for the opposite: no
+/// polling at all, since a polling vCPU kept the device thread off the CPU.)
 pub const BOOT_FLAG_SHARED_CPUS: u32 = 1 << 0;
 
 /// GDT page.

@@ -49,4 +49,4 @@ pub mod virtio;
 pub mod vm;
 
 pub use report::Outcome;
-pub use vm::{Remains, Vm, VmConfig, VmError, kvm_usable};
+pub use vm::{Remains, VCPU_NICE_ON_SHARED_CPUS, Vm, VmConfig, VmError, kvm_usable};

@@ -763,3 +763,133 @@ fn steady_ping_pong_makes_no_exits() {
         "{wakeups} wake-ups in {REQUESTS} requests ({slow} gaps over {window:?})\n{output}"
     );
 }
+
+/// One thread of a process, from /proc/PID/task/TID/stat.
+#[derive(Debug)]
+struct HostThread {
+    name: String,
+    /// utime + stime, in clock ticks.
+    cpu_ticks: u64,
+    nice: i64,
+}
+
+fn host_threads(pid: u32) -> Vec<HostThread> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|task| {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+        // "TID (NAME) STATE ..." — the name may hold spaces; fields count from STATE (3).
+        let (head, rest) = stat.rsplit_once(')')?;
+        let name = head.split_once('(')?.1.to_string();
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3)?.parse::<i64>().ok();
+        Some(HostThread {
+            name,
+            cpu_ticks: (field(14)? + field(15)?) as u64,
+            nice: field(19)?,
+        })
+    })
+    .collect()
+}
+
+fn thread<'a>(threads: &'a [HostThread], name: &str, output: &str) -> &'a HostThread {
+    threads
+        .iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("no {name} thread in {threads:?}\n{output}"))
+}
+
+/// The idle I/O thread sleeps, and where it shares the only CPU with the vCPU, the vCPU
+/// runs below it (nice 10) so that the device thread preempts a polling guest.
+///
+/// Confined to one CPU (`taskset -c 0`) and on all of them: echo 64-byte requests, then
+/// leave the VM idle for a second and read the threads' CPU time. The I/O thread used
+/// to spin for good (a stocked receive ring counted as work, so it never slept): 100
+/// ticks a second, here at most 10. The check is on ticks (10 ms), so it is coarse but
+/// cannot be fooled by a thread that spins.
+#[test]
+fn the_idle_device_thread_sleeps_and_shared_vcpus_run_below_it() {
+    let test = "the_idle_device_thread_sleeps_and_shared_vcpus_run_below_it";
+    let Some(()) = need_passt(test) else { return };
+    let Some(()) = ebb_testkit::need_tools(test, &["taskset"]) else {
+        return;
+    };
+    let _serial = serial();
+    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for confined in [true, false] {
+        if !confined && host_cpus < 2 {
+            eprintln!("{test}: one host CPU: the unconfined case is the confined one");
+            continue;
+        }
+        let port = free_port();
+        let forward = format!("{port}:7");
+        let net = ["--net", "user", "-p", &forward];
+        let cmd = if confined {
+            let mut cmd = Command::new("taskset");
+            cmd.args(["-c", "0", env!("CARGO_BIN_EXE_ebb-vmm")]);
+            monitor_args(&mut cmd, 1, &net, &[]);
+            cmd
+        } else {
+            monitor(1, &net, &[])
+        };
+        let vm = EchoVm::start(cmd);
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let mut stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+        stream.set_nodelay(true).expect("TCP_NODELAY");
+        stream
+            .set_read_timeout(Some(IO_TIMEOUT))
+            .expect("read timeout");
+        let started = Instant::now();
+        const REQUESTS: u32 = 1000;
+        for i in 0..REQUESTS {
+            let request = [i as u8; 64];
+            let mut answer = [0u8; 64];
+            if let Err(e) = stream
+                .write_all(&request)
+                .and_then(|()| stream.read_exact(&mut answer))
+            {
+                panic!("request {i}: {e}\n{}", vm.stop());
+            }
+            assert_eq!(answer, request, "request {i} echoed wrong");
+        }
+        let per_request = started.elapsed() / REQUESTS;
+        // Let the poll windows (the guest's 1 ms, the I/O thread's) run out.
+        std::thread::sleep(Duration::from_millis(200));
+        let pid = vm.child.id();
+        let before = host_threads(pid);
+        std::thread::sleep(Duration::from_secs(1));
+        let after = host_threads(pid);
+        let output = vm.output();
+        let ticks = |name: &str| {
+            thread(&after, name, &output).cpu_ticks - thread(&before, name, &output).cpu_ticks
+        };
+        let (io, vcpu) = (ticks("virtio-net"), ticks("vcpu0"));
+        let (io_nice, vcpu_nice) = (
+            thread(&after, "virtio-net", &output).nice,
+            thread(&after, "vcpu0", &output).nice,
+        );
+        eprintln!(
+            "confined to one CPU: {confined}; {per_request:?} per 64-byte round trip; idle \
+             for 1 s: I/O thread {io} ticks, vCPU {vcpu} ticks; nice: I/O {io_nice}, vCPU \
+             {vcpu_nice}"
+        );
+        drop(stream);
+        let output = vm.stop();
+        assert!(
+            io <= 10,
+            "the idle I/O thread used {io} ticks in 1 s\n{output}"
+        );
+        assert!(
+            vcpu <= 20,
+            "the idle vCPU used {vcpu} ticks in 1 s\n{output}"
+        );
+        assert_eq!(io_nice, 0, "{output}");
+        let expected = if confined {
+            ebb_vmm::VCPU_NICE_ON_SHARED_CPUS
+        } else {
+            0
+        };
+        assert_eq!(vcpu_nice, i64::from(expected), "{output}");
+    }
+}

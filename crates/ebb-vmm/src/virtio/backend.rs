@@ -23,6 +23,12 @@ pub trait Backend: NetDevice + Send {
     /// (a TAP queue's frames wait in the kernel, which drops like a NIC when full).
     fn drain(&mut self) {}
 
+    /// Whether bytes the guest sent still wait in the backend's own buffer for the host
+    /// side to take them (passt's socket was full). Default: none are kept.
+    fn has_pending_output(&self) -> bool {
+        false
+    }
+
     /// What a fault injector around the backend did (`None`: there is none).
     fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
         None
@@ -42,6 +48,9 @@ impl<B: Backend> Backend for FaultInjector<B> {
     fn drain(&mut self) {
         self.inner_mut().drain()
     }
+    fn has_pending_output(&self) -> bool {
+        self.inner().has_pending_output()
+    }
     fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
         Some(self.stats())
     }
@@ -53,6 +62,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn drain(&mut self) {
         (**self).drain()
+    }
+    fn has_pending_output(&self) -> bool {
+        (**self).has_pending_output()
     }
     fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
         (**self).fault_stats()
@@ -375,5 +387,8 @@ impl Backend for Passt {
     }
     fn drain(&mut self) {
         self.read_socket();
+    }
+    fn has_pending_output(&self) -> bool {
+        !self.write_buf.is_empty()
     }
 }

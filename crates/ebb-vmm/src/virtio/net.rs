@@ -64,7 +64,9 @@ pub const QUEUE_MAX: u16 = 256;
 /// Frames received from the backend that may wait for guest buffers, per pair.
 const RX_BACKLOG: usize = 256;
 /// Longest sleep of the I/O thread (it checks for the VM's end this often).
-const SLEEP_MAX: Duration = Duration::from_millis(20);
+pub(crate) const SLEEP_MAX: Duration = Duration::from_millis(20);
+/// The sleep while frames wait for a full backend to take them ([`sleep_bound`]).
+pub(crate) const PENDING_OUTPUT_RETRY: Duration = Duration::from_micros(100);
 
 /// Counters of the device.
 #[derive(Debug, Default)]
@@ -586,15 +588,37 @@ impl Engine {
         }
     }
 
-    /// EVENT_IDX on every live queue: asks for kicks (before sleeping) or stops asking
-    /// (while polling). Returns whether chains arrived meanwhile.
+    /// EVENT_IDX on the live queues: asks for kicks (before sleeping) or stops asking
+    /// (while polling). Returns whether work arrived meanwhile.
+    ///
+    /// Transmit and control chains are work whenever they are there. Receive buffers
+    /// are work only for a queue whose backlog waits for them: the guest keeps its
+    /// receive ring stocked, so "buffers are available" is true nearly always, and
+    /// counting it kept this thread from ever sleeping (it spun on the CPU it was meant
+    /// to leave to a vCPU). The same goes for kicks: a receive queue with no backlog
+    /// does not ask for them, or every buffer the guest re-posts would wake this thread
+    /// for nothing.
     pub(crate) fn want_kicks(&self, mem: &GuestMem, wanted: bool) -> bool {
         let mut arrived = false;
-        let pairs = self.pairs.iter().flat_map(|p| [&p.tx, &p.rx]);
-        for q in pairs.chain([&self.ctrl]).flatten() {
-            arrived |= q.set_kicks_wanted(mem, wanted).unwrap_or(false);
+        for pair in &self.pairs {
+            if let Some(tx) = &pair.tx {
+                arrived |= tx.set_kicks_wanted(mem, wanted).unwrap_or(false);
+            }
+            if let Some(rx) = &pair.rx {
+                let waiting = !pair.backlog.is_empty();
+                arrived |= rx.set_kicks_wanted(mem, wanted && waiting).unwrap_or(false) && waiting;
+            }
+        }
+        if let Some(ctrl) = &self.ctrl {
+            arrived |= ctrl.set_kicks_wanted(mem, wanted).unwrap_or(false);
         }
         arrived
+    }
+
+    /// Whether frames taken from the guest still wait for the backend to accept them
+    /// (it was full): the thread must come back soon even if nothing wakes it.
+    pub(crate) fn has_pending_output(&self) -> bool {
+        !self.outgoing.is_empty()
     }
 
     fn work(
@@ -766,20 +790,22 @@ impl IoThread {
                 return;
             }
         };
-        let add = |fd: std::os::fd::BorrowedFd<'_>| {
-            let _ = epoll::add(
-                &epoll,
-                fd,
-                epoll::EventData::new_u64(0),
-                epoll::EventFlags::IN,
-            );
+        let add = |fd: std::os::fd::BorrowedFd<'_>, flags| {
+            let _ = epoll::add(&epoll, fd, epoll::EventData::new_u64(0), flags);
         };
-        add(crate::sys::borrow_eventfd(&self.device.control));
+        // The eventfds are read empty after each wake (level-triggered is right). A
+        // backend is edge-triggered: frames left in it because the guest's backlog is
+        // full must not wake this thread again and again; what frees the backlog is the
+        // guest re-posting receive buffers, a kick this thread asks for (`want_kicks`).
+        add(
+            crate::sys::borrow_eventfd(&self.device.control),
+            epoll::EventFlags::IN,
+        );
         for kick in &self.queue_kicks {
-            add(crate::sys::borrow_eventfd(kick));
+            add(crate::sys::borrow_eventfd(kick), epoll::EventFlags::IN);
         }
         for backend in &self.backends {
-            add(backend.fd());
+            add(backend.fd(), epoll::EventFlags::IN | epoll::EventFlags::ET);
         }
         let shared = self.shared.clone();
         let mem = &shared.mem;
@@ -818,9 +844,16 @@ impl IoThread {
             // Sleep: ask for kicks, look once more, then wait.
             if !engine.want_kicks(mem, true) {
                 events.clear();
+                let now = NetInstant::from_nanos(started.elapsed().as_nanos() as u64);
+                let timeout = sleep_bound(
+                    now,
+                    engine.has_pending_output()
+                        || self.backends.iter().any(|b| b.has_pending_output()),
+                    self.backends.iter().filter_map(|b| b.poll_at()).min(),
+                );
                 let timeout = rustix::time::Timespec {
                     tv_sec: 0,
-                    tv_nsec: SLEEP_MAX.as_nanos() as i64,
+                    tv_nsec: timeout.as_nanos() as i64,
                 };
                 let _ = epoll::wait(
                     &epoll,
@@ -839,6 +872,25 @@ impl IoThread {
             last_work = Instant::now();
         }
     }
+}
+
+/// How long the I/O thread may sleep when nothing wakes it: [`SLEEP_MAX`], less when
+/// output waits for a full backend ([`PENDING_OUTPUT_RETRY`]: TAP and passt's socket
+/// say nothing when they drain) or a backend (the fault injector holding a delayed
+/// frame) wants to be polled at `poll_at`.
+pub(crate) fn sleep_bound(
+    now: NetInstant,
+    pending_output: bool,
+    poll_at: Option<NetInstant>,
+) -> Duration {
+    let mut bound = SLEEP_MAX;
+    if pending_output {
+        bound = bound.min(PENDING_OUTPUT_RETRY);
+    }
+    if let Some(at) = poll_at {
+        bound = bound.min(at.saturating_duration_since(now));
+    }
+    bound
 }
 
 /// Environment variable overriding the I/O thread's poll window, in microseconds.

@@ -24,7 +24,7 @@
 //!   accesses the device cannot make sense of (not 32 bits, misaligned) break it.
 
 use super::backend::Backend;
-use super::net::{Engine, QUEUE_MAX, VirtioNet};
+use super::net::{Engine, PENDING_OUTPUT_RETRY, QUEUE_MAX, SLEEP_MAX, VirtioNet, sleep_bound};
 use crate::guest::GuestMem;
 use ebb_abi::virtio::{
     DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, MMIO_BASE, MMIO_SLOT_SIZE, NET_HDR_LEN, features,
@@ -39,6 +39,7 @@ use std::collections::VecDeque;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
@@ -347,6 +348,20 @@ impl Guest {
         self.mem
             .store_u16(avail + 4 + 2 * u64::from(size), event, Ordering::Release)
             .expect("in memory");
+    }
+
+    /// The device's `avail_event` for queue `q`: the available index it wants a kick at.
+    fn avail_event(&self, q: u16) -> u16 {
+        let (_, _, used) = Self::rings(q);
+        let size = self.sizes[usize::from(q)];
+        self.mem
+            .load_u16(used + 4 + 8 * u64::from(size), Ordering::Acquire)
+            .expect("in memory")
+    }
+
+    /// Whether the device asks the driver to kick queue `q` when it next publishes.
+    fn wants_kick(&self, q: u16) -> bool {
+        self.avail_event(q) == self.avail_idx[usize::from(q)]
     }
 
     /// The used ring of queue `q`: `(id, len)` of every element the device produced.
@@ -1474,4 +1489,89 @@ fn injected_corruption_is_never_hidden_by_checksum_offload() {
         .sum();
     assert_eq!(flipped, 1, "completed first, corrupted after");
     g.assert_healthy();
+}
+
+// ===== when the I/O thread may sleep =====
+
+#[test]
+fn a_stocked_receive_ring_alone_lets_the_device_sleep() {
+    let mut g = Guest::new();
+    g.start();
+    // A driver keeps receive buffers posted all the time; with no frame waiting for
+    // them they are not work, and re-posting them must not wake the device.
+    g.desc(RX, 3, d(BUF + 0x1000, 1526, DESC_F_WRITE, 0));
+    g.publish(RX, 3);
+    g.settle();
+    assert!(
+        !g.engine.want_kicks(&g.mem, true),
+        "posted receive buffers kept the device awake"
+    );
+    assert!(
+        !g.wants_kick(RX),
+        "the device asks for receive kicks it does not need"
+    );
+    assert!(
+        g.wants_kick(TX),
+        "the device does not ask for transmit kicks"
+    );
+    // A transmit chain is work.
+    g.mem
+        .write_bytes(BUF, &[0u8; NET_HDR_LEN])
+        .expect("in memory");
+    g.mem.write_bytes(BUF + 0x100, FRAME).expect("in memory");
+    g.desc(TX, 0, d(BUF, NET_HDR_LEN as u32, DESC_F_NEXT, 1));
+    g.desc(TX, 1, d(BUF + 0x100, FRAME.len() as u32, 0, 0));
+    g.publish(TX, 0);
+    assert!(
+        g.engine.want_kicks(&g.mem, true),
+        "a transmit chain is not seen"
+    );
+    g.settle();
+    assert_eq!(g.sent(), vec![FRAME.to_vec()]);
+    g.assert_healthy();
+}
+
+#[test]
+fn frames_waiting_for_buffers_make_the_device_ask_for_receive_kicks() {
+    let mut g = Guest::new();
+    g.start();
+    // A frame arrives before the driver posts anything: it waits in the backlog.
+    g.arrive(FRAME);
+    g.settle();
+    assert!(!g.engine.want_kicks(&g.mem, true), "nothing is posted yet");
+    assert!(
+        g.wants_kick(RX),
+        "a waiting frame does not ask for receive buffers"
+    );
+    // The buffer it waits for is work, and is what wakes the device.
+    g.desc(RX, 3, d(BUF + 0x1000, 1526, DESC_F_WRITE, 0));
+    g.publish(RX, 3);
+    assert!(
+        g.engine.want_kicks(&g.mem, true),
+        "the posted buffer is not seen"
+    );
+    g.engine.want_kicks(&g.mem, false);
+    g.settle();
+    assert_eq!(g.used(RX), vec![(3, (NET_HDR_LEN + FRAME.len()) as u32)]);
+    // Delivered: the ring is stocked again and nothing waits.
+    g.desc(RX, 4, d(BUF + 0x2000, 1526, DESC_F_WRITE, 0));
+    g.publish(RX, 4);
+    assert!(!g.engine.want_kicks(&g.mem, true));
+    g.assert_healthy();
+}
+
+#[test]
+fn the_sleep_is_cut_short_by_pending_output_and_backend_deadlines() {
+    let now = NetInstant::from_nanos(1_000_000);
+    assert_eq!(sleep_bound(now, false, None), SLEEP_MAX);
+    assert_eq!(sleep_bound(now, true, None), PENDING_OUTPUT_RETRY);
+    let soon = NetInstant::from_nanos(1_003_000);
+    assert_eq!(
+        sleep_bound(now, false, Some(soon)),
+        Duration::from_micros(3)
+    );
+    let past = NetInstant::from_nanos(10);
+    assert_eq!(sleep_bound(now, true, Some(past)), Duration::ZERO);
+    let later = NetInstant::from_nanos(1_000_000_000);
+    assert_eq!(sleep_bound(now, false, Some(later)), SLEEP_MAX);
 }
