@@ -220,6 +220,13 @@ impl TapDevice {
         &self.name
     }
 
+    /// Whether every frame read or written carries a [`VNET_HDR_LEN`]-byte virtio-net
+    /// header ([`TapConfig::vnet_hdr`]), for callers that read and write the descriptor
+    /// themselves.
+    pub fn has_vnet_hdr(&self) -> bool {
+        self.vnet_hdr
+    }
+
     /// Reads and writes that failed with an unexpected error (the frame written was
     /// dropped and counted in `tx_dropped.queue_full`; a failed read ends the batch).
     pub fn io_errors(&self) -> u64 {

@@ -1,6 +1,7 @@
 //! The monitor's only `unsafe` code: registering guest memory with KVM, borrowing an
-//! eventfd for `poll`, reading the internal-error union of `kvm_run`, and handing the VM's
-//! teardown to a background process at exit ([`release_in_background`]).
+//! eventfd for `poll`, reading the internal-error union of `kvm_run`, handing the VM's
+//! teardown to a background process at exit ([`release_in_background`]), and `readv`/
+//! `writev` straight between a backend's descriptor and guest memory ([`IoVecs`]).
 
 use kvm_bindings::{kvm_run, kvm_userspace_memory_region};
 use kvm_ioctls::VmFd;
@@ -221,4 +222,121 @@ impl Drop for MappedFile {
             unsafe { libc::munmap(self.addr, self.len) };
         }
     }
+}
+
+/// A scatter-gather list for one `readv` or `writev` on a backend descriptor: ranges of
+/// guest memory, checked against it when added, and bytes of the monitor's own (a
+/// virtio-net header it built). The lifetime ties the list to both, so the pointers it
+/// holds stay valid for as long as it exists.
+///
+/// The kernel copies to or from the guest's pages while the guest runs; a guest that
+/// writes its own buffer meanwhile garbles only its own frame (what a NIC's DMA would
+/// give it too). Nothing the monitor itself decides on is read through a list: the
+/// header it sends is its own validated copy.
+pub struct IoVecs<'a> {
+    iov: Vec<libc::iovec>,
+    /// Holds monitor bytes ([`push_host`](Self::push_host)): not a list to read into.
+    has_host: bool,
+    _borrows: std::marker::PhantomData<(&'a crate::guest::GuestMem, &'a [u8])>,
+}
+
+impl<'a> IoVecs<'a> {
+    /// An empty list with room for `n` ranges.
+    pub fn with_capacity(n: usize) -> Self {
+        IoVecs {
+            iov: Vec::with_capacity(n),
+            has_host: false,
+            _borrows: std::marker::PhantomData,
+        }
+    }
+
+    /// Appends `len` bytes of guest memory at `addr`; `None` (nothing appended) unless
+    /// the whole range lies in one mapped region.
+    pub fn push_guest(
+        &mut self,
+        mem: &'a crate::guest::GuestMem,
+        addr: u64,
+        len: usize,
+    ) -> Option<()> {
+        use vm_memory::{GuestAddress, GuestMemoryBackend};
+        if len == 0 {
+            return Some(());
+        }
+        if !mem.contains(addr, len as u64) {
+            return None;
+        }
+        let slice = mem.inner().get_slice(GuestAddress(addr), len).ok()?;
+        self.iov.push(libc::iovec {
+            iov_base: slice.ptr_guard_mut().as_ptr().cast(),
+            iov_len: len,
+        });
+        Some(())
+    }
+
+    /// Appends the monitor's own `bytes` (only ever read: `writev` lists).
+    pub fn push_host(&mut self, bytes: &'a [u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.iov.push(libc::iovec {
+            iov_base: bytes.as_ptr().cast_mut().cast(),
+            iov_len: bytes.len(),
+        });
+        self.has_host = true;
+    }
+
+    /// Appends the monitor's own writable `bytes`, for a `readv` to spill into (one byte
+    /// after the guest's buffers tells a frame that did not fit from one that just did).
+    pub fn push_spill(&mut self, bytes: &'a mut [u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.iov.push(libc::iovec {
+            iov_base: bytes.as_mut_ptr().cast(),
+            iov_len: bytes.len(),
+        });
+    }
+
+    /// Writes the list to `fd` with one `writev`: the bytes taken.
+    pub fn write_to(&self, fd: BorrowedFd<'_>) -> Result<usize, rustix::io::Errno> {
+        // SAFETY: every entry points at `iov_len` readable bytes that outlive `self`: guest
+        // memory checked by `push_guest` (its mapping lives as long as the `GuestMem`
+        // borrowed for 'a) or a slice borrowed for 'a by `push_host`. The kernel only reads
+        // them. The count fits a c_int: a list has at most a chain's descriptors plus one.
+        let n = unsafe {
+            libc::writev(
+                fd.as_raw_fd(),
+                self.iov.as_ptr(),
+                self.iov.len() as libc::c_int,
+            )
+        };
+        result(n)
+    }
+
+    /// Reads from `fd` into the list with one `readv`: the bytes read. A list holding
+    /// the monitor's own bytes is refused (`EINVAL`): they are borrowed read-only.
+    pub fn read_from(&self, fd: BorrowedFd<'_>) -> Result<usize, rustix::io::Errno> {
+        if self.has_host {
+            return Err(rustix::io::Errno::INVAL);
+        }
+        // SAFETY: as for `write_to`, and every entry is writable: guest memory (a
+        // read-write mapping owned by the `GuestMem`) or a slice borrowed mutably for 'a
+        // (`push_spill`); read-only entries were refused above.
+        let n = unsafe {
+            libc::readv(
+                fd.as_raw_fd(),
+                self.iov.as_ptr(),
+                self.iov.len() as libc::c_int,
+            )
+        };
+        result(n)
+    }
+}
+
+/// A `readv`/`writev` return value as a byte count or the call's errno.
+fn result(n: isize) -> Result<usize, rustix::io::Errno> {
+    usize::try_from(n).map_err(|_| {
+        rustix::io::Errno::from_io_error(&std::io::Error::last_os_error())
+            .unwrap_or(rustix::io::Errno::IO)
+    })
 }

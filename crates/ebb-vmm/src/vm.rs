@@ -343,11 +343,12 @@ pub fn net_summary(shared: &Shared) -> Option<String> {
         get(&s.rx_csum_valid),
     );
     Some(format!(
-        "ebb-vmm: virtio-net: tx_frames={} rx_frames={} rx_dropped={} exits={} mmio_exits={} \
-         kicks={} wakeups={}{csum}{faults}{}",
+        "ebb-vmm: virtio-net: tx_frames={} rx_frames={} rx_dropped={} tx_dropped={} exits={} \
+         mmio_exits={} kicks={} wakeups={}{csum}{faults}{}",
         get(&s.tx_frames),
         get(&s.rx_frames),
         get(&s.rx_dropped),
+        get(&s.tx_dropped),
         shared.exits.load(Ordering::Relaxed),
         get(&s.mmio_exits),
         get(&s.kicks),

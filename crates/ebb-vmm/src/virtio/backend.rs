@@ -29,15 +29,39 @@ pub trait Backend: NetDevice + Send {
         false
     }
 
+    /// The descriptor of a backend that moves frames straight between itself and guest
+    /// memory (`readv`/`writev`, the virtio-net header in front when it has one): TAP.
+    /// `None` (the default): frames go through [`NetDevice`]'s IOBufs (passt, whose
+    /// stream needs framing; the fault injector, which must see every frame).
+    fn direct(&self) -> Option<Direct<'_>> {
+        None
+    }
+
     /// What a fault injector around the backend did (`None`: there is none).
     fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
         None
     }
 }
 
+/// See [`Backend::direct`].
+#[derive(Clone, Copy, Debug)]
+pub struct Direct<'a> {
+    /// Where frames are read and written, one per call.
+    pub fd: BorrowedFd<'a>,
+    /// Each frame has a virtio-net header of `NET_HDR_LEN` bytes in front (TAP with
+    /// `IFF_VNET_HDR`); without, bare frames.
+    pub vnet_hdr: bool,
+}
+
 impl Backend for TapDevice {
     fn fd(&self) -> BorrowedFd<'_> {
         self.as_fd()
+    }
+    fn direct(&self) -> Option<Direct<'_>> {
+        Some(Direct {
+            fd: self.as_fd(),
+            vnet_hdr: self.has_vnet_hdr(),
+        })
     }
 }
 
@@ -65,6 +89,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn has_pending_output(&self) -> bool {
         (**self).has_pending_output()
+    }
+    fn direct(&self) -> Option<Direct<'_>> {
+        (**self).direct()
     }
     fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
         (**self).fault_stats()

@@ -16,10 +16,17 @@
 //! * **Wake-ups** of the guest: after returning receive buffers the device writes the
 //!   kick eventfd of the pair's vCPU only if the driver's `used_event` asks for it, which
 //!   the guest arms only just before it sleeps in WAIT.
-//! * **The I/O thread** polls the transmit queues and the backend; after [`IDLE_POLL`]
-//!   without work it sleeps in epoll on the backend, the ioeventfds and its control
-//!   eventfd. Transmit copies each frame out of guest memory once, receive writes each
-//!   frame into the guest's buffer once.
+//! * **The I/O thread** polls the transmit queues and the backend; after its poll window
+//!   without work ([`IDLE_POLL`], or none on CPUs shared with the vCPUs) it sleeps in
+//!   epoll on the backend (edge-triggered), the ioeventfds and its control eventfd.
+//!   Receive buffers the guest keeps posted are not work (`Engine::want_kicks`); frames
+//!   a full backend refused and a fault injector's delayed frames cut the sleep short.
+//! * **Moving frames.** A TAP backend is *direct* ([`Backend::direct`]): each frame goes
+//!   between the TAP descriptor and the guest's descriptor chain with one `readv` or
+//!   `writev` over guest memory, no copy in the monitor (the header sent is the device's
+//!   own, built from the validated request). passt (a byte stream that needs framing)
+//!   and the fault injector (which must see every frame) take the copying path: each
+//!   frame copied out of or into guest memory once, through an IOBuf.
 //! * **Checksum offload.** Offered only with a backend that takes and gives per-frame
 //!   checksum state ([`FrameChecksum`]): the TAP backend opened with `IFF_VNET_HDR` and
 //!   `TUN_F_CSUM`, where the kernel completes our partial checksums — or, for a local
@@ -39,9 +46,10 @@
 //!   stack or Linux's catches it. No backend is ever handed an incomplete checksum
 //!   it has not said it completes.
 
-use super::backend::Backend;
-use super::queue::{Chain, DeviceQueue, Direction, QueueConfig, QueueError};
+use super::backend::{Backend, Direct};
+use super::queue::{Buf, Chain, DeviceQueue, Direction, QueueConfig, QueueError};
 use crate::guest::GuestMem;
+use crate::sys::IoVecs;
 use crate::vm::Shared;
 use ebb_abi::virtio::{
     DEVICE_ID_NET, MAGIC, MMIO_BASE, MMIO_SLOT_SIZE, MMIO_VERSION, NET_CTRL_MQ,
@@ -51,6 +59,7 @@ use ebb_abi::virtio::{
 use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
 use ebb_net::phy::{FaultCounts, FaultStats, FrameChecksum};
 use rustix::event::epoll;
+use rustix::io::Errno;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,6 +92,9 @@ pub struct NetStats {
     pub rx_frames: AtomicU64,
     /// Frames from the backend dropped for want of guest buffers or room.
     pub rx_dropped: AtomicU64,
+    /// Frames from the guest a direct backend failed on with an error other than "full"
+    /// (the interface is down or gone).
+    pub tx_dropped: AtomicU64,
     /// Frames from the guest with `NEEDS_CSUM`, handed to the backend to complete.
     pub tx_csum_partial: AtomicU64,
     /// Frames to the guest with `NEEDS_CSUM` (a partial checksum from a local sender).
@@ -486,6 +498,15 @@ struct Pair {
     rx: Option<DeviceQueue>,
     tx: Option<DeviceQueue>,
     backlog: VecDeque<(IOBuf, FrameChecksum)>,
+    /// Direct backends ([`Backend::direct`]): a transmit chain the backend refused (full),
+    /// written first next round.
+    held_tx: Option<Chain>,
+    /// Direct backends: a receive chain taken when the backend had no frame, filled
+    /// first next round.
+    held_rx: Option<Chain>,
+    /// Direct backends: the receive ring was empty when frames were looked for, so any
+    /// frames wait in the backend (not in `backlog`) for buffers.
+    rx_starved: bool,
 }
 
 /// The I/O thread's live queues and what it carries from one round to the next. One
@@ -570,6 +591,9 @@ impl Engine {
                         rx: queue(2 * p, Direction::Write),
                         tx: queue(2 * p + 1, Direction::Read),
                         backlog: VecDeque::new(),
+                        held_tx: None,
+                        held_rx: None,
+                        rx_starved: false,
                     })
                     .collect();
                 self.ctrl = queue(2 * usize::from(device.pairs), Direction::ReadThenWrite);
@@ -605,7 +629,7 @@ impl Engine {
                 arrived |= tx.set_kicks_wanted(mem, wanted).unwrap_or(false);
             }
             if let Some(rx) = &pair.rx {
-                let waiting = !pair.backlog.is_empty();
+                let waiting = !pair.backlog.is_empty() || pair.rx_starved;
                 arrived |= rx.set_kicks_wanted(mem, wanted && waiting).unwrap_or(false) && waiting;
             }
         }
@@ -618,7 +642,7 @@ impl Engine {
     /// Whether frames taken from the guest still wait for the backend to accept them
     /// (it was full): the thread must come back soon even if nothing wakes it.
     pub(crate) fn has_pending_output(&self) -> bool {
-        !self.outgoing.is_empty()
+        !self.outgoing.is_empty() || self.pairs.iter().any(|p| p.held_tx.is_some())
     }
 
     fn work(
@@ -667,6 +691,19 @@ impl Engine {
         for (p, pair) in self.pairs.iter_mut().enumerate() {
             let Some(tx) = &mut pair.tx else { continue };
             let on = on(2 * p + 1, pairs);
+            let backend = &mut backends[p.min(n_backends - 1)];
+            if let Some(direct) = backend.direct() {
+                let (moved, returned) =
+                    transmit_direct(mem, tx, &mut pair.held_tx, direct, csum, &device.stats)
+                        .map_err(&on)?;
+                worked |= moved;
+                if let Some(old) = returned
+                    && tx.needs_notification(mem, old).map_err(&on)?
+                {
+                    wake(p);
+                }
+                continue;
+            }
             let mut returned = None;
             while outgoing.len() < 256 {
                 let Some(chain) = tx.pop(mem).map_err(&on)? else {
@@ -688,7 +725,6 @@ impl Engine {
             {
                 wake(p);
             }
-            let backend = &mut backends[p.min(n_backends - 1)];
             let before = outgoing.len();
             backend.transmit_with_checksums(now, outgoing, outgoing_checksums);
             device
@@ -703,6 +739,32 @@ impl Engine {
         // by `drain`), so nothing is dropped here for want of guest buffers.
         let frames = &mut self.frames;
         for (b, backend) in backends.iter_mut().enumerate() {
+            // Straight into the guest's buffers when the backend can and no frame needs
+            // its checksum completed on the way (a header the driver cannot read).
+            if let Some(direct) = backend.direct()
+                && n_backends == self.pairs.len()
+                && (guest_csum || !direct.vnet_hdr)
+            {
+                let pair = &mut self.pairs[b];
+                let Some(rx) = &mut pair.rx else { continue };
+                let on = on(2 * b, pairs);
+                let (moved, returned) = receive_direct(
+                    mem,
+                    rx,
+                    &mut pair.held_rx,
+                    &mut pair.rx_starved,
+                    direct,
+                    &device.stats,
+                )
+                .map_err(&on)?;
+                worked |= moved;
+                if let Some(old) = returned
+                    && rx.needs_notification(mem, old).map_err(&on)?
+                {
+                    wake(b);
+                }
+                continue;
+            }
             backend.drain();
             let room = if n_backends == self.pairs.len() {
                 RX_BACKLOG.saturating_sub(self.pairs[b].backlog.len())
@@ -923,10 +985,10 @@ pub(crate) fn shares_cpus_with_vcpus(vcpus: usize) -> bool {
 /// frame is at most the MTU and an Ethernet header; this is generous.
 const TX_CHAIN_MAX: u64 = 65_536;
 
-/// The frame of a transmit chain (its bytes after the virtio-net header) and the header.
-/// A chain with no frame in it (the header or less) or too long for one is the driver's
-/// error, not a frame to drop silently.
-fn gather(mem: &GuestMem, chain: &Chain) -> Result<(IOBuf, [u8; NET_HDR_LEN]), QueueError> {
+/// A transmit chain's virtio-net header and the length of the frame behind it. A chain
+/// with no frame in it (the header or less) or too long for one is the driver's error,
+/// not a frame to drop silently.
+fn chain_header(mem: &GuestMem, chain: &Chain) -> Result<([u8; NET_HDR_LEN], usize), QueueError> {
     let total: u64 = chain.readable.iter().map(|b| u64::from(b.len)).sum();
     if total <= NET_HDR_LEN as u64 || total > TX_CHAIN_MAX {
         return Err(QueueError::NotAFrame {
@@ -935,18 +997,237 @@ fn gather(mem: &GuestMem, chain: &Chain) -> Result<(IOBuf, [u8; NET_HDR_LEN]), Q
             max: TX_CHAIN_MAX,
         });
     }
-    let mut bytes = vec![0u8; total as usize];
-    let mut at = 0;
-    for buf in &chain.readable {
-        let len = buf.len as usize;
-        mem.read_into(buf.addr, &mut bytes[at..at + len])
-            .ok_or(QueueError::Access("a transmit buffer"))?;
-        at += len;
-    }
     let mut header = [0u8; NET_HDR_LEN];
-    header.copy_from_slice(&bytes[..NET_HDR_LEN]);
-    bytes.drain(..NET_HDR_LEN);
-    Ok((IOBuf::from_vec(bytes), header))
+    read_at(mem, &chain.readable, 0, &mut header).ok_or(QueueError::Access("a transmit buffer"))?;
+    Ok((header, total as usize - NET_HDR_LEN))
+}
+
+/// The frame of a transmit chain (its bytes after the virtio-net header) and the header,
+/// copied out once each.
+fn gather(mem: &GuestMem, chain: &Chain) -> Result<(IOBuf, [u8; NET_HDR_LEN]), QueueError> {
+    let (header, len) = chain_header(mem, chain)?;
+    let mut frame = vec![0u8; len];
+    read_at(mem, &chain.readable, NET_HDR_LEN, &mut frame)
+        .ok_or(QueueError::Access("a transmit buffer"))?;
+    Ok((IOBuf::from_vec(frame), header))
+}
+
+/// Copies `out.len()` bytes from offset `at` of the chain made of `bufs` (guest ranges,
+/// in order); `None` if the chain is shorter or a range is not guest memory.
+fn read_at(mem: &GuestMem, bufs: &[Buf], mut at: usize, out: &mut [u8]) -> Option<()> {
+    let mut done = 0;
+    for buf in bufs {
+        let len = buf.len as usize;
+        if at >= len {
+            at -= len;
+            continue;
+        }
+        let n = (len - at).min(out.len() - done);
+        mem.read_into(buf.addr + at as u64, &mut out[done..done + n])?;
+        done += n;
+        at = 0;
+        if done == out.len() {
+            return Some(());
+        }
+    }
+    (done == out.len()).then_some(())
+}
+
+/// Copies `bytes` to offset `at` of the chain made of `bufs`; `None` as for [`read_at`].
+fn write_at(mem: &GuestMem, bufs: &[Buf], mut at: usize, bytes: &[u8]) -> Option<()> {
+    let mut done = 0;
+    for buf in bufs {
+        let len = buf.len as usize;
+        if at >= len {
+            at -= len;
+            continue;
+        }
+        let n = (len - at).min(bytes.len() - done);
+        mem.write_bytes(buf.addr + at as u64, &bytes[done..done + n])?;
+        done += n;
+        at = 0;
+        if done == bytes.len() {
+            return Some(());
+        }
+    }
+    (done == bytes.len()).then_some(())
+}
+
+/// Adds the chain made of `bufs`, from byte `skip` on, to `iov`.
+fn push_chain<'a>(
+    iov: &mut IoVecs<'a>,
+    mem: &'a GuestMem,
+    bufs: &[Buf],
+    mut skip: usize,
+    what: &'static str,
+) -> Result<(), QueueError> {
+    for buf in bufs {
+        let len = buf.len as usize;
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        iov.push_guest(mem, buf.addr + skip as u64, len - skip)
+            .ok_or(QueueError::Access(what))?;
+        skip = 0;
+    }
+    Ok(())
+}
+
+/// The virtio-net header a backend is handed with a frame in `checksum` state (only
+/// `NEEDS_CSUM` and its two offsets: nothing else of the guest's header goes through).
+fn backend_header(checksum: FrameChecksum) -> [u8; NET_HDR_LEN] {
+    let mut header = [0u8; NET_HDR_LEN];
+    if let FrameChecksum::Partial { start, offset } = checksum {
+        header[0] = NET_HDR_F_NEEDS_CSUM;
+        header[6..8].copy_from_slice(&start.to_le_bytes());
+        header[8..10].copy_from_slice(&offset.to_le_bytes());
+    }
+    header
+}
+
+/// Most chains one round moves each way per pair on the direct path.
+const DIRECT_BATCH: usize = 64;
+
+/// Transmit on a direct backend: each chain goes to the backend with one `writev` of the
+/// device's own header (validated, see [`backend_header`]) and the guest's frame
+/// buffers, no copy in between. A chain the backend refuses (full) is kept in `held` and
+/// written first next round. Returns whether a chain moved and the used index before
+/// the first one returned (for [`DeviceQueue::needs_notification`]).
+fn transmit_direct(
+    mem: &GuestMem,
+    tx: &mut DeviceQueue,
+    held: &mut Option<Chain>,
+    direct: Direct<'_>,
+    csum: bool,
+    stats: &NetStats,
+) -> Result<(bool, Option<u16>), QueueError> {
+    let (mut worked, mut returned) = (false, None);
+    for _ in 0..DIRECT_BATCH {
+        let chain = match held.take() {
+            Some(chain) => chain,
+            None => match tx.pop(mem)? {
+                Some(chain) => chain,
+                None => break,
+            },
+        };
+        let (header, len) = chain_header(mem, &chain)?;
+        let checksum = tx_checksum(&header, chain.head, len, csum)?;
+        // CSUM is offered only with a backend that has a header to carry NEEDS_CSUM.
+        debug_assert!(direct.vnet_hdr || checksum == FrameChecksum::Complete);
+        let header = backend_header(checksum);
+        let mut iov = IoVecs::with_capacity(chain.readable.len() + 1);
+        if direct.vnet_hdr {
+            iov.push_host(&header);
+        }
+        push_chain(
+            &mut iov,
+            mem,
+            &chain.readable,
+            NET_HDR_LEN,
+            "a transmit buffer",
+        )?;
+        match iov.write_to(direct.fd) {
+            Ok(_) => {
+                stats.tx_frames.fetch_add(1, Ordering::Relaxed);
+                if checksum != FrameChecksum::Complete {
+                    stats.tx_csum_partial.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(Errno::AGAIN | Errno::INTR) => {
+                *held = Some(chain);
+                break;
+            }
+            // The interface is down or gone: nobody will take the frame.
+            Err(_) => {
+                stats.tx_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let old = tx.push_used(mem, chain.head, 0)?;
+        returned.get_or_insert(old);
+        worked = true;
+    }
+    Ok((worked, returned))
+}
+
+/// Receive on a direct backend: each frame is read with one `readv` straight into a
+/// receive chain (behind a header the device writes when the backend has none), no copy
+/// in between. A frame longer than the chain spills into a byte of the device's own and
+/// is dropped and counted, its buffer returned empty, as on the copying path. A chain
+/// taken when the backend had nothing is kept in `held`; an empty ring sets `starved`
+/// (frames then wait in the backend, and the device asks for a kick on new buffers).
+fn receive_direct(
+    mem: &GuestMem,
+    rx: &mut DeviceQueue,
+    held: &mut Option<Chain>,
+    starved: &mut bool,
+    direct: Direct<'_>,
+    stats: &NetStats,
+) -> Result<(bool, Option<u16>), QueueError> {
+    let (mut worked, mut returned) = (false, None);
+    // Without a backend header the device writes its own in front of the frame.
+    let skip = if direct.vnet_hdr { 0 } else { NET_HDR_LEN };
+    for _ in 0..DIRECT_BATCH {
+        let chain = match held.take() {
+            Some(chain) => chain,
+            None => match rx.pop(mem)? {
+                Some(chain) => chain,
+                None => {
+                    *starved = true;
+                    break;
+                }
+            },
+        };
+        *starved = false;
+        let room: usize = chain.writable.iter().map(|b| b.len as usize).sum();
+        let mut spill = [0u8; 1];
+        let mut iov = IoVecs::with_capacity(chain.writable.len() + 1);
+        push_chain(&mut iov, mem, &chain.writable, skip, "a receive buffer")?;
+        iov.push_spill(&mut spill);
+        let read = iov.read_from(direct.fd);
+        drop(iov);
+        let n = match read {
+            Ok(n) => n + skip,
+            Err(Errno::AGAIN | Errno::INTR) => {
+                *held = Some(chain);
+                break;
+            }
+            Err(_) => {
+                *held = Some(chain);
+                break;
+            }
+        };
+        // Too short for a header and an Ethernet header, or cut to fit: dropped.
+        let written = if n < NET_HDR_LEN + 14 || n > room {
+            stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
+            0
+        } else {
+            let mut header = [0u8; NET_HDR_LEN];
+            if direct.vnet_hdr {
+                read_at(mem, &chain.writable, 0, &mut header)
+                    .ok_or(QueueError::Access("a receive buffer"))?;
+                if header[0] & NET_HDR_F_NEEDS_CSUM != 0 {
+                    stats.rx_csum_partial.fetch_add(1, Ordering::Relaxed);
+                } else if header[0] & NET_HDR_F_DATA_VALID != 0 {
+                    stats.rx_csum_valid.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            header[10..12].copy_from_slice(&1u16.to_le_bytes()); // num_buffers
+            let (at, bytes) = if direct.vnet_hdr {
+                (10, &header[10..])
+            } else {
+                (0, &header[..])
+            };
+            write_at(mem, &chain.writable, at, bytes)
+                .ok_or(QueueError::Access("a receive buffer"))?;
+            stats.rx_frames.fetch_add(1, Ordering::Relaxed);
+            n as u32
+        };
+        let old = rx.push_used(mem, chain.head, written)?;
+        returned.get_or_insert(old);
+        worked = true;
+    }
+    Ok((worked, returned))
 }
 
 /// What a transmit header asks of a frame of `len` bytes: `Partial` for `NEEDS_CSUM`,
@@ -1000,17 +1281,27 @@ fn scatter(
         FrameChecksum::Complete => {}
     }
     header[10] = 1; // num_buffers
-    let mut data = header.iter().chain(frame.iter()).copied();
-    let mut left = total;
+    // Header, then frame, across the buffers in order: slices copied whole.
+    let parts: [&[u8]; 2] = [&header, frame];
+    let (mut part, mut at) = (0, 0);
     for buf in &chain.writable {
-        if left == 0 {
+        let (mut addr, mut room) = (buf.addr, buf.len as usize);
+        while room > 0 && part < parts.len() {
+            let source = &parts[part][at..];
+            let n = source.len().min(room);
+            mem.write_bytes(addr, &source[..n])
+                .ok_or(QueueError::Access("a receive buffer"))?;
+            addr += n as u64;
+            room -= n;
+            at += n;
+            if at == parts[part].len() {
+                part += 1;
+                at = 0;
+            }
+        }
+        if part == parts.len() {
             break;
         }
-        let n = left.min(buf.len as usize);
-        let piece: Vec<u8> = data.by_ref().take(n).collect();
-        mem.write_bytes(buf.addr, &piece)
-            .ok_or(QueueError::Access("a receive buffer"))?;
-        left -= n;
     }
     Ok(Some(total as u32))
 }

@@ -23,7 +23,7 @@
 //!   after FEATURES_OK, queue registers of a ready queue or after DRIVER_OK) are ignored;
 //!   accesses the device cannot make sense of (not 32 bits, misaligned) break it.
 
-use super::backend::Backend;
+use super::backend::{Backend, Direct};
 use super::net::{Engine, PENDING_OUTPUT_RETRY, QUEUE_MAX, SLEEP_MAX, VirtioNet, sleep_bound};
 use crate::guest::GuestMem;
 use ebb_abi::virtio::{
@@ -36,7 +36,9 @@ use ebb_net::phy::{
     Probability, complete_checksum,
 };
 use std::collections::VecDeque;
+use std::os::fd::AsFd;
 use std::os::fd::BorrowedFd;
+use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -136,6 +138,42 @@ impl Backend for WireEnd {
     }
 }
 
+/// A backend with TAP's one-frame-per-call semantics for the direct path: one end of a
+/// Unix datagram socket pair (a `readv` takes one datagram and drops what does not fit; a
+/// `writev` sends one; a full peer says `EAGAIN`). Only [`Backend::direct`] is used: the
+/// copying calls are never made for a direct backend the guest can read headers of.
+struct DatagramEnd {
+    sock: UnixDatagram,
+    vnet_hdr: bool,
+}
+
+impl NetDevice for DatagramEnd {
+    fn capabilities(&self) -> DeviceCapabilities {
+        DeviceCapabilities::default()
+    }
+    fn receive(&mut self, _: NetInstant, _: &mut Vec<IOBuf>, _: usize) -> usize {
+        unreachable!("a direct backend is read with readv")
+    }
+    fn transmit(&mut self, _: NetInstant, _: &mut VecDeque<IOBufChain>) -> usize {
+        unreachable!("a direct backend is written with writev")
+    }
+    fn counters(&self) -> DeviceCounters {
+        DeviceCounters::default()
+    }
+}
+
+impl Backend for DatagramEnd {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+    fn direct(&self) -> Option<Direct<'_>> {
+        Some(Direct {
+            fd: self.sock.as_fd(),
+            vnet_hdr: self.vnet_hdr,
+        })
+    }
+}
+
 /// Runs `f` on its own thread and fails the test if it takes more than ten seconds: a
 /// device that loops inside one round (where [`Guest::settle`]'s bound cannot reach)
 /// fails the case instead of hanging the suite.
@@ -186,8 +224,6 @@ impl Guest {
     }
 
     fn build(pairs: u16, offload: bool, faults: Option<FaultConfig>) -> Guest {
-        let mmap = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), MEM as usize)])
-            .expect("host memory for the fake guest");
         let wire = Wire::default();
         let end = WireEnd {
             wire: wire.clone(),
@@ -201,6 +237,29 @@ impl Guest {
             ),
             None => Box::new(end),
         };
+        Guest::with_backend(pairs, offload, backend, wire)
+    }
+
+    /// One pair over a [`DatagramEnd`] (the direct path, as with TAP), with a
+    /// virtio-net header on the socket and checksum offload offered when `vnet_hdr`;
+    /// and the socket's other end, the "host".
+    fn with_direct(vnet_hdr: bool) -> (Guest, UnixDatagram) {
+        let (ours, host) = UnixDatagram::pair().expect("a socket pair");
+        ours.set_nonblocking(true).expect("non-blocking");
+        host.set_nonblocking(true).expect("non-blocking");
+        let backend = Box::new(DatagramEnd {
+            sock: ours,
+            vnet_hdr,
+        });
+        (
+            Guest::with_backend(1, vnet_hdr, backend, Wire::default()),
+            host,
+        )
+    }
+
+    fn with_backend(pairs: u16, offload: bool, backend: Box<dyn Backend>, wire: Wire) -> Guest {
+        let mmap = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), MEM as usize)])
+            .expect("host memory for the fake guest");
         Guest {
             mem: GuestMem::new(mmap, MEM),
             dev: VirtioNet::new([2, 0, 0, 0, 0, 1], pairs, offload).expect("a device"),
@@ -1574,4 +1633,185 @@ fn the_sleep_is_cut_short_by_pending_output_and_backend_deadlines() {
     assert_eq!(sleep_bound(now, true, Some(past)), Duration::ZERO);
     let later = NetInstant::from_nanos(1_000_000_000);
     assert_eq!(sleep_bound(now, false, Some(later)), SLEEP_MAX);
+}
+
+// ===== the direct path (TAP): readv/writev between the backend and guest memory =====
+
+/// Receives what the host end of a direct backend got, one datagram per frame.
+fn host_got(host: &UnixDatagram) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = host.recv(&mut buf) {
+        got.push(buf[..n].to_vec());
+    }
+    got
+}
+
+/// Transmit chain `head` (slots `head`, `head + 1`): `header` then `frame`, in two
+/// descriptors at `at`.
+fn post_tx(g: &mut Guest, head: u16, at: u64, header: &[u8; NET_HDR_LEN], frame: &[u8]) {
+    g.mem.write_bytes(at, header).expect("in memory");
+    g.mem.write_bytes(at + 0x100, frame).expect("in memory");
+    g.desc(TX, head, d(at, NET_HDR_LEN as u32, DESC_F_NEXT, head + 1));
+    g.desc(TX, head + 1, d(at + 0x100, frame.len() as u32, 0, 0));
+    g.publish(TX, head);
+}
+
+#[test]
+fn a_direct_backend_without_a_header_moves_bare_frames_both_ways() {
+    let (mut g, host) = Guest::with_direct(false);
+    g.start();
+    post_tx(&mut g, 0, BUF, &[0u8; NET_HDR_LEN], FRAME);
+    g.settle();
+    assert_eq!(
+        host_got(&host),
+        vec![FRAME.to_vec()],
+        "the frame, no header"
+    );
+    assert_eq!(g.used(TX), vec![(0, 0)]);
+    // Receive: the device writes the header in front of the frame it reads.
+    g.mem
+        .write_bytes(BUF + 0x1000, &[0xee; 64])
+        .expect("in memory");
+    g.desc(RX, 3, d(BUF + 0x1000, 1526, DESC_F_WRITE, 0));
+    g.publish(RX, 3);
+    host.send(FRAME).expect("send");
+    g.settle();
+    let total = (NET_HDR_LEN + FRAME.len()) as u32;
+    assert_eq!(g.used(RX), vec![(3, total)]);
+    let got = g
+        .mem
+        .read_bytes(BUF + 0x1000, u64::from(total))
+        .expect("in memory");
+    assert_eq!(
+        got[..NET_HDR_LEN],
+        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0],
+        "num_buffers 1"
+    );
+    assert_eq!(&got[NET_HDR_LEN..], FRAME);
+    assert_eq!(g.dev.stats.tx_frames.load(Ordering::Relaxed), 1);
+    assert_eq!(g.dev.stats.rx_frames.load(Ordering::Relaxed), 1);
+    g.assert_healthy();
+}
+
+#[test]
+fn a_direct_backend_with_a_header_gets_only_the_validated_checksum_request() {
+    use ebb_abi::virtio::{NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM};
+    let (mut g, host) = Guest::with_direct(true);
+    start_with(&mut g, csum_features());
+    // The guest's header asks for a checksum and carries junk in the GSO fields: the
+    // backend sees NEEDS_CSUM and the two offsets, nothing else of it.
+    let mut header = [0xaa; NET_HDR_LEN];
+    header[0] = NET_HDR_F_NEEDS_CSUM;
+    header[6..8].copy_from_slice(&14u16.to_le_bytes());
+    header[8..10].copy_from_slice(&4u16.to_le_bytes());
+    post_tx(&mut g, 0, BUF, &header, FRAME);
+    g.settle();
+    let mut expected = vec![NET_HDR_F_NEEDS_CSUM, 0, 0, 0, 0, 0, 14, 0, 4, 0, 0, 0];
+    expected.extend_from_slice(FRAME);
+    assert_eq!(host_got(&host), vec![expected]);
+    assert_eq!(g.dev.stats.tx_csum_partial.load(Ordering::Relaxed), 1);
+    // Receive: the backend's header reaches the guest with num_buffers set.
+    g.desc(RX, 0, d(BUF + 0x1000, 1526, DESC_F_WRITE, 0));
+    g.publish(RX, 0);
+    let mut datagram = vec![NET_HDR_F_DATA_VALID, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    datagram.extend_from_slice(FRAME);
+    host.send(&datagram).expect("send");
+    g.settle();
+    let (_, len) = g.used(RX)[0];
+    let got = g
+        .mem
+        .read_bytes(BUF + 0x1000, u64::from(len))
+        .expect("in memory");
+    assert_eq!(got[0], NET_HDR_F_DATA_VALID);
+    assert_eq!(got[10..12], [1, 0], "num_buffers");
+    assert_eq!(&got[NET_HDR_LEN..], FRAME);
+    assert_eq!(g.dev.stats.rx_csum_valid.load(Ordering::Relaxed), 1);
+    g.assert_healthy();
+}
+
+#[test]
+fn a_frame_longer_than_the_chain_is_dropped_on_the_direct_path_and_the_next_fits() {
+    let (mut g, host) = Guest::with_direct(false);
+    g.start();
+    // Exactly the frame fits the second buffer (header + frame); one byte less does not.
+    let exact = (NET_HDR_LEN + FRAME.len()) as u32;
+    g.desc(RX, 0, d(BUF + 0x1000, exact - 1, DESC_F_WRITE, 0));
+    g.publish(RX, 0);
+    g.desc(RX, 1, d(BUF + 0x2000, exact, DESC_F_WRITE, 0));
+    g.publish(RX, 1);
+    host.send(FRAME).expect("send");
+    host.send(FRAME).expect("send");
+    g.settle();
+    assert_eq!(
+        g.used(RX),
+        vec![(0, 0), (1, exact)],
+        "cut frame dropped, full one kept"
+    );
+    assert_eq!(g.dev.stats.rx_dropped.load(Ordering::Relaxed), 1);
+    assert_eq!(g.dev.stats.rx_frames.load(Ordering::Relaxed), 1);
+    g.assert_healthy();
+}
+
+#[test]
+fn a_full_direct_backend_keeps_the_chain_and_loses_nothing() {
+    let (mut g, host) = Guest::with_direct(false);
+    // The smallest send buffer the kernel allows (a few frames): more chains than that
+    // stay unread at the host end, so the device must stop, keep the refused chain, and
+    // go on once the host reads.
+    let Some(Direct { fd, .. }) = g.backends[0].direct() else {
+        unreachable!("a direct backend")
+    };
+    rustix::net::sockopt::set_socket_send_buffer_size(fd, 1).expect("SO_SNDBUF");
+    g.start();
+    const FRAMES: u16 = 8;
+    let mut sent = Vec::new();
+    for i in 0..FRAMES {
+        let mut frame = FRAME.to_vec();
+        frame.push(i as u8);
+        post_tx(
+            &mut g,
+            2 * i,
+            BUF + 0x1000 * u64::from(i),
+            &[0u8; NET_HDR_LEN],
+            &frame,
+        );
+        sent.push(frame);
+    }
+    let mut got = Vec::new();
+    let mut refused = false;
+    for _ in 0..64 {
+        g.step();
+        refused |= g.engine.has_pending_output();
+        got.extend(host_got(&host));
+        if got.len() == sent.len() {
+            break;
+        }
+    }
+    assert_eq!(got, sent, "every frame, in order");
+    assert!(
+        refused,
+        "the host end never pushed back: the case tests nothing"
+    );
+    assert!(!g.engine.has_pending_output());
+    g.assert_healthy();
+}
+
+#[test]
+fn a_direct_backend_with_frames_and_no_buffers_asks_for_a_receive_kick() {
+    let (mut g, host) = Guest::with_direct(false);
+    g.start();
+    host.send(FRAME).expect("send");
+    g.settle();
+    assert!(!g.engine.want_kicks(&g.mem, true), "no buffers yet");
+    assert!(
+        g.wants_kick(RX),
+        "frames may wait in the backend: a kick is wanted"
+    );
+    g.desc(RX, 3, d(BUF + 0x1000, 1526, DESC_F_WRITE, 0));
+    g.publish(RX, 3);
+    g.engine.want_kicks(&g.mem, false);
+    g.settle();
+    assert_eq!(g.used(RX), vec![(3, (NET_HDR_LEN + FRAME.len()) as u32)]);
+    g.assert_healthy();
 }
