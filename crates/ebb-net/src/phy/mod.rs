@@ -88,6 +88,10 @@ pub trait NetDevice {
 
     /// Appends up to `max` received frames to `out`, oldest first, and returns how many.
     ///
+    /// Fewer than `max` means the device has nothing more to hand over now: a caller that
+    /// sleeps on an edge-triggered descriptor (the monitor's I/O thread) must not be left
+    /// with frames that no new arrival will announce.
+    ///
     /// `out` is not cleared: the caller owns it and reuses its allocation.
     fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize;
 

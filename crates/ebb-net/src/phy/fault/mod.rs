@@ -336,13 +336,20 @@ impl<D: NetDevice> NetDevice for FaultInjector<D> {
 
     fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
         self.rx.release_due(now);
-        let want = max.saturating_sub(self.rx.ready.len());
-        if want > 0 {
+        // Read until `max` frames are ready or the inner device is empty: frames this
+        // drops or delays must not leave others behind in the inner device with fewer
+        // than `max` returned (see `NetDevice::receive`).
+        let mut want = max.saturating_sub(self.rx.ready.len());
+        while want > 0 {
             self.scratch.clear();
-            self.inner.receive(now, &mut self.scratch, want);
+            let got = self.inner.receive(now, &mut self.scratch, want);
             for frame in self.scratch.drain(..) {
                 self.rx.push(now, frame);
             }
+            if got < want {
+                break;
+            }
+            want = max.saturating_sub(self.rx.ready.len());
         }
         let n = self.rx.ready.len().min(max);
         for frame in self.rx.ready.drain(..n) {

@@ -528,3 +528,33 @@ fn probabilities_clamp() {
     assert_eq!(Probability::from_percent(1).ppm(), 10_000);
     assert!(!Probability::NEVER.is_possible());
 }
+
+#[test]
+fn fewer_frames_than_asked_for_means_the_inner_device_is_empty() {
+    // Half the frames dropped: a receive that stopped at its first read of `max` would
+    // return fewer than `max` with frames still waiting inside, which an edge-triggered
+    // caller never hears about again.
+    let (mut a, mut b) = rx_rig(
+        4,
+        FaultConfig::NONE.with_drop(Probability::from_percent(50)),
+    );
+    send(&mut a, Instant::ZERO, (0..64).map(|i| numbered(i, 60)));
+    let mut out = Vec::new();
+    let n = b.receive(Instant::ZERO, &mut out, 16);
+    if n < 16 {
+        let mut more = Vec::new();
+        assert_eq!(
+            b.inner_mut().receive(Instant::ZERO, &mut more, 64),
+            0,
+            "{n} frames returned with more left inside"
+        );
+    }
+    // Until the inner device runs dry, every call fills `max`.
+    let mut calls = 1;
+    while b.receive(Instant::ZERO, &mut out, 16) == 16 {
+        calls += 1;
+        assert!(calls < 64, "the inner device never runs dry");
+    }
+    let dropped = b.stats().rx.dropped;
+    assert_eq!(out.len() as u64 + dropped, 64, "every frame received or dropped");
+}
