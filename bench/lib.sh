@@ -112,9 +112,9 @@ mc_closed_loop() {
     tee -a "$OUT_DIR/closed.txt"
 }
 
-# mc_summary A B CPU_LABEL: the table of $OUT_DIR/closed.txt for servers A and B (median
-# [min-max] per column) and req/s A / B with a verdict ("parity" where the ranges
-# overlap), into $OUT_DIR/summary.txt too.
+# mc_summary A B CPU_LABEL [append]: the table of $OUT_DIR/closed.txt for servers A and
+# B (median [min-max] per column) and req/s A / B with a verdict ("parity" where the
+# ranges overlap), into $OUT_DIR/summary.txt too (added to it with `append`).
 mc_summary() {
   local a=$1 b=$2 name col m lo hi
   col_of() { awk -v n="$1" -v c="$2" '$1 == n { print $c }' "$OUT_DIR/closed.txt" | stats - 1; }
@@ -138,5 +138,19 @@ mc_summary() {
       r = am / bm
       v = (alo <= bhi && blo <= ahi) ? "parity (ranges overlap)" : (r > 1 ? a " ahead" : b " ahead")
       printf "closed-loop req/s, %s / %s: %.2fx (%s)\n", a, b, r, v }'
-  } | tee "$OUT_DIR/summary.txt"
+  } | if [[ ${4:-} == append ]]; then tee -a "$OUT_DIR/summary.txt"; else tee "$OUT_DIR/summary.txt"; fi
+}
+
+# io_thread_to PID CPU: moves ebb-vmm PID's virtio-net I/O thread (and only it) to CPU;
+# fails if the process has none.
+io_thread_to() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    if [[ $(cat "$t/comm" 2>/dev/null) == virtio-net ]]; then
+      taskset -p -c "$2" "${t##*/}" >/dev/null || return 1
+      return 0
+    fi
+  done
+  echo "ebb-vmm (pid $1) has no virtio-net thread" >&2
+  return 1
 }

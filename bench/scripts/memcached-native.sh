@@ -7,22 +7,28 @@
 #               CPU 0 (vCPU, virtio-net I/O thread and main thread share it); the TAP
 #               device's kernel end is moved into the namespace as 10.0.2.2/24, the guest is
 #               10.0.2.15;
+#   native-split (not by default) - the same started on CPUs 0,1 with --pin (the vCPU on
+#               CPU 0) and the virtio-net I/O thread moved to CPU 1, beside the client:
+#               what a second CPU for the device buys (its CPU time is counted);
 #   memcached - memcached -t 1 on the host, pinned to CPU 0, listening on the host end of a
 #               veth pair (10.0.3.1/24) whose other end (10.0.3.2) is in the namespace.
 #
 # mc-load runs in the namespace pinned to CPU 1: closed loop, CONNS connections, one
 # request in flight each, ETC over KEYS preloaded keys; req/s, p50/p99, and the server's
 # host CPU time per request (/proc/PID/stat: for native all of ebb-vmm's threads). Rounds
-# alternate the two servers; summary as median [min-max] and the ratio of medians.
+# run the servers in turn (in reverse order every other round); summary as median
+# [min-max] and the ratio of medians of each native server to memcached.
 #
 # Usage: bench/scripts/memcached-native.sh   (root, KVM; env: ROUNDS=3 CONNS=32
-#        KEYS=100000 DURATION=3s OUT_DIR=/tmp/memcached-native CARGO_TARGET_DIR=...)
+#        KEYS=100000 DURATION=3s SERVERS="native memcached" (add native-split)
+#        OUT_DIR=/tmp/memcached-native CARGO_TARGET_DIR=...)
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-32}
 KEYS=${KEYS:-100000}
 DURATION=${DURATION:-3s}
+SERVERS=${SERVERS:-native memcached}
 OUT_DIR=${OUT_DIR:-/tmp/memcached-native}
 
 die() { echo "memcached-native: error: $*" >&2; exit 1; }
@@ -65,8 +71,12 @@ ip -n "$ns" link set "${veth}p" up
 serve() {
   local log=$OUT_DIR/server-$1-$2.log
   case $1 in
-    native)
-      taskset -c 0 "$vmm" "$image" --cpus 1 --mem 1536M --net "tap=$tap" -- -m 1024 -c 1024 >"$log" 2>&1 &
+    native | native-split)
+      if [[ $1 == native ]]; then
+        taskset -c 0 "$vmm" "$image" --cpus 1 --mem 1536M --net "tap=$tap" -- -m 1024 -c 1024 >"$log" 2>&1 &
+      else
+        taskset -c 0,1 "$vmm" "$image" --cpus 1 --pin --mem 1536M --net "tap=$tap" -- -m 1024 -c 1024 >"$log" 2>&1 &
+      fi
       SERVER_PID=$!
       local i
       for ((i = 0; i < 100; i++)); do
@@ -74,6 +84,9 @@ serve() {
         sleep 0.1
       done
       grep -q "listening on" "$log" || { cat "$log" >&2; die "native memcached did not start"; }
+      if [[ $1 == native-split ]]; then
+        io_thread_to "$SERVER_PID" 1 || die "cannot move the virtio-net thread to CPU 1"
+      fi
       ip link set "$tap" netns "$ns"
       ip -n "$ns" addr add 10.0.2.2/24 dev "$tap"
       ip -n "$ns" link set "$tap" up
@@ -96,7 +109,12 @@ serve() {
 common=(--conns "$CONNS" --workload etc --keys "$KEYS")
 : >"$OUT_DIR/closed.txt"
 for ((round = 1; round <= ROUNDS; round++)); do
-  if ((round % 2)); then order=(native memcached); else order=(memcached native); fi
+  read -r -a order <<<"$SERVERS"
+  if ((round % 2 == 0)); then
+    for ((i = 0, j = ${#order[@]} - 1; i < j; i++, j--)); do
+      t=${order[i]} order[i]=${order[j]} order[j]=$t
+    done
+  fi
   for name in "${order[@]}"; do
     serve "$name" "$round"
     mc_closed_loop "$name" "$SERVER_PID" "$DURATION" \
@@ -104,4 +122,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
     stop
   done
 done
-mc_summary native memcached "host CPU µs/req"
+: >"$OUT_DIR/summary.txt"
+for name in $SERVERS; do
+  [[ $name == memcached ]] || mc_summary "$name" memcached "host CPU µs/req" append
+done

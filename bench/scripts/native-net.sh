@@ -182,18 +182,6 @@ tap_to_ns() {
   ip -n "$ns" link set "$tap" up
 }
 
-# io_thread_to CPU: moves ebb-vmm's virtio-net I/O thread (and only it) to CPU
-io_thread_to() {
-  local t
-  for t in /proc/"$server_pid"/task/*; do
-    if [[ $(cat "$t/comm" 2>/dev/null) == virtio-net ]]; then
-      taskset -p -c "$1" "${t##*/}" >/dev/null || die "cannot pin the virtio-net thread"
-      return 0
-    fi
-  done
-  die "ebb-vmm has no virtio-net thread"
-}
-
 # start CONFIG ROUND [IMAGE PORT]: the CONFIG's echo server (or with IMAGE/PORT: a sink)
 start() {
   local config=$1 round=$2 image=${3:-$net_echo}
@@ -213,7 +201,9 @@ start() {
         --net-offload "$offload" "${guest_args[@]}" >"$server_log" 2>&1 &
       server_pid=$!
       wait_listening "ebb-vmm"
-      [[ $config == native-split* ]] && io_thread_to 1
+      if [[ $config == native-split* ]]; then
+        io_thread_to "$server_pid" 1 || die "cannot move the virtio-net thread to CPU 1"
+      fi
       tap_to_ns
       ;;
     hosted)
