@@ -35,11 +35,12 @@ stop() {
 # free_port -> a TCP port on 127.0.0.1 that nothing listens on (now)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# mc_requests PORT -> cmd_get + cmd_set of the memcached on 127.0.0.1:PORT (its `stats`)
+# mc_requests PORT [HOST] -> cmd_get + cmd_set of the memcached on HOST:PORT (its
+# `stats`); HOST defaults to 127.0.0.1
 mc_requests() {
-  python3 - "$1" <<'PY'
+  python3 - "$1" "${2:-127.0.0.1}" <<'PY'
 import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s = socket.create_connection((sys.argv[2], int(sys.argv[1])))
 s.sendall(b"stats\r\n")
 buf = b""
 while not buf.endswith(b"END\r\n"):

@@ -25,6 +25,14 @@
 #               counts wall-clock-dependent instructions; see ebb-poll)
 #   ebb-poll    (not by default) the same with the default idle poll (50 µs): the
 #               spinning's share; slow to start under callgrind on a busy CPU
+#   ebb-tap     (not by default) apps/memcached as `ebb`, but on ebb-net, Ebbflow's own
+#               TCP/IP stack, over a TAP device (`--tap NAME --ip 10.0.2.15/24`, port
+#               11211): the protocol, store, TCP and IP code the native image runs, with
+#               the TAP driver (ebb-hosted's tap.rs, read/writev) where native has
+#               virtio-net, and software checksums (no offload on the TAP). The TAP's
+#               kernel end goes into a network namespace as 10.0.2.2/24, where mc-load
+#               (CPU 1) and the `stats` requests run. Needs root, /dev/net/tun and
+#               `ip netns`: prints `SKIPPED: ...` and leaves it out otherwise
 #   memcached   MEMCACHED_G: memcached 1.6.18 built from source with -g (Debian's
 #               binary is stripped); skipped when unset. Recipe in
 #               bench/results/memcached-callgrind.md
@@ -36,11 +44,27 @@
 #
 # Layers: each function's self cost, attributed by the source file of the (possibly
 # inlined) code when it is ours or memcached's, else by the enclosing function's name or
-# object — so the layers sum to the total. The table is in layers() below.
+# object — so the layers sum to the total. The table is in layer() below. With ebb-tap,
+# ebb-net's code splits into TCP (crates/ebb-net/src/tcp, the TCP header code in
+# wire/tcp), the internet checksum (wire/checksum.rs), IP / ARP / Ethernet (iface,
+# transport.rs and the other wire formats), the stack driver and its connections
+# (ebb-net's stack.rs and steering.rs, crates/ebb-netstack) and the device (ebb-hosted's
+# tap.rs and netstack.rs, ebb-net's phy; rustix's read and writev, the system calls'
+# user side, are inlined into tap.rs's functions and go with them).
 #
 # Usage: bench/scripts/memcached-callgrind.sh   (env: RUNS=2 CONNS="1 32" KEYS=100000
 #        SHORT=1s LONG=8s SERVERS="ebb memcached memcached-deb" MEMCACHED_G=
 #        SYSCALLS=1 SYSCALL_WINDOW=3s OUT_DIR=/tmp/memcached-callgrind CARGO_TARGET_DIR=...)
+#   RUNS            runs of every server (fresh server each run; order alternates)
+#   CONNS           mc-load connection counts, each measured
+#   KEYS            keys preloaded and requested
+#   SHORT, LONG     the two measured windows per configuration
+#   SERVERS         the servers above, in order
+#   MEMCACHED_G     memcached 1.6.18 built with -g (the `memcached` server)
+#   SYSCALLS        1: count system calls per request natively with perf stat (if usable)
+#   SYSCALL_WINDOW  its closed-loop window
+#   OUT_DIR         dumps, logs, per-function lists and summary.md
+# shellcheck disable=SC2030,SC2031 # each server's environment is its own subshell's
 set -euo pipefail
 
 RUNS=${RUNS:-2}
@@ -79,15 +103,69 @@ echo "# $(git rev-parse --short HEAD) $(date -u +%FT%TZ) $(valgrind --version);"
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 SERVER_PID=""
-trap stop EXIT
+# ebb-tap: the client's network namespace (made once, when ebb-tap runs), the TAP device
+# of the server running now (a fresh name per start: the last one may still be going
+# away), and the addresses (QEMU's user network, as the native image's default)
+NS=""
+TAP=""
+TAPS=0
+SERVER_IP=10.0.2.15
+CLIENT_IP=10.0.2.2
+cleanup() {
+  stop
+  if [[ -n $NS ]]; then ip netns del "$NS" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+trap "exit 130" INT TERM # so the EXIT trap runs on a signal too
 
+# tap_usable -> 0 when ebb-tap can run here, else prints SKIPPED and the reason
+tap_usable() {
+  local why=""
+  if [[ $(id -u) != 0 ]]; then
+    why="needs root (it creates a TAP device and a network namespace)"
+  elif [[ ! -c /dev/net/tun ]]; then
+    why="/dev/net/tun does not exist (modprobe tun)"
+  elif ! command -v ip >/dev/null || ! ip netns list >/dev/null 2>&1; then
+    why="\`ip netns\` is not usable (iproute2)"
+  fi
+  [[ -z $why ]] && return 0
+  echo "SKIPPED: memcached-callgrind ebb-tap: $why"
+  return 1
+}
 
-# serve NAME WRAP...: starts server NAME on CPU 0 on a free port under the command WRAP
-# (valgrind ..., or nothing); sets SERVER_PID and PORT
+# tap_to_ns: the server's TAP device goes into the namespace as 10.0.2.2/24 (it vanishes
+# when the server exits)
+tap_to_ns() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    ip link show "$TAP" >/dev/null 2>&1 && break
+    sleep 0.05
+  done
+  ip link set "$TAP" netns "$NS"
+  ip -n "$NS" addr add "$CLIENT_IP/24" dev "$TAP"
+  ip -n "$NS" link set "$TAP" up
+}
+
+# client CMD...: runs CMD where the client of the current server runs (in the namespace
+# for ebb-tap)
+client() { "${CLIENT[@]}" "$@"; }
+
+# requests -> cmd_get + cmd_set of the current server (its `stats`, from the client's side)
+requests() {
+  # shellcheck disable=SC2016 # $1 and $2 are the inner shell's
+  client bash -c 'source bench/lib.sh && mc_requests "$1" "$2"' requests "$PORT" "$HOST"
+}
+
+# serve NAME WRAP...: starts server NAME on CPU 0 under the command WRAP (valgrind ...,
+# or nothing), on a free port (ebb-tap: 11211, in its own network); sets SERVER_PID,
+# PORT, HOST (the server's address as its client sees it) and CLIENT (the client's
+# command prefix)
 serve() {
   local name=$1
   shift
   PORT=$(free_port)
+  HOST=127.0.0.1
+  CLIENT=()
   local log=$OUT_DIR/server-$name-$RUN_ID.log
   # As root, memcached runs as nobody from the start (not with -u nobody, which would
   # switch users under valgrind and leave callgrind_control unable to reach it).
@@ -100,6 +178,17 @@ serve() {
       exec taskset -c 0 "$@" "$ebb_mc" -p "$PORT" -m 1024 -c 1024 -t 1) >"$log" 2>&1 & ;;
     ebb-poll) (export EBB_CPUS=1
       exec taskset -c 0 "$@" "$ebb_mc" -p "$PORT" -m 1024 -c 1024 -t 1) >"$log" 2>&1 & ;;
+    ebb-tap)
+      PORT=11211
+      HOST=$SERVER_IP
+      CLIENT=(ip netns exec "$NS")
+      TAPS=$((TAPS + 1))
+      TAP="ebcg$$x$TAPS"
+      : >"$log" # exists before the background child opens it (no race with grep)
+      (export EBB_CPUS=1 EBB_IDLE_POLL_US=0
+        exec taskset -c 0 "$@" "$ebb_mc" -p "$PORT" -m 1024 -c 1024 -t 1 --tap "$TAP" \
+          --ip "$SERVER_IP/24") >"$log" 2>&1 &
+      ;;
     memcached | memcached-deb)
       local bin=/usr/bin/memcached
       [[ $name == memcached ]] && bin=$MEMCACHED_G
@@ -110,9 +199,16 @@ serve() {
       ;;
   esac
   SERVER_PID=$!
-  local i
+  local i moved=0
   for ((i = 0; i < 600; i++)); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0
+    if [[ $name == ebb-tap && $moved == 0 ]] && grep -q 'listening on' "$log"; then
+      tap_to_ns
+      moved=1
+    fi
+    if [[ $name != ebb-tap || $moved == 1 ]]; then
+      # shellcheck disable=SC2016 # $1 and $2 are the inner shell's
+      client bash -c 'exec 3<>"/dev/tcp/$1/$2"' probe "$HOST" "$PORT" 2>/dev/null && return 0
+    fi
     kill -0 "$SERVER_PID" 2>/dev/null || break
     sleep 0.1
   done
@@ -121,8 +217,13 @@ serve() {
 }
 
 closed() { # closed CONNS DURATION -> mc-load's JSON
-  "$load" --addr "127.0.0.1:$PORT" --pin-core 1 --conns "$1" --workload etc --keys "$KEYS" \
+  client "$load" --addr "$HOST:$PORT" --pin-core 1 --conns "$1" --workload etc --keys "$KEYS" \
     --closed-loop --depth 1 --warmup 0s --duration "$2" --json
+}
+
+preload() { # preload: the keys, and 1 s of load (start-up, not measured)
+  client "$load" --addr "$HOST:$PORT" --pin-core 1 --conns 4 --workload etc --keys "$KEYS" \
+    --closed-loop --preload --warmup 0s --duration 1s >/dev/null
 }
 
 servers=()
@@ -131,8 +232,15 @@ for name in $SERVERS; do
     echo "(memcached: MEMCACHED_G is not set, so no symbol split for memcached; see the recipe)"
     continue
   fi
+  if [[ $name == ebb-tap ]]; then
+    tap_usable || continue
+    NS="ebcg$$"
+    ip netns add "$NS"
+    ip -n "$NS" link set lo up
+  fi
   servers+=("$name")
 done
+((${#servers[@]} > 0)) || { echo "SKIPPED: memcached-callgrind: no server to measure"; exit 0; }
 
 DUMP=0
 for ((run = 1; run <= RUNS; run++)); do
@@ -145,16 +253,15 @@ for ((run = 1; run <= RUNS; run++)); do
     RUN_ID="$run-$name"
     out=$OUT_DIR/cg.$name.$run
     serve "$name" valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$out"
-    "$load" --addr "127.0.0.1:$PORT" --pin-core 1 --conns 4 --workload etc --keys "$KEYS" \
-      --closed-loop --preload --warmup 0s --duration 1s >/dev/null
+    preload
     DUMP=0
     for conns in $CONNS; do
       for window in "$SHORT" "$LONG"; do
-        n0=$(mc_requests "$PORT")
+        n0=$(requests)
         "${AS[@]}" callgrind_control -z "$SERVER_PID" >/dev/null
         closed "$conns" "$window" >"$OUT_DIR/mc-load-$RUN_ID-$conns-$window.json"
         "${AS[@]}" callgrind_control -d "$SERVER_PID" >/dev/null
-        n1=$(mc_requests "$PORT")
+        n1=$(requests)
         DUMP=$((DUMP + 1))
         # callgrind numbers the dumps .1, .2, ...: wait for this one to be written
         for ((i = 0; i < 100; i++)); do [[ -s $out.$DUMP ]] && break; sleep 0.1; done
@@ -169,8 +276,8 @@ done
 # by name around one closed-loop window.
 if [[ $SYSCALLS == 1 ]] && command -v perf >/dev/null &&
   perf stat -e raw_syscalls:sys_enter -- true >/dev/null 2>&1; then
-  names="read recvfrom recvmsg write writev sendto sendmsg epoll_wait epoll_pwait epoll_pwait2"
-  names="$names epoll_ctl accept4 close futex nanosleep clock_nanosleep clock_gettime getrusage"
+  names="read readv recvfrom recvmsg write writev sendto sendmsg epoll_wait epoll_pwait"
+  names="$names epoll_pwait2 epoll_ctl accept4 close futex nanosleep clock_nanosleep clock_gettime getrusage"
   events="raw_syscalls:sys_enter"
   for s in $names; do # the tracepoints this kernel has
     [[ -d /sys/kernel/tracing/events/syscalls/sys_enter_$s ]] && events="$events,syscalls:sys_enter_$s"
@@ -180,16 +287,15 @@ if [[ $SYSCALLS == 1 ]] && command -v perf >/dev/null &&
     for conns in $CONNS; do
       RUN_ID="sys-$name-$conns"
       serve "$name"
-      "$load" --addr "127.0.0.1:$PORT" --pin-core 1 --conns 4 --workload etc --keys "$KEYS" \
-        --closed-loop --preload --warmup 0s --duration 1s >/dev/null
-      n0=$(mc_requests "$PORT")
+      preload
+      n0=$(requests)
       perf stat -x, -e "$events" -p "$SERVER_PID" -o "$OUT_DIR/perf-$RUN_ID.csv" -- \
         sleep "$(awk -v s="$secs" 'BEGIN { print s + 1 }')" &
       perf_pid=$!
       sleep 0.5
       closed "$conns" "$SYSCALL_WINDOW" >/dev/null
       wait "$perf_pid"
-      n1=$(mc_requests "$PORT")
+      n1=$(requests)
       # perf's window covers the client's connect and close too: a little over
       echo "$name $conns $((n1 - n0)) $OUT_DIR/perf-$RUN_ID.csv" | tee -a "$OUT_DIR/syscalls.txt"
       stop
@@ -244,9 +350,13 @@ def parse(path):
             skip = True
     return cost
 
+TCP, IP, CSUM, DRIVER, DEVICE = ("TCP (ebb-net)", "IP / ARP / Ethernet (ebb-net)",
+                                 "checksums (ebb-net, software)",
+                                 "stack driver (ebb-net stack, ebb-netstack)",
+                                 "device (TAP driver + read/writev, user side)")
 LAYERS = ["protocol", "store", "server / connection", "buffers (IOBuf)", "event loop / runtime",
-          "locks (pthread mutex)", "socket calls (user side)", "allocator",
-          "memcpy / memset / memcmp", "other"]
+          "locks (pthread mutex)", "socket calls (user side)", TCP, CSUM, IP, DRIVER, DEVICE,
+          "allocator", "memcpy / memset / memcmp", "other"]
 
 # Rust paths (a function's name, or the crate part of a source path) -> layer
 RUST = [
@@ -256,6 +366,14 @@ RUST = [
     (r"memcached::server|apps/memcached/src/(server|main|lib)\.rs|^memcached::|ebb/src/net", "server / connection"),
     (r"ebb_core::iobuf|ebb-core/src/iobuf/|ebb_core::buf", "buffers (IOBuf)"),
     (r"ebb_hosted::tcp|ebb-hosted/src/tcp|rustix::net|rustix::io", "socket calls (user side)"),
+    # ebb-net (ebb-tap): the TAP driver and the device seam; the rustix system calls it
+    # makes are inlined into it (so they go by its name)
+    (r"ebb_hosted::(tap|netstack)|ebb-hosted/src/(tap|netstack)\.rs|ebb_net::phy|ebb-net/src/phy/|"
+     r"ebb_netstack::device|ebb-netstack/src/device\.rs", DEVICE),
+    (r"ebb_net::wire::checksum|ebb-net/src/wire/checksum", CSUM),
+    (r"ebb_net::(wire::)?tcp|ebb-net/src/(wire/)?tcp", TCP),
+    (r"ebb_net::(iface|wire|transport)|ebb-net/src/(iface/|wire/|transport\.rs)", IP),
+    (r"ebb_netstack|ebb-netstack/src/|ebb_net::|ebb-net/src/", DRIVER),
     (r"ebb_core|ebb-core/src/|ebb_hosted|ebb-hosted/src/|crossbeam|futures|Timespec|std::time|"
      r"std::sys::pal::unix::time|rustix::event", "event loop / runtime"),
     (r"__rust_(alloc|dealloc|realloc|alloc_zeroed)|__rdl_|finish_grow|grow_one|grow_amortized|"
@@ -385,7 +503,7 @@ for name in servers:
                 fns[k] += v / len(per[(name, c)])
         with open(os.path.join(out_dir, f"functions-{name}-{c}.txt"), "w") as f:
             for (l, ob, fn), v in fns.most_common(60):
-                f.write(f"{v:10.1f}  {l:<26} {ob:<18} {fn}\n")
+                f.write(f"{v:10.1f}  {l:<44} {ob:<18} {fn}\n")
 
 sys_path = os.path.join(out_dir, "syscalls.txt")
 if os.path.exists(sys_path):
