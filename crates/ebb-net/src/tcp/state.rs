@@ -570,6 +570,9 @@ impl Tcb {
                 if self.take_ack_of_old_segment(ctx, seq, repr.ack_number, syn) {
                     return;
                 }
+                if wnd == 0 && self.take_ack_past_a_closed_window(ctx, repr, &seg.payload, syn) {
+                    return;
+                }
                 self.send_ack_limited(ctx);
             }
             return;
@@ -683,6 +686,50 @@ impl Tcb {
         self.on_new_ack(ctx, ack);
         self.ack_now = true;
         self.output(ctx);
+        true
+    }
+
+    /// A segment that starts past our closed (zero) receive window and carries an ACK:
+    /// takes its ACK field and window (RFC 9293 §3.10.7.4: "If the RCV.WND is zero, no
+    /// segments will be acceptable, but special allowance should be made to accept
+    /// valid ACKs"), not its data, and answers; returns whether it did.
+    ///
+    /// A peer that sent past the window before it closed (passt does, by a segment) has
+    /// its send sequence ahead of our `rcv_nxt` from then on, so every segment it sends,
+    /// pure ACKs included, starts outside a zero window. Dropping their ACKs deadlocked
+    /// an echo through passt: our data stayed unacknowledged, so the echo's send queue
+    /// never drained and it never reopened the window the peer waited on (2 to 10
+    /// connections in 24). The ACK is checked as any other (RFC 5961 §5, in
+    /// [`process_ack`](Self::process_ack)); the segment must start within a receive
+    /// window's reach of `rcv_nxt`, so a blind one must guess both numbers.
+    #[cold]
+    fn take_ack_past_a_closed_window(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        repr: &Repr<'_>,
+        payload: &[u8],
+        syn: bool,
+    ) -> bool {
+        let Some(ack) = repr.ack_number else {
+            return false;
+        };
+        let seq = repr.seq_number;
+        // As for old segments: a FIN of ours being acknowledged is the general path's.
+        let open = matches!(self.state, State::Established | State::CloseWait);
+        let reach = u32::try_from(ctx.config.max_receive_window.max(ctx.config.receive_window))
+            .unwrap_or(u32::MAX);
+        if syn
+            || !open
+            || self.fin_seq.is_some()
+            || seq <= self.rcv_nxt
+            || u32::try_from(seq - self.rcv_nxt).map_or(true, |ahead| ahead > reach)
+        {
+            return false;
+        }
+        if self.process_ack(ctx, repr, payload, ack) {
+            self.ack_now = true;
+            self.output(ctx);
+        }
         true
     }
 

@@ -191,6 +191,9 @@ pub struct Passt {
 const ANNOUNCE_LEN: usize = 60;
 /// ...of IEEE 802 local experimental EtherType 1, which passt ignores (see `Passt::start`).
 const ANNOUNCE_ETHERTYPE: u16 = 0x88b5;
+/// Environment variable naming a file passt writes a pcap capture of the guest's frames
+/// to (its `--pcap`; passt must be able to create the file).
+pub const PASST_PCAP_ENV: &str = "EBB_VMM_PASST_PCAP";
 /// Most bytes queued toward passt before `transmit` pushes back.
 const PASST_WRITE_LIMIT: usize = 512 * 1024;
 /// Most bytes read from passt and not yet handed to the guest. TCP flow control bounds
@@ -265,6 +268,10 @@ impl Passt {
         for f in forwards {
             cmd.arg("-t")
                 .arg(format!("{}/{}:{}", f.host_addr, f.host_port, f.guest_port));
+        }
+        // A capture of every frame between passt and the guest, for debugging.
+        if let Some(file) = std::env::var_os(PASST_PCAP_ENV) {
+            cmd.arg("--pcap").arg(file);
         }
         let mut child = cmd.spawn().map_err(|e| match e.kind() {
             ErrorKind::NotFound => BackendError::PasstMissing,

@@ -556,5 +556,9 @@ fn fewer_frames_than_asked_for_means_the_inner_device_is_empty() {
         assert!(calls < 64, "the inner device never runs dry");
     }
     let dropped = b.stats().rx.dropped;
-    assert_eq!(out.len() as u64 + dropped, 64, "every frame received or dropped");
+    assert_eq!(
+        out.len() as u64 + dropped,
+        64,
+        "every frame received or dropped"
+    );
 }

@@ -816,3 +816,66 @@ fn an_old_segment_still_delivers_a_new_ack() {
     ));
     assert_eq!(h.layer.poll_at(), None);
 }
+
+#[test]
+fn an_ack_past_a_closed_window_is_still_taken() {
+    // passt sends a segment past our window as it closes; from then on its segments,
+    // pure ACKs too, start beyond `rcv_nxt` and outside the zero window. Their ACKs must
+    // be taken (RFC 9293's allowance for a zero window), or our data stays
+    // unacknowledged, an echo's queue never drains and the window never reopens.
+    let mut h = Harness::new(TcpConfig {
+        delayed_ack: None,
+        receive_window: 3000,
+        max_receive_window: 3000,
+        ..TcpConfig::default()
+    });
+    let iss = h.accept_connection();
+    let conn = h.conn();
+    let base = PEER_ISS + 1;
+    conn.send(chain(500)).expect("send");
+    h.poll();
+    check(&h.take_one(), Control::None, iss + 1, Some(base), 500);
+    conn.set_receive_window_open(false);
+    h.input(peer_seg(base, Some(iss + 1), Control::None, &DATA[..3000]));
+    assert_eq!(h.take_one().header.window_len, 0, "closed and full");
+    // The peer's next segment starts 1096 bytes on (what it sent past the window is
+    // lost) and acknowledges our 500 bytes.
+    h.input(peer_seg(base + 4096, Some(iss + 501), Control::None, &[]));
+    let answer = h.take_one();
+    check(&answer, Control::None, iss + 501, Some(base + 3000), 0);
+    assert_eq!(answer.header.window_len, 0, "still closed: no data taken");
+    assert_eq!(h.layer.poll_at(), None, "all we sent is acknowledged");
+    // Data past the closed window is still not taken.
+    h.input(peer_seg(
+        base + 4096,
+        Some(iss + 501),
+        Control::None,
+        b"late",
+    ));
+    check(
+        &h.take_one(),
+        Control::None,
+        iss + 501,
+        Some(base + 3000),
+        0,
+    );
+    // Far beyond any window we could have offered: ignored, ACK and all.
+    conn.send(chain(100)).expect("send");
+    h.poll();
+    let _ = h.take();
+    h.input(peer_seg(
+        base + 4_000_000,
+        Some(iss + 601),
+        Control::None,
+        &[],
+    ));
+    let _ = h.take();
+    assert!(
+        h.layer.poll_at().is_some(),
+        "the 100 bytes are still in flight"
+    );
+    conn.set_receive_window_open(true);
+    h.poll();
+    let update = h.take_one();
+    assert_eq!(update.header.window_len, 3000, "the window reopens");
+}
