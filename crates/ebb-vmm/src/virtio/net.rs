@@ -697,9 +697,7 @@ impl Engine {
                     transmit_direct(mem, tx, &mut pair.held_tx, direct, csum, &device.stats)
                         .map_err(&on)?;
                 worked |= moved;
-                if let Some(old) = returned
-                    && tx.needs_notification(mem, old).map_err(&on)?
-                {
+                if wake_asked(mem, tx, returned).map_err(&on)? {
                     wake(p);
                 }
                 continue;
@@ -720,9 +718,7 @@ impl Engine {
                 outgoing_checksums.push_back(checksum);
                 worked = true;
             }
-            if let Some(old) = returned
-                && tx.needs_notification(mem, old).map_err(&on)?
-            {
+            if wake_asked(mem, tx, returned).map_err(&on)? {
                 wake(p);
             }
             let before = outgoing.len();
@@ -758,9 +754,7 @@ impl Engine {
                 )
                 .map_err(&on)?;
                 worked |= moved;
-                if let Some(old) = returned
-                    && rx.needs_notification(mem, old).map_err(&on)?
-                {
+                if wake_asked(mem, rx, returned).map_err(&on)? {
                     wake(b);
                 }
                 continue;
@@ -832,9 +826,7 @@ impl Engine {
                 pair.backlog.pop_front();
                 worked = true;
             }
-            if let Some(old) = returned
-                && rx.needs_notification(mem, old).map_err(&on)?
-            {
+            if wake_asked(mem, rx, returned).map_err(&on)? {
                 wake(p);
             }
         }
@@ -1084,6 +1076,15 @@ fn backend_header(checksum: FrameChecksum) -> [u8; NET_HDR_LEN] {
         header[8..10].copy_from_slice(&offset.to_le_bytes());
     }
     header
+}
+
+/// Whether the driver asked to be woken for the used entries returned this round, the
+/// first at used index `returned` (`None`: none were).
+fn wake_asked(mem: &GuestMem, q: &DeviceQueue, returned: Option<u16>) -> Result<bool, QueueError> {
+    match returned {
+        Some(old) => q.needs_notification(mem, old),
+        None => Ok(false),
+    }
 }
 
 /// Most chains one round moves each way per pair on the direct path.
