@@ -1139,8 +1139,10 @@ fn transmit_direct(
                 *held = Some(chain);
                 break;
             }
-            // The interface is down or gone: nobody will take the frame.
-            Err(_) => {
+            // The interface is down or gone, or the kernel refused the frame (shorter
+            // than an Ethernet header, say): nobody will take it.
+            Err(e) => {
+                log::debug!("virtio-net: the backend refused a {len}-byte frame: {e}");
                 stats.tx_dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
