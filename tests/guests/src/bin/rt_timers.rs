@@ -67,7 +67,10 @@ fn deadline_order(ms: &[u64]) -> Vec<usize> {
     order
 }
 
-const LENGTHS: &[u64] = &[8, 2, 6, 4, 10, 1, 3];
+/// Sleep lengths in milliseconds, 5 ms apart: under QEMU's TCG on a loaded host, starting
+/// the seven tasks took long enough that, 1 ms apart, a later deadline could be past
+/// before an earlier timer fired (CI saw 3 ms fire before 2 ms, lateness up to 1.6 ms).
+const LENGTHS: &[u64] = &[40, 10, 30, 20, 50, 5, 15];
 
 async fn main() -> i32 {
     let mut code = 0;
