@@ -149,6 +149,10 @@ impl DeadlineHeap {
     /// comparisons of stopping on the way down (two per level).
     fn sift_down(&mut self, mut slot: usize) {
         let len = self.entries.len();
+        if 2 * slot + 1 >= len {
+            // A leaf (with one connection, always): already in place.
+            return;
+        }
         loop {
             let left = 2 * slot + 1;
             if left >= len {
