@@ -110,13 +110,14 @@
 //! `poll` visits only the connections the application touched since the last poll (a
 //! dirty list), those blocked on a full transmit queue, and those whose earliest timer is
 //! due (`deadlines::DeadlineHeap`, an indexed min-heap ordered by `(deadline, FourTuple)`,
-//! updated in place after every change); `poll_at` reads the heap's first entry. Demux is a `BTreeMap` lookup behind
-//! a one-entry cache of the last connection found. The lists are reused from
+//! updated in place after every change); `poll_at` reads the heap's first entry. Demux is a hash-map lookup
+//! (seeded hash, see `demux`) behind a one-entry cache of the last connection found. The lists are reused from
 //! poll to poll (no allocation); segmenting the send queue resumes from a cursor
 //! (`send::QueueCursor`) instead of walking the queue from its front for every segment.
 
 mod congestion;
 mod deadlines;
+mod demux;
 mod isn;
 mod recv;
 mod send;
@@ -143,6 +144,8 @@ pub use congestion::CongestionAlgorithm;
 pub use state::State;
 
 use deadlines::DeadlineHeap;
+use demux::{TupleHashBuilder, TupleKey};
+use hashbrown::HashMap;
 use isn::IsnGenerator;
 use state::{AppEvent, Ctx, Incoming, Tcb};
 
@@ -342,19 +345,30 @@ pub trait ConnectionDirectory {
 /// The demux table: four-tuple to connection, mirrored in the multi-core directory when
 /// there is one (`claim` before a connection's first segment, `remove` releases).
 ///
-/// `last` caches the connection the previous lookup found (a burst of segments usually
-/// belongs to one connection). Invariant: when set, it is the entry `map` holds for its
-/// tuple — `insert` and `remove`, the only writers of `map`, clear it for their tuple.
+/// A `hashbrown` map under a seeded hash (see `demux` for the choice of hash); nothing
+/// iterates it, so its lack of order loses nothing. `last` caches the connection the
+/// previous lookup found (a burst of segments usually belongs to one connection, and with
+/// one connection the cache answers every lookup without hashing). Invariant: when set,
+/// it is the entry `map` holds for its tuple — `insert` and `remove`, the only writers of
+/// `map`, clear it for their tuple.
 #[derive(Default)]
 struct ConnTable {
-    map: BTreeMap<FourTuple, Rc<Conn>>,
+    map: HashMap<TupleKey, Rc<Conn>, TupleHashBuilder>,
     last: Option<Rc<Conn>>,
     directory: Option<Rc<dyn ConnectionDirectory>>,
 }
 
 impl ConnTable {
+    /// An empty table hashing with constants drawn from `secret`.
+    fn new(secret: [u64; 2]) -> ConnTable {
+        ConnTable {
+            map: HashMap::with_hasher(TupleHashBuilder::new(secret)),
+            last: None,
+            directory: None,
+        }
+    }
     fn get(&self, tuple: &FourTuple) -> Option<&Rc<Conn>> {
-        self.map.get(tuple)
+        self.map.get(&TupleKey(*tuple))
     }
     /// [`get`](Self::get) through the one-entry cache, which it updates.
     #[inline]
@@ -364,7 +378,7 @@ impl ConnTable {
         {
             return Some(last.clone());
         }
-        let conn = self.map.get(tuple)?.clone();
+        let conn = self.map.get(&TupleKey(*tuple))?.clone();
         self.last = Some(conn.clone());
         Some(conn)
     }
@@ -377,16 +391,17 @@ impl ConnTable {
     /// Whether `tuple` may become a connection here: free in this table and claimed in
     /// the directory (if any).
     fn claim(&self, tuple: &FourTuple) -> bool {
-        !self.map.contains_key(tuple) && self.directory.as_ref().is_none_or(|d| d.claim(tuple))
+        !self.map.contains_key(&TupleKey(*tuple))
+            && self.directory.as_ref().is_none_or(|d| d.claim(tuple))
     }
     /// Inserts a connection whose tuple was claimed.
     fn insert(&mut self, conn: Rc<Conn>) {
         self.uncache(&conn.tuple);
-        self.map.insert(conn.tuple, conn);
+        self.map.insert(TupleKey(conn.tuple), conn);
     }
     fn remove(&mut self, tuple: &FourTuple) -> Option<Rc<Conn>> {
         self.uncache(tuple);
-        let removed = self.map.remove(tuple);
+        let removed = self.map.remove(&TupleKey(*tuple));
         if removed.is_some()
             && let Some(directory) = &self.directory
         {
@@ -501,10 +516,11 @@ impl TcpLayer {
     /// A layer with no listeners or connections.
     pub fn new(config: TcpConfig) -> TcpLayer {
         let isn = IsnGenerator::new(config.isn_seed);
+        let conns = ConnTable::new(config.isn_seed);
         TcpLayer(Rc::new(Inner {
             config,
             state: RefCell::new(LayerState {
-                conns: ConnTable::default(),
+                conns,
                 deadlines: DeadlineHeap::default(),
                 listeners: BTreeMap::new(),
                 isn,

@@ -1,0 +1,211 @@
+//! The demux table's hashing: a four-tuple key hashed as two words by a seeded folded
+//! multiply (foldhash's / wyhash's mixing step), for `ConnTable`'s `hashbrown` map.
+//!
+//! Trade-off: the peer chooses the remote address and port, so an unkeyed fast hash
+//! (FxHash) would let it pick tuples that all land in one bucket chain and make every
+//! segment's lookup linear (hash flooding). A keyed hash of cryptographic strength
+//! (SipHash) costs several times the ~10 instructions this one does. The middle way used
+//! here: the mixing is fast and not proven collision-resistant, but both of its constants
+//! come from the layer's secret (`TcpConfig::isn_seed`), so a peer cannot compute
+//! colliding tuples offline; what it could learn is only through timing.
+
+use core::hash::{BuildHasher, Hash, Hasher};
+
+use super::FourTuple;
+
+/// `a * b` as 128 bits, its halves xor-ed.
+#[inline]
+fn folded_multiply(a: u64, b: u64) -> u64 {
+    let full = u128::from(a) * u128::from(b);
+    (full as u64) ^ ((full >> 64) as u64)
+}
+
+/// The map's key: a four-tuple, hashed as two words (not through `FourTuple`'s derived
+/// `Hash`, which feeds the hasher field by field).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct TupleKey(pub(super) FourTuple);
+
+impl Hash for TupleKey {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let FourTuple { local, remote } = self.0;
+        let addrs = (u64::from(local.ip().to_bits()) << 32) | u64::from(remote.ip().to_bits());
+        let ports = (u64::from(local.port()) << 16) | u64::from(remote.port());
+        state.write_u64(addrs);
+        state.write_u64(ports);
+    }
+}
+
+/// Builds [`TupleHasher`]s with the layer's two secret constants.
+#[derive(Clone, Copy)]
+pub(super) struct TupleHashBuilder {
+    seed: u64,
+    multiplier: u64,
+}
+
+impl TupleHashBuilder {
+    /// Constants derived from `secret` (the ISN secret, mixed so that neither constant
+    /// is a word of it).
+    pub(super) fn new(secret: [u64; 2]) -> TupleHashBuilder {
+        // Digits of pi, as foldhash's seeds.
+        const PI: [u64; 4] = [
+            0x243f_6a88_85a3_08d3,
+            0x1319_8a2e_0370_7344,
+            0xa409_3822_299f_31d0,
+            0x082e_fa98_ec4e_6c89,
+        ];
+        TupleHashBuilder {
+            seed: folded_multiply(secret[0] ^ PI[0], secret[1] ^ PI[1]),
+            // Odd, so the multiplication loses no low bits.
+            multiplier: folded_multiply(secret[1] ^ PI[2], secret[0] ^ PI[3]) | 1,
+        }
+    }
+}
+
+impl Default for TupleHashBuilder {
+    fn default() -> TupleHashBuilder {
+        TupleHashBuilder::new([0, 0])
+    }
+}
+
+impl BuildHasher for TupleHashBuilder {
+    type Hasher = TupleHasher;
+    #[inline]
+    fn build_hasher(&self) -> TupleHasher {
+        TupleHasher {
+            state: self.seed,
+            multiplier: self.multiplier,
+        }
+    }
+}
+
+/// Folds each word into the state with one multiplication.
+pub(super) struct TupleHasher {
+    state: u64,
+    multiplier: u64,
+}
+
+impl Hasher for TupleHasher {
+    #[inline]
+    fn write_u64(&mut self, word: u64) {
+        self.state = folded_multiply(self.state ^ word, self.multiplier);
+    }
+    /// Only `write_u64` is used by [`TupleKey`]; anything else goes byte by byte.
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.state
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloc::collections::BTreeMap;
+    use alloc::rc::{Rc, Weak};
+    use alloc::vec::Vec;
+    use core::cell::{Cell, RefCell};
+    use core::net::{Ipv4Addr, SocketAddrV4};
+
+    use super::*;
+    use crate::tcp::state::{State, Tcb};
+    use crate::tcp::{Accounting, Conn, ConnTable, TcpConfig, deadlines};
+    use crate::wire::tcp::SeqNumber;
+
+    fn conn(tuple: FourTuple) -> Rc<Conn> {
+        let config = TcpConfig::default();
+        Rc::new(Conn {
+            layer: Weak::new(),
+            tuple,
+            tcb: RefCell::new(Tcb::new(
+                &config,
+                tuple.local,
+                tuple.remote,
+                SeqNumber(0),
+                State::Established,
+            )),
+            handler: RefCell::new(None),
+            on_connect: RefCell::new(None),
+            listener: None,
+            accounting: Cell::new(Accounting::None),
+            in_ready: Cell::new(false),
+            in_dirty: Cell::new(false),
+            in_blocked: Cell::new(false),
+            deadline: Cell::new(None),
+            heap_slot: Cell::new(deadlines::NOT_FILED),
+        })
+    }
+
+    fn tuple(i: u32) -> FourTuple {
+        FourTuple {
+            local: SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 15), 11211),
+            // Peers differing in address, port or both.
+            remote: SocketAddrV4::new(Ipv4Addr::from_bits(0x0a00_0200 + i % 7), (i / 7) as u16),
+        }
+    }
+
+    /// Many connections: inserts, removals and lookups (cached and not) interleaved,
+    /// checked against an ordered map of the same connections.
+    #[test]
+    fn many_connections_find_their_own() {
+        let mut table = ConnTable::new([1, 2]);
+        let mut reference: BTreeMap<FourTuple, Rc<Conn>> = BTreeMap::new();
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next_random = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for step in 0..20_000 {
+            let t = tuple((next_random() % 500) as u32);
+            match next_random() % 4 {
+                0 if !reference.contains_key(&t) => {
+                    assert!(table.claim(&t));
+                    let c = conn(t);
+                    table.insert(c.clone());
+                    reference.insert(t, c);
+                }
+                1 => {
+                    let removed = table.remove(&t);
+                    let expected = reference.remove(&t);
+                    assert_eq!(removed.is_some(), expected.is_some(), "step {step}");
+                    if let (Some(a), Some(b)) = (removed, expected) {
+                        assert!(Rc::ptr_eq(&a, &b));
+                    }
+                }
+                _ => {}
+            }
+            // Twice: the second lookup goes through the cache.
+            for _ in 0..2 {
+                let found = table.lookup(&t);
+                match reference.get(&t) {
+                    Some(c) => assert!(found.is_some_and(|f| Rc::ptr_eq(&f, c)), "step {step}"),
+                    None => assert!(found.is_none(), "step {step}"),
+                }
+            }
+            assert_eq!(table.len(), reference.len());
+            assert_eq!(table.claim(&t), !reference.contains_key(&t));
+        }
+        let all: Vec<_> = reference.keys().copied().collect();
+        for t in all {
+            assert!(Rc::ptr_eq(table.get(&t).unwrap(), &reference[&t]));
+            assert!(table.remove(&t).is_some());
+            assert!(table.lookup(&t).is_none());
+        }
+        assert_eq!(table.len(), 0);
+    }
+
+    /// The constants depend on the secret, so the hash does.
+    #[test]
+    fn hash_is_seeded() {
+        let key = TupleKey(tuple(3));
+        let a = TupleHashBuilder::new([1, 2]).hash_one(key);
+        let b = TupleHashBuilder::new([1, 3]).hash_one(key);
+        assert_ne!(a, b);
+        assert_eq!(a, TupleHashBuilder::new([1, 2]).hash_one(key));
+    }
+}
