@@ -175,39 +175,14 @@ impl DeadlineHeap {
 #[cfg(test)]
 mod tests {
     use alloc::collections::BTreeSet;
-    use alloc::rc::Weak;
-    use core::cell::{Cell, RefCell};
     use core::net::{Ipv4Addr, SocketAddrV4};
 
     use super::*;
-    use crate::tcp::state::{State, Tcb};
-    use crate::tcp::{Accounting, TcpConfig};
-    use crate::wire::tcp::SeqNumber;
 
     fn conn(port: u16) -> Rc<Conn> {
         let local = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), port);
         let remote = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
-        let config = TcpConfig::default();
-        Rc::new(Conn {
-            layer: Weak::new(),
-            tuple: FourTuple { local, remote },
-            tcb: RefCell::new(Tcb::new(
-                &config,
-                local,
-                remote,
-                SeqNumber(0),
-                State::Established,
-            )),
-            handler: RefCell::new(None),
-            on_connect: RefCell::new(None),
-            listener: None,
-            accounting: Cell::new(Accounting::None),
-            in_ready: Cell::new(false),
-            in_dirty: Cell::new(false),
-            in_blocked: Cell::new(false),
-            deadline: Cell::new(None),
-            heap_slot: Cell::new(NOT_FILED),
-        })
+        crate::tcp::detached_conn(FourTuple { local, remote })
     }
 
     fn check_invariants(heap: &DeadlineHeap) {

@@ -105,38 +105,15 @@ impl Hasher for TupleHasher {
 #[cfg(test)]
 mod tests {
     use alloc::collections::BTreeMap;
-    use alloc::rc::{Rc, Weak};
+    use alloc::rc::Rc;
     use alloc::vec::Vec;
-    use core::cell::{Cell, RefCell};
     use core::net::{Ipv4Addr, SocketAddrV4};
 
     use super::*;
-    use crate::tcp::state::{State, Tcb};
-    use crate::tcp::{Accounting, Conn, ConnTable, TcpConfig, deadlines};
-    use crate::wire::tcp::SeqNumber;
+    use crate::tcp::{Conn, ConnTable};
 
     fn conn(tuple: FourTuple) -> Rc<Conn> {
-        let config = TcpConfig::default();
-        Rc::new(Conn {
-            layer: Weak::new(),
-            tuple,
-            tcb: RefCell::new(Tcb::new(
-                &config,
-                tuple.local,
-                tuple.remote,
-                SeqNumber(0),
-                State::Established,
-            )),
-            handler: RefCell::new(None),
-            on_connect: RefCell::new(None),
-            listener: None,
-            accounting: Cell::new(Accounting::None),
-            in_ready: Cell::new(false),
-            in_dirty: Cell::new(false),
-            in_blocked: Cell::new(false),
-            deadline: Cell::new(None),
-            heap_slot: Cell::new(deadlines::NOT_FILED),
-        })
+        crate::tcp::detached_conn(tuple)
     }
 
     fn tuple(i: u32) -> FourTuple {

@@ -498,6 +498,33 @@ struct Conn {
     heap_slot: Cell<usize>,
 }
 
+/// A connection of no layer, established, with default settings: for the tests of the
+/// structures that hold connections (the demultiplexing table, the deadline heap).
+#[cfg(test)]
+fn detached_conn(tuple: FourTuple) -> Rc<Conn> {
+    let config = TcpConfig::default();
+    Rc::new(Conn {
+        layer: Weak::new(),
+        tuple,
+        tcb: RefCell::new(state::Tcb::new(
+            &config,
+            tuple.local,
+            tuple.remote,
+            SeqNumber(0),
+            state::State::Established,
+        )),
+        handler: RefCell::new(None),
+        on_connect: RefCell::new(None),
+        listener: None,
+        accounting: Cell::new(Accounting::None),
+        in_ready: Cell::new(false),
+        in_dirty: Cell::new(false),
+        in_blocked: Cell::new(false),
+        deadline: Cell::new(None),
+        heap_slot: Cell::new(deadlines::NOT_FILED),
+    })
+}
+
 /// First ephemeral port (IANA dynamic range).
 const EPHEMERAL_FIRST: u16 = 49152;
 
