@@ -299,10 +299,11 @@ impl<'a> IoVecs<'a> {
 
     /// Writes the list to `fd` with one `writev`: the bytes taken.
     pub fn write_to(&self, fd: BorrowedFd<'_>) -> Result<usize, rustix::io::Errno> {
-        // SAFETY: every entry points at `iov_len` readable bytes that outlive `self`: guest
-        // memory checked by `push_guest` (its mapping lives as long as the `GuestMem`
-        // borrowed for 'a) or a slice borrowed for 'a by `push_host`. The kernel only reads
-        // them. The count fits a c_int: a list has at most a chain's descriptors plus one.
+        // Each entry is guest memory checked by `push_guest` (mapped as long as the
+        // `GuestMem` borrowed for 'a) or a slice borrowed for 'a by `push_host`; a list has
+        // at most a chain's descriptors plus one, so its length fits a c_int.
+        // SAFETY: every entry points at `iov_len` readable bytes that outlive `self` (see
+        // above), and the kernel only reads them.
         let n = unsafe {
             libc::writev(
                 fd.as_raw_fd(),

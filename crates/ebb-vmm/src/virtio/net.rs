@@ -1004,45 +1004,50 @@ fn gather(mem: &GuestMem, chain: &Chain) -> Result<(IOBuf, [u8; NET_HDR_LEN]), Q
     Ok((IOBuf::from_vec(frame), header))
 }
 
-/// Copies `out.len()` bytes from offset `at` of the chain made of `bufs` (guest ranges,
-/// in order); `None` if the chain is shorter or a range is not guest memory.
-fn read_at(mem: &GuestMem, bufs: &[Buf], mut at: usize, out: &mut [u8]) -> Option<()> {
-    let mut done = 0;
-    for buf in bufs {
-        let len = buf.len as usize;
-        if at >= len {
-            at -= len;
-            continue;
+/// The pieces of bytes `at..at + len` of the chain made of `bufs` (guest ranges, in
+/// order): each a guest address and the range, counted from `at`, of the bytes it holds.
+/// They cover fewer than `len` bytes when the chain is shorter.
+fn chain_spans(
+    bufs: &[Buf],
+    at: usize,
+    len: usize,
+) -> impl Iterator<Item = (u64, core::ops::Range<usize>)> + '_ {
+    let (mut skip, mut done) = (at, 0);
+    bufs.iter().filter_map(move |buf| {
+        let here = buf.len as usize;
+        if done == len {
+            return None;
         }
-        let n = (len - at).min(out.len() - done);
-        mem.read_into(buf.addr + at as u64, &mut out[done..done + n])?;
-        done += n;
-        at = 0;
-        if done == out.len() {
-            return Some(());
+        if skip >= here {
+            skip -= here;
+            return None;
         }
+        let n = (here - skip).min(len - done);
+        let span = (buf.addr + skip as u64, done..done + n);
+        (skip, done) = (0, done + n);
+        Some(span)
+    })
+}
+
+/// Copies `out.len()` bytes from offset `at` of the chain made of `bufs`; `None` if the
+/// chain is shorter or a range is not guest memory.
+fn read_at(mem: &GuestMem, bufs: &[Buf], at: usize, out: &mut [u8]) -> Option<()> {
+    let mut covered = 0;
+    for (addr, range) in chain_spans(bufs, at, out.len()) {
+        covered = range.end;
+        mem.read_into(addr, &mut out[range])?;
     }
-    (done == out.len()).then_some(())
+    (covered == out.len()).then_some(())
 }
 
 /// Copies `bytes` to offset `at` of the chain made of `bufs`; `None` as for [`read_at`].
-fn write_at(mem: &GuestMem, bufs: &[Buf], mut at: usize, bytes: &[u8]) -> Option<()> {
-    let mut done = 0;
-    for buf in bufs {
-        let len = buf.len as usize;
-        if at >= len {
-            at -= len;
-            continue;
-        }
-        let n = (len - at).min(bytes.len() - done);
-        mem.write_bytes(buf.addr + at as u64, &bytes[done..done + n])?;
-        done += n;
-        at = 0;
-        if done == bytes.len() {
-            return Some(());
-        }
+fn write_at(mem: &GuestMem, bufs: &[Buf], at: usize, bytes: &[u8]) -> Option<()> {
+    let mut covered = 0;
+    for (addr, range) in chain_spans(bufs, at, bytes.len()) {
+        covered = range.end;
+        mem.write_bytes(addr, &bytes[range])?;
     }
-    (done == bytes.len()).then_some(())
+    (covered == bytes.len()).then_some(())
 }
 
 /// Adds the chain made of `bufs`, from byte `skip` on, to `iov`.
@@ -1050,18 +1055,12 @@ fn push_chain<'a>(
     iov: &mut IoVecs<'a>,
     mem: &'a GuestMem,
     bufs: &[Buf],
-    mut skip: usize,
+    skip: usize,
     what: &'static str,
 ) -> Result<(), QueueError> {
-    for buf in bufs {
-        let len = buf.len as usize;
-        if skip >= len {
-            skip -= len;
-            continue;
-        }
-        iov.push_guest(mem, buf.addr + skip as u64, len - skip)
+    for (addr, range) in chain_spans(bufs, skip, usize::MAX) {
+        iov.push_guest(mem, addr, range.len())
             .ok_or(QueueError::Access(what))?;
-        skip = 0;
     }
     Ok(())
 }
