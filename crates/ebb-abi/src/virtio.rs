@@ -118,6 +118,11 @@ pub mod features {
     pub const NET_GUEST_CSUM: u32 = 1;
     /// net: the device reports the MTU in its config.
     pub const NET_MTU: u32 = 3;
+    /// net: the driver takes TCPv4 frames longer than the MTU (not offered by ebb-vmm).
+    pub const NET_GUEST_TSO4: u32 = 7;
+    /// net: the device cuts TCPv4 frames longer than the MTU into segments itself
+    /// (TCP segmentation offload; needs [`NET_CSUM`]).
+    pub const NET_HOST_TSO4: u32 = 11;
     /// net: the device has a MAC address in its config.
     pub const NET_MAC: u32 = 5;
     /// net: the driver may merge receive buffers (not offered by ebb-vmm).
@@ -233,11 +238,12 @@ pub const fn ctrl_queue(max_pairs: u16) -> u16 {
 pub struct NetHdr {
     /// [`NET_HDR_F_NEEDS_CSUM`], [`NET_HDR_F_DATA_VALID`].
     pub flags: u8,
-    /// GSO type; always [`NET_HDR_GSO_NONE`] here (no TSO negotiated).
+    /// [`NET_HDR_GSO_NONE`], or [`NET_HDR_GSO_TCPV4`] on transmit with
+    /// [`features::NET_HOST_TSO4`].
     pub gso_type: u8,
-    /// Length of the headers (GSO only).
+    /// Length of the Ethernet, IP and TCP headers (GSO only).
     pub hdr_len: u16,
-    /// GSO segment size.
+    /// GSO: the TCP payload bytes of each segment but the last.
     pub gso_size: u16,
     /// Where checksumming starts ([`NET_HDR_F_NEEDS_CSUM`]).
     pub csum_start: u16,
@@ -254,6 +260,66 @@ pub const NET_HDR_F_NEEDS_CSUM: u8 = 1;
 pub const NET_HDR_F_DATA_VALID: u8 = 2;
 /// [`NetHdr::gso_type`]: not a GSO frame.
 pub const NET_HDR_GSO_NONE: u8 = 0;
+/// [`NetHdr::gso_type`]: a TCPv4 frame for the device to cut into `gso_size` segments.
+pub const NET_HDR_GSO_TCPV4: u8 = 1;
+
+impl NetHdr {
+    /// The header of a frame with complete checksums, not to be segmented: all zero.
+    pub const PLAIN: NetHdr = NetHdr {
+        flags: 0,
+        gso_type: NET_HDR_GSO_NONE,
+        hdr_len: 0,
+        gso_size: 0,
+        csum_start: 0,
+        csum_offset: 0,
+        num_buffers: 0,
+    };
+
+    /// A header asking for the checksum at `start + offset` to be completed
+    /// ([`NET_HDR_F_NEEDS_CSUM`]).
+    pub const fn needs_csum(start: u16, offset: u16) -> NetHdr {
+        NetHdr {
+            flags: NET_HDR_F_NEEDS_CSUM,
+            csum_start: start,
+            csum_offset: offset,
+            ..NetHdr::PLAIN
+        }
+    }
+
+    /// The same header, asking for the frame to be cut into TCPv4 segments of
+    /// `gso_size` payload bytes behind `hdr_len` bytes of headers.
+    pub const fn with_tcpv4_gso(self, hdr_len: u16, gso_size: u16) -> NetHdr {
+        NetHdr {
+            gso_type: NET_HDR_GSO_TCPV4,
+            hdr_len,
+            gso_size,
+            ..self
+        }
+    }
+
+    /// The 12 bytes on the wire (little-endian fields).
+    pub const fn to_bytes(&self) -> [u8; NET_HDR_LEN] {
+        let [h0, h1] = self.hdr_len.to_le_bytes();
+        let [g0, g1] = self.gso_size.to_le_bytes();
+        let [s0, s1] = self.csum_start.to_le_bytes();
+        let [o0, o1] = self.csum_offset.to_le_bytes();
+        let [n0, n1] = self.num_buffers.to_le_bytes();
+        [self.flags, self.gso_type, h0, h1, g0, g1, s0, s1, o0, o1, n0, n1]
+    }
+
+    /// The header these 12 bytes encode.
+    pub const fn from_bytes(b: &[u8; NET_HDR_LEN]) -> NetHdr {
+        NetHdr {
+            flags: b[0],
+            gso_type: b[1],
+            hdr_len: u16::from_le_bytes([b[2], b[3]]),
+            gso_size: u16::from_le_bytes([b[4], b[5]]),
+            csum_start: u16::from_le_bytes([b[6], b[7]]),
+            csum_offset: u16::from_le_bytes([b[8], b[9]]),
+            num_buffers: u16::from_le_bytes([b[10], b[11]]),
+        }
+    }
+}
 
 /// The network device's config space at [`regs::CONFIG`].
 #[repr(C)]
@@ -294,6 +360,15 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_net_header_round_trips_through_its_bytes() {
+        let h = NetHdr::needs_csum(34, 16).with_tcpv4_gso(54, 1448);
+        let bytes = h.to_bytes();
+        assert_eq!(bytes, [1, 1, 54, 0, 0xa8, 0x05, 34, 0, 16, 0, 0, 0]);
+        assert_eq!(NetHdr::from_bytes(&bytes), h);
+        assert_eq!(NetHdr::PLAIN.to_bytes(), [0; NET_HDR_LEN]);
+    }
 
     #[test]
     fn need_event_matches_the_spec_examples() {
