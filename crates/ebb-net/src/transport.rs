@@ -137,6 +137,17 @@ pub trait TcpOutput {
     /// minus 40): the MSS TCP advertises and the cap on what it sends.
     fn max_segment_size(&self, dst: Ipv4Addr) -> usize;
 
+    /// The largest TCP payload (without options) one frame to `dst` may carry when the
+    /// device cuts it into segments itself (TCP segmentation offload); at most
+    /// [`max_segment_size`](Self::max_segment_size) when it does not (the default).
+    ///
+    /// The device cuts a longer frame into segments of `max_segment_size` less the
+    /// frame's TCP options (see [`phy::Segmentation`](crate::phy::Segmentation)), so TCP
+    /// sends such frames only on a connection whose MSS is exactly that.
+    fn max_offload_payload(&self, dst: Ipv4Addr) -> usize {
+        self.max_segment_size(dst)
+    }
+
     /// How many more frames the transmit queue takes now. TCP stops emitting at zero
     /// (back-pressure, not loss) and reports [`TcpInput::transmit_blocked`] until a later
     /// poll finds room. The default is unbounded (an output that never refuses `Busy`).

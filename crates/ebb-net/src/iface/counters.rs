@@ -253,6 +253,9 @@ pub struct InterfaceCounters {
     /// Frames handed to the device with a partial TCP/UDP checksum for it to complete
     /// (`phy::ChecksumOffload::tx_partial`).
     pub tx_checksum_partial: u64,
+    /// TCP frames longer than the MTU queued for the device to cut into segments (TCP
+    /// segmentation offload, `phy::DeviceCapabilities::tso_max_len`).
+    pub tx_tcp_segmentation: u64,
     /// Outgoing packets dropped, by reason.
     pub tx_dropped: TxDrops,
 

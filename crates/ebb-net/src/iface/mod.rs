@@ -159,14 +159,19 @@ impl Interface {
     /// gratuitous ARP (queued now); a DHCP client starts discovering at the first
     /// [`poll`](Self::poll).
     pub fn new(config: InterfaceConfig, caps: DeviceCapabilities) -> Self {
+        let software = software_checksums(caps.checksum);
         let mut out = IpOutput::new(
             config.mac,
             caps.mtu,
-            software_checksums(caps.checksum),
+            software,
             config.limits,
             config.arp,
             config.seed,
         );
+        // Segmentation offload needs the device to complete every segment's checksum.
+        if software.tcp == wire::checksum::Checksum::Partial && caps.tso_max_len > caps.mtu {
+            out.tcp_max_packet = caps.tso_max_len;
+        }
         let dhcp = match config.ipv4 {
             Ipv4Config::Static { cidr, gateway } => {
                 out.cidr = Some(cidr);

@@ -173,6 +173,9 @@ pub struct IpOutput {
     pub(super) cidr: Option<Ipv4Cidr>,
     pub(super) gateway: Option<Ipv4Addr>,
     pub(super) mtu: usize,
+    /// The largest IPv4 packet a TCP frame may carry: the MTU, or more when the device
+    /// segments (TCP segmentation offload; see `Interface::new`).
+    pub(super) tcp_max_packet: usize,
     pub(super) caps: wire::ChecksumCapabilities,
     pub(super) limits: Limits,
     pub(super) arp_config: ArpConfig,
@@ -201,6 +204,7 @@ impl IpOutput {
             cidr: None,
             gateway: None,
             mtu,
+            tcp_max_packet: mtu,
             caps,
             limits,
             arp_config,
@@ -276,8 +280,17 @@ impl IpOutput {
         fill: impl FnOnce(&mut [u8], &IOBufChain),
     ) -> Result<(), OutputError> {
         let ip_payload_len = l4_len.saturating_add(payload.len());
-        if IPV4_LEN.saturating_add(ip_payload_len) > self.mtu.min(usize::from(u16::MAX)) {
+        let packet_len = IPV4_LEN.saturating_add(ip_payload_len);
+        let limit = if protocol == IpProtocol::Tcp {
+            self.tcp_max_packet
+        } else {
+            self.mtu
+        };
+        if packet_len > limit.min(usize::from(u16::MAX)) {
             return Err(self.fail(OutputError::TooLarge));
+        }
+        if packet_len > self.mtu {
+            bump(&mut self.counters.tx_tcp_segmentation);
         }
         let mut head = self.headers.take(ETH_IPV4_LEN + l4_len);
         let Ok(bytes) = head.as_mut_slice() else {
@@ -494,6 +507,12 @@ impl TcpOutput for IpOutput {
 
     fn max_segment_size(&self, _dst: Ipv4Addr) -> usize {
         self.mtu.saturating_sub(IPV4_LEN + 20)
+    }
+
+    fn max_offload_payload(&self, _dst: Ipv4Addr) -> usize {
+        self.tcp_max_packet
+            .min(usize::from(u16::MAX))
+            .saturating_sub(IPV4_LEN + 20)
     }
 
     fn transmit_room(&self) -> usize {

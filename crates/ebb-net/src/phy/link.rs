@@ -96,6 +96,7 @@ impl Link {
             },
             checksum: self.checksum,
             queues: 1,
+            tso_max_len: 0,
         }
     }
 

@@ -339,6 +339,47 @@ impl Tcb {
         self.send_mss.saturating_sub(options).max(1)
     }
 
+    /// How much of the `unsent` new data, `usable` of it within the windows (both at
+    /// least `max_payload`), to send as one frame:
+    /// several segments' worth when the device cuts frames into segments itself (TCP
+    /// segmentation offload, `TcpOutput::max_offload_payload`), else one segment.
+    ///
+    /// Whole segments only, so a frame ends short only where the data does: the device
+    /// cuts it into `max_payload`-byte segments, which it can only do right for a
+    /// connection whose MSS is the interface's (`phy::Segmentation`). New data only:
+    /// retransmissions go segment by segment, as loss recovery counts them.
+    ///
+    /// 0 means wait: more data is queued than the windows (`window`, congestion and
+    /// send) let out, what they let out is less than a third of them, and data is in
+    /// flight, so ACKs will come and open a larger frame. Without the wait an ACK clock
+    /// (an ACK every two segments) would cut a bulk stream into two-segment frames; Linux
+    /// defers the same way (`tcp_tso_should_defer`, its `tcp_tso_win_divisor` is 3).
+    fn offload_len(
+        &self,
+        ctx: &Ctx<'_>,
+        unsent: usize,
+        usable: usize,
+        window: usize,
+        max_payload: usize,
+    ) -> usize {
+        let options = self.send_mss.saturating_sub(max_payload);
+        let limit = ctx
+            .out
+            .max_offload_payload(*self.remote.ip())
+            .saturating_sub(options);
+        if limit <= max_payload || self.send_mss != self.our_mss {
+            return max_payload;
+        }
+        let len = unsent.min(usable).min(limit);
+        if len == unsent {
+            return len; // The rest of the data: its last segment may be short.
+        }
+        if len < limit.min(window / 3) && self.in_flight() > 0 {
+            return 0;
+        }
+        len - len % max_payload
+    }
+
     /// Sends (or resends) our SYN — or SYN-ACK in SYN-RECEIVED — at `iss`.
     // Once per connection or on loss only: cold, kept off the per-segment path.
     #[cold]
@@ -460,7 +501,13 @@ impl Tcb {
                 if usable == 0 {
                     break;
                 }
-                let len = unsent.min(usable).min(max_payload);
+                let mut len = unsent.min(usable).min(max_payload);
+                if len == max_payload && self.snd_nxt >= self.snd_max {
+                    len = self.offload_len(ctx, unsent, usable, window, max_payload);
+                    if len == 0 {
+                        break; // Deferred: the ACKs in flight will open a larger frame.
+                    }
+                }
                 let partial = len < max_payload;
                 if partial && len < unsent && in_flight > 0 && len < self.max_snd_wnd as usize / 2 {
                     // Sender silly-window avoidance (RFC 9293 §3.8.6.2.1): the window, not

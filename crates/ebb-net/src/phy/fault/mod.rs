@@ -325,6 +325,8 @@ impl<D: NetDevice> FaultInjector<D> {
 impl<D: NetDevice> NetDevice for FaultInjector<D> {
     fn capabilities(&self) -> DeviceCapabilities {
         let mut caps = self.inner.capabilities();
+        // Frames are faulted one by one as they are on the wire: none longer than the MTU.
+        caps.tso_max_len = 0;
         if self.rx.config.corrupt.is_possible() {
             caps.checksum = caps.checksum.without_rx();
         }
