@@ -304,7 +304,20 @@ impl NetHdr {
         let [s0, s1] = self.csum_start.to_le_bytes();
         let [o0, o1] = self.csum_offset.to_le_bytes();
         let [n0, n1] = self.num_buffers.to_le_bytes();
-        [self.flags, self.gso_type, h0, h1, g0, g1, s0, s1, o0, o1, n0, n1]
+        [
+            self.flags,
+            self.gso_type,
+            h0,
+            h1,
+            g0,
+            g1,
+            s0,
+            s1,
+            o0,
+            o1,
+            n0,
+            n1,
+        ]
     }
 
     /// The header these 12 bytes encode.
