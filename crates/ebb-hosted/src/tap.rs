@@ -23,6 +23,14 @@
 //! [`NetDevice::transmit_with_checksums`] passes partial checksums on; the plain
 //! `receive` completes a partial checksum before handing the frame over.
 //!
+//! **Segmentation offload** comes with the header, on transmit: the device reports
+//! [`DeviceCapabilities::tso_max_len`] 65,535, so TCP may hand it frames up to a whole
+//! IPv4 packet long, and a frame longer than the MTU goes to the kernel as one write
+//! with a `GSO_TCPV4` header ([`ebb_net::phy::Segmentation`] gives its segment size).
+//! The kernel takes it as one packet and cuts it only if it must: delivered to a local
+//! socket, it never is. Receiving such frames (`TUN_F_TSO4`) is not asked for: every
+//! frame read fits the MTU.
+//!
 //! The one `unsafe` call — the `TUNSETIFF` ioctl, which `rustix` does not wrap — is
 //! fenced in the private `sys` module below.
 
@@ -30,10 +38,11 @@ use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
+use ebb_abi::virtio::{NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NET_HDR_LEN, NetHdr};
 use ebb_core::{IOBuf, IOBufChain, Instant};
 use ebb_net::phy::{
-    ChecksumOffload, DeviceCapabilities, DeviceCounters, DropReason, FrameChecksum, NetDevice,
-    complete_checksum, completed,
+    ChecksumOffload, DeviceCapabilities, DeviceCounters, DropReason, ETHERNET_HEADER_LEN,
+    FrameChecksum, NetDevice, Segmentation, complete_checksum, completed,
 };
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -41,8 +50,12 @@ use rustix::io::Errno;
 /// Longest interface name Linux accepts (`IFNAMSIZ` − 1).
 pub const MAX_NAME_LEN: usize = 15;
 
-/// Chain segments written with one `writev` before a frame is coalesced instead.
-const MAX_IOVECS: usize = 16;
+/// Chain segments written with one `writev` before a frame is coalesced instead: a
+/// header and a 64 KiB offloaded frame of MSS-sized received buffers (an echo's).
+const MAX_IOVECS: usize = 64;
+
+/// The largest IPv4 packet a TCP frame may carry with segmentation offload.
+const TSO_MAX_LEN: usize = u16::MAX as usize;
 
 /// What TAP device to create.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,35 +131,33 @@ pub struct TapDevice {
 
 /// Bytes of the `virtio_net_hdr` (with `num_buffers`, as virtio 1.x) in front of each
 /// frame with [`TapConfig::vnet_hdr`].
-pub const VNET_HDR_LEN: usize = 12;
-/// `virtio_net_hdr.flags`: the checksum at `csum_start + csum_offset` is partial.
-const VNET_HDR_F_NEEDS_CSUM: u8 = 1;
-/// `virtio_net_hdr.flags`: the checksum was verified.
-const VNET_HDR_F_DATA_VALID: u8 = 2;
+pub const VNET_HDR_LEN: usize = NET_HDR_LEN;
 
-/// The header of a frame with `checksum`.
-fn vnet_header(checksum: FrameChecksum) -> [u8; VNET_HDR_LEN] {
-    let mut h = [0u8; VNET_HDR_LEN];
-    if let FrameChecksum::Partial { start, offset } = checksum {
-        h[0] = VNET_HDR_F_NEEDS_CSUM;
-        h[6..8].copy_from_slice(&start.to_le_bytes());
-        h[8..10].copy_from_slice(&offset.to_le_bytes());
+/// The header of a frame with `checksum`, cut into segments as `segmentation` says.
+fn vnet_header(checksum: FrameChecksum, segmentation: Option<Segmentation>) -> [u8; VNET_HDR_LEN] {
+    let FrameChecksum::Partial { start, offset } = checksum else {
+        return NetHdr::PLAIN.to_bytes();
+    };
+    let header = NetHdr::needs_csum(start, offset);
+    match segmentation {
+        Some(cut) => header.with_tcpv4_gso(cut.header_len, cut.segment_payload),
+        None => header,
     }
-    h
+    .to_bytes()
 }
 
 /// What a received header says of its frame of `len` bytes (a partial checksum whose
 /// field lies outside the frame is not trusted).
-fn vnet_checksum(h: &[u8], len: usize) -> FrameChecksum {
-    let le16 = |at: usize| u16::from_le_bytes([h[at], h[at + 1]]);
-    if h[0] & VNET_HDR_F_NEEDS_CSUM != 0 {
-        let (start, offset) = (le16(6), le16(8));
+fn vnet_checksum(h: &[u8; VNET_HDR_LEN], len: usize) -> FrameChecksum {
+    let h = NetHdr::from_bytes(h);
+    if h.flags & NET_HDR_F_NEEDS_CSUM != 0 {
+        let (start, offset) = (h.csum_start, h.csum_offset);
         if usize::from(start) + usize::from(offset) + 2 <= len {
             return FrameChecksum::Partial { start, offset };
         }
         return FrameChecksum::Complete;
     }
-    if h[0] & VNET_HDR_F_DATA_VALID != 0 {
+    if h.flags & NET_HDR_F_DATA_VALID != 0 {
         return FrameChecksum::Verified;
     }
     FrameChecksum::Complete
@@ -203,6 +214,7 @@ impl TapDevice {
         if config.vnet_hdr {
             caps.checksum.tcp = ChecksumOffload::PARTIAL;
             caps.checksum.udp = ChecksumOffload::PARTIAL;
+            caps.tso_max_len = TSO_MAX_LEN;
         }
         Ok(Self {
             fd,
@@ -322,7 +334,10 @@ impl TapDevice {
                     }
                     let mut checksum = FrameChecksum::Complete;
                     if header > 0 {
-                        checksum = vnet_checksum(&buf.as_slice()[..header], len - header);
+                        let Some(h) = buf.as_slice().first_chunk::<VNET_HDR_LEN>() else {
+                            break; // Unreachable: `len >= header` was checked.
+                        };
+                        checksum = vnet_checksum(h, len - header);
                         if buf.trim_front(header).is_err() {
                             break;
                         }
@@ -379,7 +394,20 @@ impl TapDevice {
             }
             let Some(frame) = frames.front() else { break };
             let len = frame.len();
-            if len > max_frame {
+            // A TCP frame longer than the MTU is for the kernel to cut (only with a
+            // header to say so, and its checksum left partial as GSO needs).
+            let segmentation = match (self.vnet_hdr, checksum) {
+                (true, FrameChecksum::Partial { .. }) => frame
+                    .segments()
+                    .next()
+                    .and_then(|head| Segmentation::of(head, self.caps.mtu)),
+                _ => None,
+            };
+            let max_len = match segmentation {
+                Some(_) => ETHERNET_HEADER_LEN + TSO_MAX_LEN,
+                None => max_frame,
+            };
+            if len > max_len {
                 frames.pop_front();
                 if let Some(c) = checksums.as_deref_mut() {
                     c.pop_front();
@@ -388,7 +416,7 @@ impl TapDevice {
                 taken += 1;
                 continue;
             }
-            let header = vnet_header(checksum);
+            let header = vnet_header(checksum, segmentation);
             let header: &[u8] = if self.vnet_hdr { &header } else { &[] };
             let result = if frame.segment_count() < MAX_IOVECS {
                 let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
@@ -472,7 +500,8 @@ mod sys {
         }
         if vnet_hdr {
             // The virtio 1.x header (with `num_buffers`), and partial checksums accepted
-            // from the kernel (TUN_F_CSUM: no segmentation offload).
+            // from the kernel (TUN_F_CSUM without TUN_F_TSO4: it sends us no frame
+            // longer than the MTU; what we send may be, see the module docs).
             let size: libc::c_int = super::VNET_HDR_LEN as libc::c_int;
             // SAFETY: `fd` is an open TAP descriptor; TUNSETVNETHDRSZ reads one c_int
             // through the pointer, which points at a live one.

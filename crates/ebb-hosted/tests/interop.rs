@@ -43,7 +43,7 @@ use ebb_core::net::{CloseReason, TcpErrorKind};
 use ebb_hosted::netstack::{
     AddressConfig, FaultSetting, NetStack, NetStackConfig, NetStackCounters, TcpConn,
 };
-use ebb_net::iface::Ipv4Cidr;
+use ebb_net::iface::{InterfaceCounters, Ipv4Cidr};
 use ebb_net::phy::{FaultConfig, Probability};
 use sha2::{Digest, Sha256};
 
@@ -194,6 +194,23 @@ where
     T: Send + 'static,
     F: Future<Output = (Result<T, String>, NetStack)> + 'static,
 {
+    with_netstack_offload(test, net, tools, fault, dhcp, true, body)
+}
+
+/// [`with_netstack`] with the TAP device's offload (`TapConfig::vnet_hdr`) on or off.
+fn with_netstack_offload<T, F>(
+    test: &str,
+    net: u8,
+    tools: &[&str],
+    fault: Option<FaultSetting>,
+    dhcp: bool,
+    offload: bool,
+    body: impl FnOnce(Env) -> F + Send + 'static,
+) -> Option<T>
+where
+    T: Send + 'static,
+    F: Future<Output = (Result<T, String>, NetStack)> + 'static,
+{
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -218,6 +235,7 @@ where
         },
     );
     config.faults = fault;
+    config.tap.vnet_hdr = offload;
     let runtime = ebb_hosted::Config {
         pin: false,
         idle_poll: Duration::ZERO,
@@ -298,14 +316,22 @@ fn linux_pings_ebb() {
     assert!(out.contains("3 received"), "{out}");
 }
 
-/// curl in the namespace downloads `len` bytes from `httpd::Http` on ebb.
-fn curl_download(test: &str, net: u8, len: u64, fault: Option<FaultSetting>) {
-    let Some((count, sha)) = with_netstack(
+/// curl in the namespace downloads `len` bytes from `httpd::Http` on ebb, over a TAP
+/// device with or without `offload`. Returns the interface's counters at the end.
+fn curl_download(
+    test: &str,
+    net: u8,
+    len: u64,
+    fault: Option<FaultSetting>,
+    offload: bool,
+) -> Option<InterfaceCounters> {
+    let (count, sha, counters) = with_netstack_offload(
         test,
         net,
         &["curl", "python3"],
         fault,
         false,
+        offload,
         move |env| async move {
             let result = async {
                 env.stack
@@ -317,21 +343,46 @@ fn curl_download(test: &str, net: u8, len: u64, fault: Option<FaultSetting>) {
                 );
                 let run = run_tool(env.shell(&script), TOOL_TIMEOUT).await?;
                 run.check("curl")?;
-                count_and_hash(&run.stdout)
+                let (count, sha) = count_and_hash(&run.stdout)?;
+                let counters = env.stack.counters().map_err(|e| e.to_string())?;
+                Ok((count, sha, counters.interface))
             }
             .await;
             (result, env.stack)
         },
-    ) else {
-        return;
-    };
+    )?;
     assert_eq!(count, len);
     assert_eq!(sha, pattern_sha(len));
+    Some(counters)
 }
 
 #[test]
 fn curl_downloads_100mb_from_ebb_httpd() {
-    curl_download("curl_downloads_100mb_from_ebb_httpd", 2, CLEAN_BYTES, None);
+    let test = "curl_downloads_100mb_from_ebb_httpd";
+    let Some(counters) = curl_download(test, 2, CLEAN_BYTES, None, true) else {
+        return;
+    };
+    // With offload (the default) the response goes out in frames longer than the MTU,
+    // which Linux takes whole: far fewer than the ~72,000 MSS-sized segments of 100 MB.
+    assert!(
+        counters.tx_tcp_segmentation > 0,
+        "{test}: no frame used segmentation offload"
+    );
+    assert!(
+        counters.tx_tcp_segmentation < 20_000 && counters.tx_checksum_partial > 0,
+        "{test}: {} offloaded frames",
+        counters.tx_tcp_segmentation
+    );
+}
+
+#[test]
+fn curl_downloads_100mb_from_ebb_httpd_without_offload() {
+    let test = "curl_downloads_100mb_from_ebb_httpd_without_offload";
+    let Some(counters) = curl_download(test, 13, CLEAN_BYTES, None, false) else {
+        return;
+    };
+    assert_eq!(counters.tx_tcp_segmentation, 0);
+    assert_eq!(counters.tx_checksum_partial, 0);
 }
 
 #[test]
@@ -341,6 +392,7 @@ fn curl_downloads_100mb_from_ebb_httpd_with_faults() {
         3,
         FAULTY_BYTES,
         Some(faults(3)),
+        true,
     );
 }
 

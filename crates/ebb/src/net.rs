@@ -76,6 +76,10 @@ pub enum Backend {
         queues: usize,
         /// The device's IP MTU.
         mtu: usize,
+        /// Checksum and segmentation offload through a virtio-net header on every frame
+        /// (`ebb_hosted::tap::TapConfig::vnet_hdr`), as the native virtio-net device
+        /// has by default.
+        offload: bool,
     },
     /// ebb-net on the VM's virtio-net device, one queue pair per core.
     #[cfg(target_os = "none")]
@@ -120,7 +124,8 @@ hosted only:
   --addr IP           Linux sockets: the address to listen on (default 127.0.0.1)
   --tap NAME          run ebb-net on TAP device NAME instead of Linux sockets
   --queues N          TAP queues, one core each (default 1)
-  --mtu N             the TAP device's IP MTU (default 1500)";
+  --mtu N             the TAP device's IP MTU (default 1500)
+  --offload on|off    TAP checksum and TCP segmentation offload (default on)";
 
 /// A bad network option.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -164,6 +169,8 @@ impl NetConfig {
         let mut dhcp = false;
         #[cfg(not(target_os = "none"))]
         let (mut tap, mut queues, mut mtu, mut addr) = (None::<String>, 1usize, 1500usize, None);
+        #[cfg(not(target_os = "none"))]
+        let mut offload = true;
         let mut args = args.iter();
         while let Some(arg) = args.next() {
             let (name, inline) = match arg.split_once('=') {
@@ -172,7 +179,14 @@ impl NetConfig {
             };
             let takes_value = matches!(
                 name,
-                "--ip" | "--gateway" | "--faults" | "--addr" | "--tap" | "--queues" | "--mtu"
+                "--ip"
+                    | "--gateway"
+                    | "--faults"
+                    | "--addr"
+                    | "--tap"
+                    | "--queues"
+                    | "--mtu"
+                    | "--offload"
             );
             if !takes_value && name != "--dhcp" {
                 rest.push(arg.clone());
@@ -223,6 +237,16 @@ impl NetConfig {
                         .filter(|&m| (576..=9000).contains(&m))
                         .ok_or_else(|| bad("an MTU from 576 to 9000"))?
                 }
+                #[cfg(not(target_os = "none"))]
+                "--offload" => {
+                    offload = match value.as_str() {
+                        "on" => true,
+                        "off" => false,
+                        _ => return Err(bad("on or off")),
+                    }
+                }
+                #[cfg(target_os = "none")]
+                "--offload" => return Err(NetConfigError::HostedOnly("--offload")),
                 #[cfg(target_os = "none")]
                 "--addr" => return Err(NetConfigError::HostedOnly("--addr")),
                 #[cfg(target_os = "none")]
@@ -249,7 +273,12 @@ impl NetConfig {
                     if ip.is_none() && !dhcp {
                         return Err(NetConfigError::TapNeedsAddress);
                     }
-                    config.backend = Backend::Tap { name, queues, mtu };
+                    config.backend = Backend::Tap {
+                        name,
+                        queues,
+                        mtu,
+                        offload,
+                    };
                 }
                 None => {
                     for (given, option) in [
@@ -258,6 +287,7 @@ impl NetConfig {
                         (config.faults.is_some(), "--faults"),
                         (queues != 1, "--queues"),
                         (mtu != 1500, "--mtu"),
+                        (!offload, "--offload"),
                     ] {
                         if given {
                             return Err(NetConfigError::NeedsEbbNet(option));
@@ -355,9 +385,15 @@ pub async fn start(config: NetConfig) -> Result<Network, NetError> {
             });
         }
         #[cfg(not(target_os = "none"))]
-        Backend::Tap { name, queues, mtu } => {
+        Backend::Tap {
+            name,
+            queues,
+            mtu,
+            offload,
+        } => {
             let mut tap = ebb_hosted::netstack::NetStackConfig::new(name, config.address);
             tap.tap.mtu = mtu;
+            tap.tap.vnet_hdr = offload;
             tap.queues = queues;
             tap.faults = config.faults;
             let device = alloc::format!("TAP device {}", tap.tap.name);
@@ -660,7 +696,8 @@ mod tests {
             Backend::Tap {
                 name: "ebb0".into(),
                 queues: 2,
-                mtu: 9000
+                mtu: 9000,
+                offload: true,
             }
         );
         assert_eq!(
@@ -674,6 +711,12 @@ mod tests {
         assert_eq!(rest, vec![String::from("--echo")]);
         let (config, _) = NetConfig::from_args(&args("--tap=t --dhcp")).unwrap();
         assert_eq!(config.address, AddressConfig::Dhcp);
+        let (config, _) = NetConfig::from_args(&args("--tap=t --dhcp --offload off")).unwrap();
+        assert!(matches!(
+            config.backend,
+            Backend::Tap { offload: false, .. }
+        ));
+        assert!(NetConfig::from_args(&args("--tap=t --dhcp --offload maybe")).is_err());
     }
 
     #[test]
@@ -711,6 +754,7 @@ mod tests {
         assert!(refused("--dhcp").contains("add --tap"));
         assert!(refused("--tap t --dhcp --queues 0").contains("--queues"));
         assert!(refused("--tap t --dhcp --mtu 100").contains("--mtu"));
+        assert!(refused("--offload off").contains("--offload"));
         assert!(refused("--tap t --dhcp --faults lose=1").contains("--faults"));
         assert!(refused("--tap t --dhcp --gateway 10.0.0.1").contains("--gateway goes with --ip"));
         assert!(refused("--tap").contains("--tap needs a value"));
