@@ -448,19 +448,22 @@ fn checksum_offload_on_qemus_tap_netdev() {
         object(&status, "host-features"),
     );
     let mut wrong = Vec::new();
-    for f in ["VIRTIO_NET_F_CSUM", "VIRTIO_NET_F_GUEST_CSUM"] {
+    // Transmit segmentation offload comes with CSUM, and the driver takes it: the
+    // download below goes out in frames up to 64 KiB that QEMU's device, not ours, hands
+    // to the TAP device for the kernel to take whole.
+    for f in [
+        "VIRTIO_NET_F_CSUM",
+        "VIRTIO_NET_F_GUEST_CSUM",
+        "VIRTIO_NET_F_HOST_TSO4",
+    ] {
         if !host.contains(&format!("{f}:")) {
             wrong.push(format!("QEMU over TAP did not offer {f}"));
         } else if !guest.contains(&format!("{f}:")) {
             wrong.push(format!("the driver did not acknowledge {f}"));
         }
     }
-    // Segmentation offloads come with CSUM; the driver implements none of them.
-    for f in [
-        "VIRTIO_NET_F_GUEST_TSO4",
-        "VIRTIO_NET_F_HOST_TSO4",
-        "VIRTIO_NET_F_MRG_RXBUF",
-    ] {
+    // Receive-side segmentation and merged buffers: the driver implements neither.
+    for f in ["VIRTIO_NET_F_GUEST_TSO4", "VIRTIO_NET_F_MRG_RXBUF"] {
         if guest.contains(&format!("{f}:")) {
             wrong.push(format!(
                 "the driver acknowledged {f}, which it does not implement"

@@ -18,13 +18,19 @@
 //!   checksum from a sender on the host) `FrameChecksum::Partial`, which ebb-net trusts
 //!   as Linux does; through the plain `receive` such a frame's checksum is completed
 //!   first. Without the features, exactly the old behaviour: zero headers, no flags.
+//! * **TCP segmentation offload on transmit** (`VIRTIO_NET_F_HOST_TSO4`, accepted with
+//!   CSUM): the pair reports `tso_max_len` 65,535, so ebb-net may hand it TCP frames up
+//!   to a whole IPv4 packet, and such a frame goes out as one descriptor chain behind a
+//!   `GSO_TCPV4` header (`gso_size` and `hdr_len` from `phy::Segmentation`; one static
+//!   header per TCP header length, made once per pair). The device, or the host kernel
+//!   behind it, cuts it into segments: one chain and one kick where there were up to 44.
 //! * **Readiness**: each pair registers with its core's poll list (`crate::poll`): the
 //!   core checks both used rings whenever it polls for events and arms `used_event`
 //!   before it sleeps.
 //!
 //! Feature set: VERSION_1 and RING_EVENT_IDX are required; MAC, STATUS, MTU, MQ,
-//! CTRL_VQ, CSUM and GUEST_CSUM are used when offered. No segmentation offload, no merged
-//! receive buffers.
+//! CTRL_VQ, CSUM, GUEST_CSUM and HOST_TSO4 are used when offered. No receive-side
+//! segmentation offload (GUEST_TSO4), no merged receive buffers.
 
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
@@ -36,8 +42,8 @@ use alloc::vec::Vec;
 
 use ebb_core::{IOBuf, IOBufChain, Instant};
 use ebb_net::phy::{
-    ChecksumOffload, DeviceCapabilities, DeviceCounters, DropReason, FrameChecksum, NetDevice,
-    complete_checksum, completed,
+    ChecksumOffload, DeviceCapabilities, DeviceCounters, DropReason, ETHERNET_HEADER_LEN,
+    FrameChecksum, NetDevice, Segmentation, complete_checksum, completed,
 };
 use ebb_netstack::{DeviceError, DeviceReady, PlatformDevice, Readiness};
 
@@ -45,8 +51,8 @@ use super::mmio::Regs;
 use super::ring::{Buffer, SplitRing, UsedWatch};
 use crate::abi::virtio::{
     DEVICE_ID_NET, MMIO_SLOTS, MMIO_VERSION, NET_CTRL_MQ, NET_CTRL_MQ_VQ_PAIRS_SET,
-    NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NET_HDR_LEN, NET_OK, ctrl_queue, features, regs,
-    rx_queue, status, tx_queue,
+    NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NET_HDR_LEN, NET_OK, NetHdr, ctrl_queue, features,
+    regs, rx_queue, status, tx_queue,
 };
 use crate::poll::{self, PollId, PolledDevice};
 
@@ -142,6 +148,10 @@ pub fn open(want_pairs: u16) -> Result<VirtioNet, VirtioError> {
             accepted |= features::bit(bit);
         }
     }
+    // Segmentation offload needs the device to complete each segment's checksum.
+    if has(features::NET_HOST_TSO4) && accepted & features::bit(features::NET_CSUM) != 0 {
+        accepted |= features::bit(features::NET_HOST_TSO4);
+    }
     let multi = want_pairs > 1 && has(features::NET_MQ) && has(features::NET_CTRL_VQ);
     if multi {
         accepted |= features::bit(features::NET_MQ) | features::bit(features::NET_CTRL_VQ);
@@ -169,6 +179,9 @@ pub fn open(want_pairs: u16) -> Result<VirtioNet, VirtioError> {
         let mut queue_pair = QueuePair::new(pair, pairs_used, mtu, rx, tx);
         queue_pair.csum = accepted & features::bit(features::NET_CSUM) != 0;
         queue_pair.guest_csum = accepted & features::bit(features::NET_GUEST_CSUM) != 0;
+        if accepted & features::bit(features::NET_HOST_TSO4) != 0 {
+            queue_pair.tso_headers = Some(TsoHeaders::leak(mtu));
+        }
         pairs.push(queue_pair);
     }
     let ctrl = if multi {
@@ -335,6 +348,42 @@ static TX_HEADER_TCP: [u8; NET_HDR_LEN] = needs_csum(L4_START, 16);
 /// `NEEDS_CSUM` for UDP behind a 20-byte IPv4 header (the field is 6 bytes in).
 static TX_HEADER_UDP: [u8; NET_HDR_LEN] = needs_csum(L4_START, 6);
 
+/// The largest IPv4 packet a TCP frame may carry with HOST_TSO4.
+const TSO_MAX_LEN: usize = u16::MAX as usize;
+
+/// The transmit headers of segmentation offload, by TCP header length in 32-bit words
+/// (5 to 15): `NEEDS_CSUM` for TCP behind a 20-byte IPv4 header and `GSO_TCPV4` with the
+/// segment size the MTU leaves. Made once per pair and never freed: the device may read
+/// them for as long as it runs (as it may the frames in flight, see `Drop`).
+#[derive(Clone, Copy)]
+struct TsoHeaders(&'static [[u8; NET_HDR_LEN]; 16]);
+
+impl TsoHeaders {
+    fn leak(mtu: u16) -> TsoHeaders {
+        let mut table = [[0u8; NET_HDR_LEN]; 16];
+        for (words, header) in table.iter_mut().enumerate().skip(5) {
+            let tcp_len = 4 * words as u16;
+            let segment = mtu.saturating_sub(20 + tcp_len);
+            *header = NetHdr::needs_csum(L4_START, 16)
+                .with_tcpv4_gso(L4_START + tcp_len, segment)
+                .to_bytes();
+        }
+        TsoHeaders(Box::leak(Box::new(table)))
+    }
+
+    /// The header for a frame `cut` as this pair's MTU says, if the frame's headers are
+    /// what ebb-net sends (Ethernet, a 20-byte IPv4 header, TCP).
+    fn get(self, cut: Segmentation) -> Option<&'static [u8; NET_HDR_LEN]> {
+        let tcp_len = usize::from(cut.header_len).checked_sub(usize::from(L4_START))?;
+        let header = self
+            .0
+            .get(tcp_len / 4)
+            .filter(|_| tcp_len % 4 == 0 && tcp_len >= 20)?;
+        let gso_size = u16::from_le_bytes([header[4], header[5]]);
+        (gso_size == cut.segment_payload).then_some(header)
+    }
+}
+
 /// One receive/transmit queue pair, as the stack drives it (see the module docs).
 pub struct QueuePair {
     pair: u16,
@@ -354,6 +403,8 @@ pub struct QueuePair {
     csum: bool,
     /// VIRTIO_NET_F_GUEST_CSUM negotiated: received headers carry checksum flags.
     guest_csum: bool,
+    /// VIRTIO_NET_F_HOST_TSO4 negotiated: the device cuts TCP frames longer than the MTU.
+    tso_headers: Option<TsoHeaders>,
 }
 
 impl QueuePair {
@@ -371,6 +422,7 @@ impl QueuePair {
             watch: None,
             csum: false,
             guest_csum: false,
+            tso_headers: None,
         }
     }
 
@@ -439,6 +491,9 @@ impl NetDevice for QueuePair {
         if self.csum {
             caps.checksum.tcp = ChecksumOffload::PARTIAL;
             caps.checksum.udp = ChecksumOffload::PARTIAL;
+        }
+        if self.tso_headers.is_some() {
+            caps.tso_max_len = TSO_MAX_LEN;
         }
         caps
     }
@@ -555,8 +610,27 @@ impl QueuePair {
                 .as_deref()
                 .and_then(|c| c.front().copied())
                 .unwrap_or_default();
-            let header: &'static [u8; NET_HDR_LEN] = match checksum {
-                FrameChecksum::Partial { start, offset } if self.csum && start == L4_START => {
+            // A TCP frame longer than the MTU is for the device to cut (ebb-net sends
+            // one only under `tso_max_len`, with its checksum left partial).
+            let segmentation = match (self.tso_headers, checksum) {
+                (
+                    Some(headers),
+                    FrameChecksum::Partial {
+                        start: L4_START,
+                        offset: 16,
+                    },
+                ) => frames
+                    .front()
+                    .and_then(|frame| frame.segments().next())
+                    .and_then(|head| Segmentation::of(head, usize::from(self.mtu)))
+                    .and_then(|cut| headers.get(cut)),
+                _ => None,
+            };
+            let header: &'static [u8; NET_HDR_LEN] = match (segmentation, checksum) {
+                (Some(header), _) => header,
+                (None, FrameChecksum::Partial { start, offset })
+                    if self.csum && start == L4_START =>
+                {
                     match offset {
                         16 => &TX_HEADER_TCP,
                         6 => &TX_HEADER_UDP,
@@ -587,7 +661,11 @@ impl QueuePair {
                 });
             }
             let len = frame.len();
-            if len > max_frame || chain.len() > usize::from(self.tx.size()) {
+            let max_len = match segmentation {
+                Some(_) => ETHERNET_HEADER_LEN + TSO_MAX_LEN,
+                None => max_frame,
+            };
+            if len > max_len || chain.len() > usize::from(self.tx.size()) {
                 frames.pop_front();
                 if let Some(c) = checksums.as_deref_mut() {
                     c.pop_front();
