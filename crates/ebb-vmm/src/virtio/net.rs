@@ -54,7 +54,7 @@ use crate::vm::Shared;
 use ebb_abi::virtio::{
     DEVICE_ID_NET, MAGIC, MMIO_BASE, MMIO_SLOT_SIZE, MMIO_VERSION, NET_CTRL_MQ,
     NET_CTRL_MQ_VQ_PAIRS_SET, NET_ERR, NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NET_HDR_LEN,
-    NET_OK, NET_S_LINK_UP, VENDOR_ID_EBB, features, regs, status,
+    NET_OK, NET_S_LINK_UP, NetHdr, VENDOR_ID_EBB, features, regs, status,
 };
 use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
 use ebb_net::phy::{FaultCounts, FaultStats, FrameChecksum};
@@ -980,7 +980,7 @@ const TX_CHAIN_MAX: u64 = 65_536;
 /// A transmit chain's virtio-net header and the length of the frame behind it. A chain
 /// with no frame in it (the header or less) or too long for one is the driver's error,
 /// not a frame to drop silently.
-fn chain_header(mem: &GuestMem, chain: &Chain) -> Result<([u8; NET_HDR_LEN], usize), QueueError> {
+fn chain_header(mem: &GuestMem, chain: &Chain) -> Result<(NetHdr, usize), QueueError> {
     let total: u64 = chain.readable.iter().map(|b| u64::from(b.len)).sum();
     if total <= NET_HDR_LEN as u64 || total > TX_CHAIN_MAX {
         return Err(QueueError::NotAFrame {
@@ -991,12 +991,12 @@ fn chain_header(mem: &GuestMem, chain: &Chain) -> Result<([u8; NET_HDR_LEN], usi
     }
     let mut header = [0u8; NET_HDR_LEN];
     read_at(mem, &chain.readable, 0, &mut header).ok_or(QueueError::Access("a transmit buffer"))?;
-    Ok((header, total as usize - NET_HDR_LEN))
+    Ok((NetHdr::from_bytes(&header), total as usize - NET_HDR_LEN))
 }
 
 /// The frame of a transmit chain (its bytes after the virtio-net header) and the header,
 /// copied out once each.
-fn gather(mem: &GuestMem, chain: &Chain) -> Result<(IOBuf, [u8; NET_HDR_LEN]), QueueError> {
+fn gather(mem: &GuestMem, chain: &Chain) -> Result<(IOBuf, NetHdr), QueueError> {
     let (header, len) = chain_header(mem, chain)?;
     let mut frame = vec![0u8; len];
     read_at(mem, &chain.readable, NET_HDR_LEN, &mut frame)
@@ -1067,14 +1067,28 @@ fn push_chain<'a>(
 
 /// The virtio-net header a backend is handed with a frame in `checksum` state (only
 /// `NEEDS_CSUM` and its two offsets: nothing else of the guest's header goes through).
-fn backend_header(checksum: FrameChecksum) -> [u8; NET_HDR_LEN] {
-    let mut header = [0u8; NET_HDR_LEN];
-    if let FrameChecksum::Partial { start, offset } = checksum {
-        header[0] = NET_HDR_F_NEEDS_CSUM;
-        header[6..8].copy_from_slice(&start.to_le_bytes());
-        header[8..10].copy_from_slice(&offset.to_le_bytes());
+fn backend_header(checksum: FrameChecksum) -> NetHdr {
+    match checksum {
+        FrameChecksum::Partial { start, offset } => NetHdr::needs_csum(start, offset),
+        FrameChecksum::Complete | FrameChecksum::Verified => NetHdr::PLAIN,
     }
-    header
+}
+
+/// The virtio-net header in front of a frame to the guest in `checksum` state (one
+/// buffer per frame: no MRG_RXBUF).
+fn guest_header(checksum: FrameChecksum) -> NetHdr {
+    let header = match checksum {
+        FrameChecksum::Partial { start, offset } => NetHdr::needs_csum(start, offset),
+        FrameChecksum::Verified => NetHdr {
+            flags: NET_HDR_F_DATA_VALID,
+            ..NetHdr::PLAIN
+        },
+        FrameChecksum::Complete => NetHdr::PLAIN,
+    };
+    NetHdr {
+        num_buffers: 1,
+        ..header
+    }
 }
 
 /// Whether the driver asked to be woken for the used entries returned this round, the
@@ -1115,7 +1129,7 @@ fn transmit_direct(
         let checksum = tx_checksum(&header, chain.head, len, csum)?;
         // CSUM is offered only with a backend that has a header to carry NEEDS_CSUM.
         debug_assert!(direct.vnet_hdr || checksum == FrameChecksum::Complete);
-        let header = backend_header(checksum);
+        let header = backend_header(checksum).to_bytes();
         let mut iov = IoVecs::with_capacity(chain.readable.len() + 1);
         if direct.vnet_hdr {
             iov.push_host(&header);
@@ -1204,23 +1218,22 @@ fn receive_direct(
             stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
             0
         } else {
-            let mut header = [0u8; NET_HDR_LEN];
+            // The backend's header as it wrote it, or the device's own for a bare frame;
+            // either way the frame fills this one chain.
+            let mut header = NetHdr::PLAIN;
             if direct.vnet_hdr {
-                read_at(mem, &chain.writable, 0, &mut header)
+                let mut bytes = [0u8; NET_HDR_LEN];
+                read_at(mem, &chain.writable, 0, &mut bytes)
                     .ok_or(QueueError::Access("a receive buffer"))?;
-                if header[0] & NET_HDR_F_NEEDS_CSUM != 0 {
+                header = NetHdr::from_bytes(&bytes);
+                if header.flags & NET_HDR_F_NEEDS_CSUM != 0 {
                     stats.rx_csum_partial.fetch_add(1, Ordering::Relaxed);
-                } else if header[0] & NET_HDR_F_DATA_VALID != 0 {
+                } else if header.flags & NET_HDR_F_DATA_VALID != 0 {
                     stats.rx_csum_valid.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            header[10..12].copy_from_slice(&1u16.to_le_bytes()); // num_buffers
-            let (at, bytes) = if direct.vnet_hdr {
-                (10, &header[10..])
-            } else {
-                (0, &header[..])
-            };
-            write_at(mem, &chain.writable, at, bytes)
+            header.num_buffers = 1;
+            write_at(mem, &chain.writable, 0, &header.to_bytes())
                 .ok_or(QueueError::Access("a receive buffer"))?;
             stats.rx_frames.fetch_add(1, Ordering::Relaxed);
             n as u32
@@ -1237,16 +1250,15 @@ fn receive_direct(
 /// inside the frame — a hostile or broken driver's request is refused, never acted on.
 /// `DATA_VALID` and the GSO fields mean nothing on transmit and are ignored.
 fn tx_checksum(
-    header: &[u8; NET_HDR_LEN],
+    header: &NetHdr,
     head: u16,
     len: usize,
     csum: bool,
 ) -> Result<FrameChecksum, QueueError> {
-    if header[0] & NET_HDR_F_NEEDS_CSUM == 0 {
+    if header.flags & NET_HDR_F_NEEDS_CSUM == 0 {
         return Ok(FrameChecksum::Complete);
     }
-    let start = u16::from_le_bytes([header[6], header[7]]);
-    let offset = u16::from_le_bytes([header[8], header[9]]);
+    let (start, offset) = (header.csum_start, header.csum_offset);
     if !csum || usize::from(start) + usize::from(offset) + 2 > len {
         return Err(QueueError::BadChecksumRequest {
             head,
@@ -1272,17 +1284,7 @@ fn scatter(
     if (total as u64) > room {
         return Ok(None);
     }
-    let mut header = [0u8; NET_HDR_LEN];
-    match checksum {
-        FrameChecksum::Partial { start, offset } => {
-            header[0] = NET_HDR_F_NEEDS_CSUM;
-            header[6..8].copy_from_slice(&start.to_le_bytes());
-            header[8..10].copy_from_slice(&offset.to_le_bytes());
-        }
-        FrameChecksum::Verified => header[0] = NET_HDR_F_DATA_VALID,
-        FrameChecksum::Complete => {}
-    }
-    header[10] = 1; // num_buffers
+    let header = guest_header(checksum).to_bytes();
     // Header, then frame, across the buffers in order: slices copied whole.
     let parts: [&[u8]; 2] = [&header, frame];
     let (mut part, mut at) = (0, 0);
