@@ -29,7 +29,8 @@ pub enum NetOptionError {
     BadFaults(String),
 }
 
-/// Parses `--net-offload on|off`: whether to offer checksum offload (default on).
+/// Parses `--net-offload on|off`: whether to offer checksum and segmentation offload
+/// (default on).
 pub fn parse_offload(s: &str) -> Result<bool, String> {
     match s {
         "on" => Ok(true),

@@ -24,7 +24,9 @@
 //!   accesses the device cannot make sense of (not 32 bits, misaligned) break it.
 
 use super::backend::{Backend, Direct};
-use super::net::{Engine, PENDING_OUTPUT_RETRY, QUEUE_MAX, SLEEP_MAX, VirtioNet, sleep_bound};
+use super::net::{
+    Engine, Offload, PENDING_OUTPUT_RETRY, QUEUE_MAX, SLEEP_MAX, VirtioNet, sleep_bound,
+};
 use crate::guest::GuestMem;
 use ebb_abi::virtio::{
     DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, MMIO_BASE, MMIO_SLOT_SIZE, NET_HDR_LEN, features,
@@ -214,16 +216,17 @@ impl Guest {
 
     /// A device with `pairs` queue pairs; the ring helpers cover queues 0..3 only.
     fn with_pairs(pairs: u16) -> Guest {
-        Guest::build(pairs, false, None)
+        Guest::build(pairs, Offload::NONE, None)
     }
 
     /// One pair, checksum offload offered; with `faults`, the backend behind a fault
     /// injector making them both ways (as `--net-faults` does).
     fn with_offload(faults: Option<FaultConfig>) -> Guest {
-        Guest::build(1, true, faults)
+        Guest::build(1, Offload::CHECKSUM, faults)
     }
 
-    fn build(pairs: u16, offload: bool, faults: Option<FaultConfig>) -> Guest {
+    /// One pair over the in-memory backend (the copying path), offering `offload`.
+    fn build(pairs: u16, offload: Offload, faults: Option<FaultConfig>) -> Guest {
         let wire = Wire::default();
         let end = WireEnd {
             wire: wire.clone(),
@@ -244,6 +247,16 @@ impl Guest {
     /// virtio-net header on the socket and checksum offload offered when `vnet_hdr`;
     /// and the socket's other end, the "host".
     fn with_direct(vnet_hdr: bool) -> (Guest, UnixDatagram) {
+        let offload = if vnet_hdr {
+            Offload::CHECKSUM
+        } else {
+            Offload::NONE
+        };
+        Guest::with_direct_offering(vnet_hdr, offload)
+    }
+
+    /// [`with_direct`](Self::with_direct), offering `offload`.
+    fn with_direct_offering(vnet_hdr: bool, offload: Offload) -> (Guest, UnixDatagram) {
         let (ours, host) = UnixDatagram::pair().expect("a socket pair");
         ours.set_nonblocking(true).expect("non-blocking");
         host.set_nonblocking(true).expect("non-blocking");
@@ -252,12 +265,12 @@ impl Guest {
             vnet_hdr,
         });
         (
-            Guest::with_backend(1, vnet_hdr, backend, Wire::default()),
+            Guest::with_backend(1, offload, backend, Wire::default()),
             host,
         )
     }
 
-    fn with_backend(pairs: u16, offload: bool, backend: Box<dyn Backend>, wire: Wire) -> Guest {
+    fn with_backend(pairs: u16, offload: Offload, backend: Box<dyn Backend>, wire: Wire) -> Guest {
         let mmap = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), MEM as usize)])
             .expect("host memory for the fake guest");
         Guest {
@@ -1699,10 +1712,12 @@ fn a_direct_backend_with_a_header_gets_only_the_validated_checksum_request() {
     use ebb_abi::virtio::{NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM};
     let (mut g, host) = Guest::with_direct(true);
     start_with(&mut g, csum_features());
-    // The guest's header asks for a checksum and carries junk in the GSO fields: the
-    // backend sees NEEDS_CSUM and the two offsets, nothing else of it.
+    // The guest's header asks for a checksum, no segmentation, and carries junk in the
+    // fields that mean nothing then (hdr_len, gso_size, num_buffers): the backend sees
+    // NEEDS_CSUM and the two offsets, nothing else of it.
     let mut header = [0xaa; NET_HDR_LEN];
     header[0] = NET_HDR_F_NEEDS_CSUM;
+    header[1] = ebb_abi::virtio::NET_HDR_GSO_NONE;
     header[6..8].copy_from_slice(&14u16.to_le_bytes());
     header[8..10].copy_from_slice(&4u16.to_le_bytes());
     post_tx(&mut g, 0, BUF, &header, FRAME);
