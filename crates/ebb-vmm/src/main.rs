@@ -40,7 +40,8 @@ struct Args {
     #[arg(long, value_name = "SPEC")]
     net_faults: Option<String>,
     /// Checksum offload on the virtio-net device with a TAP backend (VIRTIO_NET_F_CSUM and
-    /// GUEST_CSUM through the TAP's virtio-net header): `on` (the default) or `off`.
+    /// GUEST_CSUM through the TAP's virtio-net header) and, without --net-faults, TCP
+    /// segmentation offload on transmit (HOST_TSO4): `on` (the default) or `off`.
     #[arg(long, value_name = "on|off", value_parser = net_options::parse_offload,
           default_value = "on", action = clap::ArgAction::Set)]
     net_offload: bool,

@@ -29,7 +29,8 @@ pub enum NetOptionError {
     BadFaults(String),
 }
 
-/// Parses `--net-offload on|off`: whether to offer checksum offload (default on).
+/// Parses `--net-offload on|off`: whether to offer checksum and segmentation offload
+/// (default on).
 pub fn parse_offload(s: &str) -> Result<bool, String> {
     match s {
         "on" => Ok(true),
@@ -110,5 +111,26 @@ mod tests {
             net_config(None, &[], Some("lose=1")),
             Err(NetOptionError::BadFaults(_))
         ));
+    }
+
+    #[test]
+    fn segmentation_offload_needs_checksum_offload_a_tap_and_no_fault_injector() {
+        let fwd: PortForward = "8080:80".parse().unwrap();
+        let config = |net, forwards: &[PortForward], faults, offload| NetConfig {
+            offload,
+            ..net_config(net, forwards, faults).unwrap().unwrap()
+        };
+        let offloads = |c: NetConfig| (c.checksum_offload(), c.segmentation_offload());
+        let tap = Some("tap=ebb0");
+        assert_eq!(offloads(config(tap, &[], None, true)), (true, true));
+        assert_eq!(
+            offloads(config(tap, &[], Some("seed=1"), true)),
+            (true, false)
+        );
+        assert_eq!(offloads(config(tap, &[], None, false)), (false, false));
+        assert_eq!(
+            offloads(config(Some("user"), &[fwd], None, true)),
+            (false, false)
+        );
     }
 }

@@ -74,8 +74,8 @@ pub struct NetConfig {
     pub mac: [u8; 6],
     /// Seeded faults between guest and backend (`--net-faults`).
     pub faults: Option<(ebb_net::phy::FaultConfig, u64)>,
-    /// Offer checksum offload where the backend can complete partial checksums (TAP
-    /// only; `--net-offload off` turns it off, for comparison).
+    /// Offer checksum offload and TCP segmentation offload where the backend can honour
+    /// them (TAP only; `--net-offload off` turns both off, for comparison).
     pub offload: bool,
 }
 
@@ -84,6 +84,23 @@ impl NetConfig {
     /// `virtio::net`, "Checksum offload", for why not with passt).
     pub fn checksum_offload(&self) -> bool {
         self.offload && matches!(self.backend, NetBackend::Tap(_))
+    }
+
+    /// Whether the device offers TCP segmentation offload on transmit (HOST_TSO4): with
+    /// checksum offload (the TAP then has a virtio-net header to carry the request) and
+    /// no `--net-faults` (the injector takes the copying path, which hands the TAP bare
+    /// frames). See `virtio::net`, "Segmentation offload".
+    pub fn segmentation_offload(&self) -> bool {
+        self.checksum_offload() && self.faults.is_none()
+    }
+
+    /// What the device offers: [`checksum_offload`](Self::checksum_offload) and
+    /// [`segmentation_offload`](Self::segmentation_offload).
+    pub fn device_offload(&self) -> crate::virtio::Offload {
+        crate::virtio::Offload {
+            checksum: self.checksum_offload(),
+            tso4: self.segmentation_offload(),
+        }
     }
 }
 
@@ -327,18 +344,21 @@ pub fn net_summary(shared: &Shared) -> Option<String> {
             out
         })
         .unwrap_or_default();
-    // Checksum offload: what was offered and negotiated (1 or 0), and how many frames
-    // used it.
-    let bit = |bits: u64, b| bits & ebb_abi::virtio::features::bit(b) != 0;
-    let negotiated = net.features().unwrap_or(0);
-    let onoff = |on: bool| u8::from(on);
+    // Checksum and segmentation offload: what was offered and negotiated (1 or 0), and
+    // how many frames used it.
+    use ebb_abi::virtio::features::{NET_CSUM, NET_GUEST_CSUM, NET_HOST_TSO4, bit};
+    let has = |bits: u64, b| u8::from(bits & bit(b) != 0);
+    let (offered, negotiated) = (net.offered(), net.features().unwrap_or(0));
     let csum = format!(
-        " csum_offered={} csum={} guest_csum={} tx_csum_partial={} rx_csum_partial={} \
-         rx_csum_valid={}",
-        onoff(bit(net.offered(), ebb_abi::virtio::features::NET_CSUM)),
-        onoff(bit(negotiated, ebb_abi::virtio::features::NET_CSUM)),
-        onoff(bit(negotiated, ebb_abi::virtio::features::NET_GUEST_CSUM)),
+        " csum_offered={} csum={} guest_csum={} tso4_offered={} tso4={} tx_csum_partial={} \
+         tx_gso={} rx_csum_partial={} rx_csum_valid={}",
+        has(offered, NET_CSUM),
+        has(negotiated, NET_CSUM),
+        has(negotiated, NET_GUEST_CSUM),
+        has(offered, NET_HOST_TSO4),
+        has(negotiated, NET_HOST_TSO4),
         get(&s.tx_csum_partial),
+        get(&s.tx_gso),
         get(&s.rx_csum_partial),
         get(&s.rx_csum_valid),
     );
@@ -568,7 +588,7 @@ impl Vm {
                     crate::virtio::VirtioNet::new(
                         net.mac,
                         layout.cpus as u16,
-                        net.checksum_offload(),
+                        net.device_offload(),
                     )
                     .map_err(os("creating the virtio-net control eventfd"))?,
                 );

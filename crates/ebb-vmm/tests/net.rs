@@ -302,6 +302,7 @@ fn passt_runs(faults: &str, as_nobody: bool) -> Vec<Counters> {
         assert_healthy(&counters, &output);
         // No offload with passt (see `virtio::net`, "Checksum offload").
         assert_eq!(counters.get("csum_offered"), Some(&0), "{output}");
+        assert_eq!(counters.get("tso4_offered"), Some(&0), "{output}");
         eprintln!("{cpus} vCPUs: {counters:?}");
         all.push(counters);
     }
@@ -597,7 +598,9 @@ fn tap_in_a_namespace_ping_and_concurrent_echoes() {
 /// The monitor's checksum-offload counters after a TAP run: with `offload`, CSUM and
 /// GUEST_CSUM offered and negotiated by the guest's driver, and partial checksums from
 /// the guest handed to the TAP; toward the guest too, unless a fault injector stands
-/// between (it takes the backend's frames with complete checksums, `faulty`).
+/// between (it takes the backend's frames with complete checksums, `faulty`). HOST_TSO4
+/// is offered with offload and no injector; whether the driver takes it is its choice,
+/// but no frame asks for segmentation unless it did.
 fn assert_checksum_offload(counters: &Counters, offload: bool, faulty: bool, output: &str) {
     let get = |k: &str| {
         *counters
@@ -627,6 +630,16 @@ fn assert_checksum_offload(counters: &Counters, offload: bool, faulty: bool, out
             get("rx_fault_corrupted") > 0 && get("tx_fault_corrupted") > 0,
             "{counters:?}"
         );
+    }
+    let tso4_offered = u64::from(offload && !faulty);
+    assert_eq!(
+        get("tso4_offered"),
+        tso4_offered,
+        "HOST_TSO4 offered\n{output}"
+    );
+    assert!(get("tso4") <= tso4_offered, "{counters:?}");
+    if get("tso4") == 0 {
+        assert_eq!(get("tx_gso"), 0, "{counters:?}");
     }
 }
 

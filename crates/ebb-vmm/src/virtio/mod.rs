@@ -6,7 +6,7 @@ pub mod net;
 pub mod queue;
 
 pub use backend::{Backend, BackendError, PortForward};
-pub use net::{IoThread, NetStats, VirtioNet};
+pub use net::{IoThread, NetStats, Offload, VirtioNet};
 
 #[cfg(test)]
 mod tests;

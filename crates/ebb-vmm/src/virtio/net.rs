@@ -3,13 +3,14 @@
 //!
 //! * **Transport.** Modern virtio-MMIO at [`MMIO_BASE`] (slot 0; other slots read as
 //!   absent). Offers VERSION_1, RING_EVENT_IDX, MAC, STATUS, MTU, MQ and CTRL_VQ, one queue
-//!   pair per vCPU, and CSUM and GUEST_CSUM when the backend completes partial checksums
-//!   (see "Checksum offload" below). Writing 0 to Status resets; features outside the offer (or without
-//!   VERSION_1 and RING_EVENT_IDX) are refused by leaving FEATURES_OK clear; feature
-//!   writes after FEATURES_OK and queue registers of a ready queue or after DRIVER_OK are
-//!   ignored. A bad access, DRIVER_OK without FEATURES_OK or a bad ring or chain marks the
-//!   device broken (DEVICE_NEEDS_RESET, one log line naming the queue and the fault); the
-//!   VM keeps running.
+//!   pair per vCPU, CSUM and GUEST_CSUM when the backend completes partial checksums (see
+//!   "Checksum offload" below), and HOST_TSO4 when it also segments (see "Segmentation
+//!   offload"). Writing 0 to Status resets; features outside the offer (or without
+//!   VERSION_1 and RING_EVENT_IDX, or HOST_TSO4 without CSUM) are refused by leaving
+//!   FEATURES_OK clear; feature writes after FEATURES_OK and queue registers of a ready
+//!   queue or after DRIVER_OK are ignored. A bad access, DRIVER_OK without FEATURES_OK or a
+//!   bad ring or chain marks the device broken (DEVICE_NEEDS_RESET, one log line naming the
+//!   queue and the fault); the VM keeps running.
 //! * **Kicks** from the guest arrive on ioeventfds (one per queue; registered by the VM)
 //!   and are suppressed with EVENT_IDX while the I/O thread polls: it asks for kicks
 //!   (`avail_event`) only just before it sleeps.
@@ -45,16 +46,34 @@
 //!   never marked `DATA_VALID` nor completed over the corrupted bytes, so the guest's
 //!   stack or Linux's catches it. No backend is ever handed an incomplete checksum
 //!   it has not said it completes.
+//! * **Segmentation offload (TSO) on transmit.** With HOST_TSO4 the driver may send one
+//!   TCPv4 frame of up to 64 KiB (an Ethernet header and an IPv4 packet of up to 65,535
+//!   bytes) instead of MTU-sized segments; the header says how to cut it (`gso_type` TCPV4,
+//!   `hdr_len` bytes of Ethernet, IPv4 and TCP headers to repeat, `gso_size` payload bytes
+//!   per segment) and, as the spec requires, has `NEEDS_CSUM` on the TCP checksum, to be
+//!   completed in every segment. The device does not cut: it hands the request on in the
+//!   TAP's header with the usual single `writev`, and Linux segments where it has to. So it
+//!   is offered only where the request reaches a TAP's header unchanged — checksum offload
+//!   on and the direct path, not with `--net-faults` (`NetConfig::segmentation_offload`) —
+//!   and the copying path refuses any GSO request as not negotiated. Validated before
+//!   anything is written ([`QueueError::BadGsoRequest`], the device broken as for a bad
+//!   chain): TCPV4 only with HOST_TSO4 negotiated and `NEEDS_CSUM` (itself validated as
+//!   above), `gso_size` at least 1, `hdr_len` inside the frame; the ECN bit and every other
+//!   type (UDP, TCPv6, undefined) are refused. A chain may then hold 12 + 14 + 65,535 bytes
+//!   instead of 64 KiB. The backend's header is the device's own (`backend_header`), built
+//!   from those validated fields only. Linux checks the frame's own headers against the
+//!   request when it segments; what it cannot know is what was negotiated here.
 
 use super::backend::{Backend, Direct};
-use super::queue::{Buf, Chain, DeviceQueue, Direction, QueueConfig, QueueError};
+use super::queue::{Buf, Chain, DeviceQueue, Direction, GsoFault, QueueConfig, QueueError};
 use crate::guest::GuestMem;
 use crate::sys::IoVecs;
 use crate::vm::Shared;
 use ebb_abi::virtio::{
     DEVICE_ID_NET, MAGIC, MMIO_BASE, MMIO_SLOT_SIZE, MMIO_VERSION, NET_CTRL_MQ,
-    NET_CTRL_MQ_VQ_PAIRS_SET, NET_ERR, NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NET_HDR_LEN,
-    NET_OK, NET_S_LINK_UP, VENDOR_ID_EBB, features, regs, status,
+    NET_CTRL_MQ_VQ_PAIRS_SET, NET_ERR, NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM,
+    NET_HDR_GSO_NONE, NET_HDR_GSO_TCPV4, NET_HDR_LEN, NET_OK, NET_S_LINK_UP, NetHdr, VENDOR_ID_EBB,
+    features, regs, status,
 };
 use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
 use ebb_net::phy::{FaultCounts, FaultStats, FrameChecksum};
@@ -97,6 +116,9 @@ pub struct NetStats {
     pub tx_dropped: AtomicU64,
     /// Frames from the guest with `NEEDS_CSUM`, handed to the backend to complete.
     pub tx_csum_partial: AtomicU64,
+    /// Frames from the guest with a GSO request (HOST_TSO4), handed to the backend to cut
+    /// into TCP segments.
+    pub tx_gso: AtomicU64,
     /// Frames to the guest with `NEEDS_CSUM` (a partial checksum from a local sender).
     pub rx_csum_partial: AtomicU64,
     /// Frames to the guest with `DATA_VALID`.
@@ -176,12 +198,44 @@ struct Transport {
     epoch: u64,
 }
 
+/// The offloads a device offers, as far as its backend can honour them (see the module
+/// docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Offload {
+    /// CSUM and GUEST_CSUM: the backend takes and gives per-frame checksum state (a TAP
+    /// with a virtio-net header).
+    pub checksum: bool,
+    /// HOST_TSO4: the backend cuts TCPv4 frames of up to 64 KiB into segments itself —
+    /// only a direct backend with a virtio-net header, which hands the request on (a TAP
+    /// without `--net-faults`). Offered only together with `checksum`, which the spec
+    /// makes it depend on.
+    pub tso4: bool,
+}
+
+impl Offload {
+    /// No offload: every frame complete and at most an MTU long.
+    pub const NONE: Offload = Offload {
+        checksum: false,
+        tso4: false,
+    };
+    /// Checksum offload only.
+    pub const CHECKSUM: Offload = Offload {
+        checksum: true,
+        tso4: false,
+    };
+    /// Checksum offload and TCPv4 segmentation on transmit.
+    pub const CHECKSUM_AND_TSO4: Offload = Offload {
+        checksum: true,
+        tso4: true,
+    };
+}
+
 /// The device: see the module docs.
 pub struct VirtioNet {
     mac: [u8; 6],
     pairs: u16,
-    /// CSUM and GUEST_CSUM are offered (the backend completes partial checksums).
-    offload: bool,
+    /// What the device offers beyond the basics.
+    offload: Offload,
     transport: Mutex<Transport>,
     /// Tells a sleeping I/O thread that the transport changed.
     control: EventFd,
@@ -200,11 +254,11 @@ impl std::fmt::Debug for VirtioNet {
     }
 }
 
-/// The features the device offers; with `offload`, CSUM and GUEST_CSUM too.
-fn offered_features(offload: bool) -> u64 {
-    let csum = [features::NET_CSUM, features::NET_GUEST_CSUM];
-    let csum = if offload { &csum[..] } else { &[] };
-    [
+/// The features the device offers: the basics, and those of `offload` (HOST_TSO4 only
+/// with CSUM, which it depends on).
+fn offered_features(offload: Offload) -> u64 {
+    let bits = |list: &[u32]| list.iter().fold(0, |acc, &bit| acc | features::bit(bit));
+    let mut offered = bits(&[
         features::VERSION_1,
         features::RING_EVENT_IDX,
         features::NET_MAC,
@@ -212,17 +266,20 @@ fn offered_features(offload: bool) -> u64 {
         features::NET_MTU,
         features::NET_MQ,
         features::NET_CTRL_VQ,
-    ]
-    .iter()
-    .chain(csum)
-    .fold(0, |acc, &bit| acc | features::bit(bit))
+    ]);
+    if offload.checksum {
+        offered |= bits(&[features::NET_CSUM, features::NET_GUEST_CSUM]);
+        if offload.tso4 {
+            offered |= bits(&[features::NET_HOST_TSO4]);
+        }
+    }
+    offered
 }
 
 impl VirtioNet {
-    /// A device with `pairs` queue pairs (one per vCPU) and MAC `mac`; with `offload`,
-    /// it offers checksum offload (only for a backend that completes partial checksums:
-    /// see the module docs).
-    pub fn new(mac: [u8; 6], pairs: u16, offload: bool) -> std::io::Result<VirtioNet> {
+    /// A device with `pairs` queue pairs (one per vCPU) and MAC `mac`, offering `offload`
+    /// (only what the backend can honour: see [`Offload`] and the module docs).
+    pub fn new(mac: [u8; 6], pairs: u16, offload: Offload) -> std::io::Result<VirtioNet> {
         Ok(VirtioNet {
             mac,
             pairs,
@@ -401,8 +458,14 @@ impl VirtioNet {
             // does not follow.
             let required =
                 features::bit(features::VERSION_1) | features::bit(features::RING_EVENT_IDX);
+            // Segmentation needs the segments' checksums completed (virtio 1.2 §5.1.3.1:
+            // HOST_TSO4 requires CSUM).
+            let tso4 = features::bit(features::NET_HOST_TSO4);
+            let tso4_without_csum = t.driver_features & tso4 != 0
+                && t.driver_features & features::bit(features::NET_CSUM) == 0;
             let acceptable = t.driver_features & !self.offered() == 0
-                && t.driver_features & required == required;
+                && t.driver_features & required == required
+                && !tso4_without_csum;
             if !acceptable {
                 value &= !status::FEATURES_OK;
             }
@@ -665,7 +728,10 @@ impl Engine {
         };
         let outgoing = &mut self.outgoing;
         let outgoing_checksums = &mut self.outgoing_checksums;
-        let csum = self.features & features::bit(features::NET_CSUM) != 0;
+        let negotiated = TxOffload {
+            csum: self.features & features::bit(features::NET_CSUM) != 0,
+            tso4: self.features & features::bit(features::NET_HOST_TSO4) != 0,
+        };
         let guest_csum = self.features & features::bit(features::NET_GUEST_CSUM) != 0;
         let mut worked = false;
         // Control commands.
@@ -693,29 +759,40 @@ impl Engine {
             let on = on(2 * p + 1, pairs);
             let backend = &mut backends[p.min(n_backends - 1)];
             if let Some(direct) = backend.direct() {
-                let (moved, returned) =
-                    transmit_direct(mem, tx, &mut pair.held_tx, direct, csum, &device.stats)
-                        .map_err(&on)?;
+                let (moved, returned) = transmit_direct(
+                    mem,
+                    tx,
+                    &mut pair.held_tx,
+                    direct,
+                    negotiated,
+                    &device.stats,
+                )
+                .map_err(&on)?;
                 worked |= moved;
                 if wake_asked(mem, tx, returned).map_err(&on)? {
                     wake(p);
                 }
                 continue;
             }
+            // The copying path hands a backend frames and checksum states, never a GSO
+            // request (HOST_TSO4 is offered only for a direct backend): one is refused as
+            // not negotiated, and a chain may hold no more than without HOST_TSO4.
+            let copying = TxOffload {
+                tso4: false,
+                ..negotiated
+            };
             let mut returned = None;
             while outgoing.len() < 256 {
                 let Some(chain) = tx.pop(mem).map_err(&on)? else {
                     break;
                 };
-                let (frame, header) = gather(mem, &chain).map_err(&on)?;
-                let checksum = tx_checksum(&header, chain.head, frame.len(), csum).map_err(&on)?;
-                if checksum != FrameChecksum::Complete {
-                    device.stats.tx_csum_partial.fetch_add(1, Ordering::Relaxed);
-                }
+                let (frame, header) = gather(mem, &chain, copying).map_err(&on)?;
+                let request = tx_request(&header, chain.head, frame.len(), copying).map_err(&on)?;
+                request.count(&device.stats);
                 let old = tx.push_used(mem, chain.head, 0).map_err(&on)?;
                 returned.get_or_insert(old);
                 outgoing.push_back(IOBufChain::from(frame));
-                outgoing_checksums.push_back(checksum);
+                outgoing_checksums.push_back(request.checksum);
                 worked = true;
             }
             if wake_asked(mem, tx, returned).map_err(&on)? {
@@ -973,31 +1050,64 @@ pub(crate) fn shares_cpus_with_vcpus(vcpus: usize) -> bool {
     rustix::thread::sched_getaffinity(None).is_ok_and(|set| set.count() as usize <= vcpus)
 }
 
-/// Largest transmit chain, header included: no segmentation offload is offered, so a
-/// frame is at most the MTU and an Ethernet header; this is generous.
+/// Largest transmit chain, header included, without segmentation offload: a frame is
+/// then at most the MTU and an Ethernet header; this is generous.
 const TX_CHAIN_MAX: u64 = 65_536;
+/// Largest transmit chain with HOST_TSO4: the header, an Ethernet header and the largest
+/// IPv4 packet (its 16-bit total length), which the backend cuts into segments.
+const TX_CHAIN_MAX_TSO4: u64 = (NET_HDR_LEN + 14 + 65_535) as u64;
+
+/// What the driver negotiated that bears on one transmit path: what its headers may ask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TxOffload {
+    /// CSUM: `NEEDS_CSUM` is allowed.
+    csum: bool,
+    /// HOST_TSO4, on a path whose backend is handed the request: TCPv4 GSO requests and
+    /// frames up to [`TX_CHAIN_MAX_TSO4`] are allowed.
+    tso4: bool,
+}
+
+impl TxOffload {
+    /// The most bytes a transmit chain may hold.
+    fn chain_max(self) -> u64 {
+        if self.tso4 {
+            TX_CHAIN_MAX_TSO4
+        } else {
+            TX_CHAIN_MAX
+        }
+    }
+}
 
 /// A transmit chain's virtio-net header and the length of the frame behind it. A chain
-/// with no frame in it (the header or less) or too long for one is the driver's error,
-/// not a frame to drop silently.
-fn chain_header(mem: &GuestMem, chain: &Chain) -> Result<([u8; NET_HDR_LEN], usize), QueueError> {
+/// with no frame in it (the header or less) or too long for one (`offload` says how long
+/// one may be) is the driver's error, not a frame to drop silently.
+fn chain_header(
+    mem: &GuestMem,
+    chain: &Chain,
+    offload: TxOffload,
+) -> Result<(NetHdr, usize), QueueError> {
     let total: u64 = chain.readable.iter().map(|b| u64::from(b.len)).sum();
-    if total <= NET_HDR_LEN as u64 || total > TX_CHAIN_MAX {
+    let max = offload.chain_max();
+    if total <= NET_HDR_LEN as u64 || total > max {
         return Err(QueueError::NotAFrame {
             head: chain.head,
             len: total,
-            max: TX_CHAIN_MAX,
+            max,
         });
     }
     let mut header = [0u8; NET_HDR_LEN];
     read_at(mem, &chain.readable, 0, &mut header).ok_or(QueueError::Access("a transmit buffer"))?;
-    Ok((header, total as usize - NET_HDR_LEN))
+    Ok((NetHdr::from_bytes(&header), total as usize - NET_HDR_LEN))
 }
 
 /// The frame of a transmit chain (its bytes after the virtio-net header) and the header,
 /// copied out once each.
-fn gather(mem: &GuestMem, chain: &Chain) -> Result<(IOBuf, [u8; NET_HDR_LEN]), QueueError> {
-    let (header, len) = chain_header(mem, chain)?;
+fn gather(
+    mem: &GuestMem,
+    chain: &Chain,
+    offload: TxOffload,
+) -> Result<(IOBuf, NetHdr), QueueError> {
+    let (header, len) = chain_header(mem, chain, offload)?;
     let mut frame = vec![0u8; len];
     read_at(mem, &chain.readable, NET_HDR_LEN, &mut frame)
         .ok_or(QueueError::Access("a transmit buffer"))?;
@@ -1065,16 +1175,35 @@ fn push_chain<'a>(
     Ok(())
 }
 
-/// The virtio-net header a backend is handed with a frame in `checksum` state (only
-/// `NEEDS_CSUM` and its two offsets: nothing else of the guest's header goes through).
-fn backend_header(checksum: FrameChecksum) -> [u8; NET_HDR_LEN] {
-    let mut header = [0u8; NET_HDR_LEN];
-    if let FrameChecksum::Partial { start, offset } = checksum {
-        header[0] = NET_HDR_F_NEEDS_CSUM;
-        header[6..8].copy_from_slice(&start.to_le_bytes());
-        header[8..10].copy_from_slice(&offset.to_le_bytes());
+/// The virtio-net header a backend is handed with a frame the guest sent with
+/// `request` (validated by [`tx_request`]): `NEEDS_CSUM` and its two offsets, the GSO
+/// type and sizes — nothing else of the guest's header goes through.
+fn backend_header(request: TxRequest) -> NetHdr {
+    let header = match request.checksum {
+        FrameChecksum::Partial { start, offset } => NetHdr::needs_csum(start, offset),
+        FrameChecksum::Complete | FrameChecksum::Verified => NetHdr::PLAIN,
+    };
+    match request.gso {
+        Some(Tcpv4Gso { hdr_len, gso_size }) => header.with_tcpv4_gso(hdr_len, gso_size),
+        None => header,
     }
-    header
+}
+
+/// The virtio-net header in front of a frame to the guest in `checksum` state (one
+/// buffer per frame: no MRG_RXBUF).
+fn guest_header(checksum: FrameChecksum) -> NetHdr {
+    let header = match checksum {
+        FrameChecksum::Partial { start, offset } => NetHdr::needs_csum(start, offset),
+        FrameChecksum::Verified => NetHdr {
+            flags: NET_HDR_F_DATA_VALID,
+            ..NetHdr::PLAIN
+        },
+        FrameChecksum::Complete => NetHdr::PLAIN,
+    };
+    NetHdr {
+        num_buffers: 1,
+        ..header
+    }
 }
 
 /// Whether the driver asked to be woken for the used entries returned this round, the
@@ -1090,18 +1219,26 @@ fn wake_asked(mem: &GuestMem, q: &DeviceQueue, returned: Option<u16>) -> Result<
 const DIRECT_BATCH: usize = 64;
 
 /// Transmit on a direct backend: each chain goes to the backend with one `writev` of the
-/// device's own header (validated, see [`backend_header`]) and the guest's frame
+/// device's own header (validated, see `backend_header`) and the guest's frame
 /// buffers, no copy in between. A chain the backend refuses (full) is kept in `held` and
-/// written first next round. Returns whether a chain moved and the used index before
-/// the first one returned (for [`DeviceQueue::needs_notification`]).
+/// written first next round. `negotiated`: what the driver's headers may ask for. Returns
+/// whether a chain moved and the used index before the first one returned (for
+/// [`DeviceQueue::needs_notification`]).
 fn transmit_direct(
     mem: &GuestMem,
     tx: &mut DeviceQueue,
     held: &mut Option<Chain>,
     direct: Direct<'_>,
-    csum: bool,
+    negotiated: TxOffload,
     stats: &NetStats,
 ) -> Result<(bool, Option<u16>), QueueError> {
+    // A GSO request reaches the backend only in its header (HOST_TSO4 is offered only
+    // for a backend with one; this keeps a backend without one from ever being handed
+    // a frame to segment).
+    let offload = TxOffload {
+        tso4: negotiated.tso4 && direct.vnet_hdr,
+        ..negotiated
+    };
     let (mut worked, mut returned) = (false, None);
     for _ in 0..DIRECT_BATCH {
         let chain = match held.take() {
@@ -1111,11 +1248,11 @@ fn transmit_direct(
                 None => break,
             },
         };
-        let (header, len) = chain_header(mem, &chain)?;
-        let checksum = tx_checksum(&header, chain.head, len, csum)?;
+        let (header, len) = chain_header(mem, &chain, offload)?;
+        let request = tx_request(&header, chain.head, len, offload)?;
         // CSUM is offered only with a backend that has a header to carry NEEDS_CSUM.
-        debug_assert!(direct.vnet_hdr || checksum == FrameChecksum::Complete);
-        let header = backend_header(checksum);
+        debug_assert!(direct.vnet_hdr || request.checksum == FrameChecksum::Complete);
+        let header = backend_header(request).to_bytes();
         let mut iov = IoVecs::with_capacity(chain.readable.len() + 1);
         if direct.vnet_hdr {
             iov.push_host(&header);
@@ -1130,9 +1267,7 @@ fn transmit_direct(
         match iov.write_to(direct.fd) {
             Ok(_) => {
                 stats.tx_frames.fetch_add(1, Ordering::Relaxed);
-                if checksum != FrameChecksum::Complete {
-                    stats.tx_csum_partial.fetch_add(1, Ordering::Relaxed);
-                }
+                request.count(stats);
             }
             Err(Errno::AGAIN | Errno::INTR) => {
                 *held = Some(chain);
@@ -1204,23 +1339,22 @@ fn receive_direct(
             stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
             0
         } else {
-            let mut header = [0u8; NET_HDR_LEN];
+            // The backend's header as it wrote it, or the device's own for a bare frame;
+            // either way the frame fills this one chain.
+            let mut header = NetHdr::PLAIN;
             if direct.vnet_hdr {
-                read_at(mem, &chain.writable, 0, &mut header)
+                let mut bytes = [0u8; NET_HDR_LEN];
+                read_at(mem, &chain.writable, 0, &mut bytes)
                     .ok_or(QueueError::Access("a receive buffer"))?;
-                if header[0] & NET_HDR_F_NEEDS_CSUM != 0 {
+                header = NetHdr::from_bytes(&bytes);
+                if header.flags & NET_HDR_F_NEEDS_CSUM != 0 {
                     stats.rx_csum_partial.fetch_add(1, Ordering::Relaxed);
-                } else if header[0] & NET_HDR_F_DATA_VALID != 0 {
+                } else if header.flags & NET_HDR_F_DATA_VALID != 0 {
                     stats.rx_csum_valid.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            header[10..12].copy_from_slice(&1u16.to_le_bytes()); // num_buffers
-            let (at, bytes) = if direct.vnet_hdr {
-                (10, &header[10..])
-            } else {
-                (0, &header[..])
-            };
-            write_at(mem, &chain.writable, at, bytes)
+            header.num_buffers = 1;
+            write_at(mem, &chain.writable, 0, &header.to_bytes())
                 .ok_or(QueueError::Access("a receive buffer"))?;
             stats.rx_frames.fetch_add(1, Ordering::Relaxed);
             n as u32
@@ -1232,21 +1366,66 @@ fn receive_direct(
     Ok((worked, returned))
 }
 
-/// What a transmit header asks of a frame of `len` bytes: `Partial` for `NEEDS_CSUM`,
-/// which must have been negotiated (`csum`) and must put the two-byte checksum field
-/// inside the frame — a hostile or broken driver's request is refused, never acted on.
-/// `DATA_VALID` and the GSO fields mean nothing on transmit and are ignored.
+/// What a validated transmit header asks the backend to do with its frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TxRequest {
+    /// `Partial` for `NEEDS_CSUM`.
+    checksum: FrameChecksum,
+    /// Cut the frame into TCPv4 segments (HOST_TSO4); `None`: send it as it is.
+    gso: Option<Tcpv4Gso>,
+}
+
+/// A TCPv4 segmentation request, as the backend's header carries it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tcpv4Gso {
+    /// Bytes of the Ethernet, IPv4 and TCP headers, repeated in front of each segment.
+    hdr_len: u16,
+    /// TCP payload bytes per segment (the last may have fewer).
+    gso_size: u16,
+}
+
+impl TxRequest {
+    /// Counts a frame sent with this request.
+    fn count(self, stats: &NetStats) {
+        if self.checksum != FrameChecksum::Complete {
+            stats.tx_csum_partial.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.gso.is_some() {
+            stats.tx_gso.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The ECN bit of `gso_type` (`VIRTIO_NET_HDR_GSO_ECN`; HOST_ECN is not offered).
+const GSO_ECN: u8 = 0x80;
+
+/// What a transmit header asks of a frame of `len` bytes, given what the driver may ask
+/// for (`offload`). A hostile or broken driver's request is refused, never acted on:
+/// see [`tx_checksum`] and [`tx_gso`]. `DATA_VALID`, and `hdr_len` and `gso_size`
+/// without GSO, mean nothing on transmit and are ignored.
+fn tx_request(
+    header: &NetHdr,
+    head: u16,
+    len: usize,
+    offload: TxOffload,
+) -> Result<TxRequest, QueueError> {
+    let checksum = tx_checksum(header, head, len, offload.csum)?;
+    let gso = tx_gso(header, checksum, head, len, offload.tso4)?;
+    Ok(TxRequest { checksum, gso })
+}
+
+/// `Partial` for `NEEDS_CSUM`, which must have been negotiated (`csum`) and must put the
+/// two-byte checksum field inside the frame of `len` bytes.
 fn tx_checksum(
-    header: &[u8; NET_HDR_LEN],
+    header: &NetHdr,
     head: u16,
     len: usize,
     csum: bool,
 ) -> Result<FrameChecksum, QueueError> {
-    if header[0] & NET_HDR_F_NEEDS_CSUM == 0 {
+    if header.flags & NET_HDR_F_NEEDS_CSUM == 0 {
         return Ok(FrameChecksum::Complete);
     }
-    let start = u16::from_le_bytes([header[6], header[7]]);
-    let offset = u16::from_le_bytes([header[8], header[9]]);
+    let (start, offset) = (header.csum_start, header.csum_offset);
     if !csum || usize::from(start) + usize::from(offset) + 2 > len {
         return Err(QueueError::BadChecksumRequest {
             head,
@@ -1257,6 +1436,44 @@ fn tx_checksum(
         });
     }
     Ok(FrameChecksum::Partial { start, offset })
+}
+
+/// The segmentation a header asks for, if any: only TCPv4 (`tso4`: HOST_TSO4 negotiated
+/// on a path that hands the request on), only with a partial checksum to complete in
+/// each segment, segments of at least one byte and headers inside the frame of `len`
+/// bytes. Everything else — UDP, TCPv6, undefined types, the ECN bit — was not offered.
+/// Linux checks the headers themselves when it segments; these are the checks it cannot
+/// make for us: what was negotiated.
+fn tx_gso(
+    header: &NetHdr,
+    checksum: FrameChecksum,
+    head: u16,
+    len: usize,
+    tso4: bool,
+) -> Result<Option<Tcpv4Gso>, QueueError> {
+    let fault = match header.gso_type {
+        NET_HDR_GSO_NONE => return Ok(None),
+        NET_HDR_GSO_TCPV4 if !tso4 => GsoFault::Tso4NotNegotiated,
+        NET_HDR_GSO_TCPV4 if checksum == FrameChecksum::Complete => GsoFault::WithoutNeedsCsum,
+        NET_HDR_GSO_TCPV4 if header.gso_size == 0 => GsoFault::ZeroSegmentSize,
+        NET_HDR_GSO_TCPV4 if usize::from(header.hdr_len) > len => GsoFault::HeadersPastTheFrame,
+        NET_HDR_GSO_TCPV4 => {
+            return Ok(Some(Tcpv4Gso {
+                hdr_len: header.hdr_len,
+                gso_size: header.gso_size,
+            }));
+        }
+        t if t & GSO_ECN != 0 => GsoFault::Ecn,
+        _ => GsoFault::UnknownType,
+    };
+    Err(QueueError::BadGsoRequest {
+        head,
+        gso_type: header.gso_type,
+        hdr_len: header.hdr_len,
+        gso_size: header.gso_size,
+        len,
+        fault,
+    })
 }
 
 /// Writes the header and `frame` into a receive chain; the bytes written, or `None` if
@@ -1272,17 +1489,7 @@ fn scatter(
     if (total as u64) > room {
         return Ok(None);
     }
-    let mut header = [0u8; NET_HDR_LEN];
-    match checksum {
-        FrameChecksum::Partial { start, offset } => {
-            header[0] = NET_HDR_F_NEEDS_CSUM;
-            header[6..8].copy_from_slice(&start.to_le_bytes());
-            header[8..10].copy_from_slice(&offset.to_le_bytes());
-        }
-        FrameChecksum::Verified => header[0] = NET_HDR_F_DATA_VALID,
-        FrameChecksum::Complete => {}
-    }
-    header[10] = 1; // num_buffers
+    let header = guest_header(checksum).to_bytes();
     // Header, then frame, across the buffers in order: slices copied whole.
     let parts: [&[u8]; 2] = [&header, frame];
     let (mut part, mut at) = (0, 0);

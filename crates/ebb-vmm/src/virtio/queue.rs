@@ -163,9 +163,54 @@ pub enum QueueError {
         /// Whether CSUM was negotiated.
         negotiated: bool,
     },
+    /// A transmit header asking for segmentation (GSO) the device cannot do or must not
+    /// hand on: see [`GsoFault`].
+    #[error(
+        "transmit chain {head}: gso_type {gso_type:#04x} with hdr_len {hdr_len} and gso_size \
+         {gso_size} in a {len}-byte frame: {fault}"
+    )]
+    BadGsoRequest {
+        /// Its head.
+        head: u16,
+        /// `gso_type`, as the driver wrote it.
+        gso_type: u8,
+        /// `hdr_len`.
+        hdr_len: u16,
+        /// `gso_size`.
+        gso_size: u16,
+        /// The frame's length.
+        len: usize,
+        /// What is wrong with the request.
+        fault: GsoFault,
+    },
     /// Guest memory could not be read where the ring says.
     #[error("cannot access the {0} in guest memory")]
     Access(&'static str),
+}
+
+/// What is wrong with a transmit header's GSO request ([`QueueError::BadGsoRequest`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GsoFault {
+    /// TCPv4 segmentation asked of a device that did not agree to do it.
+    #[error("TCPV4 without VIRTIO_NET_F_HOST_TSO4 negotiated")]
+    Tso4NotNegotiated,
+    /// Segments whose checksums nobody is asked to complete (virtio 1.2 §5.1.6.2.1: a
+    /// GSO frame must have NEEDS_CSUM).
+    #[error("GSO without NEEDS_CSUM")]
+    WithoutNeedsCsum,
+    /// The ECN bit (0x80): a segment of a frame with TCP's CWR flag, which needs
+    /// VIRTIO_NET_F_HOST_ECN; not offered.
+    #[error("the ECN bit without VIRTIO_NET_F_HOST_ECN, which is not offered")]
+    Ecn,
+    /// UDP, TCPv6 or an undefined type: nothing the device offers.
+    #[error("a gso_type the device does not offer (only TCPV4, 1)")]
+    UnknownType,
+    /// Segments of no payload at all.
+    #[error("gso_size 0")]
+    ZeroSegmentSize,
+    /// Headers said to be longer than the frame that holds them.
+    #[error("hdr_len past the end of the frame")]
+    HeadersPastTheFrame,
 }
 
 /// A raw descriptor as the guest wrote it.

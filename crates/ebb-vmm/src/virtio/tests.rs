@@ -24,7 +24,9 @@
 //!   accesses the device cannot make sense of (not 32 bits, misaligned) break it.
 
 use super::backend::{Backend, Direct};
-use super::net::{Engine, PENDING_OUTPUT_RETRY, QUEUE_MAX, SLEEP_MAX, VirtioNet, sleep_bound};
+use super::net::{
+    Engine, Offload, PENDING_OUTPUT_RETRY, QUEUE_MAX, SLEEP_MAX, VirtioNet, sleep_bound,
+};
 use crate::guest::GuestMem;
 use ebb_abi::virtio::{
     DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, MMIO_BASE, MMIO_SLOT_SIZE, NET_HDR_LEN, features,
@@ -214,16 +216,17 @@ impl Guest {
 
     /// A device with `pairs` queue pairs; the ring helpers cover queues 0..3 only.
     fn with_pairs(pairs: u16) -> Guest {
-        Guest::build(pairs, false, None)
+        Guest::build(pairs, Offload::NONE, None)
     }
 
     /// One pair, checksum offload offered; with `faults`, the backend behind a fault
     /// injector making them both ways (as `--net-faults` does).
     fn with_offload(faults: Option<FaultConfig>) -> Guest {
-        Guest::build(1, true, faults)
+        Guest::build(1, Offload::CHECKSUM, faults)
     }
 
-    fn build(pairs: u16, offload: bool, faults: Option<FaultConfig>) -> Guest {
+    /// One pair over the in-memory backend (the copying path), offering `offload`.
+    fn build(pairs: u16, offload: Offload, faults: Option<FaultConfig>) -> Guest {
         let wire = Wire::default();
         let end = WireEnd {
             wire: wire.clone(),
@@ -244,6 +247,16 @@ impl Guest {
     /// virtio-net header on the socket and checksum offload offered when `vnet_hdr`;
     /// and the socket's other end, the "host".
     fn with_direct(vnet_hdr: bool) -> (Guest, UnixDatagram) {
+        let offload = if vnet_hdr {
+            Offload::CHECKSUM
+        } else {
+            Offload::NONE
+        };
+        Guest::with_direct_offering(vnet_hdr, offload)
+    }
+
+    /// [`with_direct`](Self::with_direct), offering `offload`.
+    fn with_direct_offering(vnet_hdr: bool, offload: Offload) -> (Guest, UnixDatagram) {
         let (ours, host) = UnixDatagram::pair().expect("a socket pair");
         ours.set_nonblocking(true).expect("non-blocking");
         host.set_nonblocking(true).expect("non-blocking");
@@ -252,12 +265,12 @@ impl Guest {
             vnet_hdr,
         });
         (
-            Guest::with_backend(1, vnet_hdr, backend, Wire::default()),
+            Guest::with_backend(1, offload, backend, Wire::default()),
             host,
         )
     }
 
-    fn with_backend(pairs: u16, offload: bool, backend: Box<dyn Backend>, wire: Wire) -> Guest {
+    fn with_backend(pairs: u16, offload: Offload, backend: Box<dyn Backend>, wire: Wire) -> Guest {
         let mmap = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), MEM as usize)])
             .expect("host memory for the fake guest");
         Guest {
@@ -1640,7 +1653,8 @@ fn the_sleep_is_cut_short_by_pending_output_and_backend_deadlines() {
 /// Receives what the host end of a direct backend got, one datagram per frame.
 fn host_got(host: &UnixDatagram) -> Vec<Vec<u8>> {
     let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
+    // Room for the largest frame HOST_TSO4 allows, and one byte to show a longer one.
+    let mut buf = vec![0u8; NET_HDR_LEN + 14 + 65_535 + 1];
     while let Ok(n) = host.recv(&mut buf) {
         got.push(buf[..n].to_vec());
     }
@@ -1699,10 +1713,12 @@ fn a_direct_backend_with_a_header_gets_only_the_validated_checksum_request() {
     use ebb_abi::virtio::{NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM};
     let (mut g, host) = Guest::with_direct(true);
     start_with(&mut g, csum_features());
-    // The guest's header asks for a checksum and carries junk in the GSO fields: the
-    // backend sees NEEDS_CSUM and the two offsets, nothing else of it.
+    // The guest's header asks for a checksum, no segmentation, and carries junk in the
+    // fields that mean nothing then (hdr_len, gso_size, num_buffers): the backend sees
+    // NEEDS_CSUM and the two offsets, nothing else of it.
     let mut header = [0xaa; NET_HDR_LEN];
     header[0] = NET_HDR_F_NEEDS_CSUM;
+    header[1] = ebb_abi::virtio::NET_HDR_GSO_NONE;
     header[6..8].copy_from_slice(&14u16.to_le_bytes());
     header[8..10].copy_from_slice(&4u16.to_le_bytes());
     post_tx(&mut g, 0, BUF, &header, FRAME);
@@ -1814,4 +1830,344 @@ fn a_direct_backend_with_frames_and_no_buffers_asks_for_a_receive_kick() {
     g.settle();
     assert_eq!(g.used(RX), vec![(3, (NET_HDR_LEN + FRAME.len()) as u32)]);
     g.assert_healthy();
+}
+
+// ===== TCP segmentation offload on transmit (HOST_TSO4), direct backends only =====
+
+/// What a driver that wants TSO accepts (HOST_TSO4 needs CSUM).
+fn tso4_features() -> u64 {
+    csum_features() | features::bit(features::NET_HOST_TSO4)
+}
+
+/// Bytes of the Ethernet, IPv4 and TCP headers of [`tcp_frame`].
+const TCP_HEADERS: u16 = 14 + 20 + 20;
+/// The largest frame HOST_TSO4 allows: an Ethernet header and a 65,535-byte IPv4 packet.
+const TSO4_FRAME_MAX: usize = 14 + 65_535;
+
+/// A TCPv4 frame of `len` bytes as a stack hands it to a TSO device: Ethernet, a
+/// 20-byte IPv4 header whose total length covers the rest, a 20-byte TCP header (some
+/// bytes standing for the pseudo-header sum in its checksum field) and a counting
+/// payload. The device does
+/// not parse it; it is here so the bytes that must arrive unchanged look like the real
+/// thing.
+fn tcp_frame(len: usize) -> Vec<u8> {
+    let mut f = Vec::with_capacity(len);
+    f.extend_from_slice(b"\x02\0\0\0\0\x02\x02\0\0\0\0\x01\x08\x00");
+    let ip_len = u16::try_from(len - 14).unwrap_or(u16::MAX);
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&ip_len.to_be_bytes());
+    f.extend_from_slice(&[0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 2, 15, 10, 0, 2, 2]);
+    f.extend_from_slice(&[0x1f, 0x90, 0xc0, 0x00]); // ports 8080 -> 49152
+    f.extend_from_slice(&[
+        0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x18, 0xff, 0xff, 0x12, 0x34, 0, 0,
+    ]);
+    assert_eq!(f.len(), usize::from(TCP_HEADERS));
+    f.extend((0..len - f.len()).map(|i| i as u8));
+    f
+}
+
+/// The header a TSO driver sends with [`tcp_frame`]: NEEDS_CSUM on the TCP checksum,
+/// TCPV4 segments of 1,460 payload bytes behind the 54 bytes of headers.
+fn tso4_header() -> ebb_abi::virtio::NetHdr {
+    ebb_abi::virtio::NetHdr::needs_csum(34, 16).with_tcpv4_gso(TCP_HEADERS, 1460)
+}
+
+/// Posts transmit chain 0: `header` in one descriptor, then `frame` in up to three (the
+/// headers, the payload's first half, the rest), as a driver's segment list would.
+fn post_tx_frame(g: &mut Guest, header: &[u8; NET_HDR_LEN], frame: &[u8]) {
+    g.mem.write_bytes(BUF, header).expect("in memory");
+    let at = BUF + 0x1000;
+    g.mem.write_bytes(at, frame).expect("in memory");
+    let headers = frame.len().min(usize::from(TCP_HEADERS));
+    let half = headers + (frame.len() - headers) / 2;
+    let pieces: Vec<_> = [0..headers, headers..half, half..frame.len()]
+        .into_iter()
+        .filter(|r| !r.is_empty())
+        .collect();
+    g.desc(TX, 0, d(BUF, NET_HDR_LEN as u32, DESC_F_NEXT, 1));
+    for (i, r) in pieces.iter().enumerate() {
+        let i = i as u16 + 1;
+        let last = usize::from(i) == pieces.len();
+        let (flags, next) = if last { (0, 0) } else { (DESC_F_NEXT, i + 1) };
+        g.desc(TX, i, d(at + r.start as u64, r.len() as u32, flags, next));
+    }
+    g.publish(TX, 0);
+}
+
+/// A started direct device with a header on its socket, offering `offload`, the driver
+/// having accepted `accepted`; and the host end.
+fn direct_started(offload: Offload, accepted: u64) -> (Guest, UnixDatagram) {
+    let (mut g, host) = Guest::with_direct_offering(true, offload);
+    start_with(&mut g, accepted);
+    (g, host)
+}
+
+#[test]
+fn segmentation_offload_is_offered_only_when_asked_and_only_with_checksum_offload() {
+    let tso4 = features::bit(features::NET_HOST_TSO4);
+    let both = Offload::CHECKSUM_AND_TSO4;
+    let tso4_alone = Offload {
+        checksum: false,
+        tso4: true,
+    };
+    for (name, offload, offered) in [
+        ("no offload", Offload::NONE, false),
+        ("checksum offload only", Offload::CHECKSUM, false),
+        ("TSO without checksum offload", tso4_alone, false),
+        ("both", both, true),
+    ] {
+        let (g, _host) = Guest::with_direct_offering(true, offload);
+        assert_eq!(g.dev.offered() & tso4 != 0, offered, "{name}");
+        g.write(regs::DEVICE_FEATURES_SEL, 0);
+        let window = u64::from(g.read(regs::DEVICE_FEATURES));
+        assert_eq!(window & tso4 != 0, offered, "{name}: the register agrees");
+        assert_eq!(
+            g.negotiate(tso4_features()),
+            offered,
+            "{name}: HOST_TSO4 is accepted only when offered"
+        );
+        g.assert_healthy();
+    }
+    // The spec makes HOST_TSO4 depend on CSUM: a driver accepting it alone is refused,
+    // like any inconsistent set, and may try again.
+    let (g, _host) = Guest::with_direct_offering(true, both);
+    assert!(
+        !g.negotiate(Guest::good_features() | tso4),
+        "TSO without CSUM"
+    );
+    g.assert_healthy();
+    g.write(regs::STATUS, 0);
+    assert!(g.negotiate(tso4_features()));
+    assert_eq!(g.dev.features(), Some(tso4_features()));
+}
+
+#[test]
+fn a_tso4_frame_reaches_a_direct_backend_whole_with_only_the_validated_request() {
+    use ebb_abi::virtio::{NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NetHdr};
+    let (mut g, host) = direct_started(Offload::CHECKSUM_AND_TSO4, tso4_features());
+    // 20 KB of TCP, far more than one MTU. Besides the request, the guest's header has
+    // junk where nothing is asked (DATA_VALID, num_buffers): none of it goes through.
+    let frame = tcp_frame(20_000);
+    let header = NetHdr {
+        flags: NET_HDR_F_NEEDS_CSUM | NET_HDR_F_DATA_VALID,
+        num_buffers: 0xaaaa,
+        ..tso4_header()
+    };
+    post_tx_frame(&mut g, &header.to_bytes(), &frame);
+    g.settle();
+    // NEEDS_CSUM at 34 + 16; TCPV4, hdr_len 54, gso_size 1460 (0x05b4); num_buffers 0.
+    let mut expected = vec![
+        NET_HDR_F_NEEDS_CSUM,
+        1,
+        54,
+        0,
+        0xb4,
+        0x05,
+        34,
+        0,
+        16,
+        0,
+        0,
+        0,
+    ];
+    expected.extend_from_slice(&frame);
+    let got = host_got(&host);
+    assert_eq!(got.len(), 1, "one datagram, one write");
+    assert!(got[0] == expected, "the header and the frame, unchanged");
+    assert_eq!(g.used(TX), vec![(0, 0)]);
+    assert_eq!(g.dev.stats.tx_frames.load(Ordering::Relaxed), 1);
+    assert_eq!(g.dev.stats.tx_gso.load(Ordering::Relaxed), 1);
+    assert_eq!(g.dev.stats.tx_csum_partial.load(Ordering::Relaxed), 1);
+    g.assert_healthy();
+}
+
+#[test]
+fn the_largest_tso4_frame_passes() {
+    let (mut g, host) = direct_started(Offload::CHECKSUM_AND_TSO4, tso4_features());
+    let frame = tcp_frame(TSO4_FRAME_MAX);
+    post_tx_frame(&mut g, &tso4_header().to_bytes(), &frame);
+    g.settle();
+    g.assert_healthy();
+    let got = host_got(&host);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].len(), NET_HDR_LEN + TSO4_FRAME_MAX);
+    assert!(got[0][NET_HDR_LEN..] == frame[..]);
+    assert_eq!(g.dev.stats.tx_gso.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn hostile_segmentation_requests_break_the_device_and_reach_no_backend() {
+    use ebb_abi::virtio::NetHdr;
+    let len = 4000;
+    let good = tso4_header();
+    let gso_type = |gso_type| NetHdr { gso_type, ..good };
+    for (name, accepted, header, frame_len, words) in [
+        (
+            "TCPV4 without HOST_TSO4 negotiated",
+            csum_features(),
+            good,
+            len,
+            "without VIRTIO_NET_F_HOST_TSO4 negotiated",
+        ),
+        (
+            "TCPV4 without NEEDS_CSUM",
+            tso4_features(),
+            NetHdr::PLAIN.with_tcpv4_gso(TCP_HEADERS, 1460),
+            len,
+            "without NEEDS_CSUM",
+        ),
+        (
+            "TCPV4 with ECN",
+            tso4_features(),
+            gso_type(0x81),
+            len,
+            "ECN",
+        ),
+        ("ECN alone", tso4_features(), gso_type(0x80), len, "ECN"),
+        (
+            "UDP (3)",
+            tso4_features(),
+            gso_type(3),
+            len,
+            "does not offer",
+        ),
+        (
+            "TCPV6 (4)",
+            tso4_features(),
+            gso_type(4),
+            len,
+            "does not offer",
+        ),
+        (
+            "UDP_L4 (5)",
+            tso4_features(),
+            gso_type(5),
+            len,
+            "does not offer",
+        ),
+        (
+            "undefined (0x7f)",
+            tso4_features(),
+            gso_type(0x7f),
+            len,
+            "does not offer",
+        ),
+        (
+            "hdr_len one past the frame",
+            tso4_features(),
+            NetHdr {
+                hdr_len: len as u16 + 1,
+                ..good
+            },
+            len,
+            "hdr_len past",
+        ),
+        (
+            "hdr_len at the maximum",
+            tso4_features(),
+            NetHdr {
+                hdr_len: u16::MAX,
+                ..good
+            },
+            len,
+            "hdr_len past",
+        ),
+        (
+            "gso_size 0",
+            tso4_features(),
+            NetHdr {
+                gso_size: 0,
+                ..good
+            },
+            len,
+            "gso_size 0",
+        ),
+        (
+            "a frame one byte over the TSO limit",
+            tso4_features(),
+            good,
+            TSO4_FRAME_MAX + 1,
+            "holds 65562 bytes",
+        ),
+    ] {
+        let (g, got) = bounded(move || {
+            let (mut g, host) = direct_started(Offload::CHECKSUM_AND_TSO4, accepted);
+            post_tx_frame(&mut g, &header.to_bytes(), &tcp_frame(frame_len));
+            g.settle();
+            // The monitor goes on: more rounds of a broken device do nothing.
+            g.settle();
+            let got = host_got(&host);
+            (g, got)
+        });
+        g.assert_broken(&[queue_name(TX), words]);
+        assert!(got.is_empty(), "{name}: nothing reaches the backend");
+        assert_eq!(g.dev.stats.tx_gso.load(Ordering::Relaxed), 0, "{name}");
+    }
+}
+
+#[test]
+fn a_segmentation_request_on_the_copying_path_is_refused() {
+    // The copying path hands backends frames, never a GSO request. HOST_TSO4 is not
+    // offered there (`NetConfig::segmentation_offload`); even a device told to offer it
+    // over a copying backend refuses the request rather than hand the backend a frame
+    // that needed cutting.
+    let faults = FaultConfig::default();
+    for (name, offload, faults, accepted) in [
+        ("checksum offload", Offload::CHECKSUM, None, csum_features()),
+        (
+            "a fault injector",
+            Offload::CHECKSUM,
+            Some(faults),
+            csum_features(),
+        ),
+        (
+            "HOST_TSO4 offered in error",
+            Offload::CHECKSUM_AND_TSO4,
+            None,
+            tso4_features(),
+        ),
+    ] {
+        let g = bounded(move || {
+            let mut g = Guest::build(1, offload, faults);
+            start_with(&mut g, accepted);
+            post_tx_frame(&mut g, &tso4_header().to_bytes(), &tcp_frame(4000));
+            g.settle();
+            g
+        });
+        g.assert_broken(&[queue_name(TX), "TCPV4 without VIRTIO_NET_F_HOST_TSO4"]);
+        assert!(g.sent().is_empty(), "{name}: nothing reaches the backend");
+    }
+}
+
+#[test]
+fn without_tso4_a_transmit_chain_holds_no_more_than_before() {
+    // Without HOST_TSO4 negotiated a chain may hold 64 KiB, as before; the largest TSO
+    // chain is more than that.
+    let before = 65_536 - NET_HDR_LEN;
+    for (name, offload, accepted) in [
+        ("not offered", Offload::CHECKSUM, csum_features()),
+        (
+            "offered, not accepted",
+            Offload::CHECKSUM_AND_TSO4,
+            csum_features(),
+        ),
+    ] {
+        let (mut g, host) = direct_started(offload, accepted);
+        post_tx_frame(&mut g, &[0; NET_HDR_LEN], &tcp_frame(before));
+        g.settle();
+        g.assert_healthy();
+        assert_eq!(host_got(&host).len(), 1, "{name}: the 64 KiB chain went");
+        for frame_len in [before + 1, TSO4_FRAME_MAX] {
+            let (g, got) = bounded(move || {
+                let (mut g, host) = direct_started(offload, accepted);
+                post_tx_frame(&mut g, &[0; NET_HDR_LEN], &tcp_frame(frame_len));
+                g.settle();
+                let got = host_got(&host);
+                (g, got)
+            });
+            let holds = format!("holds {} bytes", NET_HDR_LEN + frame_len);
+            g.assert_broken(&[queue_name(TX), &holds, "at most 65536"]);
+            assert!(got.is_empty(), "{name}: {frame_len}-byte frame");
+        }
+    }
 }
