@@ -391,6 +391,11 @@ impl TapDevice {
             {
                 *frame = completed(core::mem::take(frame), checksum);
                 checksum = FrameChecksum::Complete;
+                // Left in the queue (the kernel pushes back), it must not be completed
+                // again.
+                if let Some(entry) = checksums.as_deref_mut().and_then(|c| c.front_mut()) {
+                    *entry = FrameChecksum::Complete;
+                }
             }
             let Some(frame) = frames.front() else { break };
             let len = frame.len();

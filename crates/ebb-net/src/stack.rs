@@ -253,8 +253,18 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
             self.device.transmit(now, self.iface.transmit_queue());
             return;
         }
-        self.tx_checksums.clear();
-        for frame in self.iface.transmit_queue().iter() {
+        // The entries of frames a device left in the queue stay as the device left them:
+        // a device that completes partial checksums in software (the provided
+        // `transmit_with_checksums`) completes every queued frame and marks it
+        // `Complete`, even those it then does not take, and parsing such a frame again
+        // would call it partial and have its checksum completed twice. Only frames
+        // queued since get an entry here. (Nothing but the device takes frames out of
+        // the queue, so the two stay aligned; if they did not, start over.)
+        let queue = self.iface.transmit_queue();
+        if self.tx_checksums.len() > queue.len() {
+            self.tx_checksums.clear();
+        }
+        for frame in queue.iter().skip(self.tx_checksums.len()) {
             self.tx_checksums
                 .push_back(partial_checksum(frame, tcp, udp));
         }
@@ -604,6 +614,43 @@ mod tests {
         let c = b.iface().counters();
         assert!(c.rx_checksum_trusted >= 10, "{c:?}");
         assert_eq!(c.rx_dropped.total(), 0, "{c:?}");
+    }
+
+    #[test]
+    fn a_frame_completed_in_software_and_left_queued_is_not_completed_twice() {
+        // The injector (no faults) completes the partial checksums of every queued frame
+        // and takes one per call (the link's burst); the stack must not mark the rest
+        // partial again, or their checksums are completed twice and arrive wrong.
+        let (a, b) = Link::new().with_max_burst(1).connect();
+        let wrap = |inner, seed| {
+            FaultInjector::new(
+                Offloading {
+                    inner,
+                    completed: 0,
+                },
+                seed,
+            )
+        };
+        let (mut a, mut b) = stacks(wrap(a, 1), wrap(b, 2));
+        let mut now = Instant::ZERO;
+        ping_until_answered(&mut a, &mut b, IP_B, &mut now);
+        let sa = a.iface_mut().udp_bind(4000).unwrap();
+        let sb = b.iface_mut().udp_bind(5000).unwrap();
+        for _ in 0..10 {
+            let msg = IOBufChain::from(IOBuf::copy_from_slice(b"queued behind a burst of 1"));
+            a.iface_mut()
+                .udp_send_to(now, sa, SocketAddrV4::new(IP_B, 5000), msg)
+                .unwrap();
+        }
+        run(&mut a, &mut b, &mut now, 40);
+        let mut delivered = 0;
+        while let Some(d) = b.iface_mut().udp_recv(sb).unwrap() {
+            assert_eq!(d.payload.as_slice(), b"queued behind a burst of 1");
+            delivered += 1;
+        }
+        let c = b.iface().counters();
+        assert_eq!(c.rx_dropped.udp_bad_checksum, 0, "{c:?}");
+        assert_eq!(delivered, 10);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! every checksum, must receive every byte intact. Both directions run at once, so A's
 //! large frames share the link with B's MSS-sized ones and with A's ACKs; a second case
 //! drops and reorders frames on the way to B, so lost pieces of large frames must be
-//! repaired segment by segment.
+//! repaired segment by segment. A third hands A's large frames to B whole, as Linux's
+//! TAP does toward a reader that takes them (`TUN_F_TSO4`): B must take TCP segments far
+//! longer than its MSS.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -29,9 +31,13 @@ const B: Ipv4Addr = Ipv4Addr::new(10, 8, 0, 2);
 const PORT: u16 = 9100;
 const LEN: usize = 4 << 20;
 
-/// A link end that offers TCP segmentation offload and does it in software.
+/// A link end that offers TCP segmentation offload and does it in software — or, with
+/// `cut` false, passes large frames on whole (the link's own MTU must allow them).
 struct SegmentingEnd {
     inner: LinkEnd,
+    /// The MTU it reports (the link's may be larger).
+    mtu: usize,
+    cut: bool,
     /// Large frames it was handed (`Segmentation::of` matched).
     frames_cut: Rc<Cell<u64>>,
     /// The segments they became.
@@ -41,6 +47,7 @@ struct SegmentingEnd {
 impl NetDevice for SegmentingEnd {
     fn capabilities(&self) -> DeviceCapabilities {
         let mut caps = self.inner.capabilities();
+        caps.mtu = self.mtu;
         caps.checksum.tcp = ChecksumOffload::PARTIAL;
         caps.tso_max_len = 65535;
         caps
@@ -58,7 +65,7 @@ impl NetDevice for SegmentingEnd {
         frames: &mut VecDeque<IOBufChain>,
         checksums: &mut VecDeque<FrameChecksum>,
     ) -> usize {
-        let mtu = self.inner.capabilities().mtu;
+        let mtu = self.mtu;
         let mut wire = VecDeque::new();
         let taken = frames.len();
         for frame in frames.drain(..) {
@@ -69,6 +76,10 @@ impl NetDevice for SegmentingEnd {
                 .map(|s| s.to_vec())
                 .unwrap_or_default();
             match Segmentation::of(&head, mtu) {
+                Some(_) if !self.cut => {
+                    self.frames_cut.set(self.frames_cut.get() + 1);
+                    wire.push_back(completed_whole(frame));
+                }
                 Some(cut) => {
                     assert!(
                         matches!(checksum, FrameChecksum::Partial { .. }),
@@ -94,6 +105,18 @@ impl NetDevice for SegmentingEnd {
     fn counters(&self) -> DeviceCounters {
         self.inner.counters()
     }
+}
+
+/// A large frame with its TCP checksum completed over the whole of it (what a receiver
+/// that verifies checksums needs; Linux would mark it partial, trusted).
+fn completed_whole(frame: IOBufChain) -> IOBufChain {
+    let head = frame
+        .segments()
+        .next()
+        .map(|s| s.to_vec())
+        .unwrap_or_default();
+    let checksum = FrameChecksum::partial_of(&head).expect("a TCP frame");
+    completed(frame, checksum)
 }
 
 /// Checks the bytes it receives against the stream it expects.
@@ -182,13 +205,31 @@ struct Outcome {
 
 /// A sends to B with segmentation offload while B sends to A without; `faults` on B's
 /// receive side.
-fn transfer(faults: FaultConfig) -> Outcome {
-    let (end_a, end_b) = Link::new().with_capacity(8192).with_max_burst(64).connect();
+fn transfer(faults: FaultConfig, cut: bool) -> Outcome {
+    // Whole large frames need a wire that carries them; B then learns its MSS from A.
+    let wire_mtu = if cut { 1500 } else { 65535 };
+    let (end_a, end_b) = Link::new()
+        .with_capacity(8192)
+        .with_max_burst(64)
+        .with_mtu(wire_mtu)
+        .connect();
     let (frames_cut, segments_made) = (Rc::new(Cell::new(0)), Rc::new(Cell::new(0)));
     let device_a = SegmentingEnd {
         inner: end_a,
+        mtu: 1500,
+        cut,
         frames_cut: frames_cut.clone(),
         segments_made: segments_made.clone(),
+    };
+    // B reports the same 1500-byte MTU (so its MSS is 1460 and it ACKs every second
+    // segment's worth) whatever the wire carries; the injector withdraws the offload, so
+    // B sends plain segments.
+    let end_b = SegmentingEnd {
+        inner: end_b,
+        mtu: 1500,
+        cut: true,
+        frames_cut: Rc::default(),
+        segments_made: Rc::default(),
     };
     let device_b = FaultInjector::new(end_b, 7).with_rx_faults(faults);
     let (tcp_a, tcp_b) = (tcp(1), tcp(2));
@@ -231,7 +272,7 @@ fn transfer(faults: FaultConfig) -> Outcome {
             tcp_b.counters()
         );
         let next = [a.poll(now), b.poll(now)].into_iter().flatten().min();
-        let waiting = a.device().inner.pending() + b.device().inner().pending() > 0;
+        let waiting = a.device().inner.pending() + b.device().inner().inner.pending() > 0;
         match next {
             _ if waiting && spins < 1000 => spins += 1,
             Some(t) if t <= now && spins < 1000 => spins += 1,
@@ -267,7 +308,7 @@ fn transfer(faults: FaultConfig) -> Outcome {
 
 #[test]
 fn large_frames_cut_by_the_device_arrive_intact() {
-    let out = transfer(FaultConfig::NONE);
+    let out = transfer(FaultConfig::NONE, true);
     // Without offload A's 4 MiB would take about 2,900 segments.
     assert!(out.frames_cut > 0, "no frame was longer than the MTU");
     assert_eq!(out.frames_cut, out.a_tcp_segmentation);
@@ -295,7 +336,19 @@ fn lost_pieces_of_large_frames_are_resent_segment_by_segment() {
     let faults = FaultConfig::NONE
         .with_drop(Probability::from_percent(2))
         .with_reorder(Probability::from_percent(2), Duration::from_millis(1));
-    let out = transfer(faults);
+    let out = transfer(faults, true);
     assert!(out.frames_cut > 0);
     assert!(out.a_retransmissions > 0, "the faults cost A nothing?");
+}
+
+#[test]
+fn segments_longer_than_the_mss_are_received_whole() {
+    let out = transfer(FaultConfig::NONE, false);
+    assert!(out.frames_cut > 0, "no large frame reached B");
+    assert_eq!(out.segments_made, 0);
+    assert_eq!(
+        (out.a_retransmissions, out.b_retransmissions),
+        (0, 0),
+        "retransmissions (A, B)"
+    );
 }

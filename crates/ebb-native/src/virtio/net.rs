@@ -643,8 +643,12 @@ impl QueuePair {
                 && core::ptr::eq(header, &TX_HEADER)
                 && let Some(frame) = frames.front_mut()
             {
-                // A placement the static headers do not cover, or no CSUM: complete it.
+                // A placement the static headers do not cover, or no CSUM: complete it,
+                // once (left in the queue for want of descriptors, it stays complete).
                 *frame = completed(core::mem::take(frame), checksum);
+                if let Some(entry) = checksums.as_deref_mut().and_then(|c| c.front_mut()) {
+                    *entry = FrameChecksum::Complete;
+                }
             }
             let Some(frame) = frames.front() else { break };
             chain.clear();
