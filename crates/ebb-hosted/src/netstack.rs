@@ -51,14 +51,15 @@ pub struct NetStackConfig {
 }
 
 impl NetStackConfig {
-    /// TAP device `tap_name` (MTU 1500) with checksum and segmentation offload (a
-    /// virtio-net header, as the native device offers), the MAC `02:eb:b0:00:00:01`,
+    /// TAP device `tap_name` (MTU 1500) with checksum and segmentation offload and large
+    /// receive (a virtio-net header, as the native device offers), the MAC `02:eb:b0:00:00:01`,
     /// `address`, no faults, default TCP settings with a random ISN seed.
     pub fn new(tap_name: impl Into<String>, address: AddressConfig) -> Self {
         let stack = ebb_netstack::NetStackConfig::new(address, random_seed());
         Self {
             tap: TapConfig {
                 vnet_hdr: true,
+                large_receive: true,
                 ..TapConfig::new(tap_name)
             },
             mac: stack.mac,

@@ -28,8 +28,14 @@
 //! IPv4 packet long, and a frame longer than the MTU goes to the kernel as one write
 //! with a `GSO_TCPV4` header ([`ebb_net::phy::Segmentation`] gives its segment size).
 //! The kernel takes it as one packet and cuts it only if it must: delivered to a local
-//! socket, it never is. Receiving such frames (`TUN_F_TSO4`) is not asked for: every
-//! frame read fits the MTU.
+//! socket, it never is.
+//!
+//! **Large receive** ([`TapConfig::large_receive`], with the header): `TUNSETOFFLOAD`
+//! adds `TUN_F_TSO4`, so the kernel hands us a local sender's TCP stream in frames of up
+//! to 64 KiB instead of cutting it into MTU-sized ones. Frames are then read into 64 KiB
+//! buffers; one that fits the MTU is copied out into a buffer of its own size and the
+//! large one read into again (a small frame never pins 64 KiB), a larger one is handed
+//! over as it is and a fresh buffer allocated for the next.
 //!
 //! The one `unsafe` call — the `TUNSETIFF` ioctl, which `rustix` does not wrap — is
 //! fenced in the private `sys` module below.
@@ -54,7 +60,7 @@ pub const MAX_NAME_LEN: usize = 15;
 /// header and a 64 KiB offloaded frame of MSS-sized received buffers (an echo's).
 const MAX_IOVECS: usize = 64;
 
-/// The largest IPv4 packet a TCP frame may carry with segmentation offload.
+/// The largest IPv4 packet a TCP frame may carry with segmentation offload, either way.
 const TSO_MAX_LEN: usize = u16::MAX as usize;
 
 /// What TAP device to create.
@@ -73,6 +79,9 @@ pub struct TapConfig {
     /// Open with a virtio-net header and checksum offload (see the module docs).
     /// Default off.
     pub vnet_hdr: bool,
+    /// With `vnet_hdr`: take TCP frames up to 64 KiB from the kernel (`TUN_F_TSO4`; see
+    /// the module docs). Default off.
+    pub large_receive: bool,
 }
 
 impl TapConfig {
@@ -83,6 +92,7 @@ impl TapConfig {
             mtu: 1500,
             queues: 1,
             vnet_hdr: false,
+            large_receive: false,
         }
     }
 }
@@ -125,6 +135,8 @@ pub struct TapDevice {
     io_errors: u64,
     /// A receive buffer allocated and not yet filled.
     spare: Option<IOBuf>,
+    /// `TUN_F_TSO4` is on: frames read may be up to 64 KiB ([`TapConfig::large_receive`]).
+    large_receive: bool,
     /// Opened with `IFF_VNET_HDR`: every frame has a [`VNET_HDR_LEN`]-byte header.
     vnet_hdr: bool,
 }
@@ -216,7 +228,7 @@ impl TapDevice {
             caps.checksum.udp = ChecksumOffload::PARTIAL;
             caps.tso_max_len = TSO_MAX_LEN;
         }
-        Ok(Self {
+        let mut tap = Self {
             fd,
             name: actual,
             vnet_hdr: config.vnet_hdr,
@@ -224,7 +236,37 @@ impl TapDevice {
             counters: DeviceCounters::default(),
             io_errors: 0,
             spare: None,
-        })
+            large_receive: false,
+        };
+        if config.large_receive {
+            tap.set_large_receive(true).map_err(|e| TapError::Io {
+                name: name.clone(),
+                source: e,
+            })?;
+        }
+        Ok(tap)
+    }
+
+    /// Turns large receive (`TUN_F_TSO4`, see [`TapConfig::large_receive`]) on or off
+    /// for the whole device, all its queues: the monitor does once the guest's driver
+    /// said whether it takes such frames. Needs the virtio-net header.
+    pub fn set_large_receive(&mut self, on: bool) -> std::io::Result<()> {
+        if on && !self.vnet_hdr {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "large receive needs the virtio-net header (TapConfig::vnet_hdr)",
+            ));
+        }
+        if self.vnet_hdr {
+            sys::set_offload(&self.fd, on)?;
+        }
+        self.large_receive = on;
+        Ok(())
+    }
+
+    /// Whether large receive is on ([`set_large_receive`](Self::set_large_receive)).
+    pub fn has_large_receive(&self) -> bool {
+        self.large_receive
     }
 
     /// The interface name the kernel gave the device.
@@ -306,6 +348,12 @@ impl TapDevice {
     ) -> usize {
         let max_frame = self.caps.max_frame_len();
         let header = if self.vnet_hdr { VNET_HDR_LEN } else { 0 };
+        // With large receive a frame may be a whole IPv4 packet.
+        let max_read = if self.large_receive {
+            ETHERNET_HEADER_LEN + TSO_MAX_LEN
+        } else {
+            max_frame
+        };
         let mut received = 0;
         while received < max {
             // One byte more than the largest frame, to tell an oversized frame (which
@@ -315,7 +363,7 @@ impl TapDevice {
             let mut buf = self
                 .spare
                 .take()
-                .unwrap_or_else(|| IOBuf::with_capacity(header + max_frame + 1));
+                .unwrap_or_else(|| IOBuf::with_capacity(header + max_read + 1));
             let Ok(space) = buf.spare_capacity_mut() else {
                 break;
             };
@@ -324,13 +372,22 @@ impl TapDevice {
                     self.spare = Some(buf);
                     break;
                 }
-                Ok(len) if len > header + max_frame || len < header => {
+                Ok(len) if len > header + max_read || len < header => {
                     self.counters.rx_dropped.record(DropReason::Oversized);
                     self.spare = Some(buf);
                 }
                 Ok(len) => {
                     if buf.commit(len).is_err() {
                         break;
+                    }
+                    if self.large_receive && len - header <= max_frame {
+                        // Copied out (see the module docs); the large buffer is read
+                        // into again, unless the frame is wrong (then dropped below).
+                        let small = IOBuf::copy_from_slice(&buf.as_slice()[..len]);
+                        if buf.recycle() {
+                            self.spare = Some(buf);
+                        }
+                        buf = small;
                     }
                     let mut checksum = FrameChecksum::Complete;
                     if header > 0 {
@@ -505,8 +562,7 @@ mod sys {
         }
         if vnet_hdr {
             // The virtio 1.x header (with `num_buffers`), and partial checksums accepted
-            // from the kernel (TUN_F_CSUM without TUN_F_TSO4: it sends us no frame
-            // longer than the MTU; what we send may be, see the module docs).
+            // from the kernel.
             let size: libc::c_int = super::VNET_HDR_LEN as libc::c_int;
             // SAFETY: `fd` is an open TAP descriptor; TUNSETVNETHDRSZ reads one c_int
             // through the pointer, which points at a live one.
@@ -514,17 +570,7 @@ mod sys {
             if rc < 0 {
                 return Err(last_errno());
             }
-            // SAFETY: TUNSETOFFLOAD takes its flags by value; `fd` is an open TAP descriptor.
-            let rc = unsafe {
-                libc::ioctl(
-                    fd.as_raw_fd(),
-                    libc::TUNSETOFFLOAD,
-                    libc::TUN_F_CSUM as libc::c_ulong,
-                )
-            };
-            if rc < 0 {
-                return Err(last_errno());
-            }
+            set_offload(fd, false)?;
         }
         let end = req
             .name
@@ -532,6 +578,20 @@ mod sys {
             .position(|&b| b == 0)
             .unwrap_or(req.name.len());
         Ok(String::from_utf8_lossy(&req.name[..end]).into_owned())
+    }
+
+    /// What the kernel may hand us on `fd`'s device (`TUNSETOFFLOAD`): partial checksums
+    /// (TUN_F_CSUM) always, and TCPv4 frames longer than the MTU (TUN_F_TSO4) with
+    /// `large_receive`. What we send may be large either way (see the module docs).
+    pub(super) fn set_offload(fd: &OwnedFd, large_receive: bool) -> Result<(), Errno> {
+        let flags = libc::TUN_F_CSUM | if large_receive { libc::TUN_F_TSO4 } else { 0 };
+        // SAFETY: TUNSETOFFLOAD takes its flags by value; `fd` is an open TAP descriptor.
+        let rc =
+            unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETOFFLOAD, flags as libc::c_ulong) };
+        if rc < 0 {
+            return Err(last_errno());
+        }
+        Ok(())
     }
 
     fn last_errno() -> Errno {

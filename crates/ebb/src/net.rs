@@ -394,6 +394,7 @@ pub async fn start(config: NetConfig) -> Result<Network, NetError> {
             let mut tap = ebb_hosted::netstack::NetStackConfig::new(name, config.address);
             tap.tap.mtu = mtu;
             tap.tap.vnet_hdr = offload;
+            tap.tap.large_receive = offload;
             tap.queues = queues;
             tap.faults = config.faults;
             let device = alloc::format!("TAP device {}", tap.tap.name);
