@@ -448,13 +448,15 @@ fn checksum_offload_on_qemus_tap_netdev() {
         object(&status, "host-features"),
     );
     let mut wrong = Vec::new();
-    // Transmit segmentation offload comes with CSUM, and the driver takes it: the
-    // download below goes out in frames up to 64 KiB that QEMU's device, not ours, hands
-    // to the TAP device for the kernel to take whole.
+    // Segmentation offload comes with the checksum offloads, and the driver takes it
+    // both ways: the download below goes out in frames up to 64 KiB that QEMU's device,
+    // not ours, hands to the TAP device for the kernel to take whole, and the upload
+    // arrives in such frames.
     for f in [
         "VIRTIO_NET_F_CSUM",
         "VIRTIO_NET_F_GUEST_CSUM",
         "VIRTIO_NET_F_HOST_TSO4",
+        "VIRTIO_NET_F_GUEST_TSO4",
     ] {
         if !host.contains(&format!("{f}:")) {
             wrong.push(format!("QEMU over TAP did not offer {f}"));
@@ -462,8 +464,8 @@ fn checksum_offload_on_qemus_tap_netdev() {
             wrong.push(format!("the driver did not acknowledge {f}"));
         }
     }
-    // Receive-side segmentation and merged buffers: the driver implements neither.
-    for f in ["VIRTIO_NET_F_GUEST_TSO4", "VIRTIO_NET_F_MRG_RXBUF"] {
+    // Merged receive buffers: the driver does not implement them.
+    for f in ["VIRTIO_NET_F_MRG_RXBUF"] {
         if guest.contains(&format!("{f}:")) {
             wrong.push(format!(
                 "the driver acknowledged {f}, which it does not implement"
@@ -498,4 +500,81 @@ fn checksum_offload_on_qemus_tap_netdev() {
     }
     vm.stop();
     eprintln!("{test}: {HTTPD_BYTES} bytes in {:?}", started.elapsed());
+}
+
+/// Bytes streamed to the native sink under QEMU.
+const SINK_BYTES: u64 = 20 << 20;
+
+#[test]
+fn large_receive_on_qemus_tap_netdev() {
+    // The other way from `checksum_offload_on_qemus_tap_netdev`: the namespace streams
+    // to the `sink` image, and with GUEST_TSO4 negotiated QEMU's device hands the guest
+    // Linux's segments whole, up to 64 KiB each, into the driver's large receive buffers.
+    let test = "large_receive_on_qemus_tap_netdev";
+    let Some(()) = qemu(test) else { return };
+    let Some(()) = ebb_testkit::netns::need_namespace_and_tap(test, &["nc"]) else {
+        return;
+    };
+    let ns = ebb_testkit::netns::namespace(test, ebb_testkit::netns::unique_name("ebbr"));
+    let tap = "ebbrtap0";
+    ebb_testkit::netns::ip(&["-n", &ns.name, "tuntap", "add", "dev", tap, "mode", "tap"]);
+    ebb_testkit::netns::ip(&["-n", &ns.name, "addr", "add", "10.0.2.2/24", "dev", tap]);
+    ebb_testkit::netns::ip(&["-n", &ns.name, "link", "set", tap, "up"]);
+    let image = app_image("sink");
+    let started = Instant::now();
+    let left = || TEST_BUDGET.saturating_sub(started.elapsed());
+    let netdev = format!("tap,id=n0,ifname={tap},script=no,downscript=no,vnet_hdr=on");
+    let mut vm = Qemu::start(test, &image, 1, "", &netdev, Some(&ns.name));
+    if let Err(e) = vm.wait_for(
+        "sink: listening on 10.0.2.15:9000",
+        BOOT_TIMEOUT.min(left()),
+    ) {
+        vm.fail(&e);
+    }
+    let status = match virtio_status(&vm.qmp, left()) {
+        Ok(s) => s,
+        Err(e) => vm.fail(&e),
+    };
+    if !object(&status, "guest-features").contains("VIRTIO_NET_F_GUEST_TSO4:") {
+        vm.fail(&format!(
+            "the driver did not acknowledge VIRTIO_NET_F_GUEST_TSO4\n--- x-query-virtio-status\n{status}"
+        ));
+    }
+    let pattern = ebb_bytestream::pattern::Pattern::get();
+    let mut nc = ns
+        .exec(&["nc", "-N", "-w", "30", "10.0.2.15", "9000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("run nc");
+    {
+        let mut stdin = nc.stdin.take().expect("nc's stdin");
+        let mut sent = 0u64;
+        while sent < SINK_BYTES {
+            let chunk = pattern.slice(sent, (1 << 20).min((SINK_BYTES - sent) as usize));
+            for segment in chunk.segments() {
+                if let Err(e) = stdin.write_all(segment) {
+                    vm.fail(&format!("writing to nc after {sent} bytes: {e}"));
+                }
+            }
+            sent += chunk.len() as u64;
+        }
+    }
+    let status = nc.wait().expect("wait for nc");
+    if !status.success() {
+        vm.fail(&format!("nc exited with {status}"));
+    }
+    let expected: String = pattern
+        .sha256(SINK_BYTES)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let needle = format!("sink: {SINK_BYTES} bytes sha256");
+    match vm.wait_for(&needle, left()) {
+        Ok(line) if line.contains(&expected) => {}
+        Ok(line) => vm.fail(&format!("the sink's digest is not {expected}: {line}")),
+        Err(e) => vm.fail(&e),
+    }
+    vm.stop();
+    eprintln!("{test}: {SINK_BYTES} bytes in {:?}", started.elapsed());
 }

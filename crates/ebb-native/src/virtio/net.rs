@@ -24,13 +24,21 @@
 //!   `GSO_TCPV4` header (`gso_size` and `hdr_len` from `phy::Segmentation`; one static
 //!   header per TCP header length, made once per pair). The device, or the host kernel
 //!   behind it, cuts it into segments: one chain and one kick where there were up to 44.
+//! * **Large receive** (`VIRTIO_NET_F_GUEST_TSO4`, accepted with GUEST_CSUM): the device
+//!   may hand over TCP frames up to 64 KiB, so every receive buffer is
+//!   [`LARGE_RX_BUFFER_LEN`] bytes (without merged buffers, any frame may land in any
+//!   buffer) and only [`LARGE_RX_POSTED`] are posted. A large frame is handed to ebb-net
+//!   in its buffer without a copy; a frame that fits the MTU is copied into a buffer of
+//!   its own size and the large buffer posted again — so a small frame never pins
+//!   64 KiB (an application may keep what it received) and a stream of small frames
+//!   allocates no large buffers.
 //! * **Readiness**: each pair registers with its core's poll list (`crate::poll`): the
 //!   core checks both used rings whenever it polls for events and arms `used_event`
 //!   before it sleeps.
 //!
 //! Feature set: VERSION_1 and RING_EVENT_IDX are required; MAC, STATUS, MTU, MQ,
-//! CTRL_VQ, CSUM, GUEST_CSUM and HOST_TSO4 are used when offered. No receive-side
-//! segmentation offload (GUEST_TSO4), no merged receive buffers.
+//! CTRL_VQ, CSUM, GUEST_CSUM, HOST_TSO4 and GUEST_TSO4 are used when offered. No merged
+//! receive buffers.
 
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
@@ -58,6 +66,11 @@ use crate::poll::{self, PollId, PolledDevice};
 
 /// Bytes of each receive buffer: the virtio-net header and a full Ethernet frame.
 pub const RX_BUFFER_LEN: usize = NET_HDR_LEN + 1514;
+/// Bytes of each receive buffer with GUEST_TSO4: the header and a whole IPv4 packet.
+pub const LARGE_RX_BUFFER_LEN: usize = NET_HDR_LEN + ETHERNET_HEADER_LEN + TSO_MAX_LEN;
+/// Large receive buffers posted per queue (4 MiB): more than any receive window, and
+/// frames wait in the backend (a TAP device's queue) while none is free.
+pub const LARGE_RX_POSTED: usize = 64;
 /// Entries per queue we ask for (less if the device offers less).
 pub const QUEUE_SIZE: u16 = 256;
 
@@ -148,9 +161,13 @@ pub fn open(want_pairs: u16) -> Result<VirtioNet, VirtioError> {
             accepted |= features::bit(bit);
         }
     }
-    // Segmentation offload needs the device to complete each segment's checksum.
+    // Segmentation offload needs the device to complete each segment's checksum, and
+    // large receive needs us to take partial checksums (the spec's dependencies).
     if has(features::NET_HOST_TSO4) && accepted & features::bit(features::NET_CSUM) != 0 {
         accepted |= features::bit(features::NET_HOST_TSO4);
+    }
+    if has(features::NET_GUEST_TSO4) && accepted & features::bit(features::NET_GUEST_CSUM) != 0 {
+        accepted |= features::bit(features::NET_GUEST_TSO4);
     }
     let multi = want_pairs > 1 && has(features::NET_MQ) && has(features::NET_CTRL_VQ);
     if multi {
@@ -181,6 +198,10 @@ pub fn open(want_pairs: u16) -> Result<VirtioNet, VirtioError> {
         queue_pair.guest_csum = accepted & features::bit(features::NET_GUEST_CSUM) != 0;
         if accepted & features::bit(features::NET_HOST_TSO4) != 0 {
             queue_pair.tso_headers = Some(TsoHeaders::leak(mtu));
+        }
+        if accepted & features::bit(features::NET_GUEST_TSO4) != 0 {
+            queue_pair.rx_buffer_len = LARGE_RX_BUFFER_LEN;
+            queue_pair.rx_posted_max = LARGE_RX_POSTED;
         }
         pairs.push(queue_pair);
     }
@@ -393,6 +414,15 @@ pub struct QueuePair {
     tx: SplitRing,
     /// The buffer posted under each receive descriptor head.
     rx_buffers: Vec<Option<IOBuf>>,
+    /// Bytes of each receive buffer ([`RX_BUFFER_LEN`], or [`LARGE_RX_BUFFER_LEN`] with
+    /// GUEST_TSO4).
+    rx_buffer_len: usize,
+    /// At most this many receive buffers are posted at once.
+    rx_posted_max: usize,
+    /// Receive buffers posted now.
+    rx_posted: usize,
+    /// Large receive buffers a small frame was copied out of, to post again.
+    rx_recycled: Vec<IOBuf>,
     /// The frame in flight under each transmit descriptor head.
     tx_frames: Vec<Option<IOBufChain>>,
     counters: DeviceCounters,
@@ -414,6 +444,10 @@ impl QueuePair {
             pairs,
             mtu,
             rx_buffers: vec![None; usize::from(rx.size())],
+            rx_buffer_len: RX_BUFFER_LEN,
+            rx_posted_max: usize::from(rx.size()),
+            rx_posted: 0,
+            rx_recycled: Vec::new(),
             tx_frames: vec![None; usize::from(tx.size())],
             rx,
             tx,
@@ -443,20 +477,25 @@ impl QueuePair {
 
     /// Posts a fresh buffer in every free receive descriptor, then publishes.
     fn refill(&mut self) {
-        while self.rx.free() > 0 {
-            let mut buffer = IOBuf::with_capacity(RX_BUFFER_LEN);
+        while self.rx.free() > 0 && self.rx_posted < self.rx_posted_max {
+            let mut buffer = self
+                .rx_recycled
+                .pop()
+                .unwrap_or_else(|| IOBuf::with_capacity(self.rx_buffer_len));
             let Ok(space) = buffer.spare_capacity_mut() else {
                 break;
             };
             let chain = [Buffer {
                 addr: space.as_mut_ptr() as u64,
-                len: RX_BUFFER_LEN as u32,
+                len: self.rx_buffer_len as u32,
                 write: true,
             }];
             let Some(head) = self.rx.push(&chain) else {
+                self.rx_recycled.push(buffer);
                 break;
             };
             self.rx_buffers[usize::from(head)] = Some(buffer);
+            self.rx_posted += 1;
         }
         self.rx.publish();
     }
@@ -549,11 +588,22 @@ impl QueuePair {
                 self.device_errors += 1;
                 continue;
             };
+            self.rx_posted -= 1;
             let len = len as usize;
-            if !(NET_HDR_LEN..=RX_BUFFER_LEN).contains(&len) || buffer.commit(len).is_err() {
+            if !(NET_HDR_LEN..=self.rx_buffer_len).contains(&len) || buffer.commit(len).is_err() {
                 self.device_errors += 1;
                 self.counters.rx_dropped.record(DropReason::Oversized);
                 continue;
+            }
+            let small_frame = usize::from(self.mtu) + ETHERNET_HEADER_LEN;
+            if self.rx_buffer_len > RX_BUFFER_LEN && len - NET_HDR_LEN <= small_frame {
+                // A large buffer with a small frame: the frame is copied out and the
+                // buffer posted again (see the module docs).
+                let small = IOBuf::copy_from_slice(&buffer.as_slice()[..len]);
+                if buffer.recycle() {
+                    self.rx_recycled.push(buffer);
+                }
+                buffer = small;
             }
             let header = &buffer.as_slice()[..NET_HDR_LEN];
             let le16 = |at: usize| u16::from_le_bytes([header[at], header[at + 1]]);
