@@ -419,6 +419,19 @@ fn the_httpd_app_image_serves_curl_through_qemus_virtio_net() {
     eprintln!("{test}: {HTTPD_BYTES} bytes in {:?}", started.elapsed());
 }
 
+/// A fresh namespace (named from `prefix`) with a TAP device at 10.0.2.2/24, QEMU's
+/// user-network host address, and the `-netdev` for QEMU to open it with a virtio-net
+/// header (so QEMU's device offers the offloads).
+fn tap_netdev(test: &str, prefix: &str) -> (ebb_testkit::netns::Netns, String) {
+    let ns = ebb_testkit::netns::namespace(test, ebb_testkit::netns::unique_name(prefix));
+    let tap = format!("{prefix}tap0");
+    ebb_testkit::netns::ip(&["-n", &ns.name, "tuntap", "add", "dev", &tap, "mode", "tap"]);
+    ebb_testkit::netns::ip(&["-n", &ns.name, "addr", "add", "10.0.2.2/24", "dev", &tap]);
+    ebb_testkit::netns::ip(&["-n", &ns.name, "link", "set", &tap, "up"]);
+    let netdev = format!("tap,id=n0,ifname={tap},script=no,downscript=no,vnet_hdr=on");
+    (ns, netdev)
+}
+
 #[test]
 fn checksum_offload_on_qemus_tap_netdev() {
     let test = "checksum_offload_on_qemus_tap_netdev";
@@ -426,15 +439,10 @@ fn checksum_offload_on_qemus_tap_netdev() {
     let Some(()) = ebb_testkit::netns::need_namespace_and_tap(test, &["curl"]) else {
         return;
     };
-    let ns = ebb_testkit::netns::namespace(test, ebb_testkit::netns::unique_name("ebbq"));
-    let tap = "ebbqtap0";
-    ebb_testkit::netns::ip(&["-n", &ns.name, "tuntap", "add", "dev", tap, "mode", "tap"]);
-    ebb_testkit::netns::ip(&["-n", &ns.name, "addr", "add", "10.0.2.2/24", "dev", tap]);
-    ebb_testkit::netns::ip(&["-n", &ns.name, "link", "set", tap, "up"]);
+    let (ns, netdev) = tap_netdev(test, "ebbq");
     let image = app_image("httpd");
     let started = Instant::now();
     let left = || TEST_BUDGET.saturating_sub(started.elapsed());
-    let netdev = format!("tap,id=n0,ifname={tap},script=no,downscript=no,vnet_hdr=on");
     let mut vm = Qemu::start(test, &image, 1, "", &netdev, Some(&ns.name));
     if let Err(e) = vm.wait_for("httpd: listening on 10.0.2.15:80", BOOT_TIMEOUT.min(left())) {
         vm.fail(&e);
@@ -515,15 +523,10 @@ fn large_receive_on_qemus_tap_netdev() {
     let Some(()) = ebb_testkit::netns::need_namespace_and_tap(test, &["nc"]) else {
         return;
     };
-    let ns = ebb_testkit::netns::namespace(test, ebb_testkit::netns::unique_name("ebbr"));
-    let tap = "ebbrtap0";
-    ebb_testkit::netns::ip(&["-n", &ns.name, "tuntap", "add", "dev", tap, "mode", "tap"]);
-    ebb_testkit::netns::ip(&["-n", &ns.name, "addr", "add", "10.0.2.2/24", "dev", tap]);
-    ebb_testkit::netns::ip(&["-n", &ns.name, "link", "set", tap, "up"]);
+    let (ns, netdev) = tap_netdev(test, "ebbr");
     let image = app_image("sink");
     let started = Instant::now();
     let left = || TEST_BUDGET.saturating_sub(started.elapsed());
-    let netdev = format!("tap,id=n0,ifname={tap},script=no,downscript=no,vnet_hdr=on");
     let mut vm = Qemu::start(test, &image, 1, "", &netdev, Some(&ns.name));
     if let Err(e) = vm.wait_for(
         "sink: listening on 10.0.2.15:9000",
