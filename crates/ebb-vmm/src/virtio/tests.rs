@@ -1909,6 +1909,7 @@ fn segmentation_offload_is_offered_only_when_asked_and_only_with_checksum_offloa
     let tso4_alone = Offload {
         checksum: false,
         tso4: true,
+        guest_tso4: true,
     };
     for (name, offload, offered) in [
         ("no offload", Offload::NONE, false),
