@@ -776,21 +776,20 @@ impl Engine {
             && backends
                 .iter()
                 .all(|b| b.direct().is_some_and(|d| d.vnet_hdr));
-        let turned_on = if whole_to_the_guest {
-            set_all(backends, true)
-        } else {
-            Err(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "frames from this backend take the copying path, which drops GSO headers",
-            ))
+        let unavailable = |why: &dyn std::fmt::Display| {
+            log::warn!(
+                "virtio-net: GUEST_TSO4 negotiated but large receive is unavailable ({why}): \
+                 frames to the guest stay MTU-sized"
+            );
         };
-        match turned_on {
+        if !whole_to_the_guest {
+            unavailable(&"the backend's frames take the copying path, without GSO headers");
+            return Ok(());
+        }
+        match set_all(backends, true) {
             Ok(()) => self.large_receive = true,
             Err(e) => {
-                log::warn!(
-                    "virtio-net: GUEST_TSO4 negotiated but large receive is unavailable \
-                     ({e}): frames to the guest stay MTU-sized"
-                );
+                unavailable(&e);
                 // Backends that did turn it on turn it off again. Should that fail too,
                 // their large frames still suit this driver; the flag stays set so that
                 // the next driver's activation tries again.
