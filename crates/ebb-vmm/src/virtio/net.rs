@@ -4,10 +4,11 @@
 //! * **Transport.** Modern virtio-MMIO at [`MMIO_BASE`] (slot 0; other slots read as
 //!   absent). Offers VERSION_1, RING_EVENT_IDX, MAC, STATUS, MTU, MQ and CTRL_VQ, one queue
 //!   pair per vCPU, CSUM and GUEST_CSUM when the backend completes partial checksums (see
-//!   "Checksum offload" below), and HOST_TSO4 when it also segments (see "Segmentation
-//!   offload"). Writing 0 to Status resets; features outside the offer (or without
-//!   VERSION_1 and RING_EVENT_IDX, or HOST_TSO4 without CSUM) are refused by leaving
-//!   FEATURES_OK clear; feature writes after FEATURES_OK and queue registers of a ready
+//!   "Checksum offload" below), and HOST_TSO4 and GUEST_TSO4 when it also segments and
+//!   hands over large frames (see "Segmentation offload"). Writing 0 to Status resets;
+//!   features outside the offer (or without VERSION_1 and RING_EVENT_IDX, or HOST_TSO4
+//!   without CSUM, or GUEST_TSO4 without GUEST_CSUM) are refused by leaving FEATURES_OK
+//!   clear; feature writes after FEATURES_OK and queue registers of a ready
 //!   queue or after DRIVER_OK are ignored. A bad access, DRIVER_OK without FEATURES_OK or a
 //!   bad ring or chain marks the device broken (DEVICE_NEEDS_RESET, one log line naming the
 //!   queue and the fault); the VM keeps running.
@@ -63,6 +64,20 @@
 //!   instead of 64 KiB. The backend's header is the device's own (`backend_header`), built
 //!   from those validated fields only. Linux checks the frame's own headers against the
 //!   request when it segments; what it cannot know is what was negotiated here.
+//! * **Segmentation offload on receive (large receive).** With GUEST_TSO4 (offered where
+//!   HOST_TSO4 is, [`Offload::guest_tso4`]; refused without GUEST_CSUM) the driver takes
+//!   TCPv4 frames of up to 64 KiB behind a `GSO_TCPV4` header. The device coalesces
+//!   nothing: Linux hands the TAP's reader such frames once `TUN_F_TSO4` is on
+//!   ([`Backend::set_large_receive`]), and the direct path passes its header through.
+//!   That is a setting of the whole TAP, so the I/O thread switches it when it learns the
+//!   negotiated features (`Engine::rebuild`, at DRIVER_OK): on for a driver that took
+//!   GUEST_TSO4, off for one that did not, off at every reset and breakage. Turning it on
+//!   may fail (logged; frames stay MTU-sized, which GUEST_TSO4 allows); turning it off for
+//!   a driver without GUEST_TSO4 must not (the device breaks, logged as a backend
+//!   failure). On receive a frame longer than the guest's chain is dropped and counted
+//!   as ever, so no length limit is needed; a GSO header reaches the guest only if it is
+//!   TCPV4 and GUEST_TSO4 was negotiated — a large frame the kernel queued before large
+//!   receive went off is dropped and counted. Counted in `rx_gso`.
 
 use super::backend::{Backend, Direct};
 use super::queue::{Buf, Chain, DeviceQueue, Direction, GsoFault, QueueConfig, QueueError};
