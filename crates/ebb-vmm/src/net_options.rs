@@ -120,7 +120,14 @@ mod tests {
             offload,
             ..net_config(net, forwards, faults).unwrap().unwrap()
         };
-        let offloads = |c: NetConfig| (c.checksum_offload(), c.segmentation_offload());
+        let offloads = |c: NetConfig| {
+            let device = c.device_offload();
+            // Segmentation both ways or not at all: the same path carries both.
+            assert_eq!(device.tso4, c.segmentation_offload());
+            assert_eq!(device.guest_tso4, c.segmentation_offload());
+            assert_eq!(device.checksum, c.checksum_offload());
+            (c.checksum_offload(), c.segmentation_offload())
+        };
         let tap = Some("tap=ebb0");
         assert_eq!(offloads(config(tap, &[], None, true)), (true, true));
         assert_eq!(

@@ -86,20 +86,22 @@ impl NetConfig {
         self.offload && matches!(self.backend, NetBackend::Tap(_))
     }
 
-    /// Whether the device offers TCP segmentation offload on transmit (HOST_TSO4): with
-    /// checksum offload (the TAP then has a virtio-net header to carry the request) and
-    /// no `--net-faults` (the injector takes the copying path, which hands the TAP bare
-    /// frames). See `virtio::net`, "Segmentation offload".
+    /// Whether the device offers TCP segmentation offload both ways, HOST_TSO4 on
+    /// transmit and GUEST_TSO4 (large receive) on receive: with checksum offload (the TAP
+    /// then has a virtio-net header to carry the request) and no `--net-faults` (the
+    /// injector takes the copying path, which hands the TAP bare frames and the guest
+    /// frames without the TAP's header). See `virtio::net`, "Segmentation offload".
     pub fn segmentation_offload(&self) -> bool {
         self.checksum_offload() && self.faults.is_none()
     }
 
     /// What the device offers: [`checksum_offload`](Self::checksum_offload) and
-    /// [`segmentation_offload`](Self::segmentation_offload).
+    /// [`segmentation_offload`](Self::segmentation_offload) (both directions).
     pub fn device_offload(&self) -> crate::virtio::Offload {
         crate::virtio::Offload {
             checksum: self.checksum_offload(),
             tso4: self.segmentation_offload(),
+            guest_tso4: self.segmentation_offload(),
         }
     }
 }
@@ -346,19 +348,23 @@ pub fn net_summary(shared: &Shared) -> Option<String> {
         .unwrap_or_default();
     // Checksum and segmentation offload: what was offered and negotiated (1 or 0), and
     // how many frames used it.
-    use ebb_abi::virtio::features::{NET_CSUM, NET_GUEST_CSUM, NET_HOST_TSO4, bit};
+    use ebb_abi::virtio::features::{NET_CSUM, NET_GUEST_CSUM, NET_GUEST_TSO4, NET_HOST_TSO4, bit};
     let has = |bits: u64, b| u8::from(bits & bit(b) != 0);
     let (offered, negotiated) = (net.offered(), net.features().unwrap_or(0));
     let csum = format!(
-        " csum_offered={} csum={} guest_csum={} tso4_offered={} tso4={} tx_csum_partial={} \
-         tx_gso={} rx_csum_partial={} rx_csum_valid={}",
+        " csum_offered={} csum={} guest_csum={} tso4_offered={} tso4={} \
+         guest_tso4_offered={} guest_tso4={} tx_csum_partial={} tx_gso={} rx_gso={} \
+         rx_csum_partial={} rx_csum_valid={}",
         has(offered, NET_CSUM),
         has(negotiated, NET_CSUM),
         has(negotiated, NET_GUEST_CSUM),
         has(offered, NET_HOST_TSO4),
         has(negotiated, NET_HOST_TSO4),
+        has(offered, NET_GUEST_TSO4),
+        has(negotiated, NET_GUEST_TSO4),
         get(&s.tx_csum_partial),
         get(&s.tx_gso),
+        get(&s.rx_gso),
         get(&s.rx_csum_partial),
         get(&s.rx_csum_valid),
     );

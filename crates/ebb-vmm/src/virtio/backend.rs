@@ -41,6 +41,24 @@ pub trait Backend: NetDevice + Send {
     fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
         None
     }
+
+    /// Turns large receive on or off: whether the backend may hand over TCPv4 frames
+    /// of up to an Ethernet header and 65,535 bytes, each behind a virtio-net header
+    /// with a `GSO_TCPV4` request, instead of MTU-sized ones. The device turns it on
+    /// only for a driver that negotiated GUEST_TSO4, and off for one that did not.
+    /// Default: always off — turning it off succeeds, turning it on is refused
+    /// (`Unsupported`): passt's stream has no header to carry the request, and the
+    /// fault injector takes frames through the copying calls, which lose it.
+    fn set_large_receive(&mut self, on: bool) -> std::io::Result<()> {
+        if on {
+            Err(std::io::Error::new(
+                ErrorKind::Unsupported,
+                "this backend hands over MTU-sized frames only",
+            ))
+        } else {
+            Ok(())
+        }
+    }
 }
 
 /// See [`Backend::direct`].
@@ -63,6 +81,10 @@ impl Backend for TapDevice {
             vnet_hdr: self.has_vnet_hdr(),
         })
     }
+    fn set_large_receive(&mut self, on: bool) -> std::io::Result<()> {
+        // `TUNSETOFFLOAD` with or without TUN_F_TSO4: for the whole device, every queue.
+        TapDevice::set_large_receive(self, on)
+    }
 }
 
 impl<B: Backend> Backend for FaultInjector<B> {
@@ -78,6 +100,8 @@ impl<B: Backend> Backend for FaultInjector<B> {
     fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
         Some(self.stats())
     }
+    // `set_large_receive`: the default (never on) — frames pass the injector through the
+    // copying calls, which carry no GSO request.
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
@@ -95,6 +119,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
         (**self).fault_stats()
+    }
+    fn set_large_receive(&mut self, on: bool) -> std::io::Result<()> {
+        (**self).set_large_receive(on)
     }
 }
 

@@ -4,10 +4,11 @@
 //! * **Transport.** Modern virtio-MMIO at [`MMIO_BASE`] (slot 0; other slots read as
 //!   absent). Offers VERSION_1, RING_EVENT_IDX, MAC, STATUS, MTU, MQ and CTRL_VQ, one queue
 //!   pair per vCPU, CSUM and GUEST_CSUM when the backend completes partial checksums (see
-//!   "Checksum offload" below), and HOST_TSO4 when it also segments (see "Segmentation
-//!   offload"). Writing 0 to Status resets; features outside the offer (or without
-//!   VERSION_1 and RING_EVENT_IDX, or HOST_TSO4 without CSUM) are refused by leaving
-//!   FEATURES_OK clear; feature writes after FEATURES_OK and queue registers of a ready
+//!   "Checksum offload" below), and HOST_TSO4 and GUEST_TSO4 when it also segments and
+//!   hands over large frames (see "Segmentation offload"). Writing 0 to Status resets;
+//!   features outside the offer (or without VERSION_1 and RING_EVENT_IDX, or HOST_TSO4
+//!   without CSUM, or GUEST_TSO4 without GUEST_CSUM) are refused by leaving FEATURES_OK
+//!   clear; feature writes after FEATURES_OK and queue registers of a ready
 //!   queue or after DRIVER_OK are ignored. A bad access, DRIVER_OK without FEATURES_OK or a
 //!   bad ring or chain marks the device broken (DEVICE_NEEDS_RESET, one log line naming the
 //!   queue and the fault); the VM keeps running.
@@ -63,6 +64,20 @@
 //!   instead of 64 KiB. The backend's header is the device's own (`backend_header`), built
 //!   from those validated fields only. Linux checks the frame's own headers against the
 //!   request when it segments; what it cannot know is what was negotiated here.
+//! * **Segmentation offload on receive (large receive).** With GUEST_TSO4 (offered where
+//!   HOST_TSO4 is, [`Offload::guest_tso4`]; refused without GUEST_CSUM) the driver takes
+//!   TCPv4 frames of up to 64 KiB behind a `GSO_TCPV4` header. The device coalesces
+//!   nothing: Linux hands the TAP's reader such frames once `TUN_F_TSO4` is on
+//!   ([`Backend::set_large_receive`]), and the direct path passes its header through.
+//!   That is a setting of the whole TAP, so the I/O thread switches it when it learns the
+//!   negotiated features (`Engine::rebuild`, at DRIVER_OK): on for a driver that took
+//!   GUEST_TSO4, off for one that did not, off at every reset and breakage. Turning it on
+//!   may fail (logged; frames stay MTU-sized, which GUEST_TSO4 allows); turning it off for
+//!   a driver without GUEST_TSO4 must not (the device breaks, logged as a backend
+//!   failure). On receive a frame longer than the guest's chain is dropped and counted
+//!   as ever, so no length limit is needed; a GSO header reaches the guest only if it is
+//!   TCPV4 and GUEST_TSO4 was negotiated — a large frame the kernel queued before large
+//!   receive went off is dropped and counted. Counted in `rx_gso`.
 
 use super::backend::{Backend, Direct};
 use super::queue::{Buf, Chain, DeviceQueue, Direction, GsoFault, QueueConfig, QueueError};
@@ -109,7 +124,8 @@ pub struct NetStats {
     pub tx_frames: AtomicU64,
     /// Frames moved backend → guest.
     pub rx_frames: AtomicU64,
-    /// Frames from the backend dropped for want of guest buffers or room.
+    /// Frames from the backend dropped for want of guest buffers or room, or (direct
+    /// path) with a GSO header the driver did not negotiate.
     pub rx_dropped: AtomicU64,
     /// Frames from the guest a direct backend failed on with an error other than "full"
     /// (the interface is down or gone).
@@ -119,6 +135,9 @@ pub struct NetStats {
     /// Frames from the guest with a GSO request (HOST_TSO4), handed to the backend to cut
     /// into TCP segments.
     pub tx_gso: AtomicU64,
+    /// Frames to the guest with a GSO header (GUEST_TSO4): TCPv4 frames larger than the
+    /// MTU, from a local sender through a TAP with large receive on.
+    pub rx_gso: AtomicU64,
     /// Frames to the guest with `NEEDS_CSUM` (a partial checksum from a local sender).
     pub rx_csum_partial: AtomicU64,
     /// Frames to the guest with `DATA_VALID`.
@@ -205,11 +224,16 @@ pub struct Offload {
     /// CSUM and GUEST_CSUM: the backend takes and gives per-frame checksum state (a TAP
     /// with a virtio-net header).
     pub checksum: bool,
-    /// HOST_TSO4: the backend cuts TCPv4 frames of up to 64 KiB into segments itself —
-    /// only a direct backend with a virtio-net header, which hands the request on (a TAP
-    /// without `--net-faults`). Offered only together with `checksum`, which the spec
-    /// makes it depend on.
+    /// HOST_TSO4 (segmentation on transmit): the backend cuts TCPv4 frames of up to
+    /// 64 KiB into segments itself — only a direct backend with a virtio-net header,
+    /// which hands the request on (a TAP without `--net-faults`). Offered only together
+    /// with `checksum`, which the spec makes it depend on.
     pub tso4: bool,
+    /// GUEST_TSO4 (large receive): the backend can hand over TCPv4 frames of up to 64 KiB
+    /// behind a GSO header ([`Backend::set_large_receive`]), which the direct path passes
+    /// to the guest as it is — again only a TAP without `--net-faults`. Offered only
+    /// together with `checksum` (GUEST_TSO4 depends on GUEST_CSUM).
+    pub guest_tso4: bool,
 }
 
 impl Offload {
@@ -217,16 +241,20 @@ impl Offload {
     pub const NONE: Offload = Offload {
         checksum: false,
         tso4: false,
+        guest_tso4: false,
     };
     /// Checksum offload only.
     pub const CHECKSUM: Offload = Offload {
         checksum: true,
         tso4: false,
+        guest_tso4: false,
     };
-    /// Checksum offload and TCPv4 segmentation on transmit.
+    /// Checksum offload and TCPv4 segmentation both ways: what a direct TAP backend with
+    /// a virtio-net header gets.
     pub const CHECKSUM_AND_TSO4: Offload = Offload {
         checksum: true,
         tso4: true,
+        guest_tso4: true,
     };
 }
 
@@ -254,8 +282,8 @@ impl std::fmt::Debug for VirtioNet {
     }
 }
 
-/// The features the device offers: the basics, and those of `offload` (HOST_TSO4 only
-/// with CSUM, which it depends on).
+/// The features the device offers: the basics, and those of `offload` (HOST_TSO4 and
+/// GUEST_TSO4 only with the checksum offload they depend on).
 fn offered_features(offload: Offload) -> u64 {
     let bits = |list: &[u32]| list.iter().fold(0, |acc, &bit| acc | features::bit(bit));
     let mut offered = bits(&[
@@ -272,8 +300,29 @@ fn offered_features(offload: Offload) -> u64 {
         if offload.tso4 {
             offered |= bits(&[features::NET_HOST_TSO4]);
         }
+        if offload.guest_tso4 {
+            offered |= bits(&[features::NET_GUEST_TSO4]);
+        }
     }
     offered
+}
+
+/// Features the spec makes depend on others (virtio 1.2 §5.1.3.1): `(feature, needs)`.
+/// Segmentation needs the segments' checksums completed — by the device on transmit
+/// (CSUM), by the driver's trust in a partial checksum on receive (GUEST_CSUM). A driver
+/// accepting a feature without what it needs is refused.
+const FEATURE_DEPENDENCIES: [(u32, u32); 2] = [
+    (features::NET_HOST_TSO4, features::NET_CSUM),
+    (features::NET_GUEST_TSO4, features::NET_GUEST_CSUM),
+];
+
+/// Whether `accepted` holds a feature without what it depends on
+/// ([`FEATURE_DEPENDENCIES`]).
+fn misses_a_dependency(accepted: u64) -> bool {
+    let has = |bit| accepted & features::bit(bit) != 0;
+    FEATURE_DEPENDENCIES
+        .iter()
+        .any(|&(feature, needs)| has(feature) && !has(needs))
 }
 
 impl VirtioNet {
@@ -458,14 +507,9 @@ impl VirtioNet {
             // does not follow.
             let required =
                 features::bit(features::VERSION_1) | features::bit(features::RING_EVENT_IDX);
-            // Segmentation needs the segments' checksums completed (virtio 1.2 §5.1.3.1:
-            // HOST_TSO4 requires CSUM).
-            let tso4 = features::bit(features::NET_HOST_TSO4);
-            let tso4_without_csum = t.driver_features & tso4 != 0
-                && t.driver_features & features::bit(features::NET_CSUM) == 0;
             let acceptable = t.driver_features & !self.offered() == 0
                 && t.driver_features & required == required
-                && !tso4_without_csum;
+                && !misses_a_dependency(t.driver_features);
             if !acceptable {
                 value &= !status::FEATURES_OK;
             }
@@ -496,8 +540,20 @@ impl VirtioNet {
 
     /// [`break_device`](Self::break_device) with the transport already locked.
     fn break_locked(&self, t: &mut Transport, why: &str) {
+        self.stop_locked(t, "guest driver error", why);
+    }
+
+    /// Marks the device broken for a failure of the host side, not of the driver: the
+    /// guest sees DEVICE_NEEDS_RESET all the same, the log line says whose fault it is.
+    fn break_for_backend(&self, why: &str) {
+        self.stop_locked(&mut self.lock(), "backend failure", why);
+    }
+
+    /// Stops the device: `cause` (whose fault) and `why` logged once, `why` kept for
+    /// [`broken`](Self::broken).
+    fn stop_locked(&self, t: &mut Transport, cause: &str, why: &str) {
         if t.broken.is_none() {
-            log::error!("virtio-net: guest driver error, device stopped: {why}");
+            log::error!("virtio-net: {cause}, device stopped: {why}");
             t.broken = Some(why.to_string());
         }
         t.status |= status::DEVICE_NEEDS_RESET;
@@ -586,6 +642,9 @@ pub(crate) struct Engine {
     active_pairs: usize,
     /// The features negotiated for the current epoch.
     features: u64,
+    /// Large receive may be on in the backends ([`Backend::set_large_receive`]): set
+    /// for a driver that negotiated GUEST_TSO4, cleared once every backend turned it off.
+    large_receive: bool,
     frames: Vec<IOBuf>,
     checksums: Vec<FrameChecksum>,
     outgoing: VecDeque<IOBufChain>,
@@ -602,6 +661,8 @@ impl Engine {
             ctrl: None,
             active_pairs: 1,
             features: 0,
+            // Backends start with it off (the TAP is opened without TUN_F_TSO4).
+            large_receive: false,
             frames: Vec::new(),
             checksums: Vec::new(),
             outgoing: VecDeque::new(),
@@ -624,7 +685,7 @@ impl Engine {
         let changes = device.changes.load(Ordering::Acquire);
         if self.seen_changes != Some(changes) {
             self.seen_changes = Some(changes);
-            self.rebuild(device, mem);
+            self.rebuild(device, mem, backends);
         }
         match self.work(device, mem, now, backends, wakes) {
             Ok(worked) => worked,
@@ -637,10 +698,24 @@ impl Engine {
         }
     }
 
-    /// Builds the queues the transport now describes (none unless it is live).
-    fn rebuild(&mut self, device: &VirtioNet, mem: &GuestMem) {
+    /// Builds the queues the transport now describes (none unless it is live), with
+    /// large receive in `backends` on for a driver that negotiated GUEST_TSO4 and off
+    /// otherwise (see [`switch_large_receive`](Self::switch_large_receive)).
+    fn rebuild(&mut self, device: &VirtioNet, mem: &GuestMem, backends: &mut [Box<dyn Backend>]) {
         match device.activation(mem) {
             Ok(Some((e, configs, negotiated))) if e != self.epoch => {
+                let guest_tso4 = negotiated & features::bit(features::NET_GUEST_TSO4) != 0;
+                if let Err(e) = self.switch_large_receive(backends, device.pairs, guest_tso4) {
+                    // Frames up to 64 KiB would keep coming to a driver whose buffers
+                    // hold an MTU: each dropped, the guest's TCP stalled for no reason it
+                    // could see. Better a device that says it is broken.
+                    device.break_for_backend(&format!(
+                        "cannot turn large receive off for a driver without GUEST_TSO4: {e}"
+                    ));
+                    self.pairs.clear();
+                    self.ctrl = None;
+                    return;
+                }
                 self.epoch = e;
                 self.features = negotiated;
                 let queue = |i: usize, want| {
@@ -667,12 +742,76 @@ impl Engine {
                 self.pairs.clear();
                 self.ctrl = None;
                 self.epoch = u64::MAX;
+                // Reset (or broken): the next driver may not take large frames. A
+                // failure here is tried again at its DRIVER_OK, which breaks the device
+                // if it still fails and that driver has no GUEST_TSO4.
+                if let Err(e) = self.switch_large_receive(backends, device.pairs, false) {
+                    log::warn!("virtio-net: cannot turn large receive off at reset: {e}");
+                }
             }
             Err(e) => {
                 device.break_device(&e.to_string());
                 self.pairs.clear();
             }
         }
+    }
+
+    /// Turns large receive on or off in every backend ([`Backend::set_large_receive`])
+    /// unless it already is, for a device with `pairs` queue pairs.
+    ///
+    /// On, it is only where large frames can reach the guest whole, GSO header and all:
+    /// on the direct receive path, so every backend direct with a virtio-net header and
+    /// one per pair. Where it is not — or a backend refuses — it stays off, logged, and
+    /// the driver that negotiated GUEST_TSO4 gets MTU-sized frames, which the feature
+    /// allows (it lets the device send large frames, it does not oblige it).
+    ///
+    /// Off, it must be: the error of any backend that failed (the others are still
+    /// turned off, and the next call tries again).
+    fn switch_large_receive(
+        &mut self,
+        backends: &mut [Box<dyn Backend>],
+        pairs: u16,
+        on: bool,
+    ) -> std::io::Result<()> {
+        if self.large_receive == on {
+            return Ok(());
+        }
+        let set_all = |backends: &mut [Box<dyn Backend>], on| {
+            backends
+                .iter_mut()
+                .map(|b| b.set_large_receive(on))
+                .fold(Ok(()), std::io::Result::and)
+        };
+        if !on {
+            set_all(backends, false)?;
+            self.large_receive = false;
+            return Ok(());
+        }
+        let whole_to_the_guest = backends.len() == usize::from(pairs)
+            && backends
+                .iter()
+                .all(|b| b.direct().is_some_and(|d| d.vnet_hdr));
+        let unavailable = |why: &dyn std::fmt::Display| {
+            log::warn!(
+                "virtio-net: GUEST_TSO4 negotiated but large receive is unavailable ({why}): \
+                 frames to the guest stay MTU-sized"
+            );
+        };
+        if !whole_to_the_guest {
+            unavailable(&"the backend's frames take the copying path, without GSO headers");
+            return Ok(());
+        }
+        match set_all(backends, true) {
+            Ok(()) => self.large_receive = true,
+            Err(e) => {
+                unavailable(&e);
+                // Backends that did turn it on turn it off again. Should that fail too,
+                // their large frames still suit this driver; the flag stays set so that
+                // the next driver's activation tries again.
+                self.large_receive = set_all(backends, false).is_err();
+            }
+        }
+        Ok(())
     }
 
     /// EVENT_IDX on the live queues: asks for kicks (before sleeping) or stops asking
@@ -733,6 +872,7 @@ impl Engine {
             tso4: self.features & features::bit(features::NET_HOST_TSO4) != 0,
         };
         let guest_csum = self.features & features::bit(features::NET_GUEST_CSUM) != 0;
+        let guest_tso4 = self.features & features::bit(features::NET_GUEST_TSO4) != 0;
         let mut worked = false;
         // Control commands.
         if let Some(q) = &mut self.ctrl {
@@ -827,6 +967,7 @@ impl Engine {
                     &mut pair.held_rx,
                     &mut pair.rx_starved,
                     direct,
+                    guest_tso4,
                     &device.stats,
                 )
                 .map_err(&on)?;
@@ -1290,15 +1431,22 @@ fn transmit_direct(
 /// Receive on a direct backend: each frame is read with one `readv` straight into a
 /// receive chain (behind a header the device writes when the backend has none), no copy
 /// in between. A frame longer than the chain spills into a byte of the device's own and
-/// is dropped and counted, its buffer returned empty, as on the copying path. A chain
-/// taken when the backend had nothing is kept in `held`; an empty ring sets `starved`
-/// (frames then wait in the backend, and the device asks for a kick on new buffers).
+/// is dropped and counted, its buffer returned empty, as on the copying path; so the
+/// longest frame is whatever the guest's chains hold, and a large-receive frame (a
+/// header, an Ethernet header and 65,535 bytes) needs no limit of its own here. The
+/// backend's GSO header goes to the guest as it is if the driver negotiated GUEST_TSO4
+/// (`guest_tso4`) and the request is TCPv4 (the only kind large receive asks the kernel
+/// for); a frame with any other — such as a large frame the kernel queued before large
+/// receive was turned off for this driver — is dropped and counted. A chain taken when
+/// the backend had nothing is kept in `held`; an empty ring sets `starved` (frames then
+/// wait in the backend, and the device asks for a kick on new buffers).
 fn receive_direct(
     mem: &GuestMem,
     rx: &mut DeviceQueue,
     held: &mut Option<Chain>,
     starved: &mut bool,
     direct: Direct<'_>,
+    guest_tso4: bool,
     stats: &NetStats,
 ) -> Result<(bool, Option<u16>), QueueError> {
     let (mut worked, mut returned) = (false, None);
@@ -1335,23 +1483,33 @@ fn receive_direct(
             }
         };
         // Too short for a header and an Ethernet header, or cut to fit: dropped.
-        let written = if n < NET_HDR_LEN + 14 || n > room {
+        let fits = (NET_HDR_LEN + 14..=room).contains(&n);
+        // The backend's header as it wrote it (read back from the guest's buffer: what
+        // the device decides on is its own copy), or the device's own for a bare frame;
+        // either way the frame fills this one chain.
+        let mut header = NetHdr::PLAIN;
+        if fits && direct.vnet_hdr {
+            let mut bytes = [0u8; NET_HDR_LEN];
+            read_at(mem, &chain.writable, 0, &mut bytes)
+                .ok_or(QueueError::Access("a receive buffer"))?;
+            header = NetHdr::from_bytes(&bytes);
+        }
+        let gso_allowed = match header.gso_type {
+            NET_HDR_GSO_NONE => true,
+            NET_HDR_GSO_TCPV4 => guest_tso4,
+            _ => false,
+        };
+        let written = if !fits || !gso_allowed {
             stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
             0
         } else {
-            // The backend's header as it wrote it, or the device's own for a bare frame;
-            // either way the frame fills this one chain.
-            let mut header = NetHdr::PLAIN;
-            if direct.vnet_hdr {
-                let mut bytes = [0u8; NET_HDR_LEN];
-                read_at(mem, &chain.writable, 0, &mut bytes)
-                    .ok_or(QueueError::Access("a receive buffer"))?;
-                header = NetHdr::from_bytes(&bytes);
-                if header.flags & NET_HDR_F_NEEDS_CSUM != 0 {
-                    stats.rx_csum_partial.fetch_add(1, Ordering::Relaxed);
-                } else if header.flags & NET_HDR_F_DATA_VALID != 0 {
-                    stats.rx_csum_valid.fetch_add(1, Ordering::Relaxed);
-                }
+            if header.gso_type != NET_HDR_GSO_NONE {
+                stats.rx_gso.fetch_add(1, Ordering::Relaxed);
+            }
+            if header.flags & NET_HDR_F_NEEDS_CSUM != 0 {
+                stats.rx_csum_partial.fetch_add(1, Ordering::Relaxed);
+            } else if header.flags & NET_HDR_F_DATA_VALID != 0 {
+                stats.rx_csum_valid.fetch_add(1, Ordering::Relaxed);
             }
             header.num_buffers = 1;
             write_at(mem, &chain.writable, 0, &header.to_bytes())

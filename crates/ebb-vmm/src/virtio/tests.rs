@@ -140,13 +140,44 @@ impl Backend for WireEnd {
     }
 }
 
+/// What the device asked of a backend's large receive ([`Backend::set_large_receive`]),
+/// shared between the backend and the test.
+#[derive(Clone, Default)]
+struct LargeReceiveLog {
+    /// Every call's `on`, in order.
+    calls: Arc<Mutex<Vec<bool>>>,
+    /// Calls with this `on` fail (as `TUNSETOFFLOAD` might).
+    refuse: Arc<Mutex<Option<bool>>>,
+}
+
+impl LargeReceiveLog {
+    fn calls(&self) -> Vec<bool> {
+        self.calls.lock().expect("not poisoned").clone()
+    }
+
+    fn refuse(&self, on: Option<bool>) {
+        *self.refuse.lock().expect("not poisoned") = on;
+    }
+
+    /// Records a call and answers it.
+    fn set(&self, on: bool) -> std::io::Result<()> {
+        self.calls.lock().expect("not poisoned").push(on);
+        if *self.refuse.lock().expect("not poisoned") == Some(on) {
+            return Err(std::io::Error::other("TUNSETOFFLOAD refused (a test)"));
+        }
+        Ok(())
+    }
+}
+
 /// A backend with TAP's one-frame-per-call semantics for the direct path: one end of a
 /// Unix datagram socket pair (a `readv` takes one datagram and drops what does not fit; a
 /// `writev` sends one; a full peer says `EAGAIN`). Only [`Backend::direct`] is used: the
 /// copying calls are never made for a direct backend the guest can read headers of.
+/// Large receive is only recorded: what the host end sends is what the guest gets.
 struct DatagramEnd {
     sock: UnixDatagram,
     vnet_hdr: bool,
+    large_receive: LargeReceiveLog,
 }
 
 impl NetDevice for DatagramEnd {
@@ -173,6 +204,9 @@ impl Backend for DatagramEnd {
             fd: self.sock.as_fd(),
             vnet_hdr: self.vnet_hdr,
         })
+    }
+    fn set_large_receive(&mut self, on: bool) -> std::io::Result<()> {
+        self.large_receive.set(on)
     }
 }
 
@@ -203,6 +237,8 @@ struct Guest {
     engine: Engine,
     backends: Vec<Box<dyn Backend>>,
     wire: Wire,
+    /// What the device asked of a direct backend's large receive.
+    large_receive: LargeReceiveLog,
     wakes: Vec<EventFd>,
     /// Per queue: size and the driver's next available index.
     sizes: [u16; 3],
@@ -260,14 +296,17 @@ impl Guest {
         let (ours, host) = UnixDatagram::pair().expect("a socket pair");
         ours.set_nonblocking(true).expect("non-blocking");
         host.set_nonblocking(true).expect("non-blocking");
+        let large_receive = LargeReceiveLog::default();
         let backend = Box::new(DatagramEnd {
             sock: ours,
             vnet_hdr,
+            large_receive: large_receive.clone(),
         });
-        (
-            Guest::with_backend(1, offload, backend, Wire::default()),
-            host,
-        )
+        let guest = Guest {
+            large_receive,
+            ..Guest::with_backend(1, offload, backend, Wire::default())
+        };
+        (guest, host)
     }
 
     fn with_backend(pairs: u16, offload: Offload, backend: Box<dyn Backend>, wire: Wire) -> Guest {
@@ -279,6 +318,7 @@ impl Guest {
             engine: Engine::new(),
             backends: vec![backend],
             wire,
+            large_receive: LargeReceiveLog::default(),
             wakes: vec![EventFd::new(EFD_NONBLOCK).expect("an eventfd")],
             sizes: [SIZE; 3],
             avail_idx: [0; 3],
@@ -1909,6 +1949,7 @@ fn segmentation_offload_is_offered_only_when_asked_and_only_with_checksum_offloa
     let tso4_alone = Offload {
         checksum: false,
         tso4: true,
+        guest_tso4: true,
     };
     for (name, offload, offered) in [
         ("no offload", Offload::NONE, false),
@@ -2169,5 +2210,288 @@ fn without_tso4_a_transmit_chain_holds_no_more_than_before() {
             g.assert_broken(&[queue_name(TX), &holds, "at most 65536"]);
             assert!(got.is_empty(), "{name}: {frame_len}-byte frame");
         }
+    }
+}
+
+// ===== large receive (GUEST_TSO4), direct backends only =====
+
+/// What a driver that takes large frames accepts (GUEST_TSO4 needs GUEST_CSUM).
+fn guest_tso4_features() -> u64 {
+    csum_features() | features::bit(features::NET_GUEST_TSO4)
+}
+
+/// The largest receive chain a GUEST_TSO4 driver posts: a header, an Ethernet header and
+/// a 65,535-byte IPv4 packet.
+const LARGE_CHAIN: u32 = (NET_HDR_LEN + TSO4_FRAME_MAX) as u32;
+
+/// Resets the device and starts it again, fresh rings and all, with `accepted`.
+fn restart_with(g: &mut Guest, accepted: u64) {
+    g.write(regs::STATUS, 0);
+    g.settle();
+    for q in [RX, TX, CTRL] {
+        let (desc, _, _) = Guest::rings(q);
+        g.mem.write_bytes(desc, &[0u8; 0x3000]).expect("in memory");
+    }
+    g.avail_idx = [0; 3];
+    start_with(g, accepted);
+}
+
+/// A large frame as the TAP hands it over with large receive on: the kernel's header
+/// (NEEDS_CSUM on the TCP checksum, TCPV4 segments of 1,448 bytes behind 54 bytes of
+/// headers; `num_buffers` left as junk, which the device overwrites) and a
+/// [`tcp_frame`] of `len` bytes.
+fn large_datagram(len: usize) -> Vec<u8> {
+    let header = ebb_abi::virtio::NetHdr {
+        num_buffers: 0xaaaa,
+        ..ebb_abi::virtio::NetHdr::needs_csum(34, 16).with_tcpv4_gso(TCP_HEADERS, 1448)
+    };
+    let mut datagram = header.to_bytes().to_vec();
+    datagram.extend_from_slice(&tcp_frame(len));
+    datagram
+}
+
+/// Posts receive chain `head` (slots `head`, `head + 1`) of `len` bytes at `at`: 1,526
+/// bytes, then the rest, as a driver might split a large buffer.
+fn post_rx(g: &mut Guest, head: u16, at: u64, len: u32) {
+    let first = len.min(1526);
+    if first == len {
+        g.desc(RX, head, d(at, len, DESC_F_WRITE, 0));
+    } else {
+        g.desc(RX, head, d(at, first, DESC_F_WRITE | DESC_F_NEXT, head + 1));
+        g.desc(
+            RX,
+            head + 1,
+            d(at + u64::from(first), len - first, DESC_F_WRITE, 0),
+        );
+    }
+    g.publish(RX, head);
+}
+
+#[test]
+fn large_receive_is_offered_only_when_asked_and_only_with_guest_csum() {
+    let guest_tso4 = features::bit(features::NET_GUEST_TSO4);
+    let alone = Offload {
+        checksum: false,
+        tso4: false,
+        guest_tso4: true,
+    };
+    for (name, offload, offered) in [
+        ("no offload", Offload::NONE, false),
+        ("checksum offload only", Offload::CHECKSUM, false),
+        ("GUEST_TSO4 without checksum offload", alone, false),
+        (
+            "checksum and segmentation offload",
+            Offload::CHECKSUM_AND_TSO4,
+            true,
+        ),
+    ] {
+        let (g, _host) = Guest::with_direct_offering(true, offload);
+        assert_eq!(g.dev.offered() & guest_tso4 != 0, offered, "{name}");
+        g.write(regs::DEVICE_FEATURES_SEL, 0);
+        let window = u64::from(g.read(regs::DEVICE_FEATURES));
+        assert_eq!(
+            window & guest_tso4 != 0,
+            offered,
+            "{name}: the register agrees"
+        );
+        assert_eq!(
+            g.negotiate(guest_tso4_features()),
+            offered,
+            "{name}: GUEST_TSO4 is accepted only when offered"
+        );
+        g.assert_healthy();
+    }
+    // The spec makes GUEST_TSO4 depend on GUEST_CSUM: CSUM alone is not enough.
+    let (g, _host) = Guest::with_direct_offering(true, Offload::CHECKSUM_AND_TSO4);
+    let without_guest_csum =
+        Guest::good_features() | features::bit(features::NET_CSUM) | guest_tso4;
+    assert!(
+        !g.negotiate(without_guest_csum),
+        "GUEST_TSO4 without GUEST_CSUM"
+    );
+    g.assert_healthy();
+    g.write(regs::STATUS, 0);
+    assert!(g.negotiate(guest_tso4_features()));
+    assert_eq!(g.dev.features(), Some(guest_tso4_features()));
+}
+
+#[test]
+fn large_receive_follows_what_each_driver_negotiated() {
+    let (mut g, _host) = Guest::with_direct_offering(true, Offload::CHECKSUM_AND_TSO4);
+    // A driver without GUEST_TSO4: large receive is off already, nothing to ask.
+    start_with(&mut g, csum_features());
+    assert_eq!(g.large_receive.calls(), Vec::<bool>::new());
+    // One with it: on at DRIVER_OK, once.
+    restart_with(&mut g, guest_tso4_features());
+    assert_eq!(g.large_receive.calls(), vec![true]);
+    g.settle();
+    assert_eq!(g.large_receive.calls(), vec![true], "asked once");
+    // A reset turns it off before any next driver negotiates.
+    g.write(regs::STATUS, 0);
+    g.settle();
+    assert_eq!(g.large_receive.calls(), vec![true, false]);
+    // Nor does the next one without GUEST_TSO4 get it back.
+    restart_with(&mut g, csum_features());
+    assert_eq!(g.large_receive.calls(), vec![true, false]);
+    // A broken device turns it off too: its driver will reset and may come back
+    // without GUEST_TSO4.
+    restart_with(&mut g, guest_tso4_features());
+    g.dev.break_device("a test");
+    g.settle();
+    assert_eq!(g.large_receive.calls(), vec![true, false, true, false]);
+}
+
+#[test]
+fn a_backend_that_cannot_turn_large_receive_on_leaves_frames_mtu_sized() {
+    let (mut g, host) = Guest::with_direct_offering(true, Offload::CHECKSUM_AND_TSO4);
+    g.large_receive.refuse(Some(true));
+    start_with(&mut g, guest_tso4_features());
+    // Refused, and turned off again; GUEST_TSO4 allows large frames, it does not
+    // require any: the device goes on.
+    assert_eq!(g.large_receive.calls(), vec![true, false]);
+    g.assert_healthy();
+    post_rx(&mut g, 0, BUF + 0x1000, 1526);
+    let mut datagram = vec![0u8; NET_HDR_LEN];
+    datagram.extend_from_slice(FRAME);
+    host.send(&datagram).expect("send");
+    g.settle();
+    assert_eq!(g.used(RX), vec![(0, datagram.len() as u32)]);
+    // A device told to offer it over a backend whose frames take the copying path (no
+    // header, here) never asks the backend: its frames would lose their GSO header.
+    let (mut g, _host) = Guest::with_direct_offering(false, Offload::CHECKSUM_AND_TSO4);
+    start_with(&mut g, guest_tso4_features());
+    assert_eq!(g.large_receive.calls(), Vec::<bool>::new());
+    g.assert_healthy();
+}
+
+#[test]
+fn a_backend_that_cannot_turn_large_receive_off_breaks_the_device_for_a_driver_without_it() {
+    let (mut g, _host) = Guest::with_direct_offering(true, Offload::CHECKSUM_AND_TSO4);
+    start_with(&mut g, guest_tso4_features());
+    g.large_receive.refuse(Some(false));
+    // The reset's attempt fails (logged); the next driver takes large frames: fine.
+    restart_with(&mut g, guest_tso4_features());
+    assert_eq!(g.large_receive.calls(), vec![true, false]);
+    g.assert_healthy();
+    // The one after does not: its DRIVER_OK tries again and, failing, breaks the device.
+    g.write(regs::STATUS, 0);
+    g.settle();
+    for q in [RX, TX, CTRL] {
+        let (desc, _, _) = Guest::rings(q);
+        g.mem.write_bytes(desc, &[0u8; 0x3000]).expect("in memory");
+    }
+    g.avail_idx = [0; 3];
+    assert!(g.negotiate(csum_features()));
+    for q in [RX, TX, CTRL] {
+        g.queue(q, u32::from(SIZE), Guest::rings(q));
+    }
+    g.driver_ok();
+    g.settle();
+    g.assert_broken(&["large receive", "GUEST_TSO4", "refused"]);
+    // Once the backend complies, a reset makes the device usable again.
+    g.large_receive.refuse(None);
+    restart_with(&mut g, csum_features());
+    g.assert_healthy();
+    assert_eq!(g.large_receive.calls().last(), Some(&false));
+}
+
+#[test]
+fn a_large_frame_lands_whole_in_a_large_receive_chain() {
+    let (mut g, host) = direct_started(Offload::CHECKSUM_AND_TSO4, guest_tso4_features());
+    post_rx(&mut g, 0, BUF + 0x1000, LARGE_CHAIN);
+    let datagram = large_datagram(40_000);
+    host.send(&datagram).expect("send");
+    g.settle();
+    g.assert_healthy();
+    let total = datagram.len() as u32;
+    assert_eq!(g.used(RX), vec![(0, total)]);
+    let got = g
+        .mem
+        .read_bytes(BUF + 0x1000, u64::from(total))
+        .expect("in memory");
+    assert_eq!(
+        got[..10],
+        datagram[..10],
+        "the kernel's header, GSO and all"
+    );
+    assert_eq!(got[10..12], [1, 0], "num_buffers");
+    assert!(
+        got[NET_HDR_LEN..] == datagram[NET_HDR_LEN..],
+        "the frame, whole"
+    );
+    let stat = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    assert_eq!(stat(&g.dev.stats.rx_frames), 1);
+    assert_eq!(stat(&g.dev.stats.rx_gso), 1);
+    assert_eq!(stat(&g.dev.stats.rx_csum_partial), 1);
+    assert_eq!(stat(&g.dev.stats.rx_dropped), 0);
+    // The largest frame fills the largest chain exactly.
+    post_rx(&mut g, 2, BUF + 0x2_0000, LARGE_CHAIN);
+    host.send(&large_datagram(TSO4_FRAME_MAX)).expect("send");
+    g.settle();
+    assert_eq!(g.used(RX)[1], (2, LARGE_CHAIN));
+    assert_eq!(stat(&g.dev.stats.rx_gso), 2);
+    g.assert_healthy();
+}
+
+#[test]
+fn a_large_frame_into_a_chain_too_small_is_dropped_and_counted() {
+    let (mut g, host) = direct_started(Offload::CHECKSUM_AND_TSO4, guest_tso4_features());
+    let datagram = large_datagram(40_000);
+    let exact = datagram.len() as u32;
+    // An MTU-sized chain, and one a byte short: both dropped, returned empty, and
+    // nothing written past them (the guards stay 0x5a). Then one that fits.
+    let guard = [0x5a; 64];
+    for (head, at, len) in [(0, BUF, 1526), (2, BUF + 0x1_0000, exact - 1)] {
+        g.mem
+            .write_bytes(at + u64::from(len), &guard)
+            .expect("in memory");
+        post_rx(&mut g, head, at, len);
+    }
+    post_rx(&mut g, 4, BUF + 0x2_0000, exact);
+    for _ in 0..3 {
+        host.send(&datagram).expect("send");
+    }
+    g.settle();
+    g.assert_healthy();
+    assert_eq!(g.used(RX), vec![(0, 0), (2, 0), (4, exact)]);
+    for (at, len) in [(BUF, 1526u64), (BUF + 0x1_0000, u64::from(exact) - 1)] {
+        assert_eq!(g.mem.read_bytes(at + len, 64), Some(guard.to_vec()));
+    }
+    let stat = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    assert_eq!(stat(&g.dev.stats.rx_dropped), 2);
+    assert_eq!(stat(&g.dev.stats.rx_frames), 1);
+    assert_eq!(stat(&g.dev.stats.rx_gso), 1);
+}
+
+#[test]
+fn a_gso_frame_the_driver_did_not_negotiate_is_dropped() {
+    use ebb_abi::virtio::NetHdr;
+    // Without GUEST_TSO4 (a frame the kernel queued before large receive went off), and
+    // with kinds large receive never asks for: dropped even where it fits, and counted.
+    let tcpv4 = large_datagram(4000);
+    let with_gso_type = |gso_type: u8| {
+        let mut d = tcpv4.clone();
+        d[1] = gso_type;
+        d
+    };
+    for (name, accepted, datagram) in [
+        ("TCPV4 without GUEST_TSO4", csum_features(), tcpv4.clone()),
+        ("TCPV4 with ECN", guest_tso4_features(), with_gso_type(0x81)),
+        ("TCPV6", guest_tso4_features(), with_gso_type(4)),
+        ("UDP", guest_tso4_features(), with_gso_type(3)),
+    ] {
+        let (mut g, host) = direct_started(Offload::CHECKSUM_AND_TSO4, accepted);
+        post_rx(&mut g, 0, BUF + 0x1000, LARGE_CHAIN);
+        post_rx(&mut g, 2, BUF + 0x2_0000, LARGE_CHAIN);
+        host.send(&datagram).expect("send");
+        // The next frame, a plain one, still arrives.
+        let mut plain = NetHdr::PLAIN.to_bytes().to_vec();
+        plain.extend_from_slice(FRAME);
+        host.send(&plain).expect("send");
+        g.settle();
+        g.assert_healthy();
+        assert_eq!(g.used(RX), vec![(0, 0), (2, plain.len() as u32)], "{name}");
+        assert_eq!(g.dev.stats.rx_dropped.load(Ordering::Relaxed), 1, "{name}");
+        assert_eq!(g.dev.stats.rx_gso.load(Ordering::Relaxed), 0, "{name}");
     }
 }
