@@ -603,8 +603,8 @@ fn tap_in_a_namespace_ping_and_concurrent_echoes() {
 /// between (it takes the backend's frames with complete checksums, `faulty`). HOST_TSO4
 /// is offered with offload and no injector, the guest's driver takes it, and the bulk
 /// echo's replies go out as frames for the TAP to segment (`tx_gso`). GUEST_TSO4 is
-/// offered likewise; frames with a GSO header reach the guest (`rx_gso`) only if its
-/// driver took it.
+/// offered and taken likewise, and the echo's data reaches the guest in large frames
+/// (`rx_gso`).
 fn assert_checksum_offload(counters: &Counters, offload: bool, faulty: bool, output: &str) {
     let get = |k: &str| {
         *counters
@@ -652,14 +652,16 @@ fn assert_checksum_offload(counters: &Counters, offload: bool, faulty: bool, out
         tso4_offered,
         "GUEST_TSO4 offered\n{output}"
     );
-    // TODO(ebb-native GUEST_TSO4): the guest's driver does not take GUEST_TSO4 yet; once
-    // it does, require `guest_tso4 == guest_tso4_offered` and `rx_gso > 0` when offered
-    // (the namespace's TCP sends the bulk echo's data as large frames).
-    assert!(
-        get("guest_tso4") <= get("guest_tso4_offered"),
-        "GUEST_TSO4 negotiated only if offered\n{output}"
+    // The guest's driver takes it, and the namespace's TCP sends the bulk echo's data
+    // in large frames.
+    assert_eq!(
+        get("guest_tso4"),
+        tso4_offered,
+        "GUEST_TSO4 negotiated\n{output}"
     );
-    if get("guest_tso4") == 0 {
+    if tso4_offered == 1 {
+        assert!(get("rx_gso") > 0, "{counters:?}");
+    } else {
         assert_eq!(
             get("rx_gso"),
             0,
