@@ -35,7 +35,9 @@
 //! to 64 KiB instead of cutting it into MTU-sized ones. Frames are then read into 64 KiB
 //! buffers; one that fits the MTU is copied out into a buffer of its own size and the
 //! large one read into again (a small frame never pins 64 KiB), a larger one is handed
-//! over as it is and a fresh buffer allocated for the next.
+//! over as it is, and its buffer read into again once the stack and the application have
+//! dropped it ([`ebb_net::phy::ReceiveBuffers`]: a fresh one would be zeroed whole
+//! first).
 //!
 //! The one `unsafe` call — the `TUNSETIFF` ioctl, which `rustix` does not wrap — is
 //! fenced in the private `sys` module below.
@@ -48,7 +50,7 @@ use ebb_abi::virtio::{NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NET_HDR_LEN, N
 use ebb_core::{IOBuf, IOBufChain, Instant};
 use ebb_net::phy::{
     ChecksumOffload, DeviceCapabilities, DeviceCounters, DropReason, ETHERNET_HEADER_LEN,
-    FrameChecksum, NetDevice, Segmentation, complete_checksum, completed,
+    FrameChecksum, NetDevice, ReceiveBuffers, Segmentation, complete_checksum, completed,
 };
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -62,6 +64,9 @@ const MAX_IOVECS: usize = 64;
 
 /// The largest IPv4 packet a TCP frame may carry with segmentation offload, either way.
 const TSO_MAX_LEN: usize = u16::MAX as usize;
+
+/// Large receive buffers handed over with frames that are kept to come back (8 MiB).
+const LARGE_BUFFERS_LENT: usize = 128;
 
 /// What TAP device to create.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,6 +142,8 @@ pub struct TapDevice {
     spare: Option<IOBuf>,
     /// `TUN_F_TSO4` is on: frames read may be up to 64 KiB ([`TapConfig::large_receive`]).
     large_receive: bool,
+    /// Large receive buffers, which come back once released (see the module docs).
+    large_buffers: ReceiveBuffers,
     /// Opened with `IFF_VNET_HDR`: every frame has a [`VNET_HDR_LEN`]-byte header.
     vnet_hdr: bool,
 }
@@ -237,6 +244,10 @@ impl TapDevice {
             io_errors: 0,
             spare: None,
             large_receive: false,
+            large_buffers: ReceiveBuffers::new(
+                VNET_HDR_LEN + ETHERNET_HEADER_LEN + TSO_MAX_LEN + 1,
+                LARGE_BUFFERS_LENT,
+            ),
         };
         if config.large_receive {
             tap.set_large_receive(true).map_err(|e| TapError::Io {
@@ -360,10 +371,11 @@ impl TapDevice {
             // the kernel would cut to fit) from one that fits exactly. A buffer no
             // frame was read into is kept for the next call: polling an idle device
             // allocates nothing.
-            let mut buf = self
-                .spare
-                .take()
-                .unwrap_or_else(|| IOBuf::with_capacity(header + max_read + 1));
+            let mut buf = match self.spare.take() {
+                Some(buf) => buf,
+                None if self.large_receive => self.large_buffers.take(),
+                None => IOBuf::with_capacity(header + max_read + 1),
+            };
             let Ok(space) = buf.spare_capacity_mut() else {
                 break;
             };
@@ -380,13 +392,12 @@ impl TapDevice {
                     if buf.commit(len).is_err() {
                         break;
                     }
+                    let from_pool = self.large_receive && len - header > max_frame;
                     if self.large_receive && len - header <= max_frame {
                         // Copied out (see the module docs); the large buffer is read
                         // into again, unless the frame is wrong (then dropped below).
                         let small = IOBuf::copy_from_slice(&buf.as_slice()[..len]);
-                        if buf.recycle() {
-                            self.spare = Some(buf);
-                        }
+                        self.large_buffers.give_back(buf);
                         buf = small;
                     }
                     let mut checksum = FrameChecksum::Complete;
@@ -410,6 +421,10 @@ impl TapDevice {
                         }
                     }
                     self.counters.record_rx(len - header);
+                    // Lent last: completing a checksum above needs the only view.
+                    if from_pool {
+                        self.large_buffers.lend(&buf);
+                    }
                     out.push(buf);
                     received += 1;
                 }

@@ -32,6 +32,9 @@
 //!   its own size and the large buffer posted again — so a small frame never pins
 //!   64 KiB (an application may keep what it received) and a stream of small frames
 //!   allocates no large buffers.
+//! * **Receive buffers come back** (`phy::ReceiveBuffers`): a buffer handed over with a
+//!   frame is posted again once the stack and the application have dropped it, instead
+//!   of a fresh one that would be zeroed whole before the device may write it.
 //! * **Readiness**: each pair registers with its core's poll list (`crate::poll`): the
 //!   core checks both used rings whenever it polls for events and arms `used_event`
 //!   before it sleeps.
@@ -51,7 +54,7 @@ use alloc::vec::Vec;
 use ebb_core::{IOBuf, IOBufChain, Instant};
 use ebb_net::phy::{
     ChecksumOffload, DeviceCapabilities, DeviceCounters, DropReason, ETHERNET_HEADER_LEN,
-    FrameChecksum, NetDevice, Segmentation, complete_checksum, completed,
+    FrameChecksum, NetDevice, ReceiveBuffers, Segmentation, complete_checksum, completed,
 };
 use ebb_netstack::{DeviceError, DeviceReady, PlatformDevice, Readiness};
 
@@ -202,6 +205,7 @@ pub fn open(want_pairs: u16) -> Result<VirtioNet, VirtioError> {
         if accepted & features::bit(features::NET_GUEST_TSO4) != 0 {
             queue_pair.rx_buffer_len = LARGE_RX_BUFFER_LEN;
             queue_pair.rx_posted_max = LARGE_RX_POSTED;
+            queue_pair.rx_pool = ReceiveBuffers::new(LARGE_RX_BUFFER_LEN, 2 * LARGE_RX_POSTED);
         }
         pairs.push(queue_pair);
     }
@@ -421,8 +425,9 @@ pub struct QueuePair {
     rx_posted_max: usize,
     /// Receive buffers posted now.
     rx_posted: usize,
-    /// Large receive buffers a small frame was copied out of, to post again.
-    rx_recycled: Vec<IOBuf>,
+    /// Where receive buffers come from: handed-over ones come back once released,
+    /// without being zeroed again.
+    rx_pool: ReceiveBuffers,
     /// The frame in flight under each transmit descriptor head.
     tx_frames: Vec<Option<IOBufChain>>,
     counters: DeviceCounters,
@@ -447,7 +452,7 @@ impl QueuePair {
             rx_buffer_len: RX_BUFFER_LEN,
             rx_posted_max: usize::from(rx.size()),
             rx_posted: 0,
-            rx_recycled: Vec::new(),
+            rx_pool: ReceiveBuffers::new(RX_BUFFER_LEN, 2 * usize::from(rx.size())),
             tx_frames: vec![None; usize::from(tx.size())],
             rx,
             tx,
@@ -478,10 +483,7 @@ impl QueuePair {
     /// Posts a fresh buffer in every free receive descriptor, then publishes.
     fn refill(&mut self) {
         while self.rx.free() > 0 && self.rx_posted < self.rx_posted_max {
-            let mut buffer = self
-                .rx_recycled
-                .pop()
-                .unwrap_or_else(|| IOBuf::with_capacity(self.rx_buffer_len));
+            let mut buffer = self.rx_pool.take();
             let Ok(space) = buffer.spare_capacity_mut() else {
                 break;
             };
@@ -491,7 +493,7 @@ impl QueuePair {
                 write: true,
             }];
             let Some(head) = self.rx.push(&chain) else {
-                self.rx_recycled.push(buffer);
+                self.rx_pool.give_back(buffer);
                 break;
             };
             self.rx_buffers[usize::from(head)] = Some(buffer);
@@ -595,15 +597,15 @@ impl QueuePair {
                 self.counters.rx_dropped.record(DropReason::Oversized);
                 continue;
             }
+            let mut copied = false;
             let small_frame = usize::from(self.mtu) + ETHERNET_HEADER_LEN;
             if self.rx_buffer_len > RX_BUFFER_LEN && len - NET_HDR_LEN <= small_frame {
                 // A large buffer with a small frame: the frame is copied out and the
                 // buffer posted again (see the module docs).
                 let small = IOBuf::copy_from_slice(&buffer.as_slice()[..len]);
-                if buffer.recycle() {
-                    self.rx_recycled.push(buffer);
-                }
+                self.rx_pool.give_back(buffer);
                 buffer = small;
+                copied = true;
             }
             let header = &buffer.as_slice()[..NET_HDR_LEN];
             let le16 = |at: usize| u16::from_le_bytes([header[at], header[at + 1]]);
@@ -635,6 +637,10 @@ impl QueuePair {
                 }
             }
             self.counters.record_rx(buffer.len());
+            // Lent last: completing a checksum above needs the only view.
+            if !copied {
+                self.rx_pool.lend(&buffer);
+            }
             out.push(buffer);
             received += 1;
         }

@@ -61,6 +61,7 @@ mod counters;
 mod fault;
 mod link;
 mod rng;
+mod rx_buffers;
 mod segment;
 
 use alloc::boxed::Box;
@@ -74,6 +75,7 @@ pub use fault::{
     FaultConfig, FaultCounts, FaultInjector, FaultStats, Probability, parse_fault_spec,
 };
 pub use link::{Link, LinkEnd};
+pub use rx_buffers::{ReceiveBufferCounts, ReceiveBuffers};
 pub use segment::segment_tcp_frame;
 
 /// Length of an Ethernet II header (destination, source, EtherType), which frames carry
