@@ -1944,42 +1944,63 @@ fn direct_started(offload: Offload, accepted: u64) -> (Guest, UnixDatagram) {
 
 #[test]
 fn segmentation_offload_is_offered_only_when_asked_and_only_with_checksum_offload() {
-    let tso4 = features::bit(features::NET_HOST_TSO4);
-    let both = Offload::CHECKSUM_AND_TSO4;
     let tso4_alone = Offload {
         checksum: false,
         tso4: true,
         guest_tso4: true,
     };
-    for (name, offload, offered) in [
-        ("no offload", Offload::NONE, false),
-        ("checksum offload only", Offload::CHECKSUM, false),
-        ("TSO without checksum offload", tso4_alone, false),
-        ("both", both, true),
-    ] {
+    // The spec makes HOST_TSO4 depend on CSUM.
+    assert_offered_only_as_asked(
+        "HOST_TSO4",
+        features::bit(features::NET_HOST_TSO4),
+        tso4_features(),
+        Guest::good_features() | features::bit(features::NET_HOST_TSO4),
+        [
+            ("no offload", Offload::NONE, false),
+            ("checksum offload only", Offload::CHECKSUM, false),
+            ("TSO without checksum offload", tso4_alone, false),
+            ("both", Offload::CHECKSUM_AND_TSO4, true),
+        ],
+    );
+}
+
+/// For each case, `feature` is offered (in the register too) and a driver asking for
+/// `with_it` is accepted exactly when the case says so; and where offered, a driver
+/// taking `feature` without what the spec makes it depend on (`without_dependency`) is
+/// refused, like any inconsistent set, and may try again.
+fn assert_offered_only_as_asked(
+    what: &str,
+    feature: u64,
+    with_it: u64,
+    without_dependency: u64,
+    cases: [(&str, Offload, bool); 4],
+) {
+    for (name, offload, offered) in cases {
         let (g, _host) = Guest::with_direct_offering(true, offload);
-        assert_eq!(g.dev.offered() & tso4 != 0, offered, "{name}");
+        assert_eq!(g.dev.offered() & feature != 0, offered, "{name}");
         g.write(regs::DEVICE_FEATURES_SEL, 0);
         let window = u64::from(g.read(regs::DEVICE_FEATURES));
-        assert_eq!(window & tso4 != 0, offered, "{name}: the register agrees");
         assert_eq!(
-            g.negotiate(tso4_features()),
+            window & feature != 0,
             offered,
-            "{name}: HOST_TSO4 is accepted only when offered"
+            "{name}: the register agrees"
+        );
+        assert_eq!(
+            g.negotiate(with_it),
+            offered,
+            "{name}: {what} is accepted only when offered"
         );
         g.assert_healthy();
     }
-    // The spec makes HOST_TSO4 depend on CSUM: a driver accepting it alone is refused,
-    // like any inconsistent set, and may try again.
-    let (g, _host) = Guest::with_direct_offering(true, both);
+    let (g, _host) = Guest::with_direct_offering(true, Offload::CHECKSUM_AND_TSO4);
     assert!(
-        !g.negotiate(Guest::good_features() | tso4),
-        "TSO without CSUM"
+        !g.negotiate(without_dependency),
+        "{what} without what it depends on"
     );
     g.assert_healthy();
     g.write(regs::STATUS, 0);
-    assert!(g.negotiate(tso4_features()));
-    assert_eq!(g.dev.features(), Some(tso4_features()));
+    assert!(g.negotiate(with_it));
+    assert_eq!(g.dev.features(), Some(with_it));
 }
 
 #[test]
@@ -2275,44 +2296,23 @@ fn large_receive_is_offered_only_when_asked_and_only_with_guest_csum() {
         tso4: false,
         guest_tso4: true,
     };
-    for (name, offload, offered) in [
-        ("no offload", Offload::NONE, false),
-        ("checksum offload only", Offload::CHECKSUM, false),
-        ("GUEST_TSO4 without checksum offload", alone, false),
-        (
-            "checksum and segmentation offload",
-            Offload::CHECKSUM_AND_TSO4,
-            true,
-        ),
-    ] {
-        let (g, _host) = Guest::with_direct_offering(true, offload);
-        assert_eq!(g.dev.offered() & guest_tso4 != 0, offered, "{name}");
-        g.write(regs::DEVICE_FEATURES_SEL, 0);
-        let window = u64::from(g.read(regs::DEVICE_FEATURES));
-        assert_eq!(
-            window & guest_tso4 != 0,
-            offered,
-            "{name}: the register agrees"
-        );
-        assert_eq!(
-            g.negotiate(guest_tso4_features()),
-            offered,
-            "{name}: GUEST_TSO4 is accepted only when offered"
-        );
-        g.assert_healthy();
-    }
     // The spec makes GUEST_TSO4 depend on GUEST_CSUM: CSUM alone is not enough.
-    let (g, _host) = Guest::with_direct_offering(true, Offload::CHECKSUM_AND_TSO4);
-    let without_guest_csum =
-        Guest::good_features() | features::bit(features::NET_CSUM) | guest_tso4;
-    assert!(
-        !g.negotiate(without_guest_csum),
-        "GUEST_TSO4 without GUEST_CSUM"
+    assert_offered_only_as_asked(
+        "GUEST_TSO4",
+        guest_tso4,
+        guest_tso4_features(),
+        Guest::good_features() | features::bit(features::NET_CSUM) | guest_tso4,
+        [
+            ("no offload", Offload::NONE, false),
+            ("checksum offload only", Offload::CHECKSUM, false),
+            ("GUEST_TSO4 without checksum offload", alone, false),
+            (
+                "checksum and segmentation offload",
+                Offload::CHECKSUM_AND_TSO4,
+                true,
+            ),
+        ],
     );
-    g.assert_healthy();
-    g.write(regs::STATUS, 0);
-    assert!(g.negotiate(guest_tso4_features()));
-    assert_eq!(g.dev.features(), Some(guest_tso4_features()));
 }
 
 #[test]
