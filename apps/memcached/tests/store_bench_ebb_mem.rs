@@ -15,5 +15,5 @@ mod common {
 #[ignore = "a measurement: run in release with --ignored --nocapture"]
 fn store_throughput_ebb_mem_allocator() {
     let stats = common::store_bench::measure("ebb-mem allocator");
-    common::store_bench::check(&stats);
+    assert_eq!(common::store_bench::check(&stats), Ok(()));
 }

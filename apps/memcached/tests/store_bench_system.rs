@@ -8,5 +8,5 @@ mod common {
 #[ignore = "a measurement: run in release with --ignored --nocapture"]
 fn store_throughput_system_allocator() {
     let stats = common::store_bench::measure("system allocator");
-    common::store_bench::check(&stats);
+    assert_eq!(common::store_bench::check(&stats), Ok(()));
 }

@@ -99,11 +99,16 @@ pub fn measure(label: &str) -> memcached::store::Stats {
 pub const LIMIT: u64 = 32 * 1024 * 1024;
 
 /// What every run must show, whatever the allocator: the limit held and forced eviction.
-pub fn check(stats: &memcached::store::Stats) {
-    assert!(stats.bytes <= LIMIT, "over the limit: {stats:?}");
-    assert!(
-        stats.evictions > 0,
-        "the mix must force eviction: {stats:?}"
-    );
-    assert!(stats.curr_items > 0, "{stats:?}");
+/// `Ok` or what went wrong.
+pub fn check(stats: &memcached::store::Stats) -> Result<(), String> {
+    if stats.bytes > LIMIT {
+        return Err(format!("over the limit: {stats:?}"));
+    }
+    if stats.evictions == 0 {
+        return Err(format!("the mix must force eviction: {stats:?}"));
+    }
+    if stats.curr_items == 0 {
+        return Err(format!("nothing stored: {stats:?}"));
+    }
+    Ok(())
 }
