@@ -503,26 +503,14 @@ struct Conn {
 #[cfg(test)]
 fn detached_conn(tuple: FourTuple) -> Rc<Conn> {
     let config = TcpConfig::default();
-    Rc::new(Conn {
-        layer: Weak::new(),
-        tuple,
-        tcb: RefCell::new(state::Tcb::new(
-            &config,
-            tuple.local,
-            tuple.remote,
-            SeqNumber(0),
-            state::State::Established,
-        )),
-        handler: RefCell::new(None),
-        on_connect: RefCell::new(None),
-        listener: None,
-        accounting: Cell::new(Accounting::None),
-        in_ready: Cell::new(false),
-        in_dirty: Cell::new(false),
-        in_blocked: Cell::new(false),
-        deadline: Cell::new(None),
-        heap_slot: Cell::new(deadlines::NOT_FILED),
-    })
+    let tcb = state::Tcb::new(
+        &config,
+        tuple.local,
+        tuple.remote,
+        SeqNumber(0),
+        state::State::Established,
+    );
+    Rc::new(Conn::new(Weak::new(), tuple, tcb, None, Accounting::None))
 }
 
 /// First ephemeral port (IANA dynamic range).
@@ -676,20 +664,14 @@ impl TcpLayer {
             iss,
             State::SynSent,
         );
-        let conn = Rc::new(Conn {
-            layer: Rc::downgrade(inner),
+        let conn = Rc::new(Conn::new(
+            Rc::downgrade(inner),
             tuple,
-            tcb: RefCell::new(tcb),
-            handler: RefCell::new(None),
-            on_connect: RefCell::new(Some(Box::new(on_result))),
-            listener: None,
-            accounting: Cell::new(Accounting::None),
-            in_ready: Cell::new(false),
-            in_dirty: Cell::new(false),
-            in_blocked: Cell::new(false),
-            deadline: Cell::new(None),
-            heap_slot: Cell::new(deadlines::NOT_FILED),
-        });
+            tcb,
+            None,
+            Accounting::None,
+        ));
+        *conn.on_connect.borrow_mut() = Some(Box::new(on_result));
         inner.mark_dirty(&conn);
         state.conns.insert(conn);
         Ok(())
@@ -959,20 +941,13 @@ impl TcpLayer {
                 tcb.apply_syn_options(ctx.config, repr);
                 tcb.snd_wl1 = repr.seq_number;
                 tcb.send_syn(ctx);
-                let conn = Rc::new(Conn {
-                    layer: Rc::downgrade(inner),
+                let conn = Rc::new(Conn::new(
+                    Rc::downgrade(inner),
                     tuple,
-                    tcb: RefCell::new(tcb),
-                    handler: RefCell::new(None),
-                    on_connect: RefCell::new(None),
-                    listener: Some(key),
-                    accounting: Cell::new(Accounting::HalfOpen),
-                    in_ready: Cell::new(false),
-                    in_dirty: Cell::new(false),
-                    in_blocked: Cell::new(false),
-                    deadline: Cell::new(None),
-                    heap_slot: Cell::new(deadlines::NOT_FILED),
-                });
+                    tcb,
+                    Some(key),
+                    Accounting::HalfOpen,
+                ));
                 TcpLayer::file_deadline(&mut state.deadlines, &conn);
                 state.conns.insert(conn);
             }
@@ -1037,6 +1012,32 @@ fn send_reset_for(ctx: &mut Ctx<'_>, tuple: FourTuple, repr: &Repr<'_>) {
 }
 
 impl Conn {
+    /// A connection of `layer` for `tuple` in `tcb`'s state, of the listener `listener`
+    /// (a passive open) or none, counted as `accounting`: no handler yet, in no list,
+    /// filed under no deadline.
+    fn new(
+        layer: Weak<Inner>,
+        tuple: FourTuple,
+        tcb: Tcb,
+        listener: Option<SocketAddrV4>,
+        accounting: Accounting,
+    ) -> Conn {
+        Conn {
+            layer,
+            tuple,
+            tcb: RefCell::new(tcb),
+            handler: RefCell::new(None),
+            on_connect: RefCell::new(None),
+            listener,
+            accounting: Cell::new(accounting),
+            in_ready: Cell::new(false),
+            in_dirty: Cell::new(false),
+            in_blocked: Cell::new(false),
+            deadline: Cell::new(None),
+            heap_slot: Cell::new(deadlines::NOT_FILED),
+        }
+    }
+
     /// Tells the layer the application acted: poll soon, deliver any new events.
     fn wake(self: &Rc<Self>) {
         if let Some(inner) = self.layer.upgrade() {
