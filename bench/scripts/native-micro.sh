@@ -3,6 +3,8 @@
 # bench/results/native-micro.md):
 #   1. library-OS call (event::core_id, event::now) vs Linux: getpid (raw system call) and
 #      clock_gettime(CLOCK_MONOTONIC) (vDSO, no system call: the peer of event::now), cycles;
+#      and two exits to the monitor: the CLOCK hypercall (port I/O) and, as root (a TAP
+#      device gives the guest a virtio-MMIO transport), a register read (an MMIO exit);
 #   2. OS noise: gaps between back-to-back TSC reads, native guest vs Linux process, core 0;
 #   3. cross-core wake-up: spawn_on to a vCPU asleep in WAIT vs FUTEX_WAKE of a thread;
 #   4. Hoard threadtest natively (1 and 2 vCPUs) vs hosted ebb, glibc, jemalloc, mimalloc.
@@ -44,7 +46,9 @@ run() {
 : >"$RAW"
 for rep in $(seq 1 "$REPEATS"); do
   if want libos; then
-    run libos "$VMM" "$GUESTS/bench_libos_call" --cpus 1 --pin --timeout 120
+    mmio=()
+    [[ $(id -u) == 0 ]] && mmio=(--net "tap=ebbmicro$$")
+    run libos "$VMM" "$GUESTS/bench_libos_call" --cpus 1 --pin --timeout 120 "${mmio[@]}"
     run libos taskset -c 0 "$BIN/getpid-cycles"
   fi
   if want noise; then

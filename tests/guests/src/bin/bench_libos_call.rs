@@ -5,7 +5,9 @@
 //! context), `event::now()` (the platform clock: `rdtsc`, a multiply and a shift behind a
 //! trait object) and, for scale, a non-inlined function, the empty loop, an 8-byte `Box`
 //! allocated and freed (the global allocator's fast path; the Linux side uses the same
-//! allocator) and the CLOCK hypercall (an exit to the monitor). The loop is the host's (`bench/src/tsc_bench.rs`,
+//! allocator), the CLOCK hypercall (an exit to the monitor through port I/O) and, when the
+//! monitor gave the guest a virtio-MMIO transport (`--net`), a read of its magic register
+//! (an MMIO exit, which the vCPU thread answers in user space). The loop is the host's (`bench/src/tsc_bench.rs`,
 //! included by path): batches of calls, each followed by a compiler barrier so a `pure`
 //! GS read cannot be hoisted out of the loop. Prints one `libos-call: side=native
 //! call=NAME batches=B per_batch=P min=C median=C` line per call (cycles per call, loop
@@ -91,6 +93,16 @@ async fn main() -> i32 {
         black_box(hypercall::clock());
     });
     report("clock_hypercall", &mut exits, 5);
+
+    // A register read of a virtio-MMIO transport, when the monitor has one (`--net`):
+    // an exit the vCPU thread answers in user space, without the port-I/O path.
+    if let Some(regs) = ebb_native::virtio::mmio::Regs::slot(0).filter(|r| r.present()) {
+        let mut reads = vec![0u64; 200];
+        time_batches(&tsc, 20, &mut reads, || {
+            black_box(regs.read(0));
+        });
+        report("mmio_read", &mut reads, 20);
+    }
 
     println!("bench_libos_call: ok");
     0
