@@ -98,9 +98,9 @@ enum Cmd {
         /// Bytes per write.
         #[arg(long, default_value_t = 65536)]
         chunk: usize,
-        /// `echo`: at most this many bytes written and not yet echoed back (0: no limit).
-        /// A limit keeps an echo server's queue short (hosted sink's echo stalls when its
-        /// queue passes 256 KiB and it closes the receive window).
+        /// `echo`: at most this many bytes written and not yet echoed back (0: no limit,
+        /// only TCP's own windows). A limit makes the stream latency-bound: the rate is
+        /// then at most the limit per round trip.
         #[arg(long, default_value_t = 0)]
         window: u64,
         /// Measured time.
