@@ -44,8 +44,8 @@ pub const BOOT_VERSION: u32 = 4;
 /// threads (the process may run on no more CPUs than it has vCPUs), and runs at a lower
 /// host priority than that thread, which preempts it the moment it has work. An idle
 /// core should then poll for a long while (a millisecond) before the WAIT hypercall: its
-/// polling costs the device thread nothing, and a WAIT costs two exits and a wake-up of
-/// ~100 µs each under nested virtualization.
+/// polling costs the device thread nothing, and a WAIT costs an exit and a wake-up of
+/// 17–110 µs each under the nested virtualization measured here.
 ///
 /// (Until the monitor lowered the vCPUs' priority, this flag asked for the opposite: no
 /// polling at all, since a polling vCPU kept the device thread off the CPU.)
