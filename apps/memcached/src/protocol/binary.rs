@@ -429,7 +429,7 @@ pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
                 return invalid();
             }
             Request::Get {
-                keys: alloc::vec![key],
+                keys: smallvec::smallvec![key],
                 cas: false,
                 touch: None,
             }
@@ -496,7 +496,7 @@ pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
                 Request::Touch { key, exptime }
             } else {
                 Request::Get {
-                    keys: alloc::vec![key],
+                    keys: smallvec::smallvec![key],
                     cas: false,
                     touch: Some(exptime),
                 }

@@ -191,7 +191,7 @@ fn preparse(t: &Tokens<'_>, start: usize, cmd: MetaCmd) -> Result<(MetaFlags, Ke
             b'b' => {
                 f.base64 = true;
                 match base64_decode(raw_key) {
-                    Some(k) => key = Key(k),
+                    Some(k) => key = Key::new(&k),
                     None => fail(Some(DECODING_KEY)),
                 }
             }

@@ -97,6 +97,7 @@ use core::fmt;
 use core::ops::Deref;
 
 use ebb::IOBufChain;
+use smallvec::SmallVec;
 
 pub use binary::{Opcode, Status};
 pub use meta::{
@@ -153,18 +154,26 @@ impl Limits {
     }
 }
 
+/// Key bytes kept in place, without an allocation: every key of the ETC workload (20
+/// to 70 bytes) and most real ones fit; longer keys (up to [`KEY_MAX_LENGTH`]) go to
+/// the heap.
+pub const KEY_INLINE: usize = 72;
+
 /// A key: 1 to [`KEY_MAX_LENGTH`] bytes, copied out of the request.
 ///
 /// Text keys contain no space or newline (they are separated by spaces). Like memcached,
 /// the parser does not refuse other control characters in text keys; binary keys may be
 /// any bytes.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key(Vec<u8>);
+pub struct Key(SmallVec<[u8; KEY_INLINE]>);
+
+/// A get's keys: one in place (a binary get, and nearly every text get), more on the heap.
+pub type Keys = SmallVec<[Key; 1]>;
 
 impl Key {
     /// A key from bytes already checked by the parser (or a test).
     pub fn new(bytes: &[u8]) -> Self {
-        Self(bytes.to_vec())
+        Self(SmallVec::from_slice(bytes))
     }
 
     /// The key's bytes.
@@ -213,7 +222,7 @@ pub enum Request {
     /// miss with [`Response::Miss`], then [`Response::End`].
     Get {
         /// The keys, in request order (duplicates kept: memcached answers each).
-        keys: Vec<Key>,
+        keys: Keys,
         /// Whether the text reply shows CAS ids (`gets`, `gats`).
         cas: bool,
         /// `gat`: the new raw expiry to set on each hit.

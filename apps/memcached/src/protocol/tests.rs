@@ -94,7 +94,7 @@ fn text_get_family() {
         req(b"get foo\r\n"),
         Command {
             request: Request::Get {
-                keys: vec![key("foo")],
+                keys: smallvec::smallvec![key("foo")],
                 cas: false,
                 touch: None
             },
@@ -104,7 +104,7 @@ fn text_get_family() {
     assert_eq!(
         req(b"gets a  b c\r\n").request,
         Request::Get {
-            keys: vec![key("a"), key("b"), key("c")],
+            keys: smallvec::smallvec![key("a"), key("b"), key("c")],
             cas: true,
             touch: None
         }
@@ -119,7 +119,7 @@ fn text_get_family() {
     assert_eq!(
         req(b"gat 100 a b\n").request,
         Request::Get {
-            keys: vec![key("a"), key("b")],
+            keys: smallvec::smallvec![key("a"), key("b")],
             cas: false,
             touch: Some(100)
         }
@@ -127,7 +127,7 @@ fn text_get_family() {
     assert_eq!(
         req(b"gats -1 a\r\n").request,
         Request::Get {
-            keys: vec![key("a")],
+            keys: smallvec::smallvec![key("a")],
             cas: true,
             touch: Some(-1)
         }
@@ -146,7 +146,7 @@ fn text_get_family() {
     assert_eq!(
         req(b"get a noreply\r\n").request,
         Request::Get {
-            keys: vec![key("a"), key("noreply")],
+            keys: smallvec::smallvec![key("a"), key("noreply")],
             cas: false,
             touch: None
         }
@@ -509,7 +509,7 @@ fn text_long_lines() {
     assert_eq!(
         req(&get).request,
         Request::Get {
-            keys: vec![key("manyspaces")],
+            keys: smallvec::smallvec![key("manyspaces")],
             cas: false,
             touch: None
         }
@@ -1083,7 +1083,7 @@ fn binary_requests() {
             c,
             Command {
                 request: Request::Get {
-                    keys: vec![key("foo")],
+                    keys: smallvec::smallvec![key("foo")],
                     cas: false,
                     touch: None
                 },
@@ -1162,7 +1162,7 @@ fn binary_requests() {
     assert_eq!(
         req(&bin(0x23, b"k", &9u32.to_be_bytes(), &[], 0, 0)).request,
         Request::Get {
-            keys: vec![key("k")],
+            keys: smallvec::smallvec![key("k")],
             cas: false,
             touch: Some(9)
         }

@@ -17,7 +17,6 @@
 //! * Every byte offset used below is within the copied line: tokens are computed from
 //!   it, and slices are taken with `get`.
 
-use alloc::vec::Vec;
 
 use ebb::{IOBuf, IOBufChain};
 
@@ -25,6 +24,7 @@ use alloc::boxed::Box;
 
 use super::meta::{self, MetaFlags};
 use super::{
+    Keys,
     Command, ErrorKind, KEY_MAX_LENGTH, Key, ParseError, Parsed, Parser, ReplyTo, Request,
     StoreMode,
 };
@@ -472,7 +472,7 @@ fn get(t: &Tokens<'_>, body: &[u8], cas: bool, touch: bool) -> Line {
     }
     // Keys run to the end of the line, beyond the tokenizer's 23 tokens.
     let start = t.spans.get(key_token).map_or(body.len(), |s| s.0);
-    let mut keys = Vec::new();
+    let mut keys = Keys::new();
     for key in split_spaces(body.get(start..).unwrap_or_default()) {
         if key.is_empty() {
             continue;
