@@ -82,10 +82,34 @@ impl Storage {
 #[derive(Clone)]
 pub struct IOBuf {
     storage: Storage,
-    /// Offset of the view in the region; also the headroom.
-    start: usize,
+    /// Offset of the view in the region; also the headroom. 32 bits, like `len`: regions
+    /// are at most [`MAX_REGION`] bytes, and an `IOBuf` of 24 bytes (32 with `usize`
+    /// offsets) keeps a chain with its inline segments small enough to move without a
+    /// `memcpy` call; chains move by value through every layer.
+    start: u32,
     /// Length of the view.
-    len: usize,
+    len: u32,
+}
+
+/// The largest region an [`IOBuf`] views: 4 GiB - 1. Building one larger panics.
+pub const MAX_REGION: usize = u32::MAX as usize;
+
+// The size the comment on `start` is about (and `Segments`' inline ring with it).
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(core::mem::size_of::<IOBuf>() == 24);
+
+/// `n` as a view offset or length: in range whenever `n` is at most a region's size.
+#[inline]
+fn offset(n: usize) -> u32 {
+    debug_assert!(n <= MAX_REGION);
+    n as u32
+}
+
+/// Panics unless a region of `size` bytes can be viewed.
+#[inline]
+#[track_caller]
+fn check_region(size: usize) {
+    assert!(size <= MAX_REGION, "an IOBuf region is at most 4 GiB - 1 bytes, not {size}");
 }
 
 impl IOBuf {
@@ -116,10 +140,11 @@ impl IOBuf {
     pub fn with_headroom(headroom: usize, cap: usize) -> Self {
         // Saturating: an overflowing sum is past isize::MAX, which Vec reports.
         let mut v = Vec::with_capacity(headroom.saturating_add(cap));
+        check_region(v.capacity());
         v.resize(headroom, 0);
         Self {
             storage: Storage::Heap(Arc::new(v)),
-            start: headroom,
+            start: offset(headroom),
             len: 0,
         }
     }
@@ -127,7 +152,8 @@ impl IOBuf {
     /// A buffer viewing all of `v`, without copying; `v`'s spare capacity becomes
     /// tailroom.
     pub fn from_vec(v: Vec<u8>) -> Self {
-        let len = v.len();
+        check_region(v.capacity());
+        let len = offset(v.len());
         Self {
             storage: Storage::Heap(Arc::new(v)),
             start: 0,
@@ -141,17 +167,22 @@ impl IOBuf {
     }
 
     /// A read-only buffer viewing `data`, without copying or allocating.
+    ///
+    /// # Panics
+    ///
+    /// If `data` is longer than [`MAX_REGION`].
     pub const fn from_static(data: &'static [u8]) -> Self {
+        assert!(data.len() <= MAX_REGION, "an IOBuf region is at most 4 GiB - 1 bytes");
         Self {
             storage: Storage::Static(data),
             start: 0,
-            len: data.len(),
+            len: data.len() as u32,
         }
     }
 
     /// The length of the view.
     pub fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     /// Whether the view is empty.
@@ -162,7 +193,7 @@ impl IOBuf {
     /// The viewed bytes.
     pub fn as_slice(&self) -> &[u8] {
         // In bounds by the invariant `start + len <= initialized`.
-        &self.storage.bytes()[self.start..self.end()]
+        &self.storage.bytes()[self.start as usize..self.end()]
     }
 
     /// The viewed bytes, writable.
@@ -172,13 +203,13 @@ impl IOBuf {
     /// [`IOBufError::Shared`] or [`IOBufError::ReadOnly`] unless the storage is
     /// unique.
     pub fn as_mut_slice(&mut self) -> Result<&mut [u8]> {
-        let (start, end) = (self.start, self.end());
+        let (start, end) = (self.start as usize, self.end());
         Ok(&mut self.storage.unique_mut()?[start..end])
     }
 
     /// The number of bytes in front of the view.
     pub fn headroom(&self) -> usize {
-        self.start
+        self.start as usize
     }
 
     /// The number of bytes after the view that it could grow into.
@@ -216,16 +247,18 @@ impl IOBuf {
     /// [`IOBufError::Shared`] or [`IOBufError::ReadOnly`] unless the storage is
     /// unique.
     pub fn prepend(&mut self, n: usize) -> Result<&mut [u8]> {
-        if n > self.start {
+        let start = self.start as usize;
+        if n > start {
             return Err(IOBufError::NoHeadroom {
                 requested: n,
-                available: self.start,
+                available: start,
             });
         }
         let v = self.storage.unique_mut()?;
-        self.start -= n;
-        self.len += n;
-        let bytes = &mut v[self.start..self.start + n];
+        // `n <= start`, so both stay within the region.
+        self.start -= offset(n);
+        self.len += offset(n);
+        let bytes = &mut v[start - n..start];
         // Headroom may hold an old header that was trimmed off; hand out zeros.
         bytes.fill(0);
         Ok(bytes)
@@ -247,7 +280,8 @@ impl IOBuf {
         // zero exactly the `n` bytes handed out. Stays within capacity: no realloc.
         v.truncate(end);
         v.resize(end + n, 0);
-        self.len += n;
+        // Within the region's capacity (checked above), so within 32 bits.
+        self.len += offset(n);
         Ok(&mut v[end..])
     }
 
@@ -265,7 +299,7 @@ impl IOBuf {
         // As in `append`, but each byte is written once: no zero-fill first.
         v.truncate(end);
         v.extend_from_slice(data);
-        self.len += data.len();
+        self.len += offset(data.len());
         Ok(())
     }
 
@@ -306,7 +340,7 @@ impl IOBuf {
         if v.len() < end + n {
             v.resize(end + n, 0);
         }
-        self.len += n;
+        self.len += offset(n);
         Ok(())
     }
 
@@ -318,9 +352,9 @@ impl IOBuf {
     ///
     /// [`IOBufError::OutOfRange`] if `n > len()`.
     pub fn trim_front(&mut self, n: usize) -> Result<()> {
-        check_range(n, self.len)?;
-        self.start += n;
-        self.len -= n;
+        check_range(n, self.len())?;
+        self.start += offset(n);
+        self.len -= offset(n);
         Ok(())
     }
 
@@ -332,8 +366,8 @@ impl IOBuf {
     ///
     /// [`IOBufError::OutOfRange`] if `n > len()`.
     pub fn trim_back(&mut self, n: usize) -> Result<()> {
-        check_range(n, self.len)?;
-        self.len -= n;
+        check_range(n, self.len())?;
+        self.len -= offset(n);
         Ok(())
     }
 
@@ -348,13 +382,14 @@ impl IOBuf {
     ///
     /// [`IOBufError::OutOfRange`] if `at > len()`.
     pub fn split_off(&mut self, at: usize) -> Result<IOBuf> {
-        check_range(at, self.len)?;
-        if at == self.len {
+        check_range(at, self.len())?;
+        if at == self.len() {
             return Ok(IOBuf::new());
         }
         if at == 0 {
             return Ok(core::mem::take(self));
         }
+        let at = offset(at);
         let tail = IOBuf {
             storage: self.storage.clone(),
             start: self.start + at,
@@ -374,13 +409,14 @@ impl IOBuf {
     ///
     /// [`IOBufError::OutOfRange`] if `at > len()`.
     pub fn split_to(&mut self, at: usize) -> Result<IOBuf> {
-        check_range(at, self.len)?;
+        check_range(at, self.len())?;
         if at == 0 {
             return Ok(IOBuf::new());
         }
-        if at == self.len {
+        if at == self.len() {
             return Ok(core::mem::take(self));
         }
+        let at = offset(at);
         let head = IOBuf {
             storage: self.storage.clone(),
             start: self.start,
@@ -403,7 +439,7 @@ impl IOBuf {
             return;
         }
         let (headroom, tailroom) = (self.headroom(), self.tailroom());
-        let mut fresh = IOBuf::with_headroom(headroom, self.len.saturating_add(tailroom));
+        let mut fresh = IOBuf::with_headroom(headroom, self.len().saturating_add(tailroom));
         let copied = fresh.extend_from_slice(self.as_slice());
         // Cannot fail: the region is fresh and has room for the view by construction.
         debug_assert!(copied.is_ok());
@@ -436,7 +472,7 @@ impl IOBuf {
 
     /// The offset just past the view.
     fn end(&self) -> usize {
-        self.start + self.len
+        self.start as usize + self.len as usize
     }
 
     fn check_tailroom(&self, n: usize) -> Result<()> {
