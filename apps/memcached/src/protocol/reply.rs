@@ -125,7 +125,8 @@ static VALUE_END_END: &[u8] = b"\r\nEND\r\n";
 
 /// The end of a text get: joined onto the last value's terminator when that is the
 /// chain's last buffer, so a one-key hit goes out as three buffers (header line, value,
-/// `\r\nEND\r\n`), which a chain holds without allocating, instead of four.
+/// `\r\nEND\r\n`) instead of four: with ebb-net's header in front, four, which a chain
+/// holds without allocating.
 fn push_end(out: &mut IOBufChain) {
     let terminator = IOBuf::from_static(VALUE_END);
     if out

@@ -1334,8 +1334,9 @@ fn encoded(to: ReplyTo, responses: &[Response<'_>]) -> Vec<u8> {
 
 #[test]
 fn one_key_hit_fits_a_chain_without_spilling() {
-    // Header line, the value's one buffer, "\r\nEND\r\n": three buffers, which a chain
-    // holds in place (a fourth would move them to the heap, once per request).
+    // Header line, the value's one buffer, "\r\nEND\r\n": three buffers, so that with
+    // the header buffer ebb-net puts in front the frame is four, which a chain holds in
+    // place (a fifth would move them to the heap, once per request).
     let data = chain(b"hello");
     let value = Response::Value {
         key: b"k",

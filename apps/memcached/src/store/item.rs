@@ -89,10 +89,10 @@ impl Item {
 }
 
 /// A stored value: its buffers, shared with every reply that sends them. Not an
-/// `IOBufChain` (128 bytes with its inline segments): one buffer inline, or a boxed
+/// `IOBufChain` (112 bytes with its inline segments): one buffer inline, or a boxed
 /// slice for the rare value in pieces (at most `MAX_SEGMENTS`), which keeps the item
-/// about 90 bytes smaller. A read turns it back into a chain without allocating when
-/// it has at most three pieces.
+/// about 85 bytes smaller. A read turns it back into a chain without allocating when
+/// it has at most four pieces.
 pub(super) enum Value {
     /// One buffer (possibly empty).
     One(IOBuf),

@@ -1,8 +1,9 @@
 //! [`Segments`]: the double-ended queue of buffers inside an
 //! [`IOBufChain`](super::IOBufChain), and the chain's iterator types.
 //!
-//! Most chains are short — a packet's header buffer plus a payload piece or two — so up
-//! to [`INLINE`] buffers live in place, in a small ring, and such a chain never
+//! Most chains are short — a packet's header buffer plus a payload piece or three (a
+//! memcached `get` hit is its `VALUE` line, the stored value and the `END` trailer) — so
+//! up to [`INLINE`] buffers live in place, in a small ring, and such a chain never
 //! allocates. A chain that outgrows that (a TCP send queue, a reassembled stream) moves
 //! its buffers to a `VecDeque` once and stays there, keeping the allocation for reuse.
 //!
@@ -18,8 +19,10 @@ use core::slice;
 
 use super::IOBuf;
 
-/// Buffers kept in place before a chain spills to the heap.
-pub(super) const INLINE: usize = 3;
+/// Buffers kept in place before a chain spills to the heap: four, so that a frame of
+/// a header and three payload pieces does not allocate, while a chain (four 24-byte
+/// buffers and its counters) stays small enough to move without a `memcpy` call.
+pub(super) const INLINE: usize = 4;
 
 /// The buffers of a chain, in order (see the module docs).
 #[derive(Clone)]
@@ -27,8 +30,9 @@ pub(super) enum Segments {
     /// Up to [`INLINE`] buffers in a ring, `len` of them from `start` on.
     Inline {
         bufs: [IOBuf; INLINE],
-        start: usize,
-        len: usize,
+        /// Bytes, not `usize`s: they keep the ring (and the chain around it) small.
+        start: u8,
+        len: u8,
     },
     /// More than ever fitted in place.
     Heap(VecDeque<IOBuf>),
@@ -54,16 +58,17 @@ impl Segments {
     #[inline]
     pub(super) fn len(&self) -> usize {
         match self {
-            Self::Inline { len, .. } => *len,
+            Self::Inline { len, .. } => usize::from(*len),
             Self::Heap(v) => v.len(),
         }
     }
 
     /// The ring slot of buffer `i`, for `start < INLINE` and `i <= INLINE`.
     #[inline]
-    fn slot(start: usize, i: usize) -> usize {
+    fn slot(start: u8, i: usize) -> usize {
+        let start = usize::from(start);
         debug_assert!(start < INLINE && i <= INLINE);
-        // `(start + i) % INLINE` without the division (INLINE is not a power of two).
+        // `(start + i) % INLINE` without a division, whatever INLINE is.
         let slot = start + i;
         if slot >= INLINE { slot - INLINE } else { slot }
     }
@@ -72,7 +77,7 @@ impl Segments {
     fn spill(&mut self) -> &mut VecDeque<IOBuf> {
         if let Self::Inline { bufs, start, len } = self {
             let mut heap = VecDeque::with_capacity(2 * INLINE);
-            for i in 0..*len {
+            for i in 0..usize::from(*len) {
                 heap.push_back(core::mem::take(&mut bufs[Self::slot(*start, i)]));
             }
             *self = Self::Heap(heap);
@@ -88,8 +93,8 @@ impl Segments {
     #[inline]
     pub(super) fn push_back(&mut self, buf: IOBuf) {
         match self {
-            Self::Inline { bufs, start, len } if *len < INLINE => {
-                bufs[Self::slot(*start, *len)] = buf;
+            Self::Inline { bufs, start, len } if usize::from(*len) < INLINE => {
+                bufs[Self::slot(*start, usize::from(*len))] = buf;
                 *len += 1;
             }
             Self::Heap(heap) => heap.push_back(buf),
@@ -101,9 +106,10 @@ impl Segments {
     #[inline]
     pub(super) fn push_front(&mut self, buf: IOBuf) {
         match self {
-            Self::Inline { bufs, start, len } if *len < INLINE => {
-                *start = Self::slot(*start, INLINE - 1);
-                bufs[*start] = buf;
+            Self::Inline { bufs, start, len } if usize::from(*len) < INLINE => {
+                let slot = Self::slot(*start, INLINE - 1);
+                bufs[slot] = buf;
+                *start = slot as u8; // < INLINE
                 *len += 1;
             }
             Self::Heap(heap) => heap.push_front(buf),
@@ -117,8 +123,8 @@ impl Segments {
         match self {
             Self::Inline { len: 0, .. } => None,
             Self::Inline { bufs, start, len } => {
-                let buf = core::mem::take(&mut bufs[*start]);
-                *start = Self::slot(*start, 1);
+                let buf = core::mem::take(&mut bufs[usize::from(*start)]);
+                *start = Self::slot(*start, 1) as u8; // < INLINE
                 *len -= 1;
                 Some(buf)
             }
@@ -133,7 +139,7 @@ impl Segments {
             Self::Inline { len: 0, .. } => None,
             Self::Inline { bufs, start, len } => {
                 *len -= 1;
-                Some(core::mem::take(&mut bufs[Self::slot(*start, *len)]))
+                Some(core::mem::take(&mut bufs[Self::slot(*start, usize::from(*len))]))
             }
             Self::Heap(heap) => heap.pop_back(),
         }
@@ -143,7 +149,9 @@ impl Segments {
     #[inline]
     pub(super) fn get(&self, i: usize) -> Option<&IOBuf> {
         match self {
-            Self::Inline { bufs, start, len } => (i < *len).then(|| &bufs[Self::slot(*start, i)]),
+            Self::Inline { bufs, start, len } => {
+                (i < usize::from(*len)).then(|| &bufs[Self::slot(*start, i)])
+            }
             Self::Heap(heap) => heap.get(i),
         }
     }
@@ -153,7 +161,7 @@ impl Segments {
     pub(super) fn get_mut(&mut self, i: usize) -> Option<&mut IOBuf> {
         match self {
             Self::Inline { bufs, start, len } => {
-                (i < *len).then(|| &mut bufs[Self::slot(*start, i)])
+                (i < usize::from(*len)).then(|| &mut bufs[Self::slot(*start, i)])
             }
             Self::Heap(heap) => heap.get_mut(i),
         }
@@ -189,9 +197,10 @@ impl Segments {
     pub(super) fn as_slices(&self) -> (&[IOBuf], &[IOBuf]) {
         match self {
             Self::Inline { bufs, start, len } => {
-                let first_end = (*start + *len).min(INLINE);
-                let wrapped = *len - (first_end - *start);
-                (&bufs[*start..first_end], &bufs[..wrapped])
+                let (start, len) = (usize::from(*start), usize::from(*len));
+                let first_end = (start + len).min(INLINE);
+                let wrapped = len - (first_end - start);
+                (&bufs[start..first_end], &bufs[..wrapped])
             }
             Self::Heap(heap) => heap.as_slices(),
         }
@@ -397,7 +406,8 @@ mod tests {
         assert!(matches!(s, Segments::Inline { .. }));
         s.push_front(buf(9));
         assert!(matches!(s, Segments::Heap(_)));
-        assert_eq!(tags(s.iter()), [9, 0, 1, 2]);
+        let expected: Vec<u8> = core::iter::once(9).chain(0..INLINE as u8).collect();
+        assert_eq!(tags(s.iter()), expected);
     }
 
     #[test]
