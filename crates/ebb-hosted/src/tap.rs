@@ -33,11 +33,14 @@
 //! **Large receive** ([`TapConfig::large_receive`], with the header): `TUNSETOFFLOAD`
 //! adds `TUN_F_TSO4`, so the kernel hands us a local sender's TCP stream in frames of up
 //! to 64 KiB instead of cutting it into MTU-sized ones. Frames are then read into 64 KiB
-//! buffers; one that fits the MTU is copied out into a buffer of its own size and the
-//! large one read into again (a small frame never pins 64 KiB), a larger one is handed
-//! over as it is, and its buffer read into again once the stack and the application have
-//! dropped it ([`ebb_net::phy::ReceiveBuffers`]: a fresh one would be zeroed whole
-//! first).
+//! buffers; one that fits the MTU is copied out into a frame-sized buffer and the large
+//! one read into again (a small frame never pins 64 KiB), a larger one is handed over as
+//! it is, and its buffer read into again once the stack and the application have dropped
+//! it ([`ebb_net::phy::ReceiveBuffers`]: a fresh one would be zeroed whole first).
+//!
+//! Frame-sized buffers — what frames are read into without large receive, and copied
+//! into with it — come from a second such pool, so a steady stream of small frames (a
+//! request-response protocol) allocates nothing per frame once warm.
 //!
 //! The one `unsafe` call — the `TUNSETIFF` ioctl, which `rustix` does not wrap — is
 //! fenced in the private `sys` module below.
@@ -67,6 +70,8 @@ const TSO_MAX_LEN: usize = u16::MAX as usize;
 
 /// Large receive buffers handed over with frames that are kept to come back (8 MiB).
 const LARGE_BUFFERS_LENT: usize = 128;
+/// Frame-sized receive buffers handed over and kept to come back (about 400 KiB).
+const FRAME_BUFFERS_LENT: usize = 256;
 
 /// What TAP device to create.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -144,6 +149,8 @@ pub struct TapDevice {
     large_receive: bool,
     /// Large receive buffers, which come back once released (see the module docs).
     large_buffers: ReceiveBuffers,
+    /// Frame-sized receive buffers (header, largest frame and one byte), likewise.
+    frame_buffers: ReceiveBuffers,
     /// Opened with `IFF_VNET_HDR`: every frame has a [`VNET_HDR_LEN`]-byte header.
     vnet_hdr: bool,
 }
@@ -247,6 +254,10 @@ impl TapDevice {
             large_buffers: ReceiveBuffers::new(
                 VNET_HDR_LEN + ETHERNET_HEADER_LEN + TSO_MAX_LEN + 1,
                 LARGE_BUFFERS_LENT,
+            ),
+            frame_buffers: ReceiveBuffers::new(
+                VNET_HDR_LEN + caps.max_frame_len() + 1,
+                FRAME_BUFFERS_LENT,
             ),
         };
         if config.large_receive {
@@ -374,7 +385,7 @@ impl TapDevice {
             let mut buf = match self.spare.take() {
                 Some(buf) => buf,
                 None if self.large_receive => self.large_buffers.take(),
-                None => IOBuf::with_capacity(header + max_read + 1),
+                None => self.frame_buffers.take(),
             };
             let Ok(space) = buf.spare_capacity_mut() else {
                 break;
@@ -392,11 +403,15 @@ impl TapDevice {
                     if buf.commit(len).is_err() {
                         break;
                     }
-                    let from_pool = self.large_receive && len - header > max_frame;
-                    if self.large_receive && len - header <= max_frame {
+                    let large = self.large_receive && len - header > max_frame;
+                    if self.large_receive && !large {
                         // Copied out (see the module docs); the large buffer is read
                         // into again, unless the frame is wrong (then dropped below).
-                        let small = IOBuf::copy_from_slice(&buf.as_slice()[..len]);
+                        let mut small = self.frame_buffers.take();
+                        if small.extend_from_slice(&buf.as_slice()[..len]).is_err() {
+                            // Unreachable: frame buffers hold a header and a whole frame.
+                            small = IOBuf::copy_from_slice(&buf.as_slice()[..len]);
+                        }
                         self.large_buffers.give_back(buf);
                         buf = small;
                     }
@@ -422,8 +437,10 @@ impl TapDevice {
                     }
                     self.counters.record_rx(len - header);
                     // Lent last: completing a checksum above needs the only view.
-                    if from_pool {
+                    if large {
                         self.large_buffers.lend(&buf);
+                    } else {
+                        self.frame_buffers.lend(&buf);
                     }
                     out.push(buf);
                     received += 1;

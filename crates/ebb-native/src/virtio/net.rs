@@ -28,10 +28,10 @@
 //!   may hand over TCP frames up to 64 KiB, so every receive buffer is
 //!   [`LARGE_RX_BUFFER_LEN`] bytes (without merged buffers, any frame may land in any
 //!   buffer) and only [`LARGE_RX_POSTED`] are posted. A large frame is handed to ebb-net
-//!   in its buffer without a copy; a frame that fits the MTU is copied into a buffer of
-//!   its own size and the large buffer posted again — so a small frame never pins
-//!   64 KiB (an application may keep what it received) and a stream of small frames
-//!   allocates no large buffers.
+//!   in its buffer without a copy; a frame that fits the MTU is copied into a
+//!   frame-sized buffer (from a pool of its own, so a stream of small frames allocates
+//!   nothing once warm) and the large buffer posted again — so a small frame never pins
+//!   64 KiB (an application may keep what it received).
 //! * **Receive buffers come back** (`phy::ReceiveBuffers`): a buffer handed over with a
 //!   frame is posted again once the stack and the application have dropped it, instead
 //!   of a fresh one that would be zeroed whole before the device may write it.
@@ -71,6 +71,8 @@ use crate::poll::{self, PollId, PolledDevice};
 pub const RX_BUFFER_LEN: usize = NET_HDR_LEN + 1514;
 /// Bytes of each receive buffer with GUEST_TSO4: the header and a whole IPv4 packet.
 pub const LARGE_RX_BUFFER_LEN: usize = NET_HDR_LEN + ETHERNET_HEADER_LEN + TSO_MAX_LEN;
+/// Frame-sized buffers (copies of small frames out of large ones) kept to come back.
+const FRAME_POOL_LENT: usize = 256;
 /// Large receive buffers posted per queue (4 MiB): more than any receive window, and
 /// frames wait in the backend (a TAP device's queue) while none is free.
 pub const LARGE_RX_POSTED: usize = 64;
@@ -428,6 +430,10 @@ pub struct QueuePair {
     /// Where receive buffers come from: handed-over ones come back once released,
     /// without being zeroed again.
     rx_pool: ReceiveBuffers,
+    /// With large receive buffers: the frame-sized buffers small frames are copied
+    /// into, which come back the same way (a request-response stream then allocates
+    /// nothing per frame).
+    frame_pool: ReceiveBuffers,
     /// The frame in flight under each transmit descriptor head.
     tx_frames: Vec<Option<IOBufChain>>,
     counters: DeviceCounters,
@@ -453,6 +459,7 @@ impl QueuePair {
             rx_posted_max: usize::from(rx.size()),
             rx_posted: 0,
             rx_pool: ReceiveBuffers::new(RX_BUFFER_LEN, 2 * usize::from(rx.size())),
+            frame_pool: ReceiveBuffers::new(RX_BUFFER_LEN, FRAME_POOL_LENT),
             tx_frames: vec![None; usize::from(tx.size())],
             rx,
             tx,
@@ -602,7 +609,11 @@ impl QueuePair {
             if self.rx_buffer_len > RX_BUFFER_LEN && len - NET_HDR_LEN <= small_frame {
                 // A large buffer with a small frame: the frame is copied out and the
                 // buffer posted again (see the module docs).
-                let small = IOBuf::copy_from_slice(&buffer.as_slice()[..len]);
+                let mut small = self.frame_pool.take();
+                if small.extend_from_slice(&buffer.as_slice()[..len]).is_err() {
+                    // Unreachable: a frame buffer holds a header and a whole frame.
+                    small = IOBuf::copy_from_slice(&buffer.as_slice()[..len]);
+                }
                 self.rx_pool.give_back(buffer);
                 buffer = small;
                 copied = true;
@@ -638,7 +649,9 @@ impl QueuePair {
             }
             self.counters.record_rx(buffer.len());
             // Lent last: completing a checksum above needs the only view.
-            if !copied {
+            if copied {
+                self.frame_pool.lend(&buffer);
+            } else {
                 self.rx_pool.lend(&buffer);
             }
             out.push(buffer);
