@@ -234,7 +234,8 @@ impl Drop for MappedFile {
 /// give it too). Nothing the monitor itself decides on is read through a list: the
 /// header it sends is its own validated copy.
 pub struct IoVecs<'a> {
-    iov: Vec<libc::iovec>,
+    /// A frame's few ranges in place: no allocation per `readv`/`writev`.
+    iov: smallvec::SmallVec<[libc::iovec; 6]>,
     /// Holds monitor bytes ([`push_host`](Self::push_host)): not a list to read into.
     has_host: bool,
     _borrows: std::marker::PhantomData<(&'a crate::guest::GuestMem, &'a [u8])>,
@@ -244,7 +245,7 @@ impl<'a> IoVecs<'a> {
     /// An empty list with room for `n` ranges.
     pub fn with_capacity(n: usize) -> Self {
         IoVecs {
-            iov: Vec::with_capacity(n),
+            iov: smallvec::SmallVec::with_capacity(n),
             has_host: false,
             _borrows: std::marker::PhantomData,
         }

@@ -39,15 +39,19 @@ pub enum Direction {
     ReadThenWrite,
 }
 
+/// Buffers of one direction in a chain: a few in place (a frame is one or two, behind
+/// its header), more on the heap.
+pub type Bufs = smallvec::SmallVec<[Buf; 4]>;
+
 /// A validated chain.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Chain {
     /// The head index, to return in the used ring.
     pub head: u16,
     /// Device-readable buffers, in order.
-    pub readable: Vec<Buf>,
+    pub readable: Bufs,
     /// Device-writable buffers, in order.
-    pub writable: Vec<Buf>,
+    pub writable: Bufs,
 }
 
 /// What is wrong with a queue or chain: the device stops using the queue.
