@@ -235,7 +235,7 @@ impl Drop for MappedFile {
 /// header it sends is its own validated copy.
 pub struct IoVecs<'a> {
     /// A frame's few ranges in place: no allocation per `readv`/`writev`.
-    iov: smallvec::SmallVec<[libc::iovec; 6]>,
+    iov: smallvec::SmallVec<[libc::iovec; 8]>,
     /// Holds monitor bytes ([`push_host`](Self::push_host)): not a list to read into.
     has_host: bool,
     _borrows: std::marker::PhantomData<(&'a crate::guest::GuestMem, &'a [u8])>,

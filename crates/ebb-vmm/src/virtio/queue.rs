@@ -39,9 +39,10 @@ pub enum Direction {
     ReadThenWrite,
 }
 
-/// Buffers of one direction in a chain: a few in place (a frame is one or two, behind
-/// its header), more on the heap.
-pub type Bufs = smallvec::SmallVec<[Buf; 4]>;
+/// Buffers of one direction in a chain: a few in place (a memcached reply from the
+/// guest's driver is five: the virtio-net header, ebb-net's headers and the reply's
+/// three pieces), more on the heap.
+pub type Bufs = smallvec::SmallVec<[Buf; 6]>;
 
 /// A validated chain.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
