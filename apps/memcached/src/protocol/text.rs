@@ -17,15 +17,13 @@
 //! * Every byte offset used below is within the copied line: tokens are computed from
 //!   it, and slices are taken with `get`.
 
-
 use ebb::{IOBuf, IOBufChain};
 
 use alloc::boxed::Box;
 
 use super::meta::{self, MetaFlags};
 use super::{
-    Keys,
-    Command, ErrorKind, KEY_MAX_LENGTH, Key, ParseError, Parsed, Parser, ReplyTo, Request,
+    Command, ErrorKind, KEY_MAX_LENGTH, Key, Keys, ParseError, Parsed, Parser, ReplyTo, Request,
     StoreMode,
 };
 

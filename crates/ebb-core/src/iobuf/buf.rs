@@ -109,7 +109,10 @@ fn offset(n: usize) -> u32 {
 #[inline]
 #[track_caller]
 fn check_region(size: usize) {
-    assert!(size <= MAX_REGION, "an IOBuf region is at most 4 GiB - 1 bytes, not {size}");
+    assert!(
+        size <= MAX_REGION,
+        "an IOBuf region is at most 4 GiB - 1 bytes, not {size}"
+    );
 }
 
 impl IOBuf {
@@ -172,7 +175,10 @@ impl IOBuf {
     ///
     /// If `data` is longer than [`MAX_REGION`].
     pub const fn from_static(data: &'static [u8]) -> Self {
-        assert!(data.len() <= MAX_REGION, "an IOBuf region is at most 4 GiB - 1 bytes");
+        assert!(
+            data.len() <= MAX_REGION,
+            "an IOBuf region is at most 4 GiB - 1 bytes"
+        );
         Self {
             storage: Storage::Static(data),
             start: 0,

@@ -139,7 +139,9 @@ impl Segments {
             Self::Inline { len: 0, .. } => None,
             Self::Inline { bufs, start, len } => {
                 *len -= 1;
-                Some(core::mem::take(&mut bufs[Self::slot(*start, usize::from(*len))]))
+                Some(core::mem::take(
+                    &mut bufs[Self::slot(*start, usize::from(*len))],
+                ))
             }
             Self::Heap(heap) => heap.pop_back(),
         }
