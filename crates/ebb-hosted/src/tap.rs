@@ -282,6 +282,10 @@ impl TapDevice {
         if self.vnet_hdr {
             sys::set_offload(&self.fd, on)?;
         }
+        if self.large_receive != on {
+            // The spare buffer is from the other mode's pool: the wrong size for it.
+            self.spare = None;
+        }
         self.large_receive = on;
         Ok(())
     }

@@ -170,6 +170,38 @@ mod tests {
     use super::*;
     use vm_memory::GuestAddress;
 
+    fn mmap(ranges: &[(u64, usize)]) -> GuestMemoryMmap {
+        let ranges: Vec<_> = ranges.iter().map(|&(a, n)| (GuestAddress(a), n)).collect();
+        GuestMemoryMmap::<()>::from_ranges(&ranges).unwrap()
+    }
+
+    #[test]
+    #[should_panic(expected = "one region from address 0")]
+    fn two_regions_are_refused() {
+        GuestMem::new(mmap(&[(0, 1 << 16), (1 << 20, 1 << 16)]), 1 << 16);
+    }
+
+    #[test]
+    #[should_panic(expected = "one region from address 0")]
+    fn a_region_not_at_zero_is_refused() {
+        GuestMem::new(mmap(&[(1 << 16, 1 << 16)]), 1 << 16);
+    }
+
+    #[test]
+    #[should_panic(expected = "one region from address 0")]
+    fn a_region_shorter_than_the_size_is_refused() {
+        GuestMem::new(mmap(&[(0, 1 << 16)]), 1 << 17);
+    }
+
+    #[test]
+    fn the_size_bounds_accesses_even_where_the_region_goes_on() {
+        let g = GuestMem::new(mmap(&[(0, 2 << 20)]), 1 << 20);
+        assert_eq!(g.read_u32((1 << 20) - 4), Some(0));
+        assert_eq!(g.read_u32(1 << 20), None);
+        assert_eq!(g.load_u16(1 << 20, Ordering::Relaxed), None);
+        assert_eq!(g.write_bytes((1 << 20) - 1, &[1, 2]), None);
+    }
+
     #[test]
     fn every_range_is_checked() {
         let size = 1 << 20;

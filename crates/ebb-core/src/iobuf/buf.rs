@@ -139,10 +139,12 @@ impl IOBuf {
     ///
     /// # Panics
     ///
-    /// Like [`Vec::with_capacity`], if `headroom + cap` exceeds `isize::MAX`.
+    /// If `headroom + cap` exceeds [`MAX_REGION`] (before allocating anything).
     pub fn with_headroom(headroom: usize, cap: usize) -> Self {
-        // Saturating: an overflowing sum is past isize::MAX, which Vec reports.
+        // Saturating: an overflowing sum is past MAX_REGION too.
+        check_region(headroom.saturating_add(cap));
         let mut v = Vec::with_capacity(headroom.saturating_add(cap));
+        // `Vec` may report more than it was asked for; the view offsets must fit all of it.
         check_region(v.capacity());
         v.resize(headroom, 0);
         Self {
@@ -153,8 +155,15 @@ impl IOBuf {
     }
 
     /// A buffer viewing all of `v`, without copying; `v`'s spare capacity becomes
-    /// tailroom.
-    pub fn from_vec(v: Vec<u8>) -> Self {
+    /// tailroom (up to [`MAX_REGION`] bytes in all: a larger capacity is shrunk first).
+    ///
+    /// # Panics
+    ///
+    /// If `v` holds more than [`MAX_REGION`] bytes.
+    pub fn from_vec(mut v: Vec<u8>) -> Self {
+        if v.capacity() > MAX_REGION {
+            v.shrink_to(MAX_REGION.max(v.len()));
+        }
         check_region(v.capacity());
         let len = offset(v.len());
         Self {
@@ -514,6 +523,7 @@ impl AsRef<[u8]> for IOBuf {
     }
 }
 
+/// [`IOBuf::from_vec`], which panics past [`MAX_REGION`] bytes.
 impl From<Vec<u8>> for IOBuf {
     fn from(v: Vec<u8>) -> Self {
         Self::from_vec(v)

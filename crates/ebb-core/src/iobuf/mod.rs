@@ -57,7 +57,7 @@ mod tests;
 
 use core::fmt;
 
-pub use buf::IOBuf;
+pub use buf::{IOBuf, MAX_REGION};
 pub use chain::{IOBufChain, SegmentMut};
 pub use cursor::Cursor;
 pub use segments::{IntoIter as ChainIntoIter, Iter as ChainIter};

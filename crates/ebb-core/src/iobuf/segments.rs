@@ -400,6 +400,39 @@ mod tests {
     }
 
     #[test]
+    fn a_wrapped_ring_keeps_order_and_spills_in_order() {
+        let mut s = Segments::new();
+        s.push_back(buf(0));
+        s.push_back(buf(1));
+        s.push_front(buf(2));
+        s.push_front(buf(3));
+        // Four inline, the front two wrapped round to the ring's end.
+        let Segments::Inline { start, len, .. } = &s else {
+            panic!("four buffers stay inline");
+        };
+        assert_eq!((*start, *len), (INLINE as u8 - 2, 4));
+        let (head, tail) = s.as_slices();
+        assert_eq!((head.len(), tail.len()), (2, 2));
+        assert_eq!(tags(s.iter()), [3, 2, 0, 1]);
+        // Popping from the ring's last slot wraps the start to slot 0.
+        assert_eq!(s.pop_front().map(|b| b[0]), Some(3));
+        assert_eq!(s.pop_front().map(|b| b[0]), Some(2));
+        assert!(matches!(
+            s,
+            Segments::Inline {
+                start: 0,
+                len: 2,
+                ..
+            }
+        ));
+        s.push_front(buf(2));
+        s.push_front(buf(3));
+        s.push_back(buf(4));
+        assert!(matches!(s, Segments::Heap(_)));
+        assert_eq!(tags(s.iter()), [3, 2, 0, 1, 4]);
+    }
+
+    #[test]
     fn stays_inline_up_to_the_limit_then_spills() {
         let mut s = Segments::new();
         for i in 0..INLINE as u8 {

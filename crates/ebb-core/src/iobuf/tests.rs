@@ -1217,3 +1217,15 @@ proptest! {
         }
     }
 }
+
+#[test]
+#[should_panic(expected = "at most 4 GiB - 1")]
+fn a_region_past_four_gib_is_refused_before_it_is_allocated() {
+    let _ = IOBuf::with_headroom(super::MAX_REGION, 1);
+}
+
+#[test]
+#[should_panic(expected = "at most 4 GiB - 1")]
+fn an_overflowing_region_size_is_refused() {
+    let _ = IOBuf::with_headroom(usize::MAX, 1);
+}

@@ -459,7 +459,11 @@ impl QueuePair {
             rx_posted_max: usize::from(rx.size()),
             rx_posted: 0,
             rx_pool: ReceiveBuffers::new(RX_BUFFER_LEN, 2 * usize::from(rx.size())),
-            frame_pool: ReceiveBuffers::new(RX_BUFFER_LEN, FRAME_POOL_LENT),
+            // A header and the largest frame this device's MTU allows.
+            frame_pool: ReceiveBuffers::new(
+                NET_HDR_LEN + ETHERNET_HEADER_LEN + usize::from(mtu),
+                FRAME_POOL_LENT,
+            ),
             tx_frames: vec![None; usize::from(tx.size())],
             rx,
             tx,
