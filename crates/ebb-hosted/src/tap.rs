@@ -53,7 +53,8 @@ use ebb_abi::virtio::{NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NET_HDR_LEN, N
 use ebb_core::{IOBuf, IOBufChain, Instant};
 use ebb_net::phy::{
     ChecksumOffload, DeviceCapabilities, DeviceCounters, DropReason, ETHERNET_HEADER_LEN,
-    FrameChecksum, NetDevice, ReceiveBuffers, Segmentation, complete_checksum, completed,
+    FrameChecksum, NetDevice, ReceiveBufferCounts, ReceiveBuffers, Segmentation, complete_checksum,
+    completed,
 };
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -288,6 +289,12 @@ impl TapDevice {
         }
         self.large_receive = on;
         Ok(())
+    }
+
+    /// Where the frame-sized receive buffers came from so far: allocated, or recycled
+    /// once every view of them was dropped (see the module docs).
+    pub fn frame_buffer_counts(&self) -> ReceiveBufferCounts {
+        self.frame_buffers.counts()
     }
 
     /// Whether large receive is on ([`set_large_receive`](Self::set_large_receive)).

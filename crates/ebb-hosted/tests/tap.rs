@@ -194,6 +194,13 @@ fn linux_pings_ebb_and_ebb_pings_linux() {
     );
     println!("counters: {:?}", stack.iface().counters());
     println!("device: {:?}", stack.device().counters());
+    // Every frame was read into (or copied into) a frame-sized buffer from the pool;
+    // once the stack dropped a frame, its buffer came back instead of a fresh one.
+    let pool = stack.device().frame_buffer_counts();
+    let frames = stack.device().counters().rx_frames;
+    println!("frame buffers: {pool:?} for {frames} frames");
+    assert!(pool.recycled > 0, "{pool:?}");
+    assert!(pool.allocated < frames, "{pool:?} for {frames} frames");
 }
 
 /// A UDP client in the namespace: sends `hello ebb` and prints the reply.
