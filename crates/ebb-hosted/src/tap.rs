@@ -418,11 +418,7 @@ impl TapDevice {
                     if self.large_receive && !large {
                         // Copied out (see the module docs); the large buffer is read
                         // into again, unless the frame is wrong (then dropped below).
-                        let mut small = self.frame_buffers.take();
-                        if small.extend_from_slice(&buf.as_slice()[..len]).is_err() {
-                            // Unreachable: frame buffers hold a header and a whole frame.
-                            small = IOBuf::copy_from_slice(&buf.as_slice()[..len]);
-                        }
+                        let small = self.frame_buffers.take_copy(&buf.as_slice()[..len]);
                         self.large_buffers.give_back(buf);
                         buf = small;
                     }

@@ -613,11 +613,7 @@ impl QueuePair {
             if self.rx_buffer_len > RX_BUFFER_LEN && len - NET_HDR_LEN <= small_frame {
                 // A large buffer with a small frame: the frame is copied out and the
                 // buffer posted again (see the module docs).
-                let mut small = self.frame_pool.take();
-                if small.extend_from_slice(&buffer.as_slice()[..len]).is_err() {
-                    // Unreachable: a frame buffer holds a header and a whole frame.
-                    small = IOBuf::copy_from_slice(&buffer.as_slice()[..len]);
-                }
+                let small = self.frame_pool.take_copy(&buffer.as_slice()[..len]);
                 self.rx_pool.give_back(buffer);
                 buffer = small;
                 copied = true;

@@ -78,6 +78,21 @@ impl ReceiveBuffers {
         IOBuf::with_capacity(self.len)
     }
 
+    /// A buffer from [`take`](Self::take) holding a copy of `bytes` — for a driver that
+    /// copies a small frame out of a large buffer. Bytes longer than the pool's buffers
+    /// (a caller's mistake) get a fresh buffer of their own size instead.
+    pub fn take_copy(&mut self, bytes: &[u8]) -> IOBuf {
+        if bytes.len() > self.len {
+            return IOBuf::copy_from_slice(bytes);
+        }
+        let mut buf = self.take();
+        match buf.extend_from_slice(bytes) {
+            Ok(()) => buf,
+            // A taken buffer is unique, empty and `len` bytes long: it always fits.
+            Err(_) => IOBuf::copy_from_slice(bytes),
+        }
+    }
+
     /// Records that `buf`, a buffer from [`take`](Self::take) (or a view of one), was
     /// handed over with a frame: it comes back once every other view of it is dropped.
     ///
@@ -110,6 +125,22 @@ impl ReceiveBuffers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copy_goes_into_a_pool_buffer_and_comes_back() {
+        let mut pool = ReceiveBuffers::new(64, 4);
+        let copy = pool.take_copy(b"small frame");
+        assert_eq!(copy.as_slice(), b"small frame");
+        pool.lend(&copy);
+        drop(copy);
+        let again = pool.take_copy(b"next");
+        assert_eq!(again.as_slice(), b"next");
+        assert_eq!((pool.counts().allocated, pool.counts().recycled), (1, 1));
+        // Longer than the pool's buffers: a buffer of its own, the pool untouched.
+        let long = pool.take_copy(&[7; 100]);
+        assert_eq!(long.len(), 100);
+        assert_eq!(pool.counts().allocated, 1);
+    }
 
     #[test]
     fn a_lent_buffer_comes_back_once_nobody_holds_it() {
