@@ -157,10 +157,10 @@ fn window_scaling_both_ways() {
         ..peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, &[])
     });
     assert_eq!(conn.send_window(), 1280);
-    // Our 256 KiB window with our shift 7: a field of 2048.
+    // Our 1 MiB window with our shift 7: a field of 8192.
     h.input(peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, b"x"));
     let ack = h.take_one();
-    assert_eq!(ack.header.window_len, ((256 * 1024) >> 7) as u16);
+    assert_eq!(ack.header.window_len, ((1024 * 1024) >> 7) as u16);
 }
 
 #[test]
