@@ -30,7 +30,10 @@ const STRIDE: usize = CHUNK + 4096;
 const PAYLOAD_OFFSET: usize = 78;
 
 #[derive(Debug, Parser)]
-#[command(version, about = "kernel copy rate against the distance between a byte's copy in and out")]
+#[command(
+    version,
+    about = "kernel copy rate against the distance between a byte's copy in and out"
+)]
 struct Args {
     /// (buffers, batch) pairs, e.g. 1x1,64x16: a ring of `buffers` receive buffers,
     /// `batch` chunks read in before they are written out.
