@@ -146,6 +146,19 @@ impl GuestMem {
             .ok()
     }
 
+    /// Where `[addr, addr + len)` lies in the monitor's address space, for the kernel to
+    /// copy to or from (a `readv`/`writev` list); `None` unless it lies in guest memory.
+    pub fn host_ptr(&self, addr: u64, len: usize) -> Option<*mut u8> {
+        if !self.contains(addr, len as u64) {
+            return None;
+        }
+        let slice = self
+            .region()?
+            .get_slice(MemoryRegionAddress(addr), len)
+            .ok()?;
+        Some(slice.ptr_guard_mut().as_ptr())
+    }
+
     /// Atomically loads an aligned `u64` that the guest writes concurrently.
     pub fn load_u64(&self, addr: u64, order: Ordering) -> Option<u64> {
         (self.contains(addr, 8) && addr.is_multiple_of(8))
@@ -200,6 +213,21 @@ mod tests {
         assert_eq!(g.read_u32(1 << 20), None);
         assert_eq!(g.load_u16(1 << 20, Ordering::Relaxed), None);
         assert_eq!(g.write_bytes((1 << 20) - 1, &[1, 2]), None);
+        assert!(g.host_ptr((1 << 20) - 4, 4).is_some());
+        assert_eq!(g.host_ptr((1 << 20) - 4, 5), None);
+    }
+
+    #[test]
+    fn host_ptr_points_at_the_guest_bytes() {
+        let g = GuestMem::new(mmap(&[(0, 1 << 16)]), 1 << 16);
+        g.write_bytes(100, b"guest").unwrap();
+        let p = g.host_ptr(100, 5).unwrap();
+        // SAFETY: `p` points at 5 bytes of the live mapping `g` owns; nothing writes them
+        // meanwhile.
+        let seen = unsafe { std::slice::from_raw_parts(p, 5) };
+        assert_eq!(seen, b"guest");
+        assert_eq!(g.host_ptr(u64::MAX, 1), None);
+        assert_eq!(g.host_ptr(1 << 16, 1), None);
     }
 
     #[test]

@@ -252,23 +252,19 @@ impl<'a> IoVecs<'a> {
     }
 
     /// Appends `len` bytes of guest memory at `addr`; `None` (nothing appended) unless
-    /// the whole range lies in one mapped region.
+    /// the whole range lies in guest memory.
     pub fn push_guest(
         &mut self,
         mem: &'a crate::guest::GuestMem,
         addr: u64,
         len: usize,
     ) -> Option<()> {
-        use vm_memory::{GuestAddress, GuestMemoryBackend};
         if len == 0 {
             return Some(());
         }
-        if !mem.contains(addr, len as u64) {
-            return None;
-        }
-        let slice = mem.inner().get_slice(GuestAddress(addr), len).ok()?;
+        let base = mem.host_ptr(addr, len)?;
         self.iov.push(libc::iovec {
-            iov_base: slice.ptr_guard_mut().as_ptr().cast(),
+            iov_base: base.cast(),
             iov_len: len,
         });
         Some(())
