@@ -12,6 +12,12 @@
 //!    region. Buddies are found by address: `addr ^ (PAGE_SIZE << o)`.
 //! 4. Every pointer to a page is derived from its region's `meta` pointer (the start of the
 //!    memory the region was given), so it carries provenance over the whole region.
+//! 5. A region's pages from its `frontier` to its end are free, on no list, marked
+//!    [`TAIL`], and have never been written: [`BuddyState::alloc`] carves blocks off
+//!    there (the largest naturally aligned one each time) only when no list can serve a
+//!    request. Adding a region writes its metadata bytes and nothing else, so memory the
+//!    program never uses is never touched — a guest whose host backs it lazily, with huge
+//!    pages or not, is not charged for all of it at boot.
 
 use super::{MAX_ORDER, MAX_REGIONS, ORDERS, PAGE_SIZE, PageStats};
 use crate::error::{FreeError, RegionError};
@@ -38,6 +44,8 @@ struct Region {
     base: usize,
     /// Number of usable pages, and of metadata bytes.
     pages: usize,
+    /// First page never handed to a free list (invariant 5).
+    frontier: usize,
 }
 
 impl Region {
@@ -45,6 +53,7 @@ impl Region {
         meta: ptr::null_mut(),
         base: 0,
         pages: 0,
+        frontier: 0,
     };
 
     fn end(&self) -> usize {
@@ -54,6 +63,19 @@ impl Region {
     /// Whether `[addr, addr + bytes)` lies in the usable pages.
     fn holds(&self, addr: usize, bytes: usize) -> bool {
         addr >= self.base && addr.checked_add(bytes).is_some_and(|end| end <= self.end())
+    }
+
+    /// The orders of the blocks the untouched tail will be carved into, in turn.
+    fn tail_blocks(&self) -> impl Iterator<Item = usize> {
+        let end = self.end();
+        let mut addr = self.frontier;
+        core::iter::from_fn(move || {
+            (addr < end).then(|| {
+                let order = largest_block_at(addr, end);
+                addr += PAGE_SIZE << order;
+                order
+            })
+        })
     }
 
     fn page_index(&self, addr: usize) -> usize {
@@ -74,6 +96,18 @@ impl Region {
         // is only reached under the allocator's lock) makes this the only reference.
         unsafe { core::slice::from_raw_parts_mut(self.meta, self.pages) }
     }
+}
+
+/// The order of the largest naturally aligned block at `addr` that ends by `end`
+/// (`addr` page-aligned and below `end`).
+fn largest_block_at(addr: usize, end: usize) -> usize {
+    (0..=MAX_ORDER)
+        .rev()
+        .find(|&o| {
+            let bytes = PAGE_SIZE << o;
+            addr.is_multiple_of(bytes) && addr + bytes <= end
+        })
+        .unwrap_or(0)
 }
 
 /// The whole state of one buddy allocator (one NUMA node).
@@ -138,36 +172,19 @@ impl BuddyState {
         }
         let index = self.nregions;
         let region = &mut self.regions[index];
+        let base = first + meta_pages * PAGE_SIZE;
         *region = Region {
             meta: start.with_addr(first),
-            base: first + meta_pages * PAGE_SIZE,
+            base,
             pages,
+            frontier: base,
         };
         // SAFETY: the metadata bytes are the first `pages` bytes of the range the caller
         // gave us (duty 1); `write_bytes` initializes them before `meta()` reads them.
         unsafe { ptr::write_bytes(region.meta, TAIL, pages) };
         self.nregions += 1;
 
-        // Cut the usable pages into the largest naturally aligned blocks that fit.
-        let (base, region_end) = (self.regions[index].base, self.regions[index].end());
-        let mut addr = base;
-        while addr < region_end {
-            let order = (0..=MAX_ORDER)
-                .rev()
-                .find(|&o| {
-                    let bytes = PAGE_SIZE << o;
-                    addr % bytes == 0 && addr + bytes <= region_end
-                })
-                .unwrap_or(0);
-            let region = &mut self.regions[index];
-            let page = region.page_index(addr);
-            region.meta()[page] = order as u8;
-            let block = region.ptr(addr);
-            // SAFETY: `block` is a free block of `2^order` pages inside the new region that
-            // nothing else refers to (duty 1), with the region's provenance (duty 2).
-            unsafe { self.push(order, block, index) };
-            addr += PAGE_SIZE << order;
-        }
+        // No block is cut yet: `alloc` carves them off the frontier as needed.
         self.total_pages += pages;
         self.free_pages += pages;
         Ok(pages)
@@ -220,9 +237,39 @@ impl BuddyState {
         region
     }
 
+    /// Carves the next block off the first region whose untouched tail is not used up
+    /// and puts it on its free list; false if every tail is used up.
+    fn carve(&mut self) -> bool {
+        let Some(index) = self.regions[..self.nregions]
+            .iter()
+            .position(|r| r.frontier < r.end())
+        else {
+            return false;
+        };
+        let region = &mut self.regions[index];
+        let addr = region.frontier;
+        let order = largest_block_at(addr, region.end());
+        region.frontier = addr + (PAGE_SIZE << order);
+        let page = region.page_index(addr);
+        region.meta()[page] = order as u8;
+        let block = region.ptr(addr);
+        // SAFETY: `block` starts the untouched tail, so it is a free block of `2^order`
+        // pages inside region `index`, on no list and used by nobody (invariant 5), with
+        // the region's provenance; its metadata byte now says `order`.
+        unsafe { self.push(order, block, index) };
+        true
+    }
+
     /// Allocates a block of `2^order` pages, splitting a larger one if needed.
     pub(crate) fn alloc(&mut self, order: usize) -> Option<NonNull<u8>> {
-        let mut o = (order..=MAX_ORDER).find(|&o| !self.heads[o].is_null())?;
+        let mut o = loop {
+            if let Some(o) = (order..=MAX_ORDER).find(|&o| !self.heads[o].is_null()) {
+                break o;
+            }
+            if !self.carve() {
+                return None;
+            }
+        };
         let node = self.heads[o];
         let region_index = self.unlink(o, node);
         let block = node.addr();
@@ -303,11 +350,19 @@ impl BuddyState {
         Ok(())
     }
 
+    /// Free blocks per order count the untouched tails as the blocks they will be cut
+    /// into, so the figures do not depend on how much has been carved yet.
     pub(crate) fn stats(&self) -> PageStats {
+        let mut free_blocks = self.free_blocks;
+        for region in &self.regions[..self.nregions] {
+            for order in region.tail_blocks() {
+                free_blocks[order] += 1;
+            }
+        }
         PageStats {
             total_pages: self.total_pages,
             free_pages: self.free_pages,
-            free_blocks: self.free_blocks,
+            free_blocks,
             regions: self.nregions,
         }
     }

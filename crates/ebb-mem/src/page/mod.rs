@@ -7,7 +7,10 @@
 //! and whole, and so on upwards. Free blocks are kept on one list per order, threaded
 //! through the free memory itself; a metadata byte per page (carved from the start of each
 //! region) says whether a page heads a free block, an allocated block, or neither, which is
-//! what makes the buddy check and double-free detection exact.
+//! what makes the buddy check and double-free detection exact. Adding a region writes those
+//! metadata bytes and nothing else: blocks are carved off the region's untouched tail only
+//! when the lists cannot serve a request, so memory the program never asks for is never
+//! written (the host may back it lazily).
 //!
 //! One `PageAllocator` serves one NUMA node. It is the slow path under the per-core slab
 //! caches, so a spin lock per node is enough. [`crate::ebbs`] wraps the per-node
