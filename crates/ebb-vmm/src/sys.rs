@@ -1,5 +1,5 @@
-//! The monitor's only `unsafe` code: registering guest memory with KVM, borrowing an
-//! eventfd for `poll`, reading the internal-error union of `kvm_run`, handing the VM's
+//! The monitor's only `unsafe` code: registering guest memory with KVM, asking for it on
+//! huge pages, borrowing an eventfd for `poll`, reading the internal-error union of `kvm_run`, handing the VM's
 //! teardown to a background process at exit ([`release_in_background`]), and `readv`/
 //! `writev` straight between a backend's descriptor and guest memory ([`IoVecs`]).
 
@@ -11,6 +11,25 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, Ordering as AtomicOrdering};
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use vmm_sys_util::eventfd::EventFd;
+
+/// Asks for `[addr, addr + len)` of guest memory on transparent huge pages
+/// (`MADV_HUGEPAGE`; the host's THP mode `madvise` or `always` honours it). `addr` is
+/// 2 MiB-aligned for it to matter; nothing but the kernel's choice of pages changes.
+pub fn advise_huge_pages(mem: &crate::guest::GuestMem, addr: u64, len: u64) -> std::io::Result<()> {
+    let len = usize::try_from(len).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let base = mem
+        .host_ptr(addr, len)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EFAULT))?;
+    // SAFETY: `base..base + len` lies inside the guest-memory mapping `mem` owns (checked
+    // by `host_ptr`); MADV_HUGEPAGE changes only how the kernel backs those pages, never
+    // their contents or the mapping, so no reference into them is invalidated.
+    let rc = unsafe { libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
 
 /// Registers every region of `mem` as a KVM memory slot at its guest address.
 pub fn register_memory(vm: &VmFd, mem: &GuestMemoryMmap) -> Result<(), kvm_ioctls::Error> {
