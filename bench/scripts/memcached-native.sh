@@ -10,6 +10,8 @@
 #   native-split (not by default) - the same started on CPUs 0,1 with --pin (the vCPU on
 #               CPU 0) and the virtio-net I/O thread moved to CPU 1, beside the client:
 #               what a second CPU for the device buys (its CPU time is counted);
+#   native-4k (not by default) - as native with `--huge-pages off`: guest memory on 4 KiB
+#               host pages, for comparison;
 #   memcached - memcached -t 1 on the host, pinned to CPU 0, listening on the host end of a
 #               veth pair (10.0.3.1/24) whose other end (10.0.3.2) is in the namespace.
 #
@@ -20,7 +22,7 @@
 # [min-max] and the ratio of medians of each native server to memcached.
 #
 # Usage: bench/scripts/memcached-native.sh   (root, KVM; env: ROUNDS=3 CONNS=32
-#        KEYS=100000 DURATION=3s SERVERS="native memcached" (add native-split)
+#        KEYS=100000 DURATION=3s SERVERS="native memcached" (add native-split, native-4k)
 #        OUT_DIR=/tmp/memcached-native CARGO_TARGET_DIR=...)
 set -euo pipefail
 
@@ -39,7 +41,9 @@ for t in memcached ip taskset; do command -v "$t" >/dev/null || skip "$t is not 
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 target=${CARGO_TARGET_DIR:-$PWD/target}
-cargo build --release -q -p ebb-vmm -p ebb-bench --bin mc-load
+# Two commands: `--bin` would limit both packages to that binary (ebb-vmm's would go stale).
+cargo build --release -q -p ebb-vmm
+cargo build --release -q -p ebb-bench --bin mc-load
 cargo build --release -q -p memcached --target x86_64-unknown-none
 vmm=$target/release/ebb-vmm
 load=$target/release/mc-load
@@ -71,9 +75,11 @@ ip -n "$ns" link set "${veth}p" up
 serve() {
   local log=$OUT_DIR/server-$1-$2.log
   case $1 in
-    native | native-split)
+    native | native-4k | native-split)
       if [[ $1 == native ]]; then
         taskset -c 0 "$vmm" "$image" --cpus 1 --mem 1536M --net "tap=$tap" -- -m 1024 -c 1024 >"$log" 2>&1 &
+      elif [[ $1 == native-4k ]]; then
+        taskset -c 0 "$vmm" "$image" --cpus 1 --mem 1536M --huge-pages off --net "tap=$tap" -- -m 1024 -c 1024 >"$log" 2>&1 &
       else
         taskset -c 0,1 "$vmm" "$image" --cpus 1 --pin --mem 1536M --net "tap=$tap" -- -m 1024 -c 1024 >"$log" 2>&1 &
       fi

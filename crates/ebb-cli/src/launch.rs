@@ -293,6 +293,7 @@ fn boot(
         pin: false,
         net,
         kvm_fd: options.kvm_fd,
+        huge_pages: true,
     };
     // `Vm::new` validates the image before it opens /dev/kvm, so a bad image is reported
     // as such even where KVM is unusable.

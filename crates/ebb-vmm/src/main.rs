@@ -45,6 +45,11 @@ struct Args {
     #[arg(long, value_name = "on|off", value_parser = net_options::parse_offload,
           default_value = "on", action = clap::ArgAction::Set)]
     net_offload: bool,
+    /// The guest's free memory on transparent huge pages (MADV_HUGEPAGE): `on` (the
+    /// default) or `off` (4 KiB pages, for comparison).
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off,
+          default_value = "on", action = clap::ArgAction::Set)]
+    huge_pages: bool,
     /// Use this inherited descriptor of an open /dev/kvm instead of opening it (a parent
     /// allowed to open /dev/kvm can so run the monitor as a user that is not).
     #[arg(long, value_name = "FD")]
@@ -65,6 +70,14 @@ fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_shl(shift)
         .filter(|v| v >> shift == n)
         .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: expected on or off")),
+    }
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {
@@ -105,6 +118,7 @@ fn main() -> ExitCode {
         timeout: args.timeout,
         pin: args.pin,
         kvm_fd: args.kvm_fd,
+        huge_pages: args.huge_pages,
     };
     let bytes = match image::read(&args.image) {
         Ok(b) => b,
@@ -143,5 +157,14 @@ mod tests {
         assert!(parse_size("x").is_err());
         assert!(parse_seconds("-1").is_err());
         assert_eq!(parse_seconds("0.5"), Ok(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn huge_pages_default_on_and_switch_off() {
+        let args = Args::try_parse_from(["ebb-vmm", "img"]).unwrap();
+        assert!(args.huge_pages);
+        let args = Args::try_parse_from(["ebb-vmm", "--huge-pages", "off", "img"]).unwrap();
+        assert!(!args.huge_pages);
+        assert!(Args::try_parse_from(["ebb-vmm", "--huge-pages", "maybe", "img"]).is_err());
     }
 }

@@ -63,6 +63,9 @@ pub struct VmConfig {
     /// open it can run the monitor as a user that may not. The VM takes the descriptor
     /// over (it is closed with the VM), so one config must not build two VMs.
     pub kvm_fd: Option<std::os::fd::RawFd>,
+    /// Ask for the guest's free memory on transparent huge pages (`--huge-pages`, default
+    /// on; see [`Vm::new`]).
+    pub huge_pages: bool,
 }
 
 /// The VM's network device: where its frames go.
@@ -125,6 +128,7 @@ impl Default for VmConfig {
             pin: false,
             net: None,
             kvm_fd: None,
+            huge_pages: true,
         }
     }
 }
@@ -515,7 +519,8 @@ impl Vm {
         let free = layout
             .stacks_end
             .next_multiple_of(crate::layout::LARGE_PAGE_SIZE);
-        if free < size
+        if config.huge_pages
+            && free < size
             && let Err(e) = crate::sys::advise_huge_pages(&mem, free, size - free)
         {
             log::debug!("guest memory stays on 4 KiB pages (MADV_HUGEPAGE: {e})");
