@@ -12,14 +12,16 @@
 //!    region. Buddies are found by address: `addr ^ (PAGE_SIZE << o)`.
 //! 4. Every pointer to a page is derived from its region's `meta` pointer (the start of the
 //!    memory the region was given), so it carries provenance over the whole region.
-//! 5. A region's pages from its `frontier` to its end are free, on no list, marked
-//!    [`TAIL`], and have never been written: [`BuddyState::alloc`] carves blocks off
-//!    there (the largest naturally aligned one each time) only when no list can serve a
-//!    request. Adding a region writes its metadata bytes and nothing else, so memory the
-//!    program never uses is never touched — a guest whose host backs it lazily, with huge
-//!    pages or not, is not charged for all of it at boot.
+//! 5. A region's whole largest-order blocks from `frontier` to `frontier_end` are free,
+//!    on no list, marked [`TAIL`], and have never been written: [`BuddyState::alloc`]
+//!    takes one from there only when no list can serve a request. Largest blocks never
+//!    merge, so keeping them off the lists changes no placement or merging; the smaller
+//!    blocks at a region's unaligned edges go on the lists when it is added. So adding a
+//!    region writes its metadata bytes and at most a few pages at its edges, and memory
+//!    the program never asks for stays untouched — a guest whose host backs it lazily,
+//!    with huge pages or not, is not charged for all of it at boot.
 
-use super::{MAX_ORDER, MAX_REGIONS, ORDERS, PAGE_SIZE, PageStats};
+use super::{MAX_BLOCK, MAX_ORDER, MAX_REGIONS, ORDERS, PAGE_SIZE, PageStats};
 use crate::error::{FreeError, RegionError};
 use core::ptr::{self, NonNull};
 
@@ -44,8 +46,10 @@ struct Region {
     base: usize,
     /// Number of usable pages, and of metadata bytes.
     pages: usize,
-    /// First page never handed to a free list (invariant 5).
+    /// The largest-order blocks never handed to a free list: `[frontier, frontier_end)`
+    /// (invariant 5).
     frontier: usize,
+    frontier_end: usize,
 }
 
 impl Region {
@@ -54,6 +58,7 @@ impl Region {
         base: 0,
         pages: 0,
         frontier: 0,
+        frontier_end: 0,
     };
 
     fn end(&self) -> usize {
@@ -63,19 +68,6 @@ impl Region {
     /// Whether `[addr, addr + bytes)` lies in the usable pages.
     fn holds(&self, addr: usize, bytes: usize) -> bool {
         addr >= self.base && addr.checked_add(bytes).is_some_and(|end| end <= self.end())
-    }
-
-    /// The orders of the blocks the untouched tail will be carved into, in turn.
-    fn tail_blocks(&self) -> impl Iterator<Item = usize> {
-        let end = self.end();
-        let mut addr = self.frontier;
-        core::iter::from_fn(move || {
-            (addr < end).then(|| {
-                let order = largest_block_at(addr, end);
-                addr += PAGE_SIZE << order;
-                order
-            })
-        })
     }
 
     fn page_index(&self, addr: usize) -> usize {
@@ -177,14 +169,38 @@ impl BuddyState {
             meta: start.with_addr(first),
             base,
             pages,
-            frontier: base,
+            frontier: 0,
+            frontier_end: 0,
         };
         // SAFETY: the metadata bytes are the first `pages` bytes of the range the caller
         // gave us (duty 1); `write_bytes` initializes them before `meta()` reads them.
         unsafe { ptr::write_bytes(region.meta, TAIL, pages) };
         self.nregions += 1;
 
-        // No block is cut yet: `alloc` carves them off the frontier as needed.
+        // Cut the usable pages into the largest naturally aligned blocks that fit. The
+        // smaller ones (only at the unaligned edges) go on the lists now; the run of
+        // largest ones in between stays untouched until needed (invariant 5).
+        let (base, region_end) = (self.regions[index].base, self.regions[index].end());
+        let mut addr = base;
+        while addr < region_end {
+            let order = largest_block_at(addr, region_end);
+            let region = &mut self.regions[index];
+            if order == MAX_ORDER {
+                if region.frontier == region.frontier_end {
+                    region.frontier = addr;
+                }
+                region.frontier_end = addr + MAX_BLOCK;
+            } else {
+                let page = region.page_index(addr);
+                region.meta()[page] = order as u8;
+                let block = region.ptr(addr);
+                // SAFETY: `block` is a free block of `2^order` pages inside the new region
+                // that nothing else refers to (duty 1), with the region's provenance
+                // (duty 2).
+                unsafe { self.push(order, block, index) };
+            }
+            addr += PAGE_SIZE << order;
+        }
         self.total_pages += pages;
         self.free_pages += pages;
         Ok(pages)
@@ -237,31 +253,33 @@ impl BuddyState {
         region
     }
 
-    /// Carves the next block off the first region whose untouched tail is not used up
-    /// and puts it on its free list; false if every tail is used up.
+    /// Puts the next untouched largest block of the first region that has one on its
+    /// free list; false if none is left.
     fn carve(&mut self) -> bool {
         let Some(index) = self.regions[..self.nregions]
             .iter()
-            .position(|r| r.frontier < r.end())
+            .position(|r| r.frontier < r.frontier_end)
         else {
             return false;
         };
         let region = &mut self.regions[index];
         let addr = region.frontier;
-        let order = largest_block_at(addr, region.end());
-        region.frontier = addr + (PAGE_SIZE << order);
+        region.frontier = addr + MAX_BLOCK;
         let page = region.page_index(addr);
-        region.meta()[page] = order as u8;
+        region.meta()[page] = MAX_ORDER as u8;
         let block = region.ptr(addr);
-        // SAFETY: `block` starts the untouched tail, so it is a free block of `2^order`
-        // pages inside region `index`, on no list and used by nobody (invariant 5), with
-        // the region's provenance; its metadata byte now says `order`.
-        unsafe { self.push(order, block, index) };
+        // SAFETY: `block` is the first untouched largest block of region `index`: free, on
+        // no list and used by nobody (invariant 5), with the region's provenance; its
+        // metadata byte now says `MAX_ORDER`.
+        unsafe { self.push(MAX_ORDER, block, index) };
         true
     }
 
     /// Allocates a block of `2^order` pages, splitting a larger one if needed.
     pub(crate) fn alloc(&mut self, order: usize) -> Option<NonNull<u8>> {
+        if order > MAX_ORDER {
+            return None;
+        }
         let mut o = loop {
             if let Some(o) = (order..=MAX_ORDER).find(|&o| !self.heads[o].is_null()) {
                 break o;
@@ -350,14 +368,12 @@ impl BuddyState {
         Ok(())
     }
 
-    /// Free blocks per order count the untouched tails as the blocks they will be cut
-    /// into, so the figures do not depend on how much has been carved yet.
+    /// Free largest blocks count the untouched ones too, so the figures do not depend on
+    /// how many have been taken onto the lists yet.
     pub(crate) fn stats(&self) -> PageStats {
         let mut free_blocks = self.free_blocks;
         for region in &self.regions[..self.nregions] {
-            for order in region.tail_blocks() {
-                free_blocks[order] += 1;
-            }
+            free_blocks[MAX_ORDER] += (region.frontier_end - region.frontier) / MAX_BLOCK;
         }
         PageStats {
             total_pages: self.total_pages,

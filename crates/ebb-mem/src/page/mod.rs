@@ -8,9 +8,10 @@
 //! through the free memory itself; a metadata byte per page (carved from the start of each
 //! region) says whether a page heads a free block, an allocated block, or neither, which is
 //! what makes the buddy check and double-free detection exact. Adding a region writes those
-//! metadata bytes and nothing else: blocks are carved off the region's untouched tail only
-//! when the lists cannot serve a request, so memory the program never asks for is never
-//! written (the host may back it lazily).
+//! metadata bytes and the free-list nodes of the small blocks at its unaligned edges; its
+//! whole 4 MiB blocks are put on the list one at a time, only when no list can serve a
+//! request, so a 4 MiB block the program never asks for is never written (the host may
+//! back it lazily). Only the head page of each free block is written.
 //!
 //! One `PageAllocator` serves one NUMA node. It is the slow path under the per-core slab
 //! caches, so a spin lock per node is enough. [`crate::ebbs`] wraps the per-node

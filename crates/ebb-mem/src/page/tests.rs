@@ -36,37 +36,95 @@ fn region_is_cut_into_maximal_aligned_blocks_after_the_metadata() {
 }
 
 #[test]
-fn adding_a_region_writes_only_its_metadata_and_allocating_touches_only_what_it_carves() {
+#[cfg_attr(miri, ignore = "scans 12 MiB byte by byte")]
+fn adding_a_region_leaves_its_largest_blocks_untouched_until_they_are_needed() {
     // Why: a guest's whole memory is one region, and a host that backs it lazily (with
     // 2 MiB pages, say) must not be made to supply all of it at boot.
-    let arena = Arena::new(8 * MAX_BLOCK);
+    let arena = Arena::new(3 * MAX_BLOCK);
     // SAFETY: the arena is ours, `len` bytes long.
     unsafe { core::ptr::write_bytes(arena.ptr(), 0xAA, arena.len()) };
     let pages = PageAllocator::new();
     // SAFETY: the arena outlives the allocator (declared after it, so dropped first) and
     // nothing else uses it.
     unsafe { pages.add_region(arena.ptr(), arena.len()).unwrap() };
-    // Bytes from `from` on that are no longer the fill pattern. A fresh slice each time:
-    // the allocator writes the arena through its own pointers in between.
-    let touched = |from: usize| {
+    // Whether any byte from `from` on is no longer the fill pattern. A fresh slice each
+    // time: the allocator writes the arena through its own pointers in between.
+    let touched_from = |from: usize| {
         // SAFETY: reading the arena we own; nothing writes it while the slice lives.
         let bytes = unsafe { core::slice::from_raw_parts(arena.ptr(), arena.len()) };
-        bytes[from..].iter().filter(|&&b| b != 0xAA).count()
+        bytes[from..].iter().any(|&b| b != 0xAA)
     };
-    let meta = pages.stats().total_pages.div_ceil(PAGE_SIZE) * PAGE_SIZE;
-    assert_eq!(touched(meta), 0, "usable pages written by add_region");
-
-    // One page: carving stops at the first block that holds it (the blocks of 2, 4, ...
-    // pages after the metadata, up to the first 4 MiB boundary), so the seven blocks
-    // above that boundary stay untouched.
-    let block = pages.alloc_pages(0).unwrap();
-    assert!(block.as_ptr().addr() < arena.ptr().addr() + MAX_BLOCK);
-    assert_eq!(
-        touched(MAX_BLOCK),
-        0,
-        "max-order blocks carved for a one-page request"
+    // The metadata page and the small blocks after it, up to the first 4 MiB boundary, are
+    // written; the two largest blocks above it are not.
+    assert!(
+        !touched_from(MAX_BLOCK),
+        "largest blocks written by add_region"
     );
-    pages.free_pages(block).unwrap();
+
+    // A small request is served from the small blocks.
+    let small = pages.alloc_pages(0).unwrap();
+    assert!(small.as_ptr().addr() < arena.ptr().addr() + MAX_BLOCK);
+    assert!(
+        !touched_from(MAX_BLOCK),
+        "a largest block taken for a one-page request"
+    );
+    // A largest one takes the first largest block, and leaves the second alone.
+    let big = pages.alloc_pages(MAX_ORDER).unwrap();
+    assert_eq!(big.as_ptr().addr(), arena.ptr().addr() + MAX_BLOCK);
+    assert!(
+        !touched_from(2 * MAX_BLOCK),
+        "the second largest block written"
+    );
+    assert_eq!(pages.stats().free_blocks[MAX_ORDER], 1);
+    pages.free_pages(big).unwrap();
+    pages.free_pages(small).unwrap();
+    assert_eq!(pages.stats().free_blocks[MAX_ORDER], 2);
+}
+
+/// An allocator over `len` bytes starting `offset` bytes into a fresh arena of
+/// `arena_len` bytes (aligned to the largest block).
+fn allocator_at(arena_len: usize, offset: usize, len: usize) -> (PageAllocator, Arena) {
+    let arena = Arena::new(arena_len);
+    let pages = PageAllocator::new();
+    assert!(offset + len <= arena.len());
+    // SAFETY: as in `allocator`, for the part of the arena given.
+    unsafe { pages.add_region(arena.ptr().add(offset), len).unwrap() };
+    (pages, arena)
+}
+
+#[test]
+fn a_small_request_takes_a_small_edge_block_before_splitting_a_largest_one() {
+    // Usable: one page (below the 4 MiB boundary, after the metadata page) and one
+    // largest block. The page request must not split the largest block.
+    let (pages, _arena) = allocator_at(
+        2 * MAX_BLOCK,
+        MAX_BLOCK - 2 * PAGE_SIZE,
+        MAX_BLOCK + 2 * PAGE_SIZE,
+    );
+    assert_eq!(pages.stats().total_pages, 1024 + 1);
+    let page = pages.alloc_pages(0).unwrap();
+    let big = pages
+        .alloc_pages(MAX_ORDER)
+        .expect("the largest block is still whole");
+    pages.free_pages(page).unwrap();
+    pages.free_pages(big).unwrap();
+}
+
+#[test]
+fn half_blocks_at_both_edges_are_used_before_the_largest_one() {
+    // Usable: 2 MiB below a 4 MiB boundary, a largest block, 2 MiB above it.
+    let (pages, _arena) = allocator_at(
+        3 * MAX_BLOCK,
+        MAX_BLOCK / 2 - PAGE_SIZE,
+        2 * MAX_BLOCK + PAGE_SIZE,
+    );
+    let a = pages.alloc_pages(MAX_ORDER - 1).unwrap();
+    let b = pages.alloc_pages(MAX_ORDER - 1).unwrap();
+    let stats = pages.stats();
+    assert_eq!(stats.free_blocks[MAX_ORDER], 1, "{stats:?}");
+    assert_eq!(stats.free_blocks[MAX_ORDER - 1], 0, "{stats:?}");
+    pages.free_pages(a).unwrap();
+    pages.free_pages(b).unwrap();
 }
 
 #[test]
