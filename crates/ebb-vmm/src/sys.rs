@@ -13,8 +13,10 @@ use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use vmm_sys_util::eventfd::EventFd;
 
 /// Asks for `[addr, addr + len)` of guest memory on transparent huge pages
-/// (`MADV_HUGEPAGE`; the host's THP mode `madvise` or `always` honours it). `addr` is
-/// 2 MiB-aligned for it to matter; nothing but the kernel's choice of pages changes.
+/// (`MADV_HUGEPAGE`; the host's THP mode `madvise` or `always` honours it). Only the
+/// 2 MiB-aligned host pages inside the range can become huge; for KVM to map a guest
+/// page with one, the guest and host addresses must also agree modulo 2 MiB. Nothing
+/// but the kernel's choice of pages changes.
 pub fn advise_huge_pages(mem: &crate::guest::GuestMem, addr: u64, len: u64) -> std::io::Result<()> {
     let len = usize::try_from(len).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     let base = mem
