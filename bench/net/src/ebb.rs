@@ -102,6 +102,10 @@ fn layer(seed: u64) -> TcpLayer {
     TcpLayer::new(TcpConfig {
         isn_seed: [seed, !seed],
         delayed_ack: None,
+        // smoltcp's side has 256 KiB socket buffers (smol.rs): the same window here, not
+        // ebb-net's 1 MiB default.
+        receive_window: 256 * 1024,
+        max_out_of_order_bytes: 256 * 1024,
         ..TcpConfig::default()
     })
 }

@@ -163,8 +163,9 @@ pub struct TcpConfig {
     /// Maximum segment lifetime; TIME-WAIT lasts twice this. Default 30 s.
     pub msl: Duration,
     /// The window advertised while the application keeps it open. Default 1 MiB: with
-    /// 256 KiB a native guest's streaming echo moved 0.7x as much (each wake of its
-    /// vCPU carried at most one window), while 2 and 4 MiB added nothing measurable
+    /// 256 KiB a native guest's streaming echo moved 0.7x as much (on one CPU each round
+    /// of the monitor's device thread carried one window, then the sender waited for an
+    /// ACK), while 2 and 4 MiB added nothing measurable
     /// (docs/benchmarks.md, "Seventh run"). Data a handler has not taken counts
     /// against it, so a connection never holds more than this undelivered.
     pub receive_window: usize,
@@ -200,7 +201,8 @@ pub struct TcpConfig {
     /// Out-of-order bytes kept per connection. Default 1 MiB, as the receive window:
     /// below it, one loss at the front of a full window makes the rest be dropped and
     /// sent again (a 1 MiB window over 256 KiB here: 26,854 retransmissions instead of
-    /// 665 in the 1 % loss, all-faults cell of `tests/simulation.rs`).
+    /// 665 in the 1 % loss, all-faults cell of `tests/simulation.rs`). Raise it with
+    /// `receive_window`.
     pub max_out_of_order_bytes: usize,
     /// Keepalive for every connection of the layer (each can change it with
     /// [`TcpConn::set_keepalive`]). Default off, as for sockets.
