@@ -6,13 +6,21 @@
 //!
 //! Invariants: blocks are sorted by sequence number, never overlap and are never empty;
 //! `bytes` is the sum of their lengths and never exceeds the bound passed to
-//! [`Reassembly::insert`] (what does not fit is dropped and reported).
+//! [`Reassembly::insert`], and there are at most [`MAX_PIECES`] blocks (what does not fit
+//! is dropped and reported).
 
 use alloc::vec::Vec;
 
 use ebb_core::iobuf::IOBuf;
 
 use crate::wire::tcp::{MAX_SACK_BLOCKS, SackBlocks, SeqNumber};
+
+/// Most out-of-order pieces kept per connection, whatever their bytes. Each piece keeps
+/// its whole received buffer alive, so a byte bound alone would let a peer that sends
+/// one-byte segments out of order pin a frame buffer per byte — a million of them under a
+/// 1 MiB bound — and make every insertion walk them all. 1,024 pieces hold a 1 MiB window
+/// of full-sized segments with every other one lost (724 pieces).
+pub(crate) const MAX_PIECES: usize = 1024;
 
 /// Out-of-order segments of one connection.
 #[derive(Debug, Default)]
@@ -62,7 +70,7 @@ impl Reassembly {
         let mut dropped = 0;
         for (gap_start, gap_end) in gaps {
             let len = (gap_end - gap_start) as usize;
-            if self.bytes + len > max_bytes {
+            if self.bytes + len > max_bytes || self.blocks.len() >= MAX_PIECES {
                 dropped += len;
                 continue;
             }
@@ -151,6 +159,19 @@ mod tests {
         assert_eq!(third.as_slice(), buf(300, 50).as_slice());
         assert!(r.is_empty());
         assert_eq!(r.bytes(), 0);
+    }
+
+    #[test]
+    fn tiny_pieces_stop_at_the_piece_bound() {
+        let mut r = Reassembly::default();
+        let mut dropped = 0;
+        // One-byte segments every other byte: no two pieces touch, none merges.
+        for i in 0..(MAX_PIECES as u32 + 100) {
+            dropped += r.insert(SeqNumber(1000 + 2 * i), buf(0, 1), 1 << 20);
+        }
+        assert_eq!(r.blocks.len(), MAX_PIECES);
+        assert_eq!(dropped, 100);
+        assert_eq!(r.bytes(), MAX_PIECES);
     }
 
     #[test]
