@@ -16,11 +16,11 @@
 //! pipe page's write and read, as frames wait in a TAP's queue). Prints GB/s echoed per
 //! (buffers, batch) pair, the median of `--runs`.
 
-use std::os::fd::OwnedFd;
+use std::fs::File;
+use std::io::{Read, Write};
 use std::time::Instant;
 
 use clap::Parser;
-use rustix::io::{read, write};
 use rustix::pipe::{fcntl_setpipe_size, pipe};
 
 const CHUNK: usize = 64 * 1024;
@@ -60,8 +60,8 @@ fn parse_case(s: &str) -> Result<(usize, usize), String> {
     Ok((buffers, batch))
 }
 
-/// A pipe that holds `bytes` without blocking its writer.
-fn roomy_pipe(bytes: usize) -> Result<(OwnedFd, OwnedFd), String> {
+/// A pipe that holds `bytes` without blocking its writer: (read end, write end).
+fn roomy_pipe(bytes: usize) -> Result<(File, File), String> {
     let (r, w) = pipe().map_err(|e| format!("pipe: {e}"))?;
     fcntl_setpipe_size(&w, bytes).map_err(|e| {
         let max = std::fs::read_to_string("/proc/sys/fs/pipe-max-size").unwrap_or_default();
@@ -71,26 +71,7 @@ fn roomy_pipe(bytes: usize) -> Result<(OwnedFd, OwnedFd), String> {
             max.trim()
         )
     })?;
-    Ok((r, w))
-}
-
-fn read_exact(fd: &OwnedFd, mut buf: &mut [u8]) -> Result<(), String> {
-    while !buf.is_empty() {
-        let n = read(fd, &mut *buf).map_err(|e| format!("read: {e}"))?;
-        if n == 0 {
-            return Err("pipe closed".into());
-        }
-        buf = &mut buf[n..];
-    }
-    Ok(())
-}
-
-fn write_all(fd: &OwnedFd, mut buf: &[u8]) -> Result<(), String> {
-    while !buf.is_empty() {
-        let n = write(fd, buf).map_err(|e| format!("write: {e}"))?;
-        buf = &buf[n..];
-    }
-    Ok(())
+    Ok((File::from(r), File::from(w)))
 }
 
 /// GB/s echoed with `buffers` receive buffers and `batch` chunks per round.
@@ -98,26 +79,27 @@ fn run(buffers: usize, batch: usize, mib: usize) -> Result<f64, String> {
     let mut ring = vec![1u8; buffers * STRIDE];
     let source = vec![2u8; CHUNK];
     let mut sink = vec![0u8; CHUNK];
-    let (in_r, in_w) = roomy_pipe(batch * CHUNK)?;
-    let (out_r, out_w) = roomy_pipe(batch * CHUNK)?;
+    let (mut in_r, mut in_w) = roomy_pipe(batch * CHUNK)?;
+    let (mut out_r, mut out_w) = roomy_pipe(batch * CHUNK)?;
+    let io = |e: std::io::Error| format!("pipe: {e}");
     let rounds = (mib * 1024 * 1024).div_ceil(batch * CHUNK);
     let mut next = 0usize;
     let start = Instant::now();
     for _ in 0..rounds {
         let first = next;
         for _ in 0..batch {
-            write_all(&in_w, &source)?;
+            in_w.write_all(&source).map_err(io)?;
         }
         for k in 0..batch {
             let at = (first + k) % buffers * STRIDE + PAYLOAD_OFFSET;
-            read_exact(&in_r, &mut ring[at..at + CHUNK])?;
+            in_r.read_exact(&mut ring[at..at + CHUNK]).map_err(io)?;
         }
         for k in 0..batch {
             let at = (first + k) % buffers * STRIDE + PAYLOAD_OFFSET;
-            write_all(&out_w, &ring[at..at + CHUNK])?;
+            out_w.write_all(&ring[at..at + CHUNK]).map_err(io)?;
         }
         for _ in 0..batch {
-            read_exact(&out_r, &mut sink)?;
+            out_r.read_exact(&mut sink).map_err(io)?;
         }
         next = (first + batch) % buffers;
     }

@@ -42,12 +42,12 @@ struct Args {
     /// Checksum offload on the virtio-net device with a TAP backend (VIRTIO_NET_F_CSUM and
     /// GUEST_CSUM through the TAP's virtio-net header) and, without --net-faults, TCP
     /// segmentation offload on transmit (HOST_TSO4): `on` (the default) or `off`.
-    #[arg(long, value_name = "on|off", value_parser = net_options::parse_offload,
+    #[arg(long, value_name = "on|off", value_parser = net_options::parse_on_off,
           default_value = "on", action = clap::ArgAction::Set)]
     net_offload: bool,
     /// The guest's free memory on transparent huge pages (MADV_HUGEPAGE): `on` (the
     /// default) or `off` (4 KiB pages, for comparison).
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off,
+    #[arg(long, value_name = "on|off", value_parser = net_options::parse_on_off,
           default_value = "on", action = clap::ArgAction::Set)]
     huge_pages: bool,
     /// Use this inherited descriptor of an open /dev/kvm instead of opening it (a parent
@@ -70,14 +70,6 @@ fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_shl(shift)
         .filter(|v| v >> shift == n)
         .ok_or_else(|| format!("size {s:?} is too large"))
-}
-
-fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err(format!("{s:?}: expected on or off")),
-    }
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {

@@ -29,13 +29,13 @@ pub enum NetOptionError {
     BadFaults(String),
 }
 
-/// Parses `--net-offload on|off`: whether to offer checksum and segmentation offload
-/// (default on).
-pub fn parse_offload(s: &str) -> Result<bool, String> {
+/// Parses an `on|off` switch (`--net-offload`, `--huge-pages`); clap names the option in
+/// its error.
+pub fn parse_on_off(s: &str) -> Result<bool, String> {
     match s {
         "on" => Ok(true),
         "off" => Ok(false),
-        _ => Err(format!("--net-offload {s:?}: expected on or off")),
+        _ => Err(format!("{s:?}: expected on or off")),
     }
 }
 

@@ -1,7 +1,8 @@
 //! The monitor's only `unsafe` code: registering guest memory with KVM, asking for it on
-//! huge pages, borrowing an eventfd for `poll`, reading the internal-error union of `kvm_run`, handing the VM's
-//! teardown to a background process at exit ([`release_in_background`]), and `readv`/
-//! `writev` straight between a backend's descriptor and guest memory ([`IoVecs`]).
+//! huge pages, borrowing an eventfd for `poll`, reading the internal-error union of
+//! `kvm_run`, handing the VM's teardown to a background process at exit
+//! ([`release_in_background`]), and `readv`/`writev` straight between a backend's
+//! descriptor and guest memory ([`IoVecs`]).
 
 use kvm_bindings::{kvm_run, kvm_userspace_memory_region};
 use kvm_ioctls::VmFd;

@@ -509,35 +509,8 @@ impl Vm {
                 detail: e.to_string(),
             })?;
         let mem = GuestMem::new(mmap, size);
-        // The guest's free memory (above its image, per-core blocks and stacks, from the
-        // next 2 MiB boundary) on transparent huge pages, so the host can shadow the
-        // guest's 2 MiB pages with 2 MiB pages: fewer guest TLB misses and far fewer
-        // faults under PVM (docs/06). Not below: there the monitor writes the boot
-        // structures, and huge faults on those made a small guest's boot about 0.3 ms
-        // longer. The guest's page allocator writes a 4 MiB block only when it hands it
-        // out, so this does not make the host supply memory the guest never uses. A
-        // failure (a kernel without THP) is not worth a warning: 4 KiB pages work.
-        let free = layout
-            .stacks_end
-            .next_multiple_of(crate::layout::LARGE_PAGE_SIZE);
-        if config.huge_pages
-            && free < size
-            && let Err(e) = crate::sys::advise_huge_pages(&mem, free, size - free)
-        {
-            log::debug!("guest memory stays on 4 KiB pages (MADV_HUGEPAGE: {e})");
-        }
-        if config.huge_pages
-            && let Some(host) = mem.host_ptr(0, 1)
-            && !host
-                .addr()
-                .is_multiple_of(crate::layout::LARGE_PAGE_SIZE as usize)
-        {
-            // KVM maps a guest page with a host huge page only where both addresses
-            // agree modulo 2 MiB; kernels before about 6.7 do not align large anonymous
-            // mappings, so there huge pages save host faults but not guest TLB misses.
-            log::info!(
-                "guest memory at {host:p} is not 2 MiB-aligned: the guest keeps 4 KiB TLB entries"
-            );
+        if config.huge_pages {
+            advise_huge_pages_above_stacks(&mem, &layout);
         }
 
         for seg in &image.segments {
@@ -875,6 +848,38 @@ fn write_percore(mem: &GuestMem, layout: &Layout, core: u32) -> Result<(), VmErr
 }
 
 /// The monitor's advice to the guest ([`BootInfo::flags`]).
+/// Asks for the guest's free memory (above its image, per-core blocks and stacks, from the
+/// next 2 MiB boundary) on transparent huge pages, so the host can shadow the guest's
+/// 2 MiB pages with 2 MiB pages: fewer guest TLB misses and far fewer faults under PVM
+/// (docs/06). Not below: there the monitor writes the boot structures, and huge faults on
+/// those made a small guest's boot about 0.3 ms longer. The guest's page allocator writes
+/// a 4 MiB block only when it hands it out, so this does not make the host supply memory
+/// the guest never uses. A failure (a kernel without THP) is not worth a warning: 4 KiB
+/// pages work.
+fn advise_huge_pages_above_stacks(mem: &GuestMem, layout: &Layout) {
+    let size = layout.mem_size;
+    let free = layout
+        .stacks_end
+        .next_multiple_of(crate::layout::LARGE_PAGE_SIZE);
+    if free < size
+        && let Err(e) = crate::sys::advise_huge_pages(mem, free, size - free)
+    {
+        log::debug!("guest memory stays on 4 KiB pages (MADV_HUGEPAGE: {e})");
+    }
+    if let Some(host) = mem.host_ptr(0, 1)
+        && !host
+            .addr()
+            .is_multiple_of(crate::layout::LARGE_PAGE_SIZE as usize)
+    {
+        // KVM maps a guest page with a host huge page only where both addresses agree
+        // modulo 2 MiB; kernels before about 6.7 do not align large anonymous mappings,
+        // so there huge pages save host faults but not guest TLB misses.
+        log::info!(
+            "guest memory at {host:p} is not 2 MiB-aligned: the guest keeps 4 KiB TLB entries"
+        );
+    }
+}
+
 fn boot_flags(cpus_shared: bool) -> u32 {
     if cpus_shared {
         BOOT_FLAG_SHARED_CPUS
