@@ -16,6 +16,13 @@
 //!   received until the window opens again.
 //! * Nothing a client sends can panic the server: the parser refuses bad input with
 //!   memcached's replies, and every store error is answered.
+//! * Memory held for unparsed input is bounded server-wide, not just per connection
+//!   (see [`McConnection::account_input`]): a partial request's buffers are compacted
+//!   when they are mostly waste, their footprint is charged to one count, and past
+//!   [`Server::input_limit`] a connection holding more than [`INPUT_ALLOWANCE`] is
+//!   refused as memcached refuses one whose read buffer cannot grow. Without it, 200
+//!   connections each sending most of a 1 MB value, and never the rest, made a 128 MiB
+//!   native guest run out of memory.
 
 use alloc::format;
 use alloc::string::String;
@@ -27,8 +34,8 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use ebb::net::{CloseReason, IOBuf, IOBufChain, TcpConnection, TcpHandler};
 
 use crate::protocol::{
-    Command, Limits, MetaItem, MetaOutcome, Parsed, Parser, ReplyTo, Request, Response, StoreMode,
-    encode, encode_meta,
+    Command, Limits, MetaItem, MetaOutcome, Parsed, Parser, Protocol, ReplyTo, Request, Response,
+    StoreMode, encode, encode_meta,
 };
 use crate::store::{
     Arith, ArithOutcome, Ctx, DeleteOutcome, Mode, Store, StoreError, StoreOutcome, UnixTime,
@@ -42,6 +49,17 @@ pub const VERSION: &str = "1.6.18-ebbflow";
 /// Reply bytes queued on a connection beyond which it stops reading (after a refused
 /// send).
 pub const MAX_QUEUED_REPLY: usize = 4 << 20;
+
+/// Unparsed input a connection may hold whatever the server-wide count says: an
+/// ordinary request (ETC's are under 1.2 KB) is never refused for memory.
+pub const INPUT_ALLOWANCE: usize = 16 << 10;
+
+/// Input whose buffers occupy more than twice its bytes plus this is compacted.
+const COMPACT_SLACK: usize = 16 << 10;
+
+/// memcached's reply when it cannot grow a connection's read buffer; it closes the
+/// connection after it.
+pub const OUT_OF_MEMORY_READING: &[u8] = b"SERVER_ERROR out of memory reading request\r\n";
 
 /// Replies collected beyond this are sent before more requests run (a long pipeline of
 /// gets is answered in pieces, so the connection can push back in between).
@@ -93,6 +111,11 @@ pub struct ConnectionStats {
     pub bytes_read: AtomicU64,
     /// Bytes of replies handed to the network.
     pub bytes_written: AtomicU64,
+    /// Memory held by all connections' unparsed input (each segment's whole buffer).
+    pub read_buf_bytes: AtomicU64,
+    /// Connections refused because that memory was over [`Server::input_limit`]
+    /// (memcached's `read_buf_oom`).
+    pub read_buf_oom: AtomicU64,
 }
 
 /// The server, shared by every core.
@@ -103,6 +126,11 @@ pub struct Server {
     pub settings: Settings,
     /// Connection counters.
     pub connections: ConnectionStats,
+    /// The most memory all connections' unparsed input may hold before connections
+    /// holding more than [`INPUT_ALLOWANCE`] are refused: a quarter of `-m`, at least
+    /// 4 MiB — beside the items, which `-m` bounds, what partial requests (a large
+    /// value on its way) may pin.
+    pub input_limit: usize,
     /// Unix time at start (seconds), for `uptime`.
     started: UnixTime,
 }
@@ -142,6 +170,7 @@ impl Server {
         };
         Some(Server {
             store: Store::new(config, domain),
+            input_limit: (settings.memory_limit / 4).max(4 << 20),
             settings,
             connections: ConnectionStats::default(),
             started: now_unix(),
@@ -165,6 +194,7 @@ impl Server {
                 ..Limits::default()
             }),
             input: IOBufChain::new(),
+            charged: 0,
             paused: false,
             closing: false,
         })
@@ -249,6 +279,8 @@ impl Server {
         put("cas_badval", format!("{}", s.cas_badval));
         put("touch_hits", format!("{}", s.touch_hits));
         put("touch_misses", format!("{}", s.touch_misses));
+        put("read_buf_bytes", load(&c.read_buf_bytes));
+        put("read_buf_oom", load(&c.read_buf_oom));
         put("bytes_read", load(&c.bytes_read));
         put("bytes_written", load(&c.bytes_written));
         put("limit_maxbytes", format!("{}", s.limit_maxbytes));
@@ -328,6 +360,8 @@ pub struct McConnection {
     parser: Parser,
     /// Received bytes not parsed yet.
     input: IOBufChain,
+    /// The footprint of `input` counted in the server's `read_buf_bytes`.
+    charged: usize,
     /// Reading and executing stopped until the send window opens.
     paused: bool,
     /// A reply asked for the connection to close once sent.
@@ -364,6 +398,64 @@ impl McConnection {
         if self.closing {
             conn.close();
         }
+    }
+
+    /// Keeps the memory behind the unparsed input honest, after every receive:
+    ///
+    /// * compacts it when its buffers are mostly waste — a peer sending a partial request
+    ///   in tiny segments would otherwise pin a whole receive buffer per few bytes (into
+    ///   a buffer of twice the bytes, so a long trickle is copied O(1) times per byte);
+    /// * charges its footprint to the server-wide `read_buf_bytes`;
+    /// * past [`Server::input_limit`], refuses a connection holding more than
+    ///   [`INPUT_ALLOWANCE`]: memcached's `SERVER_ERROR out of memory reading request`
+    ///   (text; a binary connection is just closed) and close, counted `read_buf_oom`.
+    ///   Whoever holds the most is likeliest refused, and small requests always pass.
+    fn account_input(&mut self, conn: &dyn TcpConnection) {
+        let mut held = footprint(&self.input);
+        if self.input.segment_count() > 1 && held > 2 * self.input.len() + COMPACT_SLACK {
+            compact(&mut self.input);
+            held = footprint(&self.input);
+        }
+        // A request answered whole leaves nothing: no shared counter is touched then.
+        if held != self.charged {
+            self.charge(held);
+        }
+        let over = || {
+            let total = self
+                .server
+                .connections
+                .read_buf_bytes
+                .load(Ordering::Relaxed);
+            total > self.server.input_limit as u64
+        };
+        if held > INPUT_ALLOWANCE && !self.closing && over() {
+            let binary = self.parser.protocol() == Some(Protocol::Binary);
+            self.input = IOBufChain::new();
+            self.charge(0);
+            self.server
+                .connections
+                .read_buf_oom
+                .fetch_add(1, Ordering::Relaxed);
+            self.closing = true;
+            if !binary {
+                let _ = conn.send(IOBufChain::from(IOBuf::from_static(OUT_OF_MEMORY_READING)));
+            }
+            // What still arrives is dropped as it comes (`receive`). The window stays
+            // open: the network layer would hold what arrives for a closed one, up to a
+            // whole window per connection (that ran a 128 MiB guest out of memory).
+            conn.close();
+        }
+    }
+
+    /// Sets this connection's charge in `read_buf_bytes` to `held`.
+    fn charge(&mut self, held: usize) {
+        let counter = &self.server.connections.read_buf_bytes;
+        if held >= self.charged {
+            counter.fetch_add((held - self.charged) as u64, Ordering::Relaxed);
+        } else {
+            counter.fetch_sub((self.charged - held) as u64, Ordering::Relaxed);
+        }
+        self.charged = held;
     }
 
     /// Sends `out`; true when the connection must pause (the send queued past the
@@ -665,10 +757,14 @@ impl TcpHandler for McConnection {
             .connections
             .bytes_read
             .fetch_add(data.len() as u64, Ordering::Relaxed);
+        if self.closing {
+            return; // Closed by us: what still arrives is not read.
+        }
         self.input.push_back(data);
         if !self.paused {
             self.process(conn);
         }
+        self.account_input(conn);
     }
 
     fn send_window_increased(&mut self, conn: &dyn TcpConnection) {
@@ -680,8 +776,48 @@ impl TcpHandler for McConnection {
     }
 
     fn closed(&mut self, _reason: CloseReason) {
+        self.input = IOBufChain::new();
+        if self.charged != 0 {
+            self.charge(0);
+        }
         self.server.connections.curr.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// The memory `input`'s buffers occupy: each segment's whole storage, since a few bytes
+/// cut from a receive buffer keep all of it alive (segments sharing one are counted
+/// each: an upper bound).
+fn footprint(input: &IOBufChain) -> usize {
+    input
+        .iter()
+        .map(|b| b.headroom() + b.len() + b.tailroom())
+        .sum()
+}
+
+/// Copies `input` into one buffer: its first segment when that is this connection's
+/// alone and has room for the rest (a buffer from an earlier compaction), else a new one
+/// with room for as many bytes again.
+fn compact(input: &mut IOBufChain) {
+    let len = input.len();
+    let mut parts = core::mem::take(input);
+    let Some(mut head) = parts.pop_front() else {
+        return;
+    };
+    if head.is_unique() && head.tailroom() >= len - head.len() {
+        for part in parts.segments() {
+            // Cannot fail: the storage is unique and the room for all of them checked.
+            let grown = head.extend_from_slice(part);
+            debug_assert!(grown.is_ok());
+        }
+        *input = IOBufChain::from(head);
+        return;
+    }
+    let mut bytes = Vec::with_capacity((2 * len).max(4096));
+    bytes.extend_from_slice(head.as_slice());
+    for part in parts.segments() {
+        bytes.extend_from_slice(part);
+    }
+    *input = IOBufChain::from(IOBuf::from_vec(bytes));
 }
 
 /// memcached's answer to a connection over `-c` before it closes it.
