@@ -84,7 +84,11 @@
 //! per listener ([`TcpConfig::max_half_open_per_listener`]; further SYNs are dropped and
 //! counted), established connections not yet given a handler per listener (the `backlog`
 //! of [`TcpLayer::listen`]; a completing handshake waits in SYN-RECEIVED while it is full),
-//! and out-of-order bytes per connection ([`TcpConfig::max_out_of_order_bytes`]). Queued
+//! out-of-order bytes per connection ([`TcpConfig::max_out_of_order_bytes`]), and the
+//! in-order data the layer holds for applications that cannot take it now — a closed
+//! receive window still admits what the last window advertised — over all connections
+//! ([`TcpConfig::max_held_bytes`]; past it such data is dropped unacknowledged, and data
+//! held is kept compact, see `Tcb::push_event`). Queued
 //! send data is the application's (`send` never drops; `try_send` and `send_window` let
 //! it bound itself).
 //!
@@ -204,6 +208,14 @@ pub struct TcpConfig {
     /// 665 in the 1 % loss, all-faults cell of `tests/simulation.rs`). Raise it with
     /// `receive_window`.
     pub max_out_of_order_bytes: usize,
+    /// In-order data the layer holds, over all its connections, for applications that
+    /// cannot take it now (a closed receive window, whose last advertised part a peer
+    /// may still fill, or no handler yet). Past it, such data is dropped without an ACK
+    /// and the sender resends it later; data that can be delivered at once is never
+    /// dropped for it. Default 8 MiB per layer (one per core): without a bound, 128
+    /// connections whose applications paused with a 1 MiB window open fill a 128 MiB
+    /// guest.
+    pub max_held_bytes: usize,
     /// Keepalive for every connection of the layer (each can change it with
     /// [`TcpConn::set_keepalive`]). Default off, as for sockets.
     pub keepalive: Option<Keepalive>,
@@ -256,6 +268,7 @@ impl Default for TcpConfig {
             max_connections: 4096,
             max_half_open_per_listener: 128,
             max_out_of_order_bytes: 1024 * 1024,
+            max_held_bytes: 8 << 20,
             keepalive: None,
         }
     }
@@ -310,6 +323,9 @@ pub struct TcpCounters {
     pub dropped_table_full: u64,
     /// Segments whose out-of-order data exceeded the per-connection bound (partly dropped).
     pub dropped_out_of_order_bound: u64,
+    /// Dropped unacknowledged: in-order data for an application that cannot take it now
+    /// while the layer holds [`TcpConfig::max_held_bytes`].
+    pub dropped_held_bound: u64,
     /// Dropped: malformed header or options (bad option length, port 0, SYN+FIN, ...).
     pub dropped_bad_options: u64,
     /// Dropped: a SYN for a four-tuple another core's layer holds (multi-core only; a
@@ -471,6 +487,9 @@ struct Inner {
     state: RefCell<LayerState>,
     counters: RefCell<TcpCounters>,
     needs_poll: Cell<bool>,
+    /// In-order bytes held in connections' undelivered events (every TCB's `held_bytes`
+    /// summed; shared with them, see `Tcb::held_gauge`).
+    held: Rc<Cell<usize>>,
     /// Connections with events to deliver.
     ready: RefCell<VecDeque<Rc<Conn>>>,
     /// Connections the application acted on since the last poll.
@@ -552,6 +571,7 @@ impl TcpLayer {
             }),
             counters: RefCell::new(TcpCounters::default()),
             needs_poll: Cell::new(false),
+            held: Rc::new(Cell::new(0)),
             ready: RefCell::new(VecDeque::new()),
             dirty: RefCell::new(Vec::new()),
             blocked: RefCell::new(Vec::new()),
@@ -580,6 +600,12 @@ impl TcpLayer {
     /// A snapshot of the counters.
     pub fn counters(&self) -> TcpCounters {
         self.0.counters.borrow().clone()
+    }
+
+    /// In-order bytes held now for applications that have not taken them (see
+    /// [`TcpConfig::max_held_bytes`]).
+    pub fn held_bytes(&self) -> usize {
+        self.0.held.get()
     }
 
     /// Connections in the table (every state but CLOSED, TIME-WAIT included).
@@ -1027,10 +1053,13 @@ impl Conn {
     fn new(
         layer: Weak<Inner>,
         tuple: FourTuple,
-        tcb: Tcb,
+        mut tcb: Tcb,
         listener: Option<SocketAddrV4>,
         accounting: Accounting,
     ) -> Conn {
+        if let Some(inner) = layer.upgrade() {
+            tcb.held_gauge = inner.held.clone();
+        }
         Conn {
             layer,
             tuple,
@@ -1103,7 +1132,7 @@ impl Conn {
                     return;
                 };
                 if let AppEvent::Receive(buf) = &event {
-                    tcb.held_bytes = tcb.held_bytes.saturating_sub(buf.len());
+                    tcb.release_held(buf.len());
                 }
                 event
             };

@@ -15,7 +15,9 @@
 //! once requested, follows the last queued byte.
 
 use alloc::collections::VecDeque;
+use alloc::rc::Rc;
 use alloc::vec::Vec;
+use core::cell::Cell;
 use core::net::SocketAddrV4;
 
 use ebb_core::Instant;
@@ -165,6 +167,9 @@ pub(crate) struct Tcb {
     pub(crate) has_handler: bool,
     /// Bytes in `Receive` events not yet delivered.
     pub(crate) held_bytes: usize,
+    /// The layer's sum of every TCB's `held_bytes` (a TCB of no layer has its own);
+    /// changed only with `held_bytes`, and given back when the TCB is dropped.
+    pub(crate) held_gauge: Rc<Cell<usize>>,
     /// An ACK must go out on the next output.
     pub(crate) ack_now: bool,
 
@@ -225,6 +230,23 @@ pub(crate) struct Incoming<'a> {
     pub(crate) payload: IOBuf,
 }
 
+/// The smallest buffer held data is compacted into (see [`Tcb::push_event`]).
+const HELD_CHUNK: usize = 2048;
+
+/// Whether `buf` occupies much more memory than it holds bytes: worth a copy when it
+/// would be held (a full-sized segment in its frame buffer is not).
+fn wasteful(buf: &IOBuf) -> bool {
+    let occupied = buf.headroom() + buf.len() + buf.tailroom();
+    occupied > 2 * buf.len() + 512
+}
+
+impl Drop for Tcb {
+    fn drop(&mut self) {
+        // What it still holds leaves the layer's sum with it.
+        self.release_held(self.held_bytes);
+    }
+}
+
 impl Tcb {
     /// A TCB for `local`/`remote` in `state` with initial send sequence `iss`.
     pub(crate) fn new(
@@ -269,6 +291,7 @@ impl Tcb {
             receive_open: true,
             has_handler: false,
             held_bytes: 0,
+            held_gauge: Rc::new(Cell::new(0)),
             ack_now: false,
             timers: Timers::default(),
             rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto),
@@ -368,12 +391,52 @@ impl Tcb {
         u32::try_from((self.rcv_adv - self.rcv_nxt).max(0)).unwrap_or(0)
     }
 
-    /// Queues an event for the application.
+    /// Whether the application takes data as it comes now (else it is held).
+    pub(crate) fn takes_data_now(&self) -> bool {
+        self.has_handler && self.receive_open
+    }
+
+    /// Queues an event for the application. Data the application cannot take now is
+    /// kept compact: a piece that occupies much more buffer than bytes (a few bytes in a
+    /// frame-sized receive buffer) is copied to the tail of the data held before it, so
+    /// a peer filling a closed window with tiny segments pins about what it sent, not a
+    /// receive buffer per segment.
     pub(crate) fn push_event(&mut self, event: AppEvent) {
-        if let AppEvent::Receive(buf) = &event {
-            self.held_bytes += buf.len();
+        let AppEvent::Receive(buf) = event else {
+            self.events.push_back(event);
+            return;
+        };
+        self.hold(buf.len());
+        if self.takes_data_now() || !wasteful(&buf) {
+            self.events.push_back(AppEvent::Receive(buf));
+            return;
         }
-        self.events.push_back(event);
+        if let Some(AppEvent::Receive(last)) = self.events.back_mut()
+            && last.is_unique()
+            && last.tailroom() >= buf.len()
+            && last.extend_from_slice(buf.as_slice()).is_ok()
+        {
+            return;
+        }
+        let mut copy = IOBuf::with_capacity(buf.len().max(HELD_CHUNK));
+        // Cannot fail: a fresh buffer with the room.
+        let copied = copy.extend_from_slice(buf.as_slice());
+        debug_assert!(copied.is_ok());
+        self.events.push_back(AppEvent::Receive(copy));
+    }
+
+    /// Counts `len` more bytes held, here and in the layer's sum.
+    fn hold(&mut self, len: usize) {
+        self.held_bytes += len;
+        self.held_gauge.set(self.held_gauge.get() + len);
+    }
+
+    /// Counts `len` bytes delivered or dropped.
+    pub(crate) fn release_held(&mut self, len: usize) {
+        let len = len.min(self.held_bytes);
+        self.held_bytes -= len;
+        self.held_gauge
+            .set(self.held_gauge.get().saturating_sub(len));
     }
 
     /// Ends the connection: CLOSED, everything dropped, the application told once.
@@ -414,7 +477,7 @@ impl Tcb {
                 // Data not yet delivered is lost with the connection, as with a socket.
                 self.events
                     .retain(|e| !matches!(e, AppEvent::Receive(_) | AppEvent::PeerClosed));
-                self.held_bytes = 0;
+                self.release_held(self.held_bytes);
             }
             self.events.push_back(AppEvent::Closed(reason));
         } else if !self.passive {
@@ -757,6 +820,7 @@ impl Tcb {
             && self.reassembly.is_empty()
             && self.ooo_fin.is_none()
             && payload_len <= self.rcv_wnd() as usize
+            && self.takes_data_now()
     }
 
     /// Processes a segment [`predicts`](Self::predicts) accepted: exactly what
@@ -893,6 +957,16 @@ impl Tcb {
                 self.ooo_fin = Some(seq + len);
             }
             // Out of order: a duplicate ACK with SACK blocks, at once (RFC 5681 §4.2).
+            self.ack_now = true;
+            return;
+        }
+        if !data.is_empty()
+            && !self.takes_data_now()
+            && self.held_gauge.get() + data.len() > ctx.config.max_held_bytes
+        {
+            // The layer holds all it may for applications that are not taking data:
+            // not acknowledged, so the peer sends it again (its FIN too) later.
+            ctx.counters.dropped_held_bound += 1;
             self.ack_now = true;
             return;
         }

@@ -233,6 +233,98 @@ fn receive_window_close_holds_data_and_reopen_sends_an_update() {
     assert_eq!(got, DATA);
 }
 
+/// The data a received payload brings in `Ev::Receive` events, and how many events.
+fn received(h: &Harness) -> (Vec<u8>, usize) {
+    let mut got = Vec::new();
+    let mut calls = 0;
+    for e in h.events() {
+        match e {
+            Ev::Receive(d) => {
+                got.extend_from_slice(&d);
+                calls += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    (got, calls)
+}
+
+#[test]
+fn data_held_for_closed_windows_is_bounded_over_the_layer() {
+    let mut h = Harness::new(TcpConfig {
+        delayed_ack: None,
+        receive_window: 3000,
+        max_receive_window: 3000,
+        max_held_bytes: 1500,
+        ..TcpConfig::default()
+    });
+    let iss = h.accept_connection();
+    let conn = h.conn();
+    let base = PEER_ISS + 1;
+    conn.set_receive_window_open(false);
+    h.input(peer_seg(base, Some(iss + 1), Control::None, &DATA[..1000]));
+    check(&h.take_one(), Control::None, iss + 1, Some(base + 1000), 0);
+    assert_eq!(h.layer.held_bytes(), 1000);
+    // Inside the advertised window, but past what the layer holds: not acknowledged.
+    h.input(peer_seg(
+        base + 1000,
+        Some(iss + 1),
+        Control::None,
+        &DATA[1000..2000],
+    ));
+    check(&h.take_one(), Control::None, iss + 1, Some(base + 1000), 0);
+    assert_eq!(h.layer.counters().dropped_held_bound, 1);
+    assert_eq!(h.layer.held_bytes(), 1000);
+    conn.set_receive_window_open(true);
+    h.poll();
+    h.take();
+    assert_eq!(h.layer.held_bytes(), 0, "delivered");
+    // The peer sends it again; now it is taken at once.
+    h.input(peer_seg(
+        base + 1000,
+        Some(iss + 1),
+        Control::None,
+        &DATA[1000..2000],
+    ));
+    let (got, _) = received(&h);
+    assert_eq!(got, DATA[..2000]);
+    assert_eq!(h.layer.held_bytes(), 0);
+}
+
+#[test]
+fn tiny_segments_held_for_a_closed_window_are_compacted() {
+    let mut h = Harness::new(TcpConfig {
+        delayed_ack: None,
+        receive_window: 3000,
+        max_receive_window: 3000,
+        ..TcpConfig::default()
+    });
+    let iss = h.accept_connection();
+    let conn = h.conn();
+    let base = PEER_ISS + 1;
+    conn.set_receive_window_open(false);
+    // 500 one-byte segments, each in a 2 KiB receive buffer of its own.
+    for i in 0..500u32 {
+        let segment = bytes_of(&peer_seg(
+            base + i,
+            Some(iss + 1),
+            Control::None,
+            &DATA[i as usize..i as usize + 1],
+        ));
+        let mut frame = IOBuf::with_capacity(2048);
+        frame.extend_from_slice(segment.as_slice()).unwrap();
+        h.input_buf(frame);
+    }
+    h.take();
+    assert_eq!(h.layer.held_bytes(), 500);
+    conn.set_receive_window_open(true);
+    h.poll();
+    let (got, calls) = received(&h);
+    assert_eq!(got, DATA[..500]);
+    assert_eq!(calls, 1, "held as one 2 KiB piece, not 500 receive buffers");
+    assert_eq!(h.layer.held_bytes(), 0);
+}
+
 /// A passive open from a peer without options (MSS 536) and a window of two segments.
 fn accept_small_window(h: &mut Harness) -> u32 {
     h.listen(8);
