@@ -132,6 +132,22 @@ fn parse_options() -> Result<(Settings, NetConfig), String> {
             settings.memory_limit >> 20
         ));
     }
+    if let Some(total) = ebb::memory_total() {
+        let needed = memcached::server::memory_needed(&settings, ebb::num_cores());
+        if needed > total {
+            return Err(format!(
+                "-m {} MB does not fit in this node's {} MiB: items, a quarter as much again \
+                 for requests on their way and {} MiB for the network need {} MiB; give the VM \
+                 more memory (ebb run --mem {}M) or lower -m",
+                settings.memory_limit >> 20,
+                total >> 20,
+                memcached::server::NETWORK_RESERVE_PER_CORE * ebb::num_cores() >> 20,
+                needed >> 20,
+                // What is needed, plus room for the image and the runtime, in 64 MiB.
+                (needed + (32 << 20)).div_ceil(64 << 20) * 64,
+            ));
+        }
+    }
     Ok((settings, net))
 }
 

@@ -170,7 +170,7 @@ impl Server {
         };
         Some(Server {
             store: Store::new(config, domain),
-            input_limit: (settings.memory_limit / 4).max(4 << 20),
+            input_limit: input_limit(&settings),
             settings,
             connections: ConnectionStats::default(),
             started: now_unix(),
@@ -818,6 +818,27 @@ fn compact(input: &mut IOBufChain) {
         bytes.extend_from_slice(part);
     }
     *input = IOBufChain::from(IOBuf::from_vec(bytes));
+}
+
+/// Memory a core's network stack may use beside the application's: the data TCP holds
+/// for paused connections (ebb-net's `max_held_bytes`, 8 MiB), out-of-order data, and
+/// the driver's receive buffers.
+pub const NETWORK_RESERVE_PER_CORE: usize = 16 << 20;
+
+/// The memory a server with `settings` on `cores` cores may come to use: the items
+/// (`-m`), the input it may hold ([`Server::input_limit`]) and the network's
+/// [`NETWORK_RESERVE_PER_CORE`] on each core. A native node whose heap is smaller
+/// refuses to start rather than fail an allocation under load.
+pub fn memory_needed(settings: &Settings, cores: usize) -> usize {
+    settings
+        .memory_limit
+        .saturating_add(input_limit(settings))
+        .saturating_add(NETWORK_RESERVE_PER_CORE.saturating_mul(cores))
+}
+
+/// [`Server::input_limit`] for `settings`: a quarter of `-m`, at least 4 MiB.
+fn input_limit(settings: &Settings) -> usize {
+    (settings.memory_limit / 4).max(4 << 20)
 }
 
 /// memcached's answer to a connection over `-c` before it closes it.

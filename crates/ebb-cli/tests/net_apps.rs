@@ -675,6 +675,34 @@ fn memcached_natively_survives_clients_holding_partial_values() {
     assert!(!output.contains("panicked"), "{output}");
 }
 
+/// `-m` larger than the guest can hold is refused at start, with the memory to ask for,
+/// instead of an allocation failing under load.
+#[test]
+fn memcached_natively_refuses_a_memory_limit_the_guest_cannot_hold() {
+    let test = "memcached_natively_refuses_a_memory_limit_the_guest_cannot_hold";
+    let Some(()) = kvm(test) else {
+        return;
+    };
+    image("memcached");
+    let run = ebb_testkit::Run::of(ebb().args([
+        "run",
+        "--net",
+        "none",
+        "--timeout",
+        "60",
+        "memcached",
+        "--",
+        "-m",
+        "256",
+    ]));
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stdout.contains("-m 256 MB does not fit in this node's")
+            && run.stdout.contains("ebb run --mem"),
+        "{run:?}"
+    );
+}
+
 /// An app run by `ebb run IMAGE -p PORT:GUEST_PORT` as user `nobody` (uid and gid 65534),
 /// handed this (root) test's open /dev/kvm with `--kvm-fd`: /dev/kvm is root's alone here,
 /// and a descriptor grants this one process access without changing anything other

@@ -54,6 +54,22 @@ pub fn print(args: fmt::Arguments<'_>) {
     }
 }
 
+/// Bytes of memory this node's allocator manages: natively, the guest memory the monitor
+/// handed it (what `ebb run --mem` sizes, less the image and the runtime's own blocks),
+/// so an application can refuse a configuration that cannot fit; hosted `None` — the
+/// host's memory is not the application's to size itself by.
+pub fn memory_total() -> Option<usize> {
+    #[cfg(not(target_os = "none"))]
+    {
+        None
+    }
+    #[cfg(target_os = "none")]
+    {
+        let pages = ebb_native::heap::report().pages.total_pages;
+        Some(pages * 4096) // ebb-mem's pages
+    }
+}
+
 /// The wall-clock time as a duration since the Unix epoch, or `None` where the platform
 /// does not know it (natively under a standard hypervisor's PVH boot, which has no
 /// clock source for it). Hosted it is the system clock; natively the monitor's realtime
