@@ -141,7 +141,7 @@ fn parse_options() -> Result<(Settings, NetConfig), String> {
                  more memory (ebb run --mem {}M) or lower -m",
                 settings.memory_limit >> 20,
                 total >> 20,
-                memcached::server::NETWORK_RESERVE_PER_CORE * ebb::num_cores() >> 20,
+                (memcached::server::NETWORK_RESERVE_PER_CORE * ebb::num_cores()) >> 20,
                 needed >> 20,
                 // What is needed, plus room for the image and the runtime, in 64 MiB.
                 (needed + (32 << 20)).div_ceil(64 << 20) * 64,
