@@ -142,6 +142,19 @@ mc_summary() {
   } | if [[ ${4:-} == append ]]; then tee -a "$OUT_DIR/summary.txt"; else tee "$OUT_DIR/summary.txt"; fi
 }
 
+# round_order ROUND NAMES... : sets the array ORDER to NAMES, reversed in even rounds, so
+# that no server always runs first or last
+round_order() {
+  local round=$1 i j t
+  shift
+  ORDER=("$@")
+  if ((round % 2 == 0)); then
+    for ((i = 0, j = ${#ORDER[@]} - 1; i < j; i++, j--)); do
+      t=${ORDER[i]} ORDER[i]=${ORDER[j]} ORDER[j]=$t
+    done
+  fi
+}
+
 # io_thread_to PID CPU: moves ebb-vmm PID's virtio-net I/O thread (and only it) to CPU;
 # fails if the process has none.
 io_thread_to() {

@@ -130,13 +130,9 @@ measure() {
 : >"$OUT_DIR/closed.txt"
 : >"$OUT_DIR/split.txt"
 for ((round = 1; round <= ROUNDS; round++)); do
-  read -r -a order <<<"$SERVERS"
-  if ((round % 2 == 0)); then
-    for ((i = 0, j = ${#order[@]} - 1; i < j; i++, j--)); do
-      t=${order[i]} order[i]=${order[j]} order[j]=$t
-    done
-  fi
-  for name in "${order[@]}"; do
+  # shellcheck disable=SC2086 # the names, one word each
+  round_order "$round" $SERVERS
+  for name in "${ORDER[@]}"; do
     serve "$name" "$round"
     for conns in $CONNS_LIST; do measure "$name" "$conns"; done
     halt

@@ -115,13 +115,9 @@ serve() {
 common=(--conns "$CONNS" --workload etc --keys "$KEYS")
 : >"$OUT_DIR/closed.txt"
 for ((round = 1; round <= ROUNDS; round++)); do
-  read -r -a order <<<"$SERVERS"
-  if ((round % 2 == 0)); then
-    for ((i = 0, j = ${#order[@]} - 1; i < j; i++, j--)); do
-      t=${order[i]} order[i]=${order[j]} order[j]=$t
-    done
-  fi
-  for name in "${order[@]}"; do
+  # shellcheck disable=SC2086 # the names, one word each
+  round_order "$round" $SERVERS
+  for name in "${ORDER[@]}"; do
     serve "$name" "$round"
     mc_closed_loop "$name" "$SERVER_PID" "$DURATION" \
       ip netns exec "$ns" taskset -c 1 "$load" --addr "$ADDR" "${common[@]}"

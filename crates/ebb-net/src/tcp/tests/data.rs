@@ -186,18 +186,25 @@ fn no_window_scale_without_the_peers_option() {
     );
 }
 
-#[test]
-fn receive_window_close_holds_data_and_reopen_sends_an_update() {
+/// A connection whose application closed its receive window at once (3000-byte windows,
+/// ACKs not delayed, the rest of `config`): the harness, the connection, our ISS and the
+/// sequence number of the peer's first data byte.
+fn closed_window(config: TcpConfig) -> (Harness, TcpConn, u32, u32) {
     let mut h = Harness::new(TcpConfig {
         delayed_ack: None,
         receive_window: 3000,
         max_receive_window: 3000,
-        ..TcpConfig::default()
+        ..config
     });
     let iss = h.accept_connection();
     let conn = h.conn();
-    let base = PEER_ISS + 1;
     conn.set_receive_window_open(false);
+    (h, conn, iss, PEER_ISS + 1)
+}
+
+#[test]
+fn receive_window_close_holds_data_and_reopen_sends_an_update() {
+    let (mut h, conn, iss, base) = closed_window(TcpConfig::default());
     h.input(peer_seg(base, Some(iss + 1), Control::None, &DATA[..1000]));
     let ack = h.take_one();
     check(&ack, Control::None, iss + 1, Some(base + 1000), 0);
@@ -222,18 +229,10 @@ fn receive_window_close_holds_data_and_reopen_sends_an_update() {
     let update = h.take_one();
     check(&update, Control::None, iss + 1, Some(base + 3000), 0);
     assert_eq!(update.header.window_len, 3000, "window update on reopening");
-    let got: Vec<u8> = h
-        .events()
-        .into_iter()
-        .flat_map(|e| match e {
-            Ev::Receive(d) => d,
-            other => panic!("unexpected {other:?}"),
-        })
-        .collect();
-    assert_eq!(got, DATA);
+    assert_eq!(received(&h).0, DATA);
 }
 
-/// The data a received payload brings in `Ev::Receive` events, and how many events.
+/// The data the application was handed (`Ev::Receive` events only) and in how many calls.
 fn received(h: &Harness) -> (Vec<u8>, usize) {
     let mut got = Vec::new();
     let mut calls = 0;
@@ -251,17 +250,10 @@ fn received(h: &Harness) -> (Vec<u8>, usize) {
 
 #[test]
 fn data_held_for_closed_windows_is_bounded_over_the_layer() {
-    let mut h = Harness::new(TcpConfig {
-        delayed_ack: None,
-        receive_window: 3000,
-        max_receive_window: 3000,
+    let (mut h, conn, iss, base) = closed_window(TcpConfig {
         max_held_bytes: 1500,
         ..TcpConfig::default()
     });
-    let iss = h.accept_connection();
-    let conn = h.conn();
-    let base = PEER_ISS + 1;
-    conn.set_receive_window_open(false);
     h.input(peer_seg(base, Some(iss + 1), Control::None, &DATA[..1000]));
     check(&h.take_one(), Control::None, iss + 1, Some(base + 1000), 0);
     assert_eq!(h.layer.held_bytes(), 1000);
@@ -293,16 +285,7 @@ fn data_held_for_closed_windows_is_bounded_over_the_layer() {
 
 #[test]
 fn tiny_segments_held_for_a_closed_window_are_compacted() {
-    let mut h = Harness::new(TcpConfig {
-        delayed_ack: None,
-        receive_window: 3000,
-        max_receive_window: 3000,
-        ..TcpConfig::default()
-    });
-    let iss = h.accept_connection();
-    let conn = h.conn();
-    let base = PEER_ISS + 1;
-    conn.set_receive_window_open(false);
+    let (mut h, conn, iss, base) = closed_window(TcpConfig::default());
     // 500 one-byte segments, each in a 2 KiB receive buffer of its own.
     for i in 0..500u32 {
         let segment = bytes_of(&peer_seg(
