@@ -32,6 +32,11 @@ die() { echo "main-job: error: $*" >&2; exit 1; }
 skip() { echo "SKIPPED: main-job: $1"; exit 0; }
 [[ -w /dev/kvm ]] || skip "needs /dev/kvm (without it the main job runs hosted)"
 for t in memcached passt taskset python3; do command -v "$t" >/dev/null || skip "$t is not installed"; done
+# The main job forwards 127.0.0.1:11211, where Debian's memcached package starts a
+# service of its own.
+if python3 -c "import socket; socket.create_connection(('127.0.0.1', 11211), 1)" 2>/dev/null; then
+  skip "127.0.0.1:11211 is in use (Debian's memcached service? systemctl stop memcached)"
+fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 target=${CARGO_TARGET_DIR:-$PWD/target}
@@ -86,6 +91,7 @@ serve() {
       ADDR=127.0.0.1:$mc_port
       ;;
   esac
+  local i
   for ((i = 0; i < 100; i++)); do
     python3 -c "import socket,sys; socket.create_connection(('${ADDR%:*}', ${ADDR#*:}), 1)" \
       2>/dev/null && return 0
@@ -139,11 +145,13 @@ for ((round = 1; round <= ROUNDS; round++)); do
   done
 done
 : >"$OUT_DIR/summary.txt"
-for conns in $CONNS_LIST; do
-  for name in $SERVERS; do
-    [[ $name == memcached ]] || mc_summary "$name/$conns" "memcached/$conns" "server CPU µs/req" append
+if [[ " $SERVERS " == *" memcached "* ]]; then
+  for conns in $CONNS_LIST; do
+    for name in $SERVERS; do
+      [[ $name == memcached ]] || mc_summary "$name/$conns" "memcached/$conns" "server CPU µs/req" append
+    done
   done
-done
+fi
 {
   echo
   echo "| server | ebb process CPU µs/req | passt CPU µs/req |"

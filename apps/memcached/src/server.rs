@@ -194,6 +194,7 @@ impl Server {
                 ..Limits::default()
             }),
             input: IOBufChain::new(),
+            input_footprint: 0,
             charged: 0,
             paused: false,
             closing: false,
@@ -360,6 +361,10 @@ pub struct McConnection {
     parser: Parser,
     /// Received bytes not parsed yet.
     input: IOBufChain,
+    /// The memory `input`'s buffers occupy ([`footprint`]), kept as segments arrive and
+    /// recomputed only when requests consumed some, so waiting for a large value costs
+    /// O(1) per receive.
+    input_footprint: usize,
     /// The footprint of `input` counted in the server's `read_buf_bytes`.
     charged: usize,
     /// Reading and executing stopped until the send window opens.
@@ -400,22 +405,38 @@ impl McConnection {
         }
     }
 
+    /// Executes what `input` holds unless paused, then accounts for what is left.
+    fn serve(&mut self, conn: &dyn TcpConnection) {
+        let before = self.input.len();
+        if !self.paused {
+            self.process(conn);
+        }
+        if self.input.len() != before {
+            self.input_footprint = footprint(&self.input);
+        }
+        self.account_input(conn);
+    }
+
     /// Keeps the memory behind the unparsed input honest, after every receive:
     ///
     /// * compacts it when its buffers are mostly waste — a peer sending a partial request
-    ///   in tiny segments would otherwise pin a whole receive buffer per few bytes (into
-    ///   a buffer of twice the bytes, so a long trickle is copied O(1) times per byte);
+    ///   in tiny segments would otherwise pin a whole receive buffer per few bytes, and a
+    ///   short partial request left at the end of a 64 KiB read would be charged all of
+    ///   it (into a buffer of twice the bytes, so a long trickle is copied O(1) times per
+    ///   byte);
     /// * charges its footprint to the server-wide `read_buf_bytes`;
     /// * past [`Server::input_limit`], refuses a connection holding more than
     ///   [`INPUT_ALLOWANCE`]: memcached's `SERVER_ERROR out of memory reading request`
     ///   (text; a binary connection is just closed) and close, counted `read_buf_oom`.
-    ///   Whoever holds the most is likeliest refused, and small requests always pass.
+    ///   The connection refused is the one whose input grows past the allowance while
+    ///   the total is over, not necessarily the one holding most; small requests always
+    ///   pass.
     fn account_input(&mut self, conn: &dyn TcpConnection) {
-        let mut held = footprint(&self.input);
-        if self.input.segment_count() > 1 && held > 2 * self.input.len() + COMPACT_SLACK {
+        if self.input_footprint > 2 * self.input.len() + COMPACT_SLACK {
             compact(&mut self.input);
-            held = footprint(&self.input);
+            self.input_footprint = footprint(&self.input);
         }
+        let held = self.input_footprint;
         // A request answered whole leaves nothing: no shared counter is touched then.
         if held != self.charged {
             self.charge(held);
@@ -431,6 +452,7 @@ impl McConnection {
         if held > INPUT_ALLOWANCE && !self.closing && over() {
             let binary = self.parser.protocol() == Some(Protocol::Binary);
             self.input = IOBufChain::new();
+            self.input_footprint = 0;
             self.charge(0);
             self.server
                 .connections
@@ -760,23 +782,22 @@ impl TcpHandler for McConnection {
         if self.closing {
             return; // Closed by us: what still arrives is not read.
         }
+        self.input_footprint += occupied(&data);
         self.input.push_back(data);
-        if !self.paused {
-            self.process(conn);
-        }
-        self.account_input(conn);
+        self.serve(conn);
     }
 
     fn send_window_increased(&mut self, conn: &dyn TcpConnection) {
         if self.paused {
             self.paused = false;
             conn.set_receive_window_open(true);
-            self.process(conn);
+            self.serve(conn);
         }
     }
 
     fn closed(&mut self, _reason: CloseReason) {
         self.input = IOBufChain::new();
+        self.input_footprint = 0;
         if self.charged != 0 {
             self.charge(0);
         }
@@ -788,22 +809,27 @@ impl TcpHandler for McConnection {
 /// cut from a receive buffer keep all of it alive (segments sharing one are counted
 /// each: an upper bound).
 fn footprint(input: &IOBufChain) -> usize {
-    input
-        .iter()
-        .map(|b| b.headroom() + b.len() + b.tailroom())
-        .sum()
+    input.iter().map(occupied).sum()
+}
+
+/// The memory behind `buf`: its whole storage.
+fn occupied(buf: &IOBuf) -> usize {
+    buf.headroom() + buf.len() + buf.tailroom()
 }
 
 /// Copies `input` into one buffer: its first segment when that is this connection's
-/// alone and has room for the rest (a buffer from an earlier compaction), else a new one
-/// with room for as many bytes again.
+/// alone, has room for the rest and is not itself mostly waste (a buffer from an
+/// earlier compaction), else a new one with room for as many bytes again.
 fn compact(input: &mut IOBufChain) {
     let len = input.len();
     let mut parts = core::mem::take(input);
     let Some(mut head) = parts.pop_front() else {
         return;
     };
-    if head.is_unique() && head.tailroom() >= len - head.len() {
+    if head.is_unique()
+        && head.tailroom() >= len - head.len()
+        && occupied(&head) <= 2 * len + COMPACT_SLACK
+    {
         for part in parts.segments() {
             // Cannot fail: the storage is unique and the room for all of them checked.
             let grown = head.extend_from_slice(part);

@@ -131,3 +131,40 @@ fn a_trickled_request_does_not_pin_a_buffer_per_segment() {
         server.assert_alive();
     });
 }
+
+/// Well-behaved clients are not refused: each pipelines 60 KB of small requests that the
+/// server reads in large buffers and ends mid-request, so an 11-byte partial `get` is
+/// left at the end of a read buffer of up to 64 KiB. Charged the whole buffer, 160 such
+/// clients went over the bound and 32 were refused; the partial is compacted instead.
+#[test]
+fn short_partial_requests_at_the_end_of_large_reads_are_not_refused() {
+    common::bounded("partial at the end", Duration::from_secs(120), || {
+        let mut server = ServerProcess::ours(&["-m", "16"]);
+        let mut stats = server.client();
+        let mut blob = Vec::new();
+        let mut gets = 0;
+        while blob.len() < 60_000 {
+            blob.extend_from_slice(b"get k\r\n");
+            gets += 1;
+        }
+        blob.extend_from_slice(b"get partial"); // no newline: 11 bytes wait
+        let mut clients: Vec<Client> = Vec::new();
+        for _ in 0..160 {
+            let c = server.client();
+            c.stream().write_all(&blob).unwrap();
+            clients.push(c);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Every client gets an `END` (a miss) for each whole `get`, and nothing else.
+        for c in &mut clients {
+            for _ in 0..gets {
+                assert_eq!(c.line_str(), "END");
+            }
+        }
+        assert_eq!(stats.stat("read_buf_oom"), 0);
+        let held = stats.stat("read_buf_bytes");
+        assert!(held <= 160 * 4096, "160 partial gets hold {held} bytes");
+        drop(clients);
+        server.assert_alive();
+    });
+}

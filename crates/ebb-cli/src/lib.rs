@@ -85,9 +85,10 @@ pub enum Command {
         /// Cores: vCPUs natively, EBB_CPUS hosted (default: this machine's CPU count).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=255))]
         cpus: Option<u32>,
-        /// Guest memory, native only: bytes or with a K, M or G suffix (a multiple of 2M).
-        #[arg(long, default_value = "128M", value_parser = parse_size)]
-        mem: u64,
+        /// Guest memory, native only: bytes or with a K, M or G suffix (a multiple of 2M)
+        /// (default: 128M, and 32M more for each vCPU past two).
+        #[arg(long, value_parser = parse_size)]
+        mem: Option<u64>,
         /// End the app after this many seconds (fractions allowed).
         #[arg(long, value_parser = parse_seconds)]
         timeout: Option<Duration>,
@@ -136,6 +137,14 @@ impl RuntimeFlags {
             _ => Requested::Auto,
         }
     }
+}
+
+/// The guest memory `ebb run` gives `cpus` vCPUs unless told: 128 MiB for up to two, and
+/// 32 MiB more for each past two — each core's network stack and runtime have their
+/// share (memcached's default `-m 64` needs 16 MiB of network per core beside its
+/// items, and refuses to start in a guest that cannot hold them).
+pub fn default_guest_memory(cpus: u32) -> u64 {
+    (128u64 << 20).max((64 + 32 * u64::from(cpus)) << 20)
 }
 
 /// Parses a memory size: bytes, or with a K, M or G suffix.
@@ -202,7 +211,7 @@ impl Cli {
                 };
                 let options = RunOptions {
                     cpus,
-                    mem,
+                    mem: mem.unwrap_or_else(|| default_guest_memory(cpus)),
                     timeout,
                     args,
                     kvm_fd,
@@ -271,13 +280,16 @@ mod tests {
         };
         assert_eq!(app, "hello");
         assert_eq!(cpus, Some(2));
-        assert_eq!(mem, 64 << 20);
+        assert_eq!(mem, Some(64 << 20));
         assert_eq!(timeout, Some(Duration::from_millis(1500)));
         assert_eq!(runtime.requested(), Requested::Hosted);
         assert_eq!(args, ["a", "--b"]);
         assert!(Cli::try_parse_from(["ebb", "run", "x", "--native", "--hosted"]).is_err());
         assert!(Cli::try_parse_from(["ebb", "run", "x", "--cpus", "0"]).is_err());
         assert!(parse_size("99999999999999G").is_err());
+        assert_eq!(default_guest_memory(1), 128 << 20);
+        assert_eq!(default_guest_memory(2), 128 << 20);
+        assert_eq!(default_guest_memory(8), 320 << 20);
         assert!(parse_seconds("-1").is_err());
     }
 }
