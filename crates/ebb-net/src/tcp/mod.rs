@@ -208,11 +208,12 @@ pub struct TcpConfig {
     /// 665 in the 1 % loss, all-faults cell of `tests/simulation.rs`). Raise it with
     /// `receive_window`.
     pub max_out_of_order_bytes: usize,
-    /// In-order data the layer holds, over all its connections, for applications that
-    /// cannot take it now (a closed receive window, whose last advertised part a peer
-    /// may still fill, or no handler yet). Past it, such data is dropped without an ACK
-    /// and the sender resends it later; data that can be delivered at once is never
-    /// dropped for it. Default 8 MiB per layer (one per core): without a bound, 128
+    /// Data the layer holds, over all its connections: in-order data for applications
+    /// that cannot take it now (a closed receive window, whose last advertised part a
+    /// peer may still fill, or no handler yet), and out-of-order data, counted by the
+    /// receive buffers its pieces keep alive. Past it, such data is dropped without an
+    /// ACK and the sender resends it later; in-order data that can be delivered at once
+    /// is never dropped for it. Default 8 MiB per layer (one per core): without a bound, 128
     /// connections whose applications paused with a 1 MiB window open fill a 128 MiB
     /// guest.
     pub max_held_bytes: usize,
@@ -323,8 +324,8 @@ pub struct TcpCounters {
     pub dropped_table_full: u64,
     /// Segments whose out-of-order data exceeded the per-connection bound (partly dropped).
     pub dropped_out_of_order_bound: u64,
-    /// Dropped unacknowledged: in-order data for an application that cannot take it now
-    /// while the layer holds [`TcpConfig::max_held_bytes`].
+    /// Dropped unacknowledged while the layer holds [`TcpConfig::max_held_bytes`]:
+    /// in-order data for an application that cannot take it now, or out-of-order data.
     pub dropped_held_bound: u64,
     /// Dropped: malformed header or options (bad option length, port 0, SYN+FIN, ...).
     pub dropped_bad_options: u64,
@@ -487,8 +488,8 @@ struct Inner {
     state: RefCell<LayerState>,
     counters: RefCell<TcpCounters>,
     needs_poll: Cell<bool>,
-    /// In-order bytes held in connections' undelivered events (every TCB's `held_bytes`
-    /// summed; shared with them, see `Tcb::held_gauge`).
+    /// Bytes held in connections' undelivered events and out-of-order stores (every
+    /// TCB's share summed; shared with them, see `Tcb::held_gauge`).
     held: Rc<Cell<usize>>,
     /// Connections with events to deliver.
     ready: RefCell<VecDeque<Rc<Conn>>>,
@@ -602,8 +603,8 @@ impl TcpLayer {
         self.0.counters.borrow().clone()
     }
 
-    /// In-order bytes held now for applications that have not taken them (see
-    /// [`TcpConfig::max_held_bytes`]).
+    /// Bytes held now: in-order data applications have not taken, and the buffers
+    /// out-of-order pieces keep (see [`TcpConfig::max_held_bytes`]).
     pub fn held_bytes(&self) -> usize {
         self.0.held.get()
     }

@@ -6,8 +6,8 @@
 //!
 //! Invariants: blocks are sorted by sequence number, never overlap and are never empty;
 //! `bytes` is the sum of their lengths and never exceeds the bound passed to
-//! [`Reassembly::insert`], and there are at most [`MAX_PIECES`] blocks (what does not fit
-//! is dropped and reported).
+//! [`Reassembly::insert`], `occupied` the sum of the buffers they keep alive, and there
+//! are at most [`MAX_PIECES`] blocks (what does not fit is dropped and reported).
 
 use alloc::vec::Vec;
 
@@ -27,6 +27,9 @@ pub(crate) const MAX_PIECES: usize = 1024;
 pub(crate) struct Reassembly {
     blocks: Vec<(SeqNumber, IOBuf)>,
     bytes: usize,
+    /// The memory the blocks keep alive: each one's whole received buffer (a piece cut
+    /// from a 2 KiB frame buffer keeps all of it; pieces of one segment are each counted).
+    occupied: usize,
     /// Start of the most recently stored piece: its block is reported first (RFC 2018 §4).
     latest: Option<SeqNumber>,
 }
@@ -36,6 +39,11 @@ impl Reassembly {
     #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// The memory the held pieces keep alive (their buffers, not just their bytes).
+    pub(crate) fn occupied(&self) -> usize {
+        self.occupied
     }
 
     /// Whether nothing is held.
@@ -81,6 +89,7 @@ impl Reassembly {
                 continue; // Unreachable: the gap lies inside `data`.
             }
             let at = self.blocks.partition_point(|(s, _)| *s < gap_start);
+            self.occupied += occupied(&piece);
             self.blocks.insert(at, (gap_start, piece));
             self.bytes += len;
             self.latest = Some(gap_start);
@@ -97,6 +106,7 @@ impl Reassembly {
             }
             let (start, mut buf) = self.blocks.remove(0);
             self.bytes -= buf.len();
+            self.occupied -= occupied(&buf);
             let stale = (rcv_nxt - start) as usize;
             if stale >= buf.len() {
                 continue;
@@ -131,6 +141,11 @@ impl Reassembly {
         }
         blocks
     }
+}
+
+/// The memory behind `buf`: its whole storage.
+pub(crate) fn occupied(buf: &IOBuf) -> usize {
+    buf.headroom() + buf.len() + buf.tailroom()
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpErrorKind};
 
 use super::congestion::Congestion;
-use super::recv::Reassembly;
+use super::recv::{self, Reassembly};
 use super::send::QueueCursor;
 use super::timers::{self, RttEstimator, Timers};
 use super::{Keepalive, TcpConfig, TcpCounters};
@@ -167,8 +167,9 @@ pub(crate) struct Tcb {
     pub(crate) has_handler: bool,
     /// Bytes in `Receive` events not yet delivered.
     pub(crate) held_bytes: usize,
-    /// The layer's sum of every TCB's `held_bytes` (a TCB of no layer has its own);
-    /// changed only with `held_bytes`, and given back when the TCB is dropped.
+    /// The layer's sum of every TCB's `held_bytes` and out-of-order memory
+    /// (`reassembly.occupied()`); a TCB of no layer has its own. Changed only with
+    /// those, and given back when the TCB is dropped.
     pub(crate) held_gauge: Rc<Cell<usize>>,
     /// An ACK must go out on the next output.
     pub(crate) ack_now: bool,
@@ -236,14 +237,14 @@ const HELD_CHUNK: usize = 2048;
 /// Whether `buf` occupies much more memory than it holds bytes: worth a copy when it
 /// would be held (a full-sized segment in its frame buffer is not).
 fn wasteful(buf: &IOBuf) -> bool {
-    let occupied = buf.headroom() + buf.len() + buf.tailroom();
-    occupied > 2 * buf.len() + 512
+    recv::occupied(buf) > 2 * buf.len() + 512
 }
 
 impl Drop for Tcb {
     fn drop(&mut self) {
         // What it still holds leaves the layer's sum with it.
         self.release_held(self.held_bytes);
+        self.clear_reassembly();
     }
 }
 
@@ -431,6 +432,22 @@ impl Tcb {
         self.held_gauge.set(self.held_gauge.get() + len);
     }
 
+    /// Runs `change` on the out-of-order store, keeping the layer's sum in step with the
+    /// memory it holds.
+    fn reassemble<T>(&mut self, change: impl FnOnce(&mut Reassembly) -> T) -> T {
+        let before = self.reassembly.occupied();
+        let result = change(&mut self.reassembly);
+        let after = self.reassembly.occupied();
+        let gauge = self.held_gauge.get();
+        self.held_gauge.set((gauge + after).saturating_sub(before));
+        result
+    }
+
+    /// Drops the out-of-order store.
+    fn clear_reassembly(&mut self) {
+        self.reassemble(|r| *r = Reassembly::default());
+    }
+
     /// Counts `len` bytes delivered or dropped.
     pub(crate) fn release_held(&mut self, len: usize) {
         let len = len.min(self.held_bytes);
@@ -451,7 +468,7 @@ impl Tcb {
         self.timers.clear();
         self.queue = IOBufChain::new();
         self.queue_cursor = QueueCursor::default();
-        self.reassembly = Reassembly::default();
+        self.clear_reassembly();
         match reason {
             CloseReason::Normal => ctx.counters.connections_closed += 1,
             CloseReason::Reset => ctx.counters.connections_reset += 1,
@@ -949,9 +966,15 @@ impl Tcb {
         }
         if seq != self.rcv_nxt {
             let len = data.len();
-            let dropped = self
-                .reassembly
-                .insert(seq, data, ctx.config.max_out_of_order_bytes);
+            if self.held_gauge.get() + recv::occupied(&data) > ctx.config.max_held_bytes {
+                // The layer holds all it may: out-of-order data is ours to drop (never
+                // acknowledged, so not reneging); the duplicate ACK still goes out.
+                ctx.counters.dropped_held_bound += 1;
+                self.ack_now = true;
+                return;
+            }
+            let bound = ctx.config.max_out_of_order_bytes;
+            let dropped = self.reassemble(|r| r.insert(seq, data, bound));
             if dropped > 0 {
                 ctx.counters.dropped_out_of_order_bound += 1;
             }
@@ -977,7 +1000,11 @@ impl Tcb {
             self.rcv_nxt = self.rcv_nxt + data.len();
             self.push_event(AppEvent::Receive(data));
         }
-        while let Some(more) = self.reassembly.pop_ready(self.rcv_nxt) {
+        while filled_hole {
+            let rcv_nxt = self.rcv_nxt;
+            let Some(more) = self.reassemble(|r| r.pop_ready(rcv_nxt)) else {
+                break;
+            };
             self.rcv_nxt = self.rcv_nxt + more.len();
             self.push_event(AppEvent::Receive(more));
         }

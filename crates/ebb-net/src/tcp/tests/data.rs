@@ -284,6 +284,38 @@ fn data_held_for_closed_windows_is_bounded_over_the_layer() {
 }
 
 #[test]
+fn out_of_order_data_counts_against_the_layer_bound_by_its_buffers() {
+    let mut h = Harness::new(TcpConfig {
+        delayed_ack: None,
+        max_held_bytes: 3000,
+        ..TcpConfig::default()
+    });
+    let iss = h.accept_connection();
+    let base = PEER_ISS + 1;
+    // Two ten-byte pieces out of order, each in a 2 KiB receive buffer: the first keeps
+    // its buffer, the second would pass the bound and is dropped.
+    for (at, counted) in [(100u32, 2048), (200, 2048)] {
+        let segment = bytes_of(&peer_seg(
+            base + at,
+            Some(iss + 1),
+            Control::None,
+            &DATA[at as usize..at as usize + 10],
+        ));
+        let mut frame = IOBuf::with_capacity(2048);
+        frame.extend_from_slice(segment.as_slice()).unwrap();
+        h.input_buf(frame);
+        h.take();
+        assert_eq!(h.layer.held_bytes(), counted);
+    }
+    assert_eq!(h.layer.counters().dropped_held_bound, 1);
+    // The hole fills: the held piece is delivered and nothing stays counted.
+    h.input(peer_seg(base, Some(iss + 1), Control::None, &DATA[..100]));
+    let (got, _) = received(&h);
+    assert_eq!(got, DATA[..110]);
+    assert_eq!(h.layer.held_bytes(), 0);
+}
+
+#[test]
 fn tiny_segments_held_for_a_closed_window_are_compacted() {
     let (mut h, conn, iss, base) = closed_window(TcpConfig::default());
     // 500 one-byte segments, each in a 2 KiB receive buffer of its own.
