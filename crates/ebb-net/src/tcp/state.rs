@@ -1000,13 +1000,15 @@ impl Tcb {
             self.rcv_nxt = self.rcv_nxt + data.len();
             self.push_event(AppEvent::Receive(data));
         }
-        while filled_hole {
-            let rcv_nxt = self.rcv_nxt;
-            let Some(more) = self.reassemble(|r| r.pop_ready(rcv_nxt)) else {
-                break;
-            };
-            self.rcv_nxt = self.rcv_nxt + more.len();
-            self.push_event(AppEvent::Receive(more));
+        if filled_hole {
+            loop {
+                let rcv_nxt = self.rcv_nxt;
+                let Some(more) = self.reassemble(|r| r.pop_ready(rcv_nxt)) else {
+                    break;
+                };
+                self.rcv_nxt = self.rcv_nxt + more.len();
+                self.push_event(AppEvent::Receive(more));
+            }
         }
         if self.ooo_fin == Some(self.rcv_nxt) {
             fin = true;
