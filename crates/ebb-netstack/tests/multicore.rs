@@ -343,10 +343,13 @@ fn the_steering_inbox_is_bounded_and_counts_what_overflows() {
             other.steered_out + other.steered_everywhere,
             "{home:?}"
         );
-        assert_eq!(
-            home.steered_dropped,
-            (FRAMES - MAX_STEERED_WAITING) as u64,
-            "what overflowed the inbox was dropped and counted: {home:?}"
+        // Core 1 may hand the burst over in more than one piece, and core 0 may take a
+        // few frames out of its inbox in between, making room for as many more (one CI
+        // run dropped 903, not 904): the overflow is dropped less at most that slack.
+        let overflow = (FRAMES - MAX_STEERED_WAITING) as u64;
+        assert!(
+            (overflow - 64..=overflow).contains(&home.steered_dropped),
+            "what overflowed the inbox ({overflow}) was dropped and counted: {home:?}"
         );
         // What was kept reached core 0's TCP (and only that, with the few answers).
         let rx_tcp = counters[0].interface.rx_tcp;
