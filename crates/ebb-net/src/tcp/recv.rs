@@ -51,10 +51,25 @@ impl Reassembly {
         self.blocks.is_empty()
     }
 
-    /// Stores the parts of `data` (starting at `seq`, which is after `RCV.NXT`) not held
-    /// already, as long as the total stays within `max_bytes`. Returns how many bytes did
-    /// not fit and were dropped.
+    /// [`insert_within`](Self::insert_within) with no memory budget: the bytes dropped.
+    #[cfg(test)]
     pub(crate) fn insert(&mut self, seq: SeqNumber, data: IOBuf, max_bytes: usize) -> usize {
+        self.insert_within(seq, data, max_bytes, usize::MAX).0
+    }
+
+    /// Stores the parts of `data` (starting at `seq`, which is after `RCV.NXT`) not held
+    /// already, as long as the total stays within `max_bytes` and the memory the stored
+    /// pieces add ([`occupied`]) within `budget`. A piece that would keep a buffer much
+    /// larger than itself alive (a few bytes in a frame buffer) is copied to one of its
+    /// own size first. Returns how many bytes did not fit and were dropped, and whether
+    /// the budget dropped any.
+    pub(crate) fn insert_within(
+        &mut self,
+        seq: SeqNumber,
+        data: IOBuf,
+        max_bytes: usize,
+        mut budget: usize,
+    ) -> (usize, bool) {
         let end = seq + data.len();
         // The gaps in [seq, end) not covered by stored blocks.
         let mut gaps: Vec<(SeqNumber, SeqNumber)> = Vec::new();
@@ -76,6 +91,7 @@ impl Reassembly {
             gaps.push((cursor, end));
         }
         let mut dropped = 0;
+        let mut over_budget = false;
         for (gap_start, gap_end) in gaps {
             let len = (gap_end - gap_start) as usize;
             if self.bytes + len > max_bytes || self.blocks.len() >= MAX_PIECES {
@@ -88,13 +104,23 @@ impl Reassembly {
             if piece.trim_front(front).is_err() || piece.trim_back(back).is_err() {
                 continue; // Unreachable: the gap lies inside `data`.
             }
+            if wasteful(&piece) {
+                piece = IOBuf::copy_from_slice(piece.as_slice());
+            }
+            let cost = occupied(&piece);
+            if cost > budget {
+                dropped += len;
+                over_budget = true;
+                continue;
+            }
+            budget -= cost;
             let at = self.blocks.partition_point(|(s, _)| *s < gap_start);
             self.occupied += occupied(&piece);
             self.blocks.insert(at, (gap_start, piece));
             self.bytes += len;
             self.latest = Some(gap_start);
         }
-        dropped
+        (dropped, over_budget)
     }
 
     /// Takes the block that starts at or before `rcv_nxt`, trimmed to start there, if any.
@@ -146,6 +172,12 @@ impl Reassembly {
 /// The memory behind `buf`: its whole storage.
 pub(crate) fn occupied(buf: &IOBuf) -> usize {
     buf.headroom() + buf.len() + buf.tailroom()
+}
+
+/// Whether `buf` occupies much more memory than it holds bytes: worth a copy when it
+/// would be kept (a full-sized segment in its frame buffer is not).
+pub(crate) fn wasteful(buf: &IOBuf) -> bool {
+    occupied(buf) > 2 * buf.len() + 512
 }
 
 #[cfg(test)]

@@ -234,12 +234,6 @@ pub(crate) struct Incoming<'a> {
 /// The smallest buffer held data is compacted into (see [`Tcb::push_event`]).
 const HELD_CHUNK: usize = 2048;
 
-/// Whether `buf` occupies much more memory than it holds bytes: worth a copy when it
-/// would be held (a full-sized segment in its frame buffer is not).
-fn wasteful(buf: &IOBuf) -> bool {
-    recv::occupied(buf) > 2 * buf.len() + 512
-}
-
 impl Drop for Tcb {
     fn drop(&mut self) {
         // What it still holds leaves the layer's sum with it.
@@ -408,7 +402,7 @@ impl Tcb {
             return;
         };
         self.hold(buf.len());
-        if self.takes_data_now() || !wasteful(&buf) {
+        if self.takes_data_now() || !recv::wasteful(&buf) {
             self.events.push_back(AppEvent::Receive(buf));
             return;
         }
@@ -966,16 +960,18 @@ impl Tcb {
         }
         if seq != self.rcv_nxt {
             let len = data.len();
-            if self.held_gauge.get() + recv::occupied(&data) > ctx.config.max_held_bytes {
-                // The layer holds all it may: out-of-order data is ours to drop (never
-                // acknowledged, so not reneging); the duplicate ACK still goes out.
-                ctx.counters.dropped_held_bound += 1;
-                self.ack_now = true;
-                return;
-            }
+            // What the layer may still hold: out-of-order data past it is ours to drop
+            // (never acknowledged, so not reneging); the duplicate ACK still goes out.
+            let budget = ctx
+                .config
+                .max_held_bytes
+                .saturating_sub(self.held_gauge.get());
             let bound = ctx.config.max_out_of_order_bytes;
-            let dropped = self.reassemble(|r| r.insert(seq, data, bound));
-            if dropped > 0 {
+            let (dropped, over_budget) =
+                self.reassemble(|r| r.insert_within(seq, data, bound, budget));
+            if over_budget {
+                ctx.counters.dropped_held_bound += 1;
+            } else if dropped > 0 {
                 ctx.counters.dropped_out_of_order_bound += 1;
             }
             if fin {

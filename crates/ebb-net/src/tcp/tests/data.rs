@@ -283,52 +283,70 @@ fn data_held_for_closed_windows_is_bounded_over_the_layer() {
     assert_eq!(h.layer.held_bytes(), 0);
 }
 
+/// A segment of `DATA[at..at + len]` from the peer, in a receive buffer of `capacity`.
+fn in_buffer(iss: u32, at: u32, len: usize, capacity: usize) -> IOBuf {
+    let segment = bytes_of(&peer_seg(
+        PEER_ISS + 1 + at,
+        Some(iss + 1),
+        Control::None,
+        &DATA[at as usize..at as usize + len],
+    ));
+    let mut frame = IOBuf::with_capacity(capacity);
+    frame.extend_from_slice(segment.as_slice()).unwrap();
+    frame
+}
+
 #[test]
 fn out_of_order_data_counts_against_the_layer_bound_by_its_buffers() {
     let mut h = Harness::new(TcpConfig {
         delayed_ack: None,
-        max_held_bytes: 3000,
+        max_held_bytes: 2000,
         ..TcpConfig::default()
     });
     let iss = h.accept_connection();
-    let base = PEER_ISS + 1;
-    // Two ten-byte pieces out of order, each in a 2 KiB receive buffer: the first keeps
-    // its buffer, the second would pass the bound and is dropped.
-    for (at, counted) in [(100u32, 2048), (200, 2048)] {
-        let segment = bytes_of(&peer_seg(
-            base + at,
-            Some(iss + 1),
-            Control::None,
-            &DATA[at as usize..at as usize + 10],
-        ));
-        let mut frame = IOBuf::with_capacity(2048);
-        frame.extend_from_slice(segment.as_slice()).unwrap();
-        h.input_buf(frame);
+    // Two 800-byte pieces out of order, each filling most of a 1,100-byte buffer: the
+    // first keeps its buffer, the second would pass the bound and is dropped.
+    for (at, counted) in [(100u32, 1100), (1000, 1100)] {
+        h.input_buf(in_buffer(iss, at, 800, 1100));
         h.take();
         assert_eq!(h.layer.held_bytes(), counted);
     }
     assert_eq!(h.layer.counters().dropped_held_bound, 1);
     // The hole fills: the held piece is delivered and nothing stays counted.
-    h.input(peer_seg(base, Some(iss + 1), Control::None, &DATA[..100]));
+    h.input(peer_seg(
+        PEER_ISS + 1,
+        Some(iss + 1),
+        Control::None,
+        &DATA[..100],
+    ));
     let (got, _) = received(&h);
-    assert_eq!(got, DATA[..110]);
+    assert_eq!(got, DATA[..900]);
     assert_eq!(h.layer.held_bytes(), 0);
 }
 
 #[test]
+fn tiny_out_of_order_pieces_do_not_keep_their_buffers() {
+    let mut h = Harness::new(TcpConfig {
+        delayed_ack: None,
+        ..TcpConfig::default()
+    });
+    let iss = h.accept_connection();
+    // 500 one-byte pieces, every other byte, each in a 2 KiB buffer: a megabyte of
+    // buffers if kept, 500 bytes once copied out.
+    for i in 0..500u32 {
+        h.input_buf(in_buffer(iss, 1 + 2 * i, 1, 2048));
+    }
+    h.take();
+    assert_eq!(h.layer.held_bytes(), 500);
+    assert_eq!(h.layer.counters().dropped_held_bound, 0);
+}
+
+#[test]
 fn tiny_segments_held_for_a_closed_window_are_compacted() {
-    let (mut h, conn, iss, base) = closed_window(TcpConfig::default());
+    let (mut h, conn, iss, _) = closed_window(TcpConfig::default());
     // 500 one-byte segments, each in a 2 KiB receive buffer of its own.
     for i in 0..500u32 {
-        let segment = bytes_of(&peer_seg(
-            base + i,
-            Some(iss + 1),
-            Control::None,
-            &DATA[i as usize..i as usize + 1],
-        ));
-        let mut frame = IOBuf::with_capacity(2048);
-        frame.extend_from_slice(segment.as_slice()).unwrap();
-        h.input_buf(frame);
+        h.input_buf(in_buffer(iss, i, 1, 2048));
     }
     h.take();
     assert_eq!(h.layer.held_bytes(), 500);
