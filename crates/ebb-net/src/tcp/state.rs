@@ -902,6 +902,11 @@ impl Tcb {
                 self.state = State::Closed;
                 self.timers.clear();
             }
+            // Both FINs were exchanged and only the ACK of ours is missing: RFC 9293
+            // §3.10.7.4 closes without telling the user "reset" (the peer's RST means it
+            // closed too — for example it answered a retransmitted FIN after its own
+            // TIME-WAIT, or a late duplicate after the ACK of our FIN was lost).
+            State::Closing | State::LastAck => self.finish(ctx, CloseReason::Normal),
             _ => self.finish(ctx, CloseReason::Reset),
         }
     }

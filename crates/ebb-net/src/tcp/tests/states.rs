@@ -280,6 +280,30 @@ fn passive_close_close_wait_last_ack() {
     assert_eq!(h.layer.connection_count(), 0);
 }
 
+/// A RST in LAST-ACK (the ACK of our FIN lost, the peer already gone) ends the
+/// connection as closed, not reset: both FINs were exchanged (RFC 9293 §3.10.7.4).
+#[test]
+fn a_reset_in_last_ack_is_a_normal_close() {
+    let mut h = Harness::quick_acks();
+    let iss = h.accept_connection();
+    let conn = h.conn();
+    h.input(peer_seg(PEER_ISS + 1, Some(iss + 1), Control::Fin, &[]));
+    h.take();
+    assert_eq!(h.events(), [Ev::PeerClosed]);
+    conn.close();
+    h.poll();
+    check(&h.take_one(), Control::Fin, iss + 1, Some(PEER_ISS + 2), 0);
+    assert_eq!(conn.state(), State::LastAck);
+    h.input(peer_seg(PEER_ISS + 2, None, Control::Rst, &[]));
+    assert_eq!(conn.state(), State::Closed);
+    assert_eq!(h.events(), [Ev::Closed(CloseReason::Normal)]);
+    let counters = h.layer.counters();
+    assert_eq!(
+        (counters.connections_closed, counters.connections_reset),
+        (1, 0)
+    );
+}
+
 #[test]
 fn default_peer_closed_closes_our_side() {
     let mut h = Harness::quick_acks();
