@@ -168,3 +168,48 @@ io_thread_to() {
   echo "ebb-vmm (pid $1) has no virtio-net thread" >&2
   return 1
 }
+
+# memcaslap_etc_config FILE: writes memcaslap's (-F) ETC-like mix to FILE: keys 20-70 B
+# (uniform), values 1-1024 B in four bands approximating mutilate's ETC value sizes
+# (44 % of 1-14 B; 12 % 15-64 B; 25 % 65-256 B; 19 % 257-1024 B: the generalized
+# Pareto(15, 214.5, 0.348) tail truncated at 1024 B), 30 gets per set (set 0.0323, get
+# 0.9677). Unlike mc-load's ETC, memcaslap's keys are not Zipf: each concurrency reads
+# and writes within its own task window of 10k keys (-w default) and only gets keys it
+# has set, so there are no misses.
+memcaslap_etc_config() {
+  cat >"$1" <<'EOF'
+# ETC-like mix for memcaslap (bench/lib.sh memcaslap_etc_config)
+key
+20 70 1
+value
+1 14 0.44
+15 64 0.12
+65 256 0.25
+257 1024 0.19
+cmd
+0 0.0323
+1 0.9677
+EOF
+}
+
+# mc_memcaslap NAME PID DURATION CONFIG LOAD... : with LOAD a memcaslap command but for
+# -F, -t and --stat_freq (e.g. `ip netns exec NS taskset -c 1 memcaslap -s A -c 32 -T 1`):
+# one run of DURATION with CONFIG and the server PID's CPU time around it; appends
+# "NAME ops/s nan nan cpu_us_per_request" to $OUT_DIR/closed.txt, the format of
+# mc_closed_loop (memcaslap reports no percentiles), so mc_summary tabulates both. Its
+# ops/s and request count are memcaslap's own (TPS, Ops), over its whole run.
+mc_memcaslap() {
+  local name=$1 pid=$2 duration=$3 config=$4
+  shift 4
+  local before after out ops tps cpu
+  before=$(cpu_ticks "$pid")
+  out=$("$@" -F "$config" -t "$duration" 2>&1) || { echo "$out" >&2; die "memcaslap failed against $name"; }
+  after=$(cpu_ticks "$pid")
+  echo "$out" >"$OUT_DIR/memcaslap-$name-$RUN_ID.txt"
+  ops=$(sed -n 's/.*Ops: *\([0-9]*\).*/\1/p' <<<"$out" | tail -n1)
+  tps=$(sed -n 's/.*TPS: *\([0-9]*\).*/\1/p' <<<"$out" | tail -n1)
+  [[ -n $ops && -n $tps ]] || { echo "$out" >&2; die "no Ops/TPS in memcaslap's output for $name"; }
+  cpu=$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$ops" \
+    'BEGIN { if (n > 0) printf "%.2f", t * 1e6 / hz / n; else print "nan" }')
+  echo "$name $tps nan nan $cpu" | tee -a "$OUT_DIR/closed.txt"
+}

@@ -3,13 +3,8 @@
 # 1.6 (Debian's, `-t 1`), driven by memcaslap (libmemcached-tools) as an independent
 # client: the issue's "same comparisons driven by memcaslap".
 #
-# memcaslap runs with an ETC-like configuration file (-F, written below): keys 20-70 B
-# (uniform), values 1-1024 B in four bands approximating mutilate's ETC value sizes
-# (44 % of 1-14 B; 12 % 15-64 B; 25 % 65-256 B; 19 % 257-1024 B: the generalized
-# Pareto(15, 214.5, 0.348) tail truncated at 1024 B), 30 gets per set (set 0.0323, get
-# 0.9677). Unlike mc-load's ETC, memcaslap's keys are not Zipf: each concurrency reads
-# and writes within its own task window of 10k keys (-w default) and only gets keys it
-# has set, so there are no misses. One thread (-T 1), CONCS concurrencies (one TCP
+# memcaslap runs with an ETC-like configuration file (-F, bench/lib.sh's
+# memcaslap_etc_config, which says what it holds). One thread (-T 1), CONCS concurrencies (one TCP
 # connection each, one request outstanding each: no multi-get), DURATION per run.
 #
 # Each server runs pinned to CPU 0, started fresh for each run, alternated run by run
@@ -51,19 +46,7 @@ mkdir -p "$OUT_DIR"
 source bench/lib.sh
 
 cfg=$OUT_DIR/etc.cfg
-cat >"$cfg" <<'EOF'
-# ETC-like mix for memcaslap (bench/scripts/memcached-memcaslap.sh)
-key
-20 70 1
-value
-1 14 0.44
-15 64 0.12
-65 256 0.25
-257 1024 0.19
-cmd
-0 0.0323
-1 0.9677
-EOF
+memcaslap_etc_config "$cfg"
 
 SERVER_PID=""
 trap stop EXIT

@@ -21,9 +21,14 @@
 # run the servers in turn (in reverse order every other round); summary as median
 # [min-max] and the ratio of medians of each native server to memcached.
 #
+# CLIENT=memcaslap drives the same servers with memcaslap (libmemcached-tools) instead, an
+# independent client: one thread, CONNS concurrencies, bench/lib.sh's ETC-like mix
+# (memcaslap_etc_config), no preload (memcaslap sets the keys it gets), DURATION per run;
+# its TPS and the server's host CPU per operation (memcaslap reports no percentiles).
+#
 # Usage: bench/scripts/memcached-native.sh   (root, KVM; env: ROUNDS=3 CONNS=32
 #        KEYS=100000 DURATION=3s SERVERS="native memcached" (add native-split, native-4k)
-#        OUT_DIR=/tmp/memcached-native CARGO_TARGET_DIR=...)
+#        CLIENT=mc-load|memcaslap OUT_DIR=/tmp/memcached-native CARGO_TARGET_DIR=...)
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -32,12 +37,15 @@ KEYS=${KEYS:-100000}
 DURATION=${DURATION:-3s}
 SERVERS=${SERVERS:-native memcached}
 OUT_DIR=${OUT_DIR:-/tmp/memcached-native}
+CLIENT=${CLIENT:-mc-load}
 
 die() { echo "memcached-native: error: $*" >&2; exit 1; }
 skip() { echo "SKIPPED: memcached-native: $1"; exit 0; }
 [[ $(id -u) == 0 ]] || skip "needs root (a TAP device and a network namespace)"
 [[ -w /dev/kvm ]] || skip "needs /dev/kvm"
+[[ $CLIENT == mc-load || $CLIENT == memcaslap ]] || die "CLIENT is mc-load or memcaslap, not $CLIENT"
 for t in memcached ip taskset; do command -v "$t" >/dev/null || skip "$t is not installed"; done
+[[ $CLIENT == mc-load ]] || command -v memcaslap >/dev/null || skip "memcaslap is not installed (libmemcached-tools)"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 target=${CARGO_TARGET_DIR:-$PWD/target}
@@ -113,14 +121,21 @@ serve() {
 }
 
 common=(--conns "$CONNS" --workload etc --keys "$KEYS")
+memcaslap_etc_config "$OUT_DIR/etc.cfg"
 : >"$OUT_DIR/closed.txt"
 for ((round = 1; round <= ROUNDS; round++)); do
   # shellcheck disable=SC2086 # the names, one word each
   round_order "$round" $SERVERS
   for name in "${ORDER[@]}"; do
     serve "$name" "$round"
-    mc_closed_loop "$name" "$SERVER_PID" "$DURATION" \
-      ip netns exec "$ns" taskset -c 1 "$load" --addr "$ADDR" "${common[@]}"
+    RUN_ID=$name-$round
+    if [[ $CLIENT == memcaslap ]]; then
+      mc_memcaslap "$name" "$SERVER_PID" "$DURATION" "$OUT_DIR/etc.cfg" \
+        ip netns exec "$ns" taskset -c 1 memcaslap -s "$ADDR" -c "$CONNS" -T 1
+    else
+      mc_closed_loop "$name" "$SERVER_PID" "$DURATION" \
+        ip netns exec "$ns" taskset -c 1 "$load" --addr "$ADDR" "${common[@]}"
+    fi
     stop
   done
 done
