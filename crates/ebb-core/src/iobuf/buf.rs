@@ -1,68 +1,46 @@
 //! [`IOBuf`]: one contiguous view into a heap or static region.
 
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 use core::ops::Deref;
-use core::sync::atomic::{Ordering, fence};
 
+use super::region::{Region, RegionMut};
 use super::{Cursor, IOBufError, Result, check_range};
 
 /// The region a buffer views.
 #[derive(Clone)]
 enum Storage {
-    /// Heap region: the `Vec`'s capacity is the region, its length how much of it is
-    /// initialized. Unique while the `Arc`'s count is one.
-    Heap(Arc<Vec<u8>>),
+    /// Heap region (one allocation, or an adopted `Vec`'s buffer): unique while its
+    /// count is one; initialized up to its `initialized` length.
+    Heap(Region),
     /// Static region: always initialized, never writable.
     Static(&'static [u8]),
 }
 
 impl Storage {
     /// The region's initialized bytes.
+    #[inline]
     fn bytes(&self) -> &[u8] {
         match self {
-            Self::Heap(v) => v,
+            Self::Heap(r) => r.bytes(),
             Self::Static(s) => s,
         }
     }
 
     /// The region's size: how far a view may grow.
+    #[inline]
     fn capacity(&self) -> usize {
         match self {
-            Self::Heap(v) => v.capacity(),
+            Self::Heap(r) => r.capacity(),
             Self::Static(s) => s.len(),
         }
     }
 
-    /// The region's `Vec`, if no other buffer can see it.
-    ///
-    /// Equivalent to `Arc::get_mut`, without its locked compare-exchange on the weak
-    /// count (a full barrier, paid on every header write and every receive-buffer fill):
-    /// this module never makes a `Weak`, so a strong count of one is uniqueness.
+    /// Write access to the region, if no other buffer can see it.
     #[inline]
-    fn unique_mut(&mut self) -> Result<&mut Vec<u8>> {
+    fn unique_mut(&mut self) -> Result<RegionMut<'_>> {
         match self {
-            Self::Heap(v) => {
-                if Arc::strong_count(v) != 1 {
-                    return Err(IOBufError::Shared);
-                }
-                // Pairs with the release decrement of the clone dropped last (possibly on
-                // another core), as `Arc::get_mut`'s acquire load does: that clone's reads
-                // of the region happen before our writes.
-                fence(Ordering::Acquire);
-                // Soundness: the strong count is one and no `Weak` exists (the `Arc` is
-                // private to this module, which never calls `Arc::downgrade`), so `v` is
-                // the only handle on the allocation. No other handle can appear while the
-                // returned borrow lives: a new one needs a clone of `v`, which needs this
-                // `Storage`, exclusively borrowed by us for that long. So nothing else
-                // reads or writes the `Vec` meanwhile. `Arc::as_ptr` derives the pointer
-                // from the allocation's own raw pointer (no intermediate shared
-                // reference), so writing through it is allowed; it is valid while `v`
-                // lives, which the borrow's lifetime ties to `self`.
-                // SAFETY: by the argument just above.
-                Ok(unsafe { &mut *Arc::as_ptr(v).cast_mut() })
-            }
+            Self::Heap(r) => r.get_mut().ok_or(IOBufError::Shared),
             Self::Static(_) => Err(IOBufError::ReadOnly),
         }
     }
@@ -123,11 +101,12 @@ impl IOBuf {
 
     /// An empty buffer with room to append at least `cap` bytes and no headroom.
     ///
-    /// Allocates, but does not zero-fill: bytes are initialized as they are appended.
+    /// Allocates once (the region and its reference count together), but does not
+    /// zero-fill: bytes are initialized as they are appended.
     ///
     /// # Panics
     ///
-    /// Like [`Vec::with_capacity`], if `cap` exceeds `isize::MAX`.
+    /// If `cap` exceeds [`MAX_REGION`] (before allocating anything).
     pub fn with_capacity(cap: usize) -> Self {
         Self::with_headroom(0, cap)
     }
@@ -143,12 +122,8 @@ impl IOBuf {
     pub fn with_headroom(headroom: usize, cap: usize) -> Self {
         // Saturating: an overflowing sum is past MAX_REGION too.
         check_region(headroom.saturating_add(cap));
-        let mut v = Vec::with_capacity(headroom.saturating_add(cap));
-        // `Vec` may report more than it was asked for; the view offsets must fit all of it.
-        check_region(v.capacity());
-        v.resize(headroom, 0);
         Self {
-            storage: Storage::Heap(Arc::new(v)),
+            storage: Storage::Heap(Region::with_zeroed_prefix(headroom + cap, headroom)),
             start: offset(headroom),
             len: 0,
         }
@@ -156,6 +131,11 @@ impl IOBuf {
 
     /// A buffer viewing all of `v`, without copying; `v`'s spare capacity becomes
     /// tailroom (up to [`MAX_REGION`] bytes in all: a larger capacity is shrunk first).
+    ///
+    /// The region adopts `v`'s buffer and adds a small header allocation for the
+    /// reference count, so this costs an allocation more than [`IOBuf::with_capacity`]
+    /// followed by [`extend_from_slice`](Self::extend_from_slice); it pays where the
+    /// bytes are already in a `Vec`.
     ///
     /// # Panics
     ///
@@ -167,15 +147,37 @@ impl IOBuf {
         check_region(v.capacity());
         let len = offset(v.len());
         Self {
-            storage: Storage::Heap(Arc::new(v)),
+            storage: Storage::Heap(Region::from_vec(v)),
             start: 0,
             len,
         }
     }
 
-    /// A unique buffer holding a copy of `data`, with no headroom.
+    /// A unique buffer holding a copy of `data`, with no headroom or tailroom.
+    ///
+    /// # Panics
+    ///
+    /// If `data` is longer than [`MAX_REGION`].
     pub fn copy_from_slice(data: &[u8]) -> Self {
-        Self::from_vec(data.to_vec())
+        Self::copy_from_slices(&[data])
+    }
+
+    /// A unique buffer holding a copy of `parts`, one after another, with no headroom
+    /// or tailroom: one allocation, each byte written once (a gathering copy, for a
+    /// line built from a few pieces).
+    ///
+    /// # Panics
+    ///
+    /// If the parts add up to more than [`MAX_REGION`] bytes (before allocating).
+    pub fn copy_from_slices(parts: &[&[u8]]) -> Self {
+        // `concat` refuses more than u32::MAX = MAX_REGION bytes before allocating.
+        let region = Region::concat(parts);
+        let len = offset(region.capacity());
+        Self {
+            storage: Storage::Heap(region),
+            start: 0,
+            len,
+        }
     }
 
     /// A read-only buffer viewing `data`, without copying or allocating.
@@ -219,7 +221,8 @@ impl IOBuf {
     /// unique.
     pub fn as_mut_slice(&mut self) -> Result<&mut [u8]> {
         let (start, end) = (self.start as usize, self.end());
-        Ok(&mut self.storage.unique_mut()?[start..end])
+        let r = self.storage.unique_mut()?.into_bytes_mut();
+        Ok(&mut r[start..end])
     }
 
     /// The number of bytes in front of the view.
@@ -238,7 +241,7 @@ impl IOBuf {
         match &self.storage {
             // We never create `Weak`s, so a strong count of one is what
             // `unique_mut` will find, barring a concurrent clone through `&self`.
-            Storage::Heap(v) => Arc::strong_count(v) == 1,
+            Storage::Heap(r) => r.is_unique(),
             Storage::Static(_) => false,
         }
     }
@@ -247,7 +250,7 @@ impl IOBuf {
     /// overlap). Two static buffers share storage when they view the same slice.
     pub fn shares_storage_with(&self, other: &IOBuf) -> bool {
         match (&self.storage, &other.storage) {
-            (Storage::Heap(a), Storage::Heap(b)) => Arc::ptr_eq(a, b),
+            (Storage::Heap(a), Storage::Heap(b)) => a.ptr_eq(b),
             (Storage::Static(a), Storage::Static(b)) => core::ptr::eq(*a, *b),
             _ => false,
         }
@@ -269,7 +272,7 @@ impl IOBuf {
                 available: start,
             });
         }
-        let v = self.storage.unique_mut()?;
+        let v = self.storage.unique_mut()?.into_bytes_mut();
         // `n <= start`, so both stay within the region.
         self.start -= offset(n);
         self.len += offset(n);
@@ -290,14 +293,17 @@ impl IOBuf {
     pub fn append(&mut self, n: usize) -> Result<&mut [u8]> {
         self.check_tailroom(n)?;
         let end = self.end();
-        let v = self.storage.unique_mut()?;
-        // Dropping stale bytes past the view costs nothing for u8 and lets `resize`
-        // zero exactly the `n` bytes handed out. Stays within capacity: no realloc.
-        v.truncate(end);
-        v.resize(end + n, 0);
+        let mut r = self.storage.unique_mut()?;
+        // Zeroes the part of the `n` bytes that was initialized already (stale bytes past
+        // the view), then the rest as it is initialized: each byte written once.
+        let stale = r.initialized().min(end + n);
+        if let Some(old) = r.bytes_mut().get_mut(end..stale) {
+            old.fill(0);
+        }
+        r.init_zeroed(end + n);
         // Within the region's capacity (checked above), so within 32 bits.
         self.len += offset(n);
-        Ok(&mut v[end..])
+        Ok(&mut r.into_bytes_mut()[end..end + n])
     }
 
     /// Copies `data` into the tailroom and grows the view over it.
@@ -310,10 +316,8 @@ impl IOBuf {
     pub fn extend_from_slice(&mut self, data: &[u8]) -> Result<()> {
         self.check_tailroom(data.len())?;
         let end = self.end();
-        let v = self.storage.unique_mut()?;
         // As in `append`, but each byte is written once: no zero-fill first.
-        v.truncate(end);
-        v.extend_from_slice(data);
+        self.storage.unique_mut()?.write(end, data);
         self.len += offset(data.len());
         Ok(())
     }
@@ -330,18 +334,18 @@ impl IOBuf {
     /// unique.
     pub fn spare_capacity_mut(&mut self) -> Result<&mut [u8]> {
         let end = self.end();
-        let v = self.storage.unique_mut()?;
+        let mut r = self.storage.unique_mut()?;
         // Keeps what was already initialized (perhaps data written by an earlier call
         // and not yet committed); zeroes only the never-initialized rest.
-        let cap = v.capacity();
-        v.resize(cap, 0);
-        Ok(&mut v[end..])
+        let cap = r.capacity();
+        r.init_zeroed(cap);
+        Ok(&mut r.into_bytes_mut()[end..])
     }
 
     /// Grows the view over the next `n` bytes of tailroom, as just written through
     /// [`spare_capacity_mut`](Self::spare_capacity_mut). Bytes of the tailroom never
-    /// handed out that way read as zero (after [`recycle`](Self::recycle): as the
-    /// region's earlier contents).
+    /// initialized read as zero; bytes this buffer initialized earlier (handed out, or
+    /// trimmed off its view, or before a [`recycle`](Self::recycle)) keep what they held.
     ///
     /// # Errors
     ///
@@ -351,10 +355,7 @@ impl IOBuf {
     pub fn commit(&mut self, n: usize) -> Result<()> {
         self.check_tailroom(n)?;
         let end = self.end();
-        let v = self.storage.unique_mut()?;
-        if v.len() < end + n {
-            v.resize(end + n, 0);
-        }
+        self.storage.unique_mut()?.init_zeroed(end + n);
         self.len += offset(n);
         Ok(())
     }
@@ -446,9 +447,8 @@ impl IOBuf {
     /// view into a fresh heap region with the same headroom and at least the same
     /// tailroom. Does nothing (and allocates nothing) if it is already unique.
     ///
-    /// # Panics
-    ///
-    /// Like [`Vec::with_capacity`], if the region would exceed `isize::MAX` bytes.
+    /// The fresh region is no larger than the old one, so this never exceeds
+    /// [`MAX_REGION`].
     pub fn make_unique(&mut self) {
         if self.storage.unique_mut().is_ok() {
             return;

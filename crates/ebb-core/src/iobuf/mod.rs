@@ -9,20 +9,27 @@
 //!
 //! # Design
 //!
-//! * **Storage.** A buffer's region is either a heap `Vec<u8>` behind an
-//!   [`Arc`](alloc::sync::Arc) or a `&'static [u8]`. Cloning or splitting a buffer
-//!   shares the region (a reference-count bump, never a copy). A heap region is
-//!   *unique* while exactly one `IOBuf` refers to it; uniqueness is checked at the
-//!   moment of mutation (a strong count of one, read with acquire ordering — what
-//!   `Arc::get_mut` checks, without its locked compare-exchange, since no `Weak` is ever
-//!   made), so a buffer whose clones have all been dropped becomes mutable again.
-//!   Static regions are never mutable.
-//! * **No needless zero-fill.** The `Vec`'s capacity is the region; its initialized
-//!   length only grows as far as bytes are actually handed out, so creating a large
-//!   buffer and copying data into it with [`IOBuf::extend_from_slice`] writes each
-//!   byte once. Only the bytes a caller can see through `&mut [u8]` are initialized
-//!   (with zeros where nothing else was written), which keeps `unsafe` out of this
-//!   module but for the one block that hands out the unique region (`Storage::unique_mut`).
+//! * **Storage.** A buffer's region is either a reference-counted heap region or a
+//!   `&'static [u8]`. A heap region (`region.rs`) is one allocation: a 24-byte header
+//!   (an atomic strong count, the capacity, the initialized length) followed by the
+//!   bytes, so making a buffer is one allocation and freeing it one free, and an
+//!   `IOBuf` holds a thin pointer to the header. [`IOBuf::from_vec`] adopts the `Vec`'s
+//!   buffer instead (no copy): its region is a bare header pointing at the `Vec`'s
+//!   bytes, two allocations as before. Cloning or splitting a buffer shares the region
+//!   (a relaxed reference-count increment, never a copy; dropping is `Arc`'s release
+//!   decrement and acquire fence before the free). A heap region is *unique* while
+//!   exactly one `IOBuf` refers to it; uniqueness is checked at the moment of mutation
+//!   (a strong count of one, then an acquire fence — what `Arc::get_mut` checks, without
+//!   its locked compare-exchange, since no weak handle exists), so a buffer whose
+//!   clones have all been dropped becomes mutable again. Static regions are never
+//!   mutable.
+//! * **No needless zero-fill.** A region's initialized length only grows, and only as
+//!   far as bytes are actually handed out, so creating a large buffer and copying data
+//!   into it with [`IOBuf::extend_from_slice`] writes each byte once. Only the bytes a
+//!   caller can see through `&mut [u8]` are initialized (with zeros where nothing else
+//!   was written). All `unsafe` is in `region.rs`, which hands out the initialized bytes
+//!   (shared, or writable while unique) and writes or zero-fills past them; this module
+//!   and the rest are safe code.
 //! * **Chains.** An [`IOBufChain`] is a `VecDeque` of buffers with a cached total
 //!   length. Splitting a chain in the middle of a segment splits that segment's view,
 //!   sharing its storage. [`IOBufChain::segments`] yields what a `writev` needs.
@@ -36,13 +43,13 @@
 //! # Invariants
 //!
 //! * For every `IOBuf`: `start + len <= initialized <= capacity` of its region, where
-//!   `initialized` is the heap `Vec`'s length (for a static region all three are the
-//!   slice's length). So the headroom `[0, start)` and the view are always
-//!   initialized, and the tailroom is `capacity - (start + len)`.
-//! * Mutation (of the view, headroom or tailroom) happens only through
-//!   `Storage::unique_mut`, which requires the strong count to be one (and no `Weak`
-//!   exists), so no byte is ever written while another `IOBuf` can read it.
-//! * The heap `Vec` never reallocates: growth stays within its capacity, so a region
+//!   `initialized` is the heap region's initialized length, which never decreases (for
+//!   a static region all three are the slice's length). So the headroom `[0, start)`
+//!   and the view are always initialized, and the tailroom is `capacity - (start + len)`.
+//! * Mutation (of the view, headroom or tailroom, and of `initialized`) happens only
+//!   through `Storage::unique_mut`, which requires the strong count to be one (no weak
+//!   handle exists), so no byte is ever written while another `IOBuf` can read it.
+//! * A region never grows or moves: its capacity is fixed when it is made, so a region
 //!   never moves while it is shared.
 //! * An `IOBufChain`'s cached length equals the sum of its segments' lengths, and a
 //!   chain holds no empty segments.
@@ -51,6 +58,7 @@
 mod buf;
 mod chain;
 mod cursor;
+mod region;
 mod segments;
 #[cfg(test)]
 mod tests;

@@ -160,6 +160,39 @@ fn from_vec_is_zero_copy_and_keeps_spare_capacity() {
 }
 
 #[test]
+fn copy_from_slice_is_one_unique_region_of_exactly_the_data() {
+    let mut b = IOBuf::copy_from_slice(b"abc");
+    assert!(b.is_unique());
+    assert_eq!((b.len(), b.headroom(), b.tailroom()), (3, 0, 0));
+    b.as_mut_slice().unwrap()[0] = b'A';
+    assert_eq!(&*b, b"Abc");
+    let empty = IOBuf::copy_from_slice(b"");
+    assert!(empty.is_unique() && empty.is_empty() && empty.tailroom() == 0);
+}
+
+#[test]
+fn copy_from_slices_gathers_into_one_exact_region() {
+    let mut b = IOBuf::copy_from_slices(&[b"VALUE ", b"k", b"", b" 0 5\r\n"]);
+    assert_eq!(&*b, b"VALUE k 0 5\r\n");
+    assert_eq!((b.headroom(), b.tailroom()), (0, 0));
+    assert!(b.is_unique());
+    b.as_mut_slice().unwrap()[0] = b'v';
+    assert_eq!(b.first(), Some(&b'v'));
+    assert!(IOBuf::copy_from_slices(&[]).is_empty());
+}
+
+#[test]
+fn append_hands_out_zeros_over_stale_bytes() {
+    let mut b = IOBuf::copy_from_slice(b"abcdef");
+    b.trim_back(4).unwrap();
+    assert_eq!(b.append(3).unwrap(), &[0, 0, 0]);
+    assert_eq!(&*b, b"ab\0\0\0");
+    // A byte trimmed off the view and never handed out again comes back as it was.
+    b.commit(1).unwrap();
+    assert_eq!(&*b, b"ab\0\0\0f");
+}
+
+#[test]
 fn spare_capacity_and_commit() {
     let mut b = IOBuf::with_headroom(2, 10);
     let room = b.tailroom();
