@@ -157,6 +157,32 @@ fn push_u64(buf: &mut Vec<u8>, mut v: u64) {
     buf.extend_from_slice(digits.get(i..).unwrap_or_default());
 }
 
+/// ` <n>` for each of `numbers` (at most three), then `\r\n`: written backwards from
+/// the end of `buf`, so the digits land in place.
+fn numbers_line_end<'b>(buf: &'b mut [u8; 2 + 3 * 21], numbers: &[u64]) -> &'b [u8] {
+    let mut at = buf.len();
+    let mut put = |at: &mut usize, b: u8| {
+        *at = at.saturating_sub(1);
+        if let Some(d) = buf.get_mut(*at) {
+            *d = b;
+        }
+    };
+    put(&mut at, b'\n');
+    put(&mut at, b'\r');
+    for &n in numbers.iter().rev() {
+        let mut v = n;
+        loop {
+            put(&mut at, b'0' + (v % 10) as u8);
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        put(&mut at, b' ');
+    }
+    buf.get(at..).unwrap_or_default()
+}
+
 /// Pushes a value's segments: shared, not copied.
 fn push_value(out: &mut IOBufChain, data: &IOBufChain) {
     for seg in data {
@@ -172,19 +198,13 @@ fn text(show_cas: bool, resp: &Response<'_>, out: &mut IOBufChain) {
             cas,
             data,
         } => {
-            let mut line = Vec::with_capacity(6 + key.len() + 48);
-            line.extend_from_slice(b"VALUE ");
-            line.extend_from_slice(key);
-            line.push(b' ');
-            push_u64(&mut line, u64::from(*flags));
-            line.push(b' ');
-            push_u64(&mut line, data.len() as u64);
-            if show_cas {
-                line.push(b' ');
-                push_u64(&mut line, *cas);
-            }
-            line.extend_from_slice(b"\r\n");
-            out.push_back(IOBuf::from_vec(line));
+            // Copied straight into a buffer of its size: one allocation (a `Vec` adopted
+            // by `IOBuf::from_vec` is two, the `Vec` and the region's header).
+            let numbers = [u64::from(*flags), data.len() as u64, *cas];
+            let numbers = numbers.get(..if show_cas { 3 } else { 2 });
+            let mut end = [0; 2 + 3 * 21];
+            let end = numbers_line_end(&mut end, numbers.unwrap_or_default());
+            out.push_back(IOBuf::copy_from_slices(&[b"VALUE ", key, end]));
             push_value(out, data);
             push_static(out, VALUE_END);
         }
