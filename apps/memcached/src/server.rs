@@ -462,9 +462,10 @@ impl McConnection {
             if !binary {
                 let _ = conn.send(IOBufChain::from(IOBuf::from_static(OUT_OF_MEMORY_READING)));
             }
-            // What still arrives is dropped as it comes (`receive`). The window stays
-            // open: the network layer would hold what arrives for a closed one, up to a
-            // whole window per connection (that ran a 128 MiB guest out of memory).
+            // What still arrives is answered with a reset (`receive`). The window stays
+            // open until then: the network layer would hold what arrives for a closed
+            // one, up to a whole window per connection (that ran a 128 MiB guest out of
+            // memory).
             conn.close();
         }
     }
@@ -780,7 +781,13 @@ impl TcpHandler for McConnection {
             .bytes_read
             .fetch_add(data.len() as u64, Ordering::Relaxed);
         if self.closing {
-            return; // Closed by us: what still arrives is not read.
+            // Closed by us (`quit`, a refused request): what still arrives gets a reset,
+            // as a closed Linux socket answers it (memcached's own behaviour there). A
+            // peer still sending a refused 1 MB value stops at once, instead of streaming
+            // all of it to a server that drops it — which, with many such peers, kept the
+            // core from serving anyone else.
+            conn.abort();
+            return;
         }
         self.input_footprint += occupied(&data);
         self.input.push_back(data);
