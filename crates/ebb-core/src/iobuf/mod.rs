@@ -10,10 +10,10 @@
 //! # Design
 //!
 //! * **Storage.** A buffer's region is either a reference-counted heap region or a
-//!   `&'static [u8]`. A heap region (`region.rs`) is one allocation: a 24-byte header
-//!   (an atomic strong count, the capacity, the initialized length) followed by the
-//!   bytes, so making a buffer is one allocation and freeing it one free, and an
-//!   `IOBuf` holds a thin pointer to the header. [`IOBuf::from_vec`] adopts the `Vec`'s
+//!   `&'static [u8]`. A heap region (`region.rs`) is one allocation: a 32-byte header
+//!   (an atomic strong count, the bytes' address, the capacity, the initialized length)
+//!   followed by the bytes, so making a buffer is one allocation and freeing it one
+//!   free, and an `IOBuf` holds a thin pointer to the header. [`IOBuf::from_vec`] adopts the `Vec`'s
 //!   buffer instead (no copy): its region is a bare header pointing at the `Vec`'s
 //!   bytes, two allocations as before. Cloning or splitting a buffer shares the region
 //!   (a relaxed reference-count increment, never a copy; dropping is `Arc`'s release
