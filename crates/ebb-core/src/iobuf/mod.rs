@@ -13,16 +13,16 @@
 //!   `&'static [u8]`. A heap region (`region.rs`) is one allocation: a 32-byte header
 //!   (an atomic strong count, the bytes' address, the capacity, the initialized length)
 //!   followed by the bytes, so making a buffer is one allocation and freeing it one
-//!   free, and an `IOBuf` holds a thin pointer to the header. [`IOBuf::from_vec`] adopts the `Vec`'s
-//!   buffer instead (no copy): its region is a bare header pointing at the `Vec`'s
-//!   bytes, two allocations as before. Cloning or splitting a buffer shares the region
-//!   (a relaxed reference-count increment, never a copy; dropping is `Arc`'s release
-//!   decrement and acquire fence before the free). A heap region is *unique* while
-//!   exactly one `IOBuf` refers to it; uniqueness is checked at the moment of mutation
-//!   (a strong count of one, then an acquire fence — what `Arc::get_mut` checks, without
-//!   its locked compare-exchange, since no weak handle exists), so a buffer whose
-//!   clones have all been dropped becomes mutable again. Static regions are never
-//!   mutable.
+//!   free, and an `IOBuf` holds a thin pointer to the header. [`IOBuf::from_vec`]
+//!   adopts the `Vec`'s buffer instead (no copy): its region is a bare header pointing
+//!   at the `Vec`'s bytes, two allocations as before. Cloning or splitting a buffer
+//!   shares the region (a relaxed reference-count increment, never a copy; dropping is
+//!   `Arc`'s release decrement and acquire fence before the free). A heap region is
+//!   *unique* while exactly one `IOBuf` refers to it; uniqueness is checked at the
+//!   moment of mutation (a strong count of one, then an acquire fence — what
+//!   `Arc::get_mut` checks, without its locked compare-exchange, since no weak handle
+//!   exists), so a buffer whose clones have all been dropped becomes mutable again.
+//!   Static regions are never mutable.
 //! * **No needless zero-fill.** A region's initialized length only grows, and only as
 //!   far as bytes are actually handed out, so creating a large buffer and copying data
 //!   into it with [`IOBuf::extend_from_slice`] writes each byte once. Only the bytes a

@@ -2,9 +2,10 @@
 //!
 //! All of this module's `unsafe` is here. A region is one allocation: a 32-byte
 //! [`Header`] (strong count, address of the bytes, capacity, initialized length, whether
-//! the bytes are adopted) followed by `capacity` bytes. A region made by [`Region::from_vec`] adopts a `Vec`'s
-//! buffer instead of copying it: then the allocation is a bare header and the bytes are
-//! the `Vec`'s, given back to it when the region is freed.
+//! the bytes are adopted) followed by `capacity` bytes. A region made by
+//! [`Region::from_vec`] adopts a `Vec`'s buffer instead of copying it: then the
+//! allocation is a bare header and the bytes are the `Vec`'s, given back to it when the
+//! region is freed.
 //!
 //! # Invariants
 //!
