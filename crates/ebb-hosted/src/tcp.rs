@@ -21,7 +21,7 @@
 use crate::reactor::{self, Source, Token};
 use ebb_core::CoreId;
 use ebb_core::event::{self, Handle};
-use ebb_core::iobuf::{IOBuf, IOBufChain};
+use ebb_core::iobuf::{IOBuf, IOBufChain, REGION_OVERHEAD};
 use ebb_core::net::{CloseReason, SendError, SocketAddr, TcpConnection, TcpErrorKind, TcpHandler};
 use rustix::event::epoll::EventFlags;
 use rustix::fd::OwnedFd;
@@ -339,8 +339,10 @@ impl Conn {
             if !self.wants_to_read() {
                 return;
             }
-            let capacity = self.read_size.get();
-            let mut buf = self.receive_buffer(capacity);
+            // `read_size` is the buffer's whole allocation, a power of two: its bytes are
+            // that less the region's header, so the allocator's size class fits it.
+            let size = self.read_size.get();
+            let mut buf = self.receive_buffer(size - REGION_OVERHEAD);
             let capacity = buf.tailroom();
             let result = {
                 let fd = self.fd.borrow();
@@ -361,13 +363,13 @@ impl Conn {
                 Ok(n) => {
                     let _ = buf.commit(n);
                     self.read_size.set(if n == capacity {
-                        (capacity * 2).min(MAX_READ)
+                        (size * 2).min(MAX_READ)
                     } else {
-                        (capacity / 2)
+                        (size / 2)
                             .max(MIN_READ)
-                            .max(n.next_power_of_two().min(MAX_READ))
+                            .max((n + REGION_OVERHEAD).next_power_of_two().min(MAX_READ))
                     });
-                    if capacity <= MAX_KEPT_READ {
+                    if size <= MAX_KEPT_READ {
                         self.last_receive.set(Some(buf.clone()));
                     }
                     self.callback(|h, c| h.receive(c, buf));

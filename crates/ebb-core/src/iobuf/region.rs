@@ -56,12 +56,23 @@ struct Header {
 /// with handles leaked by `mem::forget` on many threads at once.
 const MAX_STRONG: usize = isize::MAX as usize;
 
+/// The bytes a region's header adds to its allocation: a caller that sizes buffers to
+/// the allocator's size classes (powers of two) asks for that much less, or every
+/// buffer lands in the next class, twice the size.
+pub const REGION_OVERHEAD: usize = size_of::<Header>();
+
+// The size the module doc and `REGION_OVERHEAD`'s users count on.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(size_of::<Header>() == 32);
+
 /// The layout of a region of `capacity` inline bytes (0: a bare header).
 fn layout(capacity: usize) -> Layout {
-    // A region is at most u32::MAX bytes, so on 64-bit targets this never fails; on
-    // 32-bit ones a huge region fails here, before allocating, as `Vec` would.
-    Layout::from_size_align(size_of::<Header>() + capacity, align_of::<Header>())
-        .unwrap_or_else(|_| panic!("an IOBuf region of {capacity} bytes is too large"))
+    // A region is at most u32::MAX bytes, so on 64-bit targets the sum never overflows;
+    // on 32-bit ones a huge region fails here, before allocating, as `Vec` would.
+    size_of::<Header>()
+        .checked_add(capacity)
+        .and_then(|size| Layout::from_size_align(size, align_of::<Header>()).ok())
+        .unwrap_or_else(|| panic!("an IOBuf region of {capacity} bytes is too large"))
 }
 
 /// A shared handle on a heap region: a thin pointer to its header.
@@ -132,7 +143,10 @@ impl Region {
     ///
     /// As [`new`](Self::new), if the parts add up to more than `u32::MAX` bytes.
     pub(super) fn concat(parts: &[&[u8]]) -> Self {
-        let len = parts.iter().fold(0usize, |n, p| n.saturating_add(p.len()));
+        let len = parts
+            .iter()
+            .try_fold(0usize, |n, p| n.checked_add(p.len()))
+            .unwrap_or_else(|| panic!("an IOBuf region is at most 4 GiB - 1 bytes"));
         let mut region = Self::new(len);
         let data = region.data();
         let mut at = 0;

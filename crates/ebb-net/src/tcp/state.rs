@@ -232,7 +232,8 @@ pub(crate) struct Incoming<'a> {
 }
 
 /// The smallest buffer held data is compacted into (see [`Tcb::push_event`]).
-const HELD_CHUNK: usize = 2048;
+/// (2 KiB in all with the region's header: one allocator size class.)
+const HELD_CHUNK: usize = 2048 - ebb_core::iobuf::REGION_OVERHEAD;
 
 impl Drop for Tcb {
     fn drop(&mut self) {
