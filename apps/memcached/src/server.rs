@@ -782,11 +782,15 @@ impl TcpHandler for McConnection {
             .fetch_add(data.len() as u64, Ordering::Relaxed);
         if self.closing {
             // Closed by us (`quit`, a refused request): what still arrives gets a reset,
-            // as a closed Linux socket answers it (memcached's own behaviour there). A
-            // peer still sending a refused 1 MB value stops at once, instead of streaming
-            // all of it to a server that drops it — which, with many such peers, kept the
-            // core from serving anyone else.
-            conn.abort();
+            // as a closed Linux socket answers it (memcached's own behaviour there), once
+            // our last reply has left — an abort drops what is still queued, and ebb-net
+            // sends only when it polls, after a whole batch of received segments. A peer
+            // still sending a refused 1 MB value stops then, instead of streaming all of
+            // it to a server that drops it — which, with many such peers, kept the core
+            // from serving anyone else.
+            if conn.queued_bytes() == 0 {
+                conn.abort();
+            }
             return;
         }
         self.input_footprint += occupied(&data);
