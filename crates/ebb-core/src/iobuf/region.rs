@@ -91,6 +91,13 @@ unsafe impl Send for Region {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for Region {}
 
+// A panic caught mid-way cannot leave a region half-changed for another handle to see:
+// `initialized` and the bytes change only through a `RegionMut`, which needs the one
+// handle there is. So a region is unwind-safe, as the `Arc<Vec<u8>>` it replaced was
+// (the `UnsafeCell` in the header would otherwise take that from `IOBuf`).
+impl core::panic::UnwindSafe for Region {}
+impl core::panic::RefUnwindSafe for Region {}
+
 impl Region {
     /// A unique region of `capacity` bytes, none of them initialized.
     ///

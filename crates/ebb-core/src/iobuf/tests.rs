@@ -472,6 +472,10 @@ fn iobuf_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<IOBuf>();
     assert_send_sync::<IOBufChain>();
+    // Unwind-safe too, as with the `Arc<Vec<u8>>` regions before.
+    fn assert_unwind_safe<T: core::panic::UnwindSafe + core::panic::RefUnwindSafe>() {}
+    assert_unwind_safe::<IOBuf>();
+    assert_unwind_safe::<IOBufChain>();
 }
 
 /// The uniqueness check orders the other thread's reads of the region before our writes
