@@ -86,6 +86,18 @@ fn route(layout: Layout) -> Route {
     }
 }
 
+/// The bytes a [`GeneralPurposeAllocator`] really takes to serve `layout`: its size
+/// class, its buddy block, or (giant requests) the size in whole pages. For callers that
+/// account memory by what it costs, not by what they asked for (a 600 KiB request takes
+/// a 1 MiB block).
+pub fn allocation_size(layout: Layout) -> usize {
+    match route(layout) {
+        Route::Slab(class) => SIZE_CLASSES[class],
+        Route::Pages(order) => PAGE_SIZE << order,
+        Route::Huge => layout.size().next_multiple_of(PAGE_SIZE),
+    }
+}
+
 /// A general-purpose allocator: EbbRT's GP allocator Ebb, usable as `#[global_allocator]`.
 ///
 /// `S` supplies memory beyond the regions added with [`add_region`](Self::add_region):

@@ -61,7 +61,7 @@ mod source;
 pub mod vmem;
 
 pub use error::{AllocError, FreeError, RegionError};
-pub use gpa::{GeneralPurposeAllocator, MAX_SMALL, MemReport, SIZE_CLASSES};
+pub use gpa::{GeneralPurposeAllocator, MAX_SMALL, MemReport, SIZE_CLASSES, allocation_size};
 #[cfg(feature = "std")]
 pub use mmap::MmapSource;
 pub use page::{MAX_BLOCK, MAX_ORDER, PAGE_SIZE, PageAllocator, PageBlock, PageStats};

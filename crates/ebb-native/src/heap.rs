@@ -56,6 +56,12 @@ impl Heap {
         &self.gpa
     }
 
+    /// Bytes in free pages (one lock of the page allocator; slabs' free objects are
+    /// not counted).
+    pub fn free_page_bytes(&self) -> usize {
+        self.ready().page_allocator().stats().free_pages * ebb_mem::PAGE_SIZE
+    }
+
     /// What the allocator holds (and the last failed request, if any).
     pub fn report(&self) -> MemReport {
         self.ready().report(self.gpa.last_failure())
@@ -96,4 +102,10 @@ pub static HEAP: Heap = Heap::new();
 #[cfg(feature = "global-allocator")]
 pub fn report() -> MemReport {
     HEAP.report()
+}
+
+/// Bytes in the global allocator's free pages.
+#[cfg(feature = "global-allocator")]
+pub fn free_page_bytes() -> usize {
+    HEAP.free_page_bytes()
 }

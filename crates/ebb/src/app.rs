@@ -70,6 +70,21 @@ pub fn memory_total() -> Option<usize> {
     }
 }
 
+/// Bytes of this node's memory free in whole pages right now: natively the page
+/// allocator's free pages (memory cached in slabs for small objects is not counted), so
+/// an application can keep part of its heap for what it cannot refuse to allocate;
+/// hosted `None` — the process's heap grows on demand.
+pub fn memory_free() -> Option<usize> {
+    #[cfg(not(target_os = "none"))]
+    {
+        None
+    }
+    #[cfg(target_os = "none")]
+    {
+        Some(ebb_native::heap::free_page_bytes())
+    }
+}
+
 /// The wall-clock time as a duration since the Unix epoch, or `None` where the platform
 /// does not know it (natively under a standard hypervisor's PVH boot, which has no
 /// clock source for it). Hosted it is the system clock; natively the monitor's realtime

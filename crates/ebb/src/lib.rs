@@ -54,7 +54,7 @@ mod app;
 
 #[cfg(not(target_os = "none"))]
 pub use app::{CPUS_ENV, CoresError, IDLE_POLL_ENV, hosted_cores};
-pub use app::{args, memory_total, unix_time};
+pub use app::{args, memory_free, memory_total, unix_time};
 
 pub use ebb_core::ebb::{EbbError, EbbId, MulticoreEbb, SharedEbb};
 pub use ebb_core::event::{

@@ -127,14 +127,6 @@ impl Value {
         bufs.iter().map(IOBuf::as_slice)
     }
 
-    /// Bytes the value's own representation takes on the heap (the slice of pieces).
-    pub(super) fn heap_bytes(&self) -> usize {
-        match self {
-            Value::One(_) => 0,
-            Value::Many(bs) => core::mem::size_of_val::<[IOBuf]>(bs),
-        }
-    }
-
     /// The value's length.
     pub(super) fn len(&self) -> usize {
         self.segments().map(<[u8]>::len).sum()

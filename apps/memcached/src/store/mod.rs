@@ -106,12 +106,14 @@
 //!   outcome enums).
 
 mod item;
+mod memory;
 mod numeric;
 mod stats;
 #[cfg(test)]
 mod tests;
 
 pub use item::{REALTIME_MAXDELTA, UnixTime, absolute_expiry};
+pub use memory::{FailingMemory, HeapMemory, ItemMemory, Packing, VALUE_PIECE, allocation_size};
 pub use stats::Stats;
 
 use alloc::boxed::Box;
@@ -137,18 +139,17 @@ pub const DEFAULT_MEMORY_LIMIT: usize = 64 * 1024 * 1024;
 /// A value stored in more pieces than this is copied into one buffer.
 pub const MAX_SEGMENTS: usize = 8;
 
-/// Bytes accounted to every item on top of its key and value: the item itself (flags,
-/// times, CAS, the value's buffer handle, CLOCK bits), its `Arc` counts, its map node
-/// (link, hash, key and value pointers), its share of the map's bucket array (the table
-/// holds up to two buckets per entry), the value region's `Arc<Vec>` header, and its
-/// ring slot and free-list entry. Allocator rounding is not counted. (memcached's own
-/// per-item header is about 50 bytes plus slab-class rounding.)
+/// Bytes accounted to every item on top of its key's allocation and its value's
+/// buffers: the item itself (flags, times, CAS, the value's buffer handle, CLOCK bits)
+/// with its `Arc` counts, its map node (link, hash, key and value pointers), its share
+/// of the map's bucket array (the table holds up to two buckets per entry), and its
+/// ring slot and free-list entry. (memcached's own per-item header is about 50 bytes
+/// plus slab-class rounding.)
 pub const ITEM_OVERHEAD: usize = size_of::<Item>()
     + 2 * size_of::<usize>()
     + 4 * size_of::<usize>()
     + 2 * size_of::<usize>()
     + 2 * size_of::<usize>()
-    + size_of::<Vec<u8>>()
     + 2 * size_of::<usize>();
 
 /// The size memcached 1.6 (64-bit, CAS enabled) checks against `-I` for an item:
@@ -415,6 +416,8 @@ struct FlushState {
 /// The item store. See the module documentation.
 pub struct Store {
     config: StoreConfig,
+    /// Where copied values get their memory, and whether there is room for more.
+    memory: Arc<dyn ItemMemory>,
     shards: Box<[Shard]>,
     hasher: DefaultHashBuilder,
     shared: Padded<WriteShared>,
@@ -437,9 +440,20 @@ impl Store {
     /// An empty store whose removed items wait for `domain`'s grace periods (the
     /// runtime's domain: `ebb::Handle::current()` gives it on a core).
     pub fn new(config: StoreConfig, domain: Arc<RcuDomain>) -> Self {
+        Self::with_memory(config, domain, Arc::new(HeapMemory::default()))
+    }
+
+    /// An empty store whose copied values come from `memory` (the server's
+    /// [`HeapMemory`] with the node's reserve, or a [`FailingMemory`] under test).
+    pub fn with_memory(
+        config: StoreConfig,
+        domain: Arc<RcuDomain>,
+        memory: Arc<dyn ItemMemory>,
+    ) -> Self {
         let shards = config.shards.clamp(1, 1024).next_power_of_two();
         let config = StoreConfig { shards, ..config };
         Store {
+            memory,
             shards: (0..shards)
                 .map(|_| Shard {
                     map: RcuHashMap::new(domain.clone()),
@@ -992,18 +1006,25 @@ impl Store {
             }
         };
         let old_size = current.as_ref().map_or(0, |c| c.size);
-        let sized = self
-            .size_value(key, flags, value)
-            .and_then(|(size, value)| {
-                self.reserve(
-                    cx,
-                    index,
-                    &mut ring,
-                    size.saturating_sub(old_size),
-                    current.as_ref(),
-                )
-                .map(|()| (size, value))
-            });
+        let pinned = current.as_ref();
+        let sized = self.size_value(key, flags, value).and_then(|planned| {
+            let growth = planned.size.saturating_sub(old_size);
+            self.reserve(cx, index, &mut ring, growth, pinned)?;
+            match self.keep(planned.value) {
+                Some(value) => Ok((planned.size, value)),
+                None => {
+                    // No memory for it although `-m` had room: allocator rounding the
+                    // accounting missed, frees still waiting for a grace period, or the
+                    // reserve. Give the reservation back, and evict as much again, so
+                    // that the memory is free for the next try once readers move on.
+                    self.shared.0.used.fetch_sub(growth, Ordering::Relaxed);
+                    if self.config.evict {
+                        self.evict_bytes(cx, index, &mut ring, pinned, planned.size);
+                    }
+                    Err(StoreError::OutOfMemory)
+                }
+            }
+        });
         let (size, value) = match sized {
             Ok(sized) => sized,
             Err(e) => {
@@ -1060,28 +1081,42 @@ impl Store {
         Ok((out, Some(cas)))
     }
 
-    /// The accounted size of an item with `key` and `value`, and the value as it will be
-    /// kept (compacted), unless it exceeds `item_size_max`.
-    fn size_value(
-        &self,
-        key: &[u8],
-        flags: u32,
-        value: IOBufChain,
-    ) -> Result<(usize, Value), StoreError> {
+    /// How an item with `key` and `value` will be kept and what it will occupy, unless
+    /// it exceeds `item_size_max`. Allocates nothing: the copy, if any, is made by
+    /// [`keep`](Self::keep) once the memory is reserved.
+    fn size_value(&self, key: &[u8], flags: u32, value: IOBufChain) -> Result<Planned, StoreError> {
         // `-I` as memcached applies it, so clients see the same largest value.
         if memcached_item_size(key.len(), flags, value.len()) > self.config.item_size_max {
             return Err(StoreError::TooLarge);
         }
-        // Compacted only once known not too large, so a refused value is not copied.
-        let value = Value::from_chain(compact(value));
-        // What we account: our real overhead, and the slice of a value in several
-        // pieces (rare). Cannot overflow: the value is at most `item_size_max`.
-        let size = key
-            .len()
-            .saturating_add(value.len())
-            .saturating_add(ITEM_OVERHEAD)
-            .saturating_add(value.heap_bytes());
-        Ok((size, value))
+        let (value, value_cost) = plan_value(value);
+        // What we account: the item's own allocations and the value's buffers, each at
+        // the allocator's real size. Cannot overflow: the value is at most
+        // `item_size_max`.
+        let size = ITEM_OVERHEAD
+            .saturating_add(allocation_size(key.len()))
+            .saturating_add(value_cost);
+        Ok(Planned { size, value })
+    }
+
+    /// The value as the item will hold it: the buffers it came in, or a copy into pieces
+    /// from the store's memory — `None` when that memory refuses (never a panic). Either
+    /// way, not while the free memory is below the node's reserve.
+    fn keep(&self, value: PlannedValue) -> Option<Value> {
+        match value {
+            PlannedValue::AsIs(chain) => self.memory.room_for(0).then(|| Value::from_chain(chain)),
+            PlannedValue::Copy(packing, chain) => {
+                if !self.memory.room_for(packing.cost()) {
+                    return None;
+                }
+                let mut pieces = packing.copy(&chain, &*self.memory)?;
+                Some(match pieces.len() {
+                    0 => Value::One(IOBuf::new()),
+                    1 => Value::One(pieces.pop()?),
+                    _ => Value::Many(pieces.into_boxed_slice()),
+                })
+            }
+        }
     }
 
     /// Reserves `need` more accounted bytes, evicting while they do not fit. `own` is
@@ -1117,22 +1152,41 @@ impl Store {
                 }
                 continue;
             }
-            if !self.config.evict || !self.evict_one(cx, own, ring, pinned) {
+            if !self.config.evict || self.evict_one(cx, own, ring, pinned).is_none() {
                 return Err(StoreError::OutOfMemory);
             }
             current = used.load(Ordering::Relaxed);
         }
     }
 
-    /// Evicts one item from some shard, starting at the global cursor; false if no
-    /// shard had one (or the others were all busy).
+    /// Evicts items until they account for `bytes` or none is left to evict: memory
+    /// that frees once the readers that may hold them move on.
+    fn evict_bytes(
+        &self,
+        cx: Ctx,
+        own: usize,
+        ring: &mut Ring,
+        pinned: Option<&Arc<Item>>,
+        bytes: usize,
+    ) {
+        let mut freed = 0;
+        while freed < bytes {
+            match self.evict_one(cx, own, ring, pinned) {
+                Some(size) => freed += size,
+                None => return,
+            }
+        }
+    }
+
+    /// Evicts one item from some shard, starting at the global cursor: its accounted
+    /// size, or `None` if no shard had one (or the others were all busy).
     fn evict_one(
         &self,
         cx: Ctx,
         own: usize,
         own_ring: &mut Ring,
         pinned: Option<&Arc<Item>>,
-    ) -> bool {
+    ) -> Option<usize> {
         let n = self.shards.len();
         let start = self.shared.0.evict_cursor.fetch_add(1, Ordering::Relaxed);
         for i in 0..n {
@@ -1147,24 +1201,24 @@ impl Store {
                 // deadlock with a writer there that waits for ours.
                 self.evict_from(cx, shard, &mut ring, None)
             } else {
-                false
+                None
             };
-            if evicted {
-                return true;
+            if evicted.is_some() {
+                return evicted;
             }
         }
-        false
+        None
     }
 
-    /// Runs `shard`'s CLOCK hand until it removes one item (not `pinned`); false if the
-    /// shard has none to give.
+    /// Runs `shard`'s CLOCK hand until it removes one item (not `pinned`): its accounted
+    /// size, or `None` if the shard has none to give.
     fn evict_from(
         &self,
         cx: Ctx,
         shard: &Shard,
         ring: &mut Ring,
         pinned: Option<&Arc<Item>>,
-    ) -> bool {
+    ) -> Option<usize> {
         let n = ring.clock.len();
         // Two turns: the first may only clear reference bits.
         for _ in 0..2 * n {
@@ -1192,9 +1246,9 @@ impl Store {
                     self.count(cx, Counter::EvictedUnfetched);
                 }
             }
-            return true;
+            return Some(item.size);
         }
-        false
+        None
     }
 
     /// Unlinks an expired or flushed item, counting it.
@@ -1221,22 +1275,36 @@ impl Store {
     }
 }
 
-/// `value`, copied into one exact-size buffer if keeping it as it is would pin much more
-/// memory than it is accounted for, or it is in too many pieces.
-fn compact(value: IOBufChain) -> IOBufChain {
+/// An item's size and its value's plan, decided before any memory is reserved.
+struct Planned {
+    size: usize,
+    value: PlannedValue,
+}
+
+/// How a value will be kept.
+enum PlannedValue {
+    /// In the buffers it came in (shared with the receive path, no copy).
+    AsIs(IOBufChain),
+    /// Copied into pieces ([`Packing`]).
+    Copy(Packing, IOBufChain),
+}
+
+/// How to keep `value`, and what that occupies: its own buffers, unless they would pin
+/// much more memory than the value holds (a small value cut from a large receive
+/// buffer) or they are too many pieces — then a copy into [`Packing`]'s pieces.
+fn plan_value(value: IOBufChain) -> (PlannedValue, usize) {
     let len = value.len();
-    let footprint = value
-        .iter()
-        .map(|b| {
-            b.headroom()
-                .saturating_add(b.len())
-                .saturating_add(b.tailroom())
-        })
-        .fold(0usize, usize::saturating_add);
+    let footprint = memory::chain_cost(&value);
     let wasteful = footprint > len.saturating_mul(2).saturating_add(512);
     if wasteful || value.segment_count() > MAX_SEGMENTS {
-        IOBuf::from_vec(value.to_vec()).into()
+        let packing = Packing::new(len);
+        (PlannedValue::Copy(packing, value), packing.cost())
     } else {
-        value
+        let slice = if value.segment_count() > 1 {
+            allocation_size(value.segment_count() * size_of::<IOBuf>())
+        } else {
+            0
+        };
+        (PlannedValue::AsIs(value), footprint.saturating_add(slice))
     }
 }

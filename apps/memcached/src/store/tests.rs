@@ -20,6 +20,15 @@ fn store_with(config: StoreConfig) -> Store {
     Store::new(config, Arc::new(RcuDomain::new(1)))
 }
 
+/// The accounted size of an item whose value is one exact-size buffer (what `buf`
+/// makes): the item, its key's allocation and the value's region, at the allocator's
+/// rounding.
+fn item_size(key_len: usize, value_len: usize) -> usize {
+    ITEM_OVERHEAD
+        + allocation_size(key_len)
+        + allocation_size(value_len + ebb::iobuf::REGION_OVERHEAD)
+}
+
 fn store() -> Store {
     store_with(StoreConfig::default())
 }
@@ -498,7 +507,7 @@ fn too_large_items_are_refused() {
 
 #[test]
 fn no_eviction_mode_reports_out_of_memory() {
-    let item = 1000 + 2 + ITEM_OVERHEAD;
+    let item = item_size(2, 1000);
     let s = store_with(StoreConfig {
         memory_limit: 3 * item,
         evict: false,
@@ -595,7 +604,7 @@ fn an_item_larger_than_the_cache_evicts_nothing() {
 
 #[test]
 fn expired_items_are_reclaimed_before_live_ones() {
-    let item = 100 + 2 + ITEM_OVERHEAD;
+    let item = item_size(2, 100);
     let s = store_with(StoreConfig {
         memory_limit: 4 * item,
         shards: 1,
@@ -1165,7 +1174,7 @@ fn sweep_removes_flushed_items_and_frees_their_bytes() {
     assert_eq!(removed, 20);
     let st = s.stats();
     assert_eq!(st.curr_items, 1);
-    assert_eq!(st.bytes as usize, 5 + 1 + ITEM_OVERHEAD);
+    assert_eq!(st.bytes as usize, item_size(5, 1));
     assert_eq!(value(&s, T0, b"after").unwrap(), b"v");
 }
 
@@ -1243,4 +1252,174 @@ fn meta_arith_touches_and_creates() {
         T0 + 50
     );
     assert_eq!(value(&s, T0, b"new").unwrap(), b"42");
+}
+
+// ----- memory: what items really take, and allocation failure (issue 21) -----
+
+/// A value as the network delivers it: frame-sized pieces (1,460 bytes each).
+fn framed(data: &[u8]) -> IOBufChain {
+    let mut chain = IOBufChain::new();
+    for part in data.chunks(1460) {
+        chain.push_back(IOBuf::copy_from_slice(part));
+    }
+    chain
+}
+
+/// Memory whose room and buffers a test turns off and on.
+#[derive(Default)]
+struct Switch {
+    no_room: core::sync::atomic::AtomicBool,
+    no_buffers: core::sync::atomic::AtomicBool,
+}
+
+impl ItemMemory for Switch {
+    fn buffer(&self, cap: usize) -> Option<IOBuf> {
+        (!self.no_buffers.load(Ordering::Relaxed)).then(|| IOBuf::with_capacity(cap))
+    }
+
+    fn room_for(&self, _bytes: usize) -> bool {
+        !self.no_room.load(Ordering::Relaxed)
+    }
+}
+
+#[test]
+fn large_values_are_kept_in_pieces_of_at_most_16_kib() {
+    let s = store();
+    let data = checked_value(1, 1_000_000);
+    s.set(cx(T0), b"big", 0, 0, framed(&data)).unwrap();
+    let hit = s.get(cx(T0), b"big").unwrap();
+    assert_eq!(hit.value.to_vec(), data);
+    assert!(hit.value.iter().all(|b| b.len() <= VALUE_PIECE));
+    assert_eq!(hit.value.segment_count(), Packing::new(data.len()).count());
+    // Accounted at what the pieces take: within 1% of the value, not a 1 MiB block.
+    let bytes = s.stats().bytes as usize;
+    assert!(
+        bytes >= data.len() && bytes < data.len() + data.len() / 100,
+        "{bytes} accounted for {} bytes",
+        data.len()
+    );
+}
+
+#[test]
+fn items_are_accounted_at_the_allocator_s_sizes() {
+    let s = store();
+    // A 900-byte value kept in a 2 KiB receive buffer is accounted the whole buffer
+    // (a 600-byte one would be wasteful there, and copied).
+    let mut frame = IOBuf::with_capacity(2048 - ebb::iobuf::REGION_OVERHEAD);
+    frame.extend_from_slice(&[7; 900]).unwrap();
+    s.set(cx(T0), b"k", 0, 0, frame.into()).unwrap();
+    let st = s.stats();
+    assert_eq!(st.bytes as usize, ITEM_OVERHEAD + allocation_size(1) + 2048);
+    // A 9,000-byte value cut from a 64 KiB read is copied out: into an 8 KiB block and
+    // a 1 KiB object, not 16 KiB.
+    let mut read = IOBuf::with_capacity((64 << 10) - ebb::iobuf::REGION_OVERHEAD);
+    read.extend_from_slice(&[1; 9000]).unwrap();
+    s.set(cx(T0), b"n", 0, 0, read.into()).unwrap();
+    let st2 = s.stats();
+    assert_eq!(
+        st2.bytes - st.bytes,
+        (ITEM_OVERHEAD + allocation_size(1) + Packing::new(9000).cost()) as u64
+    );
+    assert_eq!(Packing::new(9000).cost(), 8192 + 896 + 48);
+}
+
+#[test]
+fn allocation_failure_costs_the_request_not_the_store() {
+    let memory = Arc::new(Switch::default());
+    let s = Store::with_memory(
+        StoreConfig::default(),
+        Arc::new(RcuDomain::new(1)),
+        memory.clone(),
+    );
+    for i in 0..50u32 {
+        let key = format!("small{i}");
+        s.set(cx(T0), key.as_bytes(), 0, 0, framed(&checked_value(i, 100)))
+            .unwrap();
+    }
+    let before = s.stats();
+    // The allocator fails the pieces of a large value: out of memory, nothing stored,
+    // the accounting given back, and as much evicted again for the next try.
+    memory.no_buffers.store(true, Ordering::Relaxed);
+    let large = checked_value(99, 200_000);
+    assert_eq!(
+        s.set(cx(T0), b"large", 0, 0, framed(&large)),
+        Err(StoreError::OutOfMemory)
+    );
+    let after = s.stats();
+    assert_eq!(after.outofmemory, 1);
+    assert_eq!(value(&s, T0, b"large"), None);
+    assert!(after.bytes <= before.bytes);
+    assert!(after.evictions > 0, "nothing evicted to make room");
+    // Below the reserve even a value kept in its own buffers is refused.
+    memory.no_buffers.store(false, Ordering::Relaxed);
+    memory.no_room.store(true, Ordering::Relaxed);
+    assert_eq!(
+        s.set(cx(T0), b"k", 0, 0, buf(b"v")),
+        Err(StoreError::OutOfMemory)
+    );
+    // A failed set removes the key's old value, as memcached does.
+    assert_eq!(value(&s, T0, b"small49"), None);
+    // Memory back: the same requests succeed, every surviving value is intact.
+    memory.no_room.store(false, Ordering::Relaxed);
+    s.set(cx(T0), b"large", 0, 0, framed(&large)).unwrap();
+    assert_eq!(value(&s, T0, b"large").unwrap(), large);
+    for i in 0..50u32 {
+        if let Some(v) = value(&s, T0, format!("small{i}").as_bytes()) {
+            assert_eq!(v, checked_value(i, 100));
+        }
+    }
+    assert_eq!(s.stats().outofmemory, 2);
+}
+
+#[test]
+fn random_allocation_failures_never_lose_or_corrupt_a_stored_value() {
+    // A soak under fault injection: a tenth of the requests for value memory fail.
+    let memory = Arc::new(FailingMemory::new(HeapMemory::default(), 100_000, 21));
+    let limit = 2 << 20;
+    let s = Store::with_memory(
+        StoreConfig {
+            memory_limit: limit,
+            shards: 4,
+            ..StoreConfig::default()
+        },
+        Arc::new(RcuDomain::new(1)),
+        memory.clone(),
+    );
+    let mut latest: BTreeMap<u32, u32> = BTreeMap::new(); // key -> version stored
+    let mut refused = 0;
+    for step in 0..3000u32 {
+        let key = step % 400;
+        let len = match (step / 500) % 3 {
+            0 => 1 + (step as usize * 31) % 1024,
+            1 => 100_000 + (step as usize * 7919) % 200_000,
+            _ => 1 + (step as usize * 17) % 1024,
+        };
+        let data = checked_value(step, len);
+        match s.set(cx(T0), format!("k{key}").as_bytes(), step, 0, framed(&data)) {
+            Ok(StoreOutcome::Stored { .. }) => {
+                latest.insert(key, step);
+            }
+            Err(StoreError::OutOfMemory) => {
+                refused += 1;
+                latest.remove(&key); // a failed set removes the old value
+            }
+            other => panic!("step {step}: {other:?}"),
+        }
+        assert!(s.stats().bytes as usize <= limit);
+        if step % 7 == 0 {
+            let probe = (step * 13) % 400;
+            if let Some(hit) = s.get(cx(T0), format!("k{probe}").as_bytes()) {
+                let version = latest
+                    .get(&probe)
+                    .copied()
+                    .expect("a value that was removed");
+                assert_eq!(hit.flags, version);
+                let want = checked_value(version, hit.value.len());
+                assert_eq!(hit.value.to_vec(), want, "k{probe} v{version}");
+            }
+        }
+    }
+    assert!(refused > 0 && memory.refused() > 0);
+    assert_eq!(s.stats().outofmemory, refused);
+    assert!(s.stats().evictions > 0);
 }

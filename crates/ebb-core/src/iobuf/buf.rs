@@ -111,6 +111,23 @@ impl IOBuf {
         Self::with_headroom(0, cap)
     }
 
+    /// An empty buffer with room to append at least `cap` bytes, or
+    /// [`IOBufError::OutOfMemory`] when the allocator cannot serve it: for memory a
+    /// client's request asks for, whose failure must cost that request, not the node.
+    ///
+    /// # Panics
+    ///
+    /// If `cap` exceeds [`MAX_REGION`] (before allocating anything).
+    pub fn try_with_capacity(cap: usize) -> Result<Self> {
+        check_region(cap);
+        let region = Region::try_new(cap).ok_or(IOBufError::OutOfMemory { requested: cap })?;
+        Ok(Self {
+            storage: Storage::Heap(region),
+            start: 0,
+            len: 0,
+        })
+    }
+
     /// An empty buffer with exactly `headroom` bytes reserved in front (for headers
     /// to be prepended) and room to append at least `cap` bytes.
     ///

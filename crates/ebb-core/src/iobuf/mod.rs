@@ -103,6 +103,11 @@ pub enum IOBufError {
     Shared,
     /// The storage is static and can never be written; see [`IOBuf::make_unique`].
     ReadOnly,
+    /// The allocator could not provide a region (only from the `try_` constructors).
+    OutOfMemory {
+        /// The bytes asked for.
+        requested: usize,
+    },
 }
 
 impl fmt::Display for IOBufError {
@@ -137,6 +142,9 @@ impl fmt::Display for IOBufError {
             }
             Self::Shared => f.write_str("buffer storage is shared and cannot be mutated"),
             Self::ReadOnly => f.write_str("buffer storage is static and cannot be mutated"),
+            Self::OutOfMemory { requested } => {
+                write!(f, "no memory for a buffer of {requested} bytes")
+            }
         }
     }
 }

@@ -106,14 +106,25 @@ impl Region {
     /// If `capacity` exceeds `u32::MAX` (`MAX_REGION`); on allocation failure, through
     /// `handle_alloc_error`.
     pub(super) fn new(capacity: usize) -> Self {
+        match Self::try_new(capacity) {
+            Some(region) => region,
+            None => handle_alloc_error(layout(capacity)),
+        }
+    }
+
+    /// A unique region of `capacity` bytes, none of them initialized, or `None` when the
+    /// allocator cannot serve it (the caller decides what running out of memory means).
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` exceeds `u32::MAX` (`MAX_REGION`).
+    pub(super) fn try_new(capacity: usize) -> Option<Self> {
         let cap = u32::try_from(capacity)
             .unwrap_or_else(|_| panic!("an IOBuf region is at most 4 GiB - 1 bytes"));
         let layout = layout(capacity);
         // SAFETY: `layout` has a non-zero size (it holds a header).
         let raw = unsafe { alloc(layout) }.cast::<Header>();
-        let Some(ptr) = NonNull::new(raw) else {
-            handle_alloc_error(layout)
-        };
+        let ptr = NonNull::new(raw)?;
         // SAFETY: `ptr` is a fresh allocation with room and alignment for a `Header`,
         // followed by `capacity` bytes: one past the header is within it (or its end).
         unsafe {
@@ -125,7 +136,7 @@ impl Region {
                 adopted: false,
             });
         }
-        Self { ptr }
+        Some(Self { ptr })
     }
 
     /// A unique region of `capacity` bytes whose first `zeroed` are initialized to zero.

@@ -55,6 +55,25 @@ fn class_table_picks_the_smallest_fitting_class() {
 }
 
 #[test]
+fn allocation_size_is_what_the_route_takes() {
+    assert_eq!(allocation_size(layout(1, 1)), 8);
+    assert_eq!(allocation_size(layout(1000, 8)), 1024);
+    assert_eq!(allocation_size(layout(2048, 8)), 2048);
+    assert_eq!(allocation_size(layout(2049, 8)), PAGE_SIZE);
+    // A 600 KiB request takes a 1 MiB buddy block: what issue 21's accounting missed.
+    assert_eq!(allocation_size(layout(600 << 10, 8)), 1 << 20);
+    assert_eq!(allocation_size(layout(16 << 10, 8)), 16 << 10);
+    assert_eq!(
+        allocation_size(layout(MAX_BLOCK + 1, 8)),
+        MAX_BLOCK + PAGE_SIZE
+    );
+    // Never less than asked.
+    for size in (1..(64 << 10)).step_by(97) {
+        assert!(allocation_size(layout(size, 8)) >= size);
+    }
+}
+
+#[test]
 fn realloc_stays_in_place_within_a_class_and_moves_contents_otherwise() {
     let (gpa, _arena) = gpa(ARENA);
     let l = layout(20, 8);
