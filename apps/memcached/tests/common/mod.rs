@@ -1,49 +1,98 @@
-//! Helpers shared by the integration tests that run the hosted server as a process:
-//! start it (or Debian's memcached) on a free port and kill it on drop, a tiny
-//! text-protocol client over `TcpStream` with timeouts, a seeded RNG and a checksum.
+//! Helpers shared by the integration tests that run the server as a process: start it
+//! hosted (or Debian's memcached) on a free port, or natively — the image booted under KVM
+//! by `ebb run` with user-mode networking (passt) and a free host port forwarded to the
+//! guest's port 11211 — and kill it on drop; a tiny text-protocol client over `TcpStream`
+//! with timeouts, a seeded RNG and a checksum.
 //!
 //! Each test file includes this with `mod common;` and uses part of it.
+//!
+//! ## The native server
+//!
+//! The `ebb` command is not built for this package's tests (`CARGO_BIN_EXE_ebb` exists in
+//! ebb-cli's own tests only), so the test binary is the `ebb` command itself: ebb-cli is a
+//! dev-dependency, and [`ebb_command`] — a test that does nothing in a normal run — runs
+//! `ebb` with the arguments in `EBB_MEMCACHED_TESTS_EBB` when the binary is re-executed
+//! with that variable set (`TEST_BINARY --exact common::ebb_command --nocapture`). So the
+//! monitor is always the one of this checkout, built with the tests, and nothing else has
+//! to be built for the host. The image is built once per test binary by `ebb build
+//! --native memcached` into a target directory of its own (`target/ebb-apps`, shared with
+//! ebb-cli's tests: the workspace's own is locked by the `cargo test` running us).
 
 #![allow(dead_code)]
 
+use ebb_testkit::{Capability, Run, for_nested_cargo};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, mpsc};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
+/// Everything a native server printed (the guest's console, `ebb`'s and the monitor's
+/// lines), in the order it came.
+type Output = Arc<Mutex<String>>;
+
+/// A started server process: its pid, the pids of its children to kill with it (the
+/// native server's passt), and its output when it is kept.
+struct Started {
+    thread: ThreadId,
+    pid: u32,
+    children: Vec<u32>,
+    output: Option<Output>,
+}
+
 /// The server processes alive, by the thread that started them: when [`bounded`] gives
 /// up on a thread it kills that thread's servers (their `Drop` will never run).
-static STARTED: Mutex<Vec<(ThreadId, u32)>> = Mutex::new(Vec::new());
+static STARTED: Mutex<Vec<Started>> = Mutex::new(Vec::new());
 
-fn register(pid: u32) {
-    let me = std::thread::current().id();
+fn register(pid: u32, children: Vec<u32>, output: Option<Output>) {
+    let thread = std::thread::current().id();
     STARTED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .push((me, pid));
+        .push(Started {
+            thread,
+            pid,
+            children,
+            output,
+        });
 }
 
 fn unregister(pid: u32) {
     STARTED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .retain(|&(_, p)| p != pid);
+        .retain(|s| s.pid != pid);
 }
 
-fn kill_started_by(thread: ThreadId) {
-    let pids: Vec<u32> = STARTED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .filter(|&&(t, _)| t == thread)
-        .map(|&(_, p)| p)
-        .collect();
-    for pid in pids {
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+fn kill_pid(pid: u32) {
+    let _ = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Kills the servers `thread` started; what the native ones among them printed.
+fn kill_started_by(thread: ThreadId) -> String {
+    let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut outputs = String::new();
+    for s in started.iter().filter(|s| s.thread == thread) {
+        kill_pid(s.pid);
+        for &child in &s.children {
+            kill_pid(child);
+        }
+        if let Some(output) = &s.output {
+            let output = output.lock().unwrap_or_else(|e| e.into_inner());
+            outputs.push_str(&format!(
+                "\n--- output of ebb run (pid {}) ---\n{output}",
+                s.pid
+            ));
+        }
     }
+    started.retain(|s| s.thread != thread);
+    outputs
 }
 
 /// How long any single read or write of a test client may block.
@@ -58,13 +107,18 @@ pub fn free_port() -> u16 {
         .expect("bind an ephemeral port")
 }
 
-/// A server process on 127.0.0.1, killed when dropped.
+/// A server process on 127.0.0.1, killed when dropped: ours hosted, ours native (`ebb
+/// run` booting the image, with passt forwarding the port) or Debian's memcached.
 pub struct ServerProcess {
     child: Child,
-    /// The port it listens on.
+    /// The port it listens on (natively: the host's end of the forward).
     pub port: u16,
     /// What it is, for messages.
     pub name: &'static str,
+    /// Natively: the processes `ebb run` started (passt), killed with it.
+    children: Vec<u32>,
+    /// Natively: everything `ebb run` printed.
+    output: Option<Output>,
 }
 
 impl ServerProcess {
@@ -108,11 +162,13 @@ impl ServerProcess {
                 let left = deadline.saturating_duration_since(Instant::now());
                 match rx.recv_timeout(left) {
                     Ok(line) if line.starts_with("memcached: listening on") => {
-                        register(child.id());
+                        register(child.id(), Vec::new(), None);
                         return ServerProcess {
                             child,
                             port,
                             name: "ours",
+                            children: Vec::new(),
+                            output: None,
                         };
                     }
                     Ok(line) => last_err = line,
@@ -158,11 +214,13 @@ impl ServerProcess {
                     break; // port taken, most likely: try another
                 }
                 if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    register(child.id());
+                    register(child.id(), Vec::new(), None);
                     return ServerProcess {
                         child,
                         port,
                         name: "memcached 1.6.18",
+                        children: Vec::new(),
+                        output: None,
                     };
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -173,14 +231,135 @@ impl ServerProcess {
         panic!("Debian's memcached did not start");
     }
 
-    /// The process id (for `/proc`).
+    /// Our server booted natively under `ebb run` (user-mode networking through passt, a
+    /// free host port on 127.0.0.1 forwarded to the guest's port 11211), with `cpus`
+    /// vCPUs, guest memory `mem` (e.g. `Some("256M")`; `None` = ebb's default) and the
+    /// server's own flags `args` (e.g. `&["-m", "16"]`). Waits for `memcached: listening
+    /// on`. `None` when the test was skipped (no usable /dev/kvm, or passt missing):
+    /// recorded through [`ebb_testkit::skip`] with the capability, which becomes a failure
+    /// when `EBB_REQUIRE` names it.
+    pub fn native(
+        test: &str,
+        cpus: usize,
+        mem: Option<&str>,
+        args: &[&str],
+    ) -> Option<ServerProcess> {
+        if let Err(e) = ebb_vmm::kvm_usable() {
+            return ebb_testkit::skip(test, Capability::Kvm, &format!("/dev/kvm unusable: {e}"));
+        }
+        ebb_testkit::need_tools(test, &["passt"])?;
+        let image = native_image();
+        let vcpus = if cpus == 1 { "vCPU" } else { "vCPUs" };
+        let name: &'static str =
+            Box::leak(format!("ours (native, {cpus} {vcpus})").into_boxed_str());
+        let mut failures = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let mut ebb_args = vec![
+                "run".to_string(),
+                image.display().to_string(),
+                "--native".to_string(),
+                "--cpus".to_string(),
+                cpus.to_string(),
+                // A net under a test process that dies without dropping its servers.
+                "--timeout".to_string(),
+                NATIVE_TIMEOUT.as_secs().to_string(),
+                "--net".to_string(),
+                "user".to_string(),
+                "-p".to_string(),
+                format!("127.0.0.1:{port}:11211"),
+            ];
+            if let Some(mem) = mem {
+                ebb_args.extend(["--mem".to_string(), mem.to_string()]);
+            }
+            ebb_args.push("--".to_string());
+            ebb_args.extend(args.iter().map(|a| a.to_string()));
+            let mut child = ebb_command_process(&ebb_args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start ebb run (this test binary re-executed)");
+            let output: Output = Arc::default();
+            keep_lines(child.stdout.take().expect("stdout piped"), &output);
+            keep_lines(child.stderr.take().expect("stderr piped"), &output);
+            let started = Instant::now();
+            let outcome = loop {
+                if output
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains("memcached: listening on")
+                {
+                    break Ok(());
+                }
+                if let Ok(Some(status)) = child.try_wait() {
+                    // The output may still be on its way: let the readers finish.
+                    std::thread::sleep(Duration::from_millis(200));
+                    break Err(format!("ebb run exited before the banner: {status}"));
+                }
+                if started.elapsed() > NATIVE_START_TIMEOUT {
+                    break Err(format!("no banner within {NATIVE_START_TIMEOUT:?}"));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            match outcome {
+                Ok(()) => {
+                    let children = descendants(child.id());
+                    register(child.id(), children.clone(), Some(output.clone()));
+                    return Some(ServerProcess {
+                        child,
+                        port,
+                        name,
+                        children,
+                        output: Some(output),
+                    });
+                }
+                Err(why) => {
+                    for pid in descendants(child.id()) {
+                        kill_pid(pid);
+                    }
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let printed = output.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    // Someone took the port between `free_port` and passt: another one.
+                    let port_taken = printed.contains("in use by another program");
+                    failures.push_str(&format!("--- {why}:\n{printed}"));
+                    if !port_taken {
+                        break;
+                    }
+                }
+            }
+        }
+        panic!("{test}: {name} did not start:\n{failures}");
+    }
+
+    /// The process id (for `/proc`; natively, `ebb run`'s: the monitor's).
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    /// Panics if the process has exited.
+    /// Everything a native server printed so far (the guest's console, `ebb`'s and the
+    /// monitor's lines: a guest's panic report among them); empty for the others.
+    pub fn output(&self) -> String {
+        self.output
+            .as_ref()
+            .map(|o| o.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .unwrap_or_default()
+    }
+
+    /// Panics if the process has exited (natively: the VM, e.g. after a guest panic, with
+    /// everything it printed).
     pub fn assert_alive(&mut self) {
         if let Ok(Some(status)) = self.child.try_wait() {
+            if self.output.is_some() {
+                // The last lines (the monitor's report) may still be in the pipe.
+                std::thread::sleep(Duration::from_millis(200));
+                panic!(
+                    "{} exited: {status}\n--- output of ebb run ---\n{}",
+                    self.name,
+                    self.output()
+                );
+            }
             panic!("{} exited: {status}", self.name);
         }
     }
@@ -194,9 +373,191 @@ impl ServerProcess {
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         unregister(self.child.id());
+        // passt would go when the monitor's end of its socket closes (`-1`); it is killed
+        // rather than trusted to.
+        for &pid in &self.children {
+            kill_pid(pid);
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if self.output.is_some() && std::thread::panicking() {
+            // The test failed: what the VM said may be why (a guest panic).
+            std::thread::sleep(Duration::from_millis(100));
+            eprintln!(
+                "--- output of ebb run for {} ---\n{}",
+                self.name,
+                self.output()
+            );
+        }
     }
+}
+
+/// How long `ebb run` may run natively: longer than any test (a net under a test process
+/// that dies without dropping its servers).
+const NATIVE_TIMEOUT: Duration = Duration::from_secs(900);
+/// From `ebb run` to the server's banner (the image is built; two VMs booting on a loaded
+/// 2-CPU machine take a few seconds).
+const NATIVE_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// The variable that turns this test binary into the `ebb` command (see [`ebb_command`]):
+/// its arguments, one per line.
+const EBB_ARGS_ENV: &str = "EBB_MEMCACHED_TESTS_EBB";
+
+/// Not a test: the `ebb` command, run when this binary is re-executed with
+/// `EBB_MEMCACHED_TESTS_EBB` set (see [`ebb_command_process`]); ends the process with
+/// `ebb`'s exit code. In a normal test run it does nothing.
+#[test]
+fn ebb_command() {
+    let Ok(args) = std::env::var(EBB_ARGS_ENV) else {
+        return;
+    };
+    let args = std::iter::once("ebb").chain(args.split('\n'));
+    let code = match <ebb_cli::Cli as clap::Parser>::try_parse_from(args) {
+        Ok(cli) => match cli.execute() {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("ebb: error: {e}");
+                ebb_cli::EXIT_CLI_ERROR
+            }
+        },
+        Err(e) => {
+            eprintln!("{e}");
+            2
+        }
+    };
+    let _ = std::io::stdout().flush();
+    std::process::exit(code);
+}
+
+/// This test binary re-executed as `ebb ARGS...` with the image target directory and the
+/// workspace's manifest, without the variables that would mislead a nested cargo.
+fn ebb_command_process(args: &[String]) -> Command {
+    let mut all = vec![
+        "--target-dir".to_string(),
+        apps_target_dir().display().to_string(),
+        "--manifest-path".to_string(),
+        workspace_root().join("Cargo.toml").display().to_string(),
+    ];
+    all.extend(args.iter().cloned());
+    let mut cmd = Command::new(std::env::current_exe().expect("the test binary's path"));
+    // `--nocapture`: `ebb` prints with `println!`, which the harness would capture and the
+    // exit would lose.
+    cmd.args([
+        "--exact",
+        "common::ebb_command",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(EBB_ARGS_ENV, all.join("\n"));
+    for_nested_cargo(&mut cmd);
+    cmd
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The apps' own target directory (the one ebb-cli's tests use).
+fn apps_target_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("../ebb-apps")
+}
+
+/// The native memcached image, built once per test binary (`ebb build --native
+/// memcached`); panics if the build fails.
+fn native_image() -> PathBuf {
+    static IMAGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    IMAGE
+        .get_or_init(|| {
+            let started = Instant::now();
+            let run = Run::of(
+                ebb_command_process(&[
+                    "build".to_string(),
+                    "--native".to_string(),
+                    "memcached".to_string(),
+                ])
+                .stdin(Stdio::null()),
+            );
+            // The path is the last word of its line: the harness's `test ... ` may be
+            // before it on the same line.
+            let path = run
+                .stdout
+                .lines()
+                .filter_map(|l| l.split_whitespace().last())
+                .rfind(|word| word.ends_with("/memcached"))
+                .map(PathBuf::from);
+            match path {
+                Some(path) if run.code == 0 && path.is_file() => {
+                    println!(
+                        "native memcached image {} ready in {:?}",
+                        path.display(),
+                        started.elapsed()
+                    );
+                    Ok(path)
+                }
+                _ => Err(format!("ebb build --native memcached: {run:?}")),
+            }
+        })
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Reads `pipe` line by line on a thread of its own into `output`.
+fn keep_lines(pipe: impl Read + Send + 'static, output: &Output) {
+    let output = output.clone();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(pipe);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let text = String::from_utf8_lossy(&line);
+                    let mut output = output.lock().unwrap_or_else(|e| e.into_inner());
+                    output.push_str(&text);
+                    if !text.ends_with('\n') {
+                        output.push('\n');
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// The processes below `pid` (from each process's parent in `/proc/N/stat`).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(child) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            // `PID (COMM) STATE PPID ...`: COMM may hold spaces and parentheses.
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+                continue;
+            };
+            let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
+            if let Some(ppid) = after.split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
+                parents.push((child, ppid));
+            }
+        }
+    }
+    let mut found = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for &(child, ppid) in &parents {
+            if ppid == parent && !found.contains(&child) {
+                found.push(child);
+                frontier.push(child);
+            }
+        }
+    }
+    found
 }
 
 /// A text-protocol client: a `TcpStream` with timeouts and a read buffer.
@@ -455,8 +816,8 @@ pub fn bounded<T: Send + 'static>(
             Ok(()) => unreachable!("the thread sent nothing but returned"),
         },
         Err(mpsc::RecvTimeoutError::Timeout) => {
-            kill_started_by(handle.thread().id());
-            panic!("{what}: not done within {limit:?}")
+            let outputs = kill_started_by(handle.thread().id());
+            panic!("{what}: not done within {limit:?}{outputs}")
         }
     }
 }
