@@ -7,7 +7,8 @@
 //! can only run natively) is booted directly. Exactly one line on stderr says which and
 //! why before the app starts. `ebb` then exits with the app's code: the guest's exit code
 //! natively (or the monitor's code for a panic, fault or timeout, with its report on
-//! stderr), the process's hosted (128 + the signal if it was killed, 124 if `--timeout`
+//! stderr, and after a guest's crash one line saying its memory is lost), the process's
+//! hosted (128 + the signal if it was killed, 124 if `--timeout`
 //! expired).
 
 use crate::cargo::{Cargo, Flavour};
@@ -318,9 +319,34 @@ fn boot(
     if code != 0 || !matches!(outcome, Outcome::Exited { .. }) {
         eprint!("{}", outcome.report(&Symbolizer::new(&bytes)));
     }
+    if let Some(line) = memory_lost(name, &outcome) {
+        eprintln!("{line}");
+    }
     // The guest is done and its output is out: end the process here rather than wait
     // ≈ 10 ms for KVM to destroy the VM (ebb-vmm's binary does the same).
     remains.exit_process(code as u8)
+}
+
+/// The line `ebb run` adds after the monitor's report when the guest crashed — panicked,
+/// faulted or broke the hypercall ABI — saying what that costs: the app's memory went with
+/// its VM. Not for an exit (a clean one or with a code: the app chose it), a stop by
+/// signal or a `--timeout` (the user chose those), nor a monitor error (the monitor's own
+/// report says what failed).
+fn memory_lost(name: &str, outcome: &Outcome) -> Option<String> {
+    let what = match outcome {
+        Outcome::Panicked { .. } => "panicked",
+        Outcome::Fault { .. } => "faulted",
+        Outcome::AbiViolation { .. } => "broke the hypercall ABI",
+        Outcome::Exited { .. }
+        | Outcome::Timeout { .. }
+        | Outcome::Stopped { .. }
+        | Outcome::MonitorError { .. } => return None,
+    };
+    Some(format!(
+        "ebb: the guest {what} (exit status {}): everything {name} held in memory is lost \
+         (whatever it stored, every open connection)",
+        outcome.exit_code()
+    ))
 }
 
 /// Runs a hosted executable with `EBB_CPUS` and the arguments; returns its exit code.
@@ -387,6 +413,61 @@ mod tests {
                 .map(|p| p.parse().expect("forward"))
                 .collect(),
             faults: faults.map(String::from),
+        }
+    }
+
+    #[test]
+    fn only_a_guest_crash_says_the_memory_is_lost() {
+        let panicked = Outcome::Panicked {
+            core: 1,
+            message: "oops".into(),
+            backtrace: vec![],
+        };
+        assert_eq!(
+            memory_lost("memcached", &panicked).as_deref(),
+            Some(
+                "ebb: the guest panicked (exit status 101): everything memcached held in \
+                 memory is lost (whatever it stored, every open connection)"
+            )
+        );
+        let fault = Outcome::Fault {
+            core: 0,
+            reason: "triple fault".into(),
+            state: None,
+        };
+        let line = memory_lost("httpd", &fault).expect("a fault loses the memory too");
+        assert!(
+            line.starts_with("ebb: the guest faulted (exit status 102): everything httpd held"),
+            "{line}"
+        );
+        let abi = Outcome::AbiViolation {
+            core: 0,
+            error: ebb_vmm::hypercall::AbiError::Unknown {
+                nr: 99,
+                addr: 0x1000,
+            },
+            state: None,
+        };
+        assert!(
+            memory_lost("echo", &abi)
+                .is_some_and(|l| l.contains("broke the hypercall ABI (exit status 103)"))
+        );
+        for chosen in [
+            Outcome::Exited { code: 0 },
+            Outcome::Exited { code: 3 },
+            Outcome::Stopped {
+                signal: libc::SIGINT,
+            },
+            Outcome::Timeout {
+                after: Duration::from_secs(1),
+                states: vec![],
+            },
+            Outcome::MonitorError {
+                core: 0,
+                message: "KVM_RUN failed".into(),
+            },
+        ] {
+            assert_eq!(memory_lost("memcached", &chosen), None, "{chosen:?}");
         }
     }
 

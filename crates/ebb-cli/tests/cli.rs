@@ -478,3 +478,94 @@ fn missing_native_target_is_explained() {
         "{run:?}"
     );
 }
+
+/// Builds test images of `tests/guests` (the ebb-vmm tests' guests, into the same target
+/// directory) once; the directory holding them.
+fn test_guests() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../guests");
+        if let Err(e) = ebb_toolchain::ensure_native_target(&repo_root(), "ebb-cli tests: ") {
+            panic!("the test guests cannot be built: {e}");
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut build = Command::new(cargo);
+        build
+            .current_dir(repo_root()) // for .cargo/config.toml's target rustflags
+            .args(["build", "--release", "--target", "x86_64-unknown-none"])
+            .args([
+                "--bin",
+                "panic",
+                "--bin",
+                "page_fault",
+                "--bin",
+                "exit_code",
+            ])
+            .arg("--manifest-path")
+            .arg(repo_root().join("tests/guests/Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target_dir);
+        let built = output(for_nested_cargo(&mut build));
+        assert_eq!(built.code, 0, "building tests/guests failed: {built:?}");
+        target_dir.join("x86_64-unknown-none/release")
+    })
+}
+
+/// `ebb run IMAGE` on a test guest, outside the workspace.
+fn run_guest(guest: &str) -> Run {
+    output(
+        ebb()
+            .current_dir(std::env::temp_dir())
+            .arg("run")
+            .arg(test_guests().join(guest))
+            .args(["--timeout", "60"]),
+    )
+}
+
+/// A guest that panics: the monitor's symbolized report, exit status 101, then one line
+/// of `ebb`'s saying everything the app held in memory is lost. A fault says so too; an
+/// exit with a code of its own does not.
+#[test]
+fn a_guest_panic_says_its_memory_is_lost() {
+    if kvm("a_guest_panic_says_its_memory_is_lost").is_none() {
+        return;
+    }
+    let lost = "held in memory is lost";
+    let run = run_guest("panic");
+    assert_eq!(run.code, 101, "{run:?}");
+    assert!(run.stdout.contains("about to panic"), "{run:?}");
+    let report = "ebb-vmm: guest panicked on core 0: deliberate panic: 6 * 7 = 42";
+    let line = "ebb: the guest panicked (exit status 101): everything panic held in memory \
+                is lost (whatever it stored, every open connection)\n";
+    let (Some(at_report), Some(at_backtrace), Some(at_line)) = (
+        run.stderr.find(report),
+        run.stderr.find("<panic::deeper+0x"),
+        run.stderr.find(line),
+    ) else {
+        panic!("no report, backtrace line or {line:?}: {run:?}");
+    };
+    assert!(
+        at_report < at_backtrace && at_backtrace < at_line,
+        "the line comes after the report: {run:?}"
+    );
+    assert_eq!(run.stderr.matches(lost).count(), 1, "once: {run:?}");
+    assert!(
+        run.stderr[at_line..].ends_with(line),
+        "the line is the last: {run:?}"
+    );
+
+    let fault = run_guest("page_fault");
+    assert_eq!(fault.code, 102, "{fault:?}");
+    assert!(
+        fault.stderr.contains("ebb-vmm: guest fault on core 0")
+            && fault.stderr.contains(
+                "ebb: the guest faulted (exit status 102): everything page_fault held in memory \
+                 is lost"
+            ),
+        "{fault:?}"
+    );
+
+    let exited = run_guest("exit_code");
+    assert_eq!(exited.code, 42, "{exited:?}");
+    assert!(!exited.stderr.contains(lost), "{exited:?}");
+}
