@@ -6,7 +6,9 @@
 //! only 0 is accepted), `-m MB` (64), `-c CONNS` (1024), `-I SIZE` (1m; k/m suffixes),
 //! `-M` (no eviction: errors when full), `-t N` (the cores serving; hosted the runtime's
 //! core count is `EBB_CPUS` or `ebb run --cpus`, so `-t` must match it), `-v`/`-vv`.
-//! Plus `ebb::net`'s network options (`--tap NAME --ip A/P` hosted; `--ip` natively).
+//! Plus `ebb::net`'s network options (`--tap NAME --ip A/P` hosted; `--ip` natively), and
+//! `--fail-value-memory PPM` for soak tests: that many requests per million for value
+//! memory fail as if the heap were exhausted (the server must answer them all the same).
 //!
 //! Prints `memcached: listening on ADDR (BACKEND, N cores; -m ...)` when ready.
 
@@ -27,7 +29,7 @@ use memcached::server::{Server, Settings, TOO_MANY_CONNECTIONS};
 static GLOBAL: ebb_mem::GeneralPurposeAllocator<ebb_mem::MmapSource> =
     ebb_mem::GeneralPurposeAllocator::new(ebb_mem::MmapSource::new());
 
-const USAGE: &str = "usage: memcached [-p PORT] [-l ADDR] [-U 0] [-m MB] [-c CONNS] [-I SIZE] [-M] [-t N] [-v] [network options]";
+const USAGE: &str = "usage: memcached [-p PORT] [-l ADDR] [-U 0] [-m MB] [-c CONNS] [-I SIZE] [-M] [-t N] [-v] [--fail-value-memory PPM] [network options]";
 
 /// Items the idle-time sweep removes per call (it runs when a core has nothing else to
 /// do, at most every [`SWEEP_EVERY`]).
@@ -106,6 +108,11 @@ fn parse_options() -> Result<(Settings, NetConfig), String> {
             getargs::Opt::Short('t') | getargs::Opt::Long("threads") => {
                 let v = value("-t")?;
                 threads = Some(v.parse::<usize>().map_err(|_| bad("-t", v))?);
+            }
+            getargs::Opt::Long("fail-value-memory") => {
+                let v = value("--fail-value-memory")?;
+                settings.fail_value_memory =
+                    v.parse().map_err(|_| bad("--fail-value-memory", v))?;
             }
             getargs::Opt::Short('v') => settings.verbosity += 1,
             getargs::Opt::Long("help") | getargs::Opt::Short('h') => {

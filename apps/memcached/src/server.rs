@@ -38,8 +38,8 @@ use crate::protocol::{
     StoreMode, encode, encode_meta,
 };
 use crate::store::{
-    Arith, ArithOutcome, Ctx, DeleteOutcome, Mode, Store, StoreError, StoreOutcome, UnixTime,
-    absolute_expiry,
+    Arith, ArithOutcome, Ctx, DeleteOutcome, FailingMemory, HeapMemory, ItemMemory, Mode, Store,
+    StoreError, StoreOutcome, UnixTime, absolute_expiry,
 };
 
 /// The version the server reports (`version`, `stats`): memcached's protocol level, and
@@ -82,6 +82,10 @@ pub struct Settings {
     pub verbosity: u32,
     /// Cores serving.
     pub threads: usize,
+    /// Fault injection for tests and soak runs (`--fail-value-memory PPM`): requests for
+    /// value and input memory fail with this probability per million, as if the heap
+    /// were exhausted. 0: off.
+    pub fail_value_memory: u32,
 }
 
 impl Default for Settings {
@@ -94,6 +98,7 @@ impl Default for Settings {
             evict: true,
             verbosity: 0,
             threads: 1,
+            fail_value_memory: 0,
         }
     }
 }
@@ -133,6 +138,10 @@ pub struct Server {
     pub input_limit: usize,
     /// Unix time at start (seconds), for `uptime`.
     started: UnixTime,
+    /// Where values and compacted input get memory that may be refused.
+    memory: Arc<dyn ItemMemory>,
+    /// Free memory values leave alone (natively).
+    reserve: usize,
 }
 
 impl core::fmt::Debug for Server {
@@ -168,8 +177,19 @@ impl Server {
             cores: ebb::num_cores(),
             ..Default::default()
         };
+        // Natively, values leave alone the memory `memory_needed` sets aside beside
+        // `-m`: what requests on their way and the network may take, which they cannot
+        // be refused.
+        let reserve = value_reserve(&settings);
+        let heap = HeapMemory { reserve };
+        let memory: Arc<dyn ItemMemory> = match settings.fail_value_memory {
+            0 => Arc::new(heap),
+            ppm => Arc::new(FailingMemory::new(heap, ppm, 0x2101)),
+        };
         Some(Server {
-            store: Store::new(config, domain),
+            store: Store::with_memory(config, domain, memory.clone()),
+            memory,
+            reserve,
             input_limit: input_limit(&settings),
             settings,
             connections: ConnectionStats::default(),
@@ -285,6 +305,13 @@ impl Server {
         put("bytes_read", load(&c.bytes_read));
         put("bytes_written", load(&c.bytes_written));
         put("limit_maxbytes", format!("{}", s.limit_maxbytes));
+        // Natively the heap is the node's fixed memory: what it holds and what is free in
+        // whole pages, beside what the items account for.
+        if let (Some(total), Some(free)) = (ebb::memory_total(), ebb::memory_free()) {
+            put("heap_bytes", format!("{total}"));
+            put("heap_free_bytes", format!("{free}"));
+            put("heap_reserve_bytes", format!("{}", self.reserve));
+        }
         put("threads", format!("{}", self.settings.threads));
         put("bytes", format!("{}", s.bytes));
         put("curr_items", format!("{}", s.curr_items));
@@ -433,7 +460,7 @@ impl McConnection {
     ///   pass.
     fn account_input(&mut self, conn: &dyn TcpConnection) {
         if self.input_footprint > 2 * self.input.len() + COMPACT_SLACK {
-            compact(&mut self.input);
+            compact(&mut self.input, &*self.server.memory);
             self.input_footprint = footprint(&self.input);
         }
         let held = self.input_footprint;
@@ -830,8 +857,10 @@ fn occupied(buf: &IOBuf) -> usize {
 
 /// Copies `input` into one buffer: its first segment when that is this connection's
 /// alone, has room for the rest and is not itself mostly waste (a buffer from an
-/// earlier compaction), else a new one with room for as many bytes again.
-fn compact(input: &mut IOBufChain) {
+/// earlier compaction), else a new one with room for as many bytes again, from
+/// `memory` — if it refuses, the input stays as it is (its footprint is still charged,
+/// and the server-wide bound still refuses the connection if it grows).
+fn compact(input: &mut IOBufChain, memory: &dyn ItemMemory) {
     let len = input.len();
     let mut parts = core::mem::take(input);
     let Some(mut head) = parts.pop_front() else {
@@ -849,12 +878,17 @@ fn compact(input: &mut IOBufChain) {
         *input = IOBufChain::from(head);
         return;
     }
-    let mut bytes = Vec::with_capacity((2 * len).max(4096));
-    bytes.extend_from_slice(head.as_slice());
-    for part in parts.segments() {
-        bytes.extend_from_slice(part);
+    let Some(mut bytes) = memory.buffer((2 * len).max(4096)) else {
+        parts.push_front(head);
+        *input = parts;
+        return;
+    };
+    for part in core::iter::once(head.as_slice()).chain(parts.segments()) {
+        // Cannot fail: the buffer is new (unique) with room for twice the bytes.
+        let copied = bytes.extend_from_slice(part);
+        debug_assert!(copied.is_ok());
     }
-    *input = IOBufChain::from(IOBuf::from_vec(bytes));
+    *input = IOBufChain::from(bytes);
 }
 
 /// Memory a core's network stack may use beside the application's: the data TCP holds
@@ -871,6 +905,18 @@ pub fn memory_needed(settings: &Settings, cores: usize) -> usize {
         .memory_limit
         .saturating_add(input_limit(settings))
         .saturating_add(NETWORK_RESERVE_PER_CORE.saturating_mul(cores))
+}
+
+/// The free memory (in whole pages) a native node's values leave alone: as much as
+/// [`Server::input_limit`] lets requests on their way hold, so that input arriving when
+/// the items have filled `-m` still finds pages. The network's own buffers are pooled
+/// and mostly in use from the start. Values are accounted at the allocator's sizes, so
+/// `-m` is what they occupy, give or take small objects in partly used slabs (measured
+/// up to a third of `-m` when large values follow small ones) — the reserve is what
+/// keeps that from reaching the memory that cannot be refused; a larger one refused half
+/// the stores of that workload on the main job's 128 MiB (docs/11-memcached.md).
+fn value_reserve(settings: &Settings) -> usize {
+    input_limit(settings)
 }
 
 /// [`Server::input_limit`] for `settings`: a quarter of `-m`, at least 4 MiB.
