@@ -1,0 +1,133 @@
+//! Allocation failure under load, hosted and native: the server runs with
+//! `--fail-value-memory PPM`, so that a share of its requests for value and input memory
+//! fail as if the heap were exhausted, and four clients write and read checksummed values
+//! of shifting sizes (small, then up to 300 KB, then small again) past `-m`. Every `set`
+//! must be answered `STORED` or `SERVER_ERROR out of memory storing object`, every value
+//! read back must be the last one stored under its key, the server answers after every
+//! failure, and `stats outofmemory` counts exactly the refusals the clients saw.
+
+mod common;
+
+use common::{Client, Rng, ServerProcess, fnv1a};
+use std::time::Duration;
+
+/// The value of `key` at `version`: `len` letters drawn from a generator seeded by both,
+/// so a read can be checked byte for byte.
+fn value_for(key: &str, version: u64, len: usize) -> Vec<u8> {
+    let mut rng = Rng::new(fnv1a(key.as_bytes()) ^ version.wrapping_mul(0x9e37_79b9));
+    (0..len)
+        .map(|_| b'a' + (rng.next_u64() % 26) as u8)
+        .collect()
+}
+
+/// What one client saw.
+#[derive(Default, Debug)]
+struct Seen {
+    stored: u64,
+    refused: u64,
+    hits: u64,
+    reads: u64,
+}
+
+/// One client: `sets` storage commands over its own keys, sizes by phase, each
+/// followed now and then by a read of an earlier key.
+fn client(port: u16, id: usize, sets: u64, large: usize) -> Seen {
+    let mut c = Client::connect(port);
+    let mut rng = Rng::new(0x21_0000 + id as u64);
+    let mut latest: Vec<Option<(u64, usize)>> = vec![None; 64];
+    let mut seen = Seen::default();
+    for step in 0..sets {
+        let phase = step * 3 / sets;
+        let len = if phase == 1 {
+            rng.range(large / 3, large)
+        } else {
+            rng.range(1, 1024)
+        };
+        let slot = rng.below(64) as usize;
+        let key = format!("c{id}k{slot}");
+        let reply = c.set(&key, 0, 0, &value_for(&key, step, len));
+        match reply.as_str() {
+            "STORED" => {
+                seen.stored += 1;
+                latest[slot] = Some((step, len));
+            }
+            "SERVER_ERROR out of memory storing object" => {
+                seen.refused += 1;
+                latest[slot] = None; // a failed set removes the old value
+            }
+            other => panic!("client {id} step {step}: set {key} ({len} B): {other:?}"),
+        }
+        if step % 3 == 0 {
+            let probe = rng.below(64) as usize;
+            let key = format!("c{id}k{probe}");
+            seen.reads += 1;
+            if let Some((_, data)) = c.get(&key) {
+                seen.hits += 1;
+                let (version, len) = latest[probe]
+                    .unwrap_or_else(|| panic!("{key}: a hit on a value that was removed"));
+                assert_eq!(data.len(), len, "{key} v{version}: length");
+                assert!(
+                    data == value_for(&key, version, len),
+                    "{key} v{version}: value corrupted"
+                );
+            }
+        }
+    }
+    seen
+}
+
+/// Runs the clients against `server` and checks what it counted.
+fn soak(mut server: ServerProcess, sets: u64, large: usize, what: &'static str) {
+    let port = server.port;
+    let name = server.name;
+    let seen: Vec<Seen> = common::bounded(what, Duration::from_secs(300), move || {
+        let clients: Vec<_> = (0..4)
+            .map(|id| std::thread::spawn(move || client(port, id, sets, large)))
+            .collect();
+        clients.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    server.assert_alive();
+    let mut c = server.client();
+    assert_eq!(c.set("after", 0, 0, b"still here"), "STORED");
+    assert_eq!(c.get("after"), Some((0, b"still here".to_vec())));
+    let stats = c.stats("");
+    let stat = |n: &str| -> u64 { stats[n].parse().unwrap() };
+    let refused: u64 = seen.iter().map(|s| s.refused).sum();
+    let stored: u64 = seen.iter().map(|s| s.stored).sum();
+    let (hits, reads): (u64, u64) = seen
+        .iter()
+        .fold((0, 0), |a, s| (a.0 + s.hits, a.1 + s.reads));
+    println!(
+        "{what} [{name}]: sets {} stored {stored} refused {refused}, reads {reads} hits {hits}, \
+         evictions {}, outofmemory {}",
+        stored + refused,
+        stat("evictions"),
+        stat("outofmemory")
+    );
+    assert!(refused > 0, "no injected failure reached a client");
+    assert_eq!(stat("outofmemory"), refused, "stats outofmemory");
+    assert!(stat("evictions") > 0, "-m was never full");
+    assert!(hits > 0);
+}
+
+/// 2% of value and input memory requests fail.
+const FAIL_PPM: &str = "20000";
+
+#[test]
+fn injected_allocation_failures_cost_requests_not_the_server() {
+    let server = ServerProcess::ours_on(2, &["-m", "8", "--fail-value-memory", FAIL_PPM]);
+    soak(server, 600, 300_000, "allocation failures hosted");
+}
+
+#[test]
+fn injected_allocation_failures_cost_requests_not_the_server_natively() {
+    let Some(server) = ServerProcess::native(
+        "injected_allocation_failures_cost_requests_not_the_server_natively",
+        2,
+        None,
+        &["-m", "8", "--fail-value-memory", FAIL_PPM],
+    ) else {
+        return;
+    };
+    soak(server, 300, 300_000, "allocation failures natively");
+}
