@@ -32,7 +32,9 @@
 //!
 //! ## Memory limit and eviction: CLOCK
 //!
-//! Every item is accounted `key + value + ITEM_OVERHEAD` bytes in one global counter
+//! Every item is accounted what it occupies — [`ITEM_OVERHEAD`], its key's allocation and
+//! its value's buffers, each at the allocator's real size ([`allocation_size`]: a
+//! 600 KiB buffer in one piece would take a 1 MiB block) — in one global counter
 //! that never exceeds [`StoreConfig::memory_limit`]: a write *reserves* the growth it
 //! needs (compare-and-swap) before linking, and evicts until the reservation fits.
 //! Eviction is CLOCK (second chance), not an LRU list, because an LRU list must be
@@ -46,7 +48,9 @@
 //! made to pay for the others. The writer holds its own shard's mutex and only
 //! `try_lock`s the others, so eviction never deadlocks; a shard that is busy is
 //! skipped. If nothing can be evicted the write fails with
-//! [`StoreError::OutOfMemory`].
+//! [`StoreError::OutOfMemory`]. It fails the same way when the memory itself refuses
+//! (see "Values"), after evicting as much as it needed, so that the memory is free for
+//! the next try once readers have moved on: a request pays, never the node.
 //!
 //! ## Time
 //!
@@ -68,16 +72,22 @@
 //! inline, or a boxed slice when in pieces): a hit hands out the stored buffers
 //! themselves, so the reply sends them without a copy. A value whose buffers are much
 //! larger than the value (a small value cut out of a large receive buffer, which would
-//! pin the whole buffer while being accounted as small) is copied once into an
-//! exact-size buffer when stored, and so is a value split into more than
-//! [`MAX_SEGMENTS`] pieces (repeated appends).
-//! `IOBuf` storage is an `Arc<Vec<u8>>` or a `&'static [u8]`, so values are `Send +
-//! Sync` and may be shared across cores.
+//! pin the whole buffer) is copied once when stored, and so is a value in more than
+//! [`MAX_SEGMENTS`] pieces (a large value arriving in frames, repeated appends). A copy
+//! goes into pieces of at most [`VALUE_PIECE`] bytes (16 KiB blocks, [`Packing`]), so
+//! no value needs a large contiguous block — after small items have fragmented a fixed
+//! native heap, evicting them frees 16 KiB blocks, never reliably a 1 MiB one — and the
+//! pieces come from the store's [`ItemMemory`]: fallible buffers, refused while the
+//! node's free memory is below its reserve (see `memory.rs`). A copy is made only
+//! after the accounting reserved its size.
+//! `IOBuf` regions are reference-counted like `Arc<[u8]>`, so values are `Send + Sync`
+//! and may be shared across cores.
 //!
 //! ## Allocation
 //!
 //! Items (the `Arc<Item>`, the key, the map node, copied values) come from the global
-//! allocator: Ebbflow's per-core slab allocator (ebb-mem) in both runtimes — natively the
+//! allocator — values through the fallible [`ItemMemory`], the small rest infallibly,
+//! covered by the reserve: Ebbflow's per-core slab allocator (ebb-mem) in both runtimes — natively the
 //! image's, hosted the server binary's (its default feature `ebb-allocator`). Measured
 //! hosted: this store on two cores 1.3–1.5× faster with it than with glibc's malloc
 //! (`tests/store_bench_*`), the whole server at parity (`bench/scripts/memcached-allocator.sh`).
