@@ -34,10 +34,13 @@
 //! Binary protocol: seeded sequences of GET/GETK/SET/ADD/REPLACE/APPEND/PREPEND/DELETE/
 //! INCREMENT/DECREMENT/TOUCH/GAT (quiet forms too), each followed by a NOOP, compared
 //! the same way (CAS fields normalized).
+//!
+//! Both run against the hosted server and the native one (one vCPU, under KVM, through
+//! passt).
 
 mod common;
 
-use common::{Client, Rng, ServerProcess};
+use common::{Client, Ours, Rng, ServerProcess};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -887,22 +890,31 @@ fn text_sequence(seed: u64, ours: &mut Side, reference: &mut Side, peek: &mut Cl
 
 #[test]
 fn text_protocol_matches_memcached_1_6_18() {
-    if ebb_testkit::need_tools("text_protocol_matches_memcached_1_6_18", &["memcached"]).is_none() {
+    text_protocol("text_protocol_matches_memcached_1_6_18", Ours::Hosted(1));
+}
+
+#[test]
+fn text_protocol_matches_memcached_1_6_18_natively() {
+    let test = "text_protocol_matches_memcached_1_6_18_natively";
+    text_protocol(test, Ours::Native(1));
+}
+
+fn text_protocol(test: &'static str, ours: Ours) {
+    if ebb_testkit::need_tools(test, &["memcached"]).is_none() {
         return;
     }
-    common::bounded(
-        "differential text",
-        Duration::from_secs(120 + 3 * seeds()),
-        || {
-            let mut ours = Side::new(ServerProcess::ours(&["-m", "64"]));
-            let mut reference = Side::new(ServerProcess::reference(&["-m", "64"]));
-            let mut peek = reference.server.client();
-            for seed in 0..seeds() {
-                text_sequence(seed, &mut ours, &mut reference, &mut peek);
-            }
-            ours.server.assert_alive();
-        },
-    );
+    common::bounded(test, Duration::from_secs(120 + 3 * seeds()), move || {
+        let Some(server) = ours.start(test, &["-m", "64"]) else {
+            return;
+        };
+        let mut ours = Side::new(server);
+        let mut reference = Side::new(ServerProcess::reference(&["-m", "64"]));
+        let mut peek = reference.server.client();
+        for seed in 0..seeds() {
+            text_sequence(seed, &mut ours, &mut reference, &mut peek);
+        }
+        ours.server.assert_alive();
+    });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1172,21 +1184,29 @@ fn bin_sequence(seed: u64, ours: &mut Side, reference: &mut Side, peek: &mut Cli
 
 #[test]
 fn binary_protocol_matches_memcached_1_6_18() {
-    if ebb_testkit::need_tools("binary_protocol_matches_memcached_1_6_18", &["memcached"]).is_none()
-    {
+    binary_protocol("binary_protocol_matches_memcached_1_6_18", Ours::Hosted(1));
+}
+
+#[test]
+fn binary_protocol_matches_memcached_1_6_18_natively() {
+    let test = "binary_protocol_matches_memcached_1_6_18_natively";
+    binary_protocol(test, Ours::Native(1));
+}
+
+fn binary_protocol(test: &'static str, ours: Ours) {
+    if ebb_testkit::need_tools(test, &["memcached"]).is_none() {
         return;
     }
-    common::bounded(
-        "differential binary",
-        Duration::from_secs(120 + 3 * seeds()),
-        || {
-            let mut ours = Side::new(ServerProcess::ours(&["-m", "64"]));
-            let mut reference = Side::new(ServerProcess::reference(&["-m", "64"]));
-            let mut peek = reference.server.client();
-            for seed in 0..seeds() {
-                bin_sequence(seed, &mut ours, &mut reference, &mut peek);
-            }
-            ours.server.assert_alive();
-        },
-    );
+    common::bounded(test, Duration::from_secs(120 + 3 * seeds()), move || {
+        let Some(server) = ours.start(test, &["-m", "64"]) else {
+            return;
+        };
+        let mut ours = Side::new(server);
+        let mut reference = Side::new(ServerProcess::reference(&["-m", "64"]));
+        let mut peek = reference.server.client();
+        for seed in 0..seeds() {
+            bin_sequence(seed, &mut ours, &mut reference, &mut peek);
+        }
+        ours.server.assert_alive();
+    });
 }

@@ -1,11 +1,12 @@
 //! Hostile and odd input: seeded random bytes and malformed commands (text and binary)
 //! on 1,000 fresh connections never bring the server down, and a normal client works
 //! afterwards; many requests pipelined in one write, and requests written one byte at a
-//! time, are answered exactly.
+//! time, are answered exactly. Each hosted and natively (one vCPU, under KVM, through
+//! passt).
 
 mod common;
 
-use common::{Client, Rng, ServerProcess, wait_for};
+use common::{Client, Ours, Rng, ServerProcess, wait_for};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -158,9 +159,22 @@ fn works(server: &ServerProcess, tag: &str) {
 
 #[test]
 fn garbage_never_brings_the_server_down() {
-    common::bounded("garbage", Duration::from_secs(180), || {
+    garbage_connections("garbage_never_brings_the_server_down", Ours::Hosted(1));
+}
+
+#[test]
+fn garbage_never_brings_the_server_down_natively() {
+    let test = "garbage_never_brings_the_server_down_natively";
+    garbage_connections(test, Ours::Native(1));
+}
+
+/// 1,000 connections of seeded garbage, a sane client every 100.
+fn garbage_connections(test: &'static str, ours: Ours) {
+    common::bounded(test, Duration::from_secs(180), move || {
         let start = Instant::now();
-        let mut server = ServerProcess::ours(&[]);
+        let Some(mut server) = ours.start(test, &[]) else {
+            return;
+        };
         let mut stats = server.client();
         let baseline = stats.stat("curr_connections");
         let mut rng = Rng::new(0x6a5b_a6e5);
@@ -191,14 +205,30 @@ fn garbage_never_brings_the_server_down() {
         assert!(settled, "curr_connections {last}, baseline {baseline}");
         works(&server, "at the end");
         server.assert_alive();
-        println!("1,000 garbage connections in {:?}", start.elapsed());
+        println!(
+            "1,000 garbage connections to {} in {:?}",
+            server.name,
+            start.elapsed()
+        );
     });
 }
 
 #[test]
 fn pipelined_requests_in_one_write() {
-    common::bounded("pipelined", Duration::from_secs(60), || {
-        let server = ServerProcess::ours(&[]);
+    pipelined("pipelined_requests_in_one_write", Ours::Hosted(1));
+}
+
+#[test]
+fn pipelined_requests_in_one_write_natively() {
+    pipelined("pipelined_requests_in_one_write_natively", Ours::Native(1));
+}
+
+/// 500 requests of every kind in one write: the replies are exactly memcached's.
+fn pipelined(test: &'static str, ours: Ours) {
+    common::bounded(test, Duration::from_secs(60), move || {
+        let Some(server) = ours.start(test, &[]) else {
+            return;
+        };
         let mut c = server.client();
         let mut req = Vec::new();
         let mut want = Vec::new();
@@ -266,8 +296,20 @@ fn dribble(c: &mut Client, bytes: &[u8]) {
 
 #[test]
 fn one_byte_writes() {
-    common::bounded("one byte at a time", Duration::from_secs(60), || {
-        let server = ServerProcess::ours(&[]);
+    one_byte_at_a_time("one_byte_writes", Ours::Hosted(1));
+}
+
+#[test]
+fn one_byte_writes_natively() {
+    one_byte_at_a_time("one_byte_writes_natively", Ours::Native(1));
+}
+
+/// Text and binary requests written one byte per segment.
+fn one_byte_at_a_time(test: &'static str, ours: Ours) {
+    common::bounded(test, Duration::from_secs(60), move || {
+        let Some(server) = ours.start(test, &[]) else {
+            return;
+        };
         // Text.
         let mut c = server.client();
         dribble(

@@ -2,11 +2,12 @@
 //! (100 B to 100 KB), each derived from its key and carrying a checksum, then read every
 //! key back. Misses are allowed (eviction); a hit must be exactly the value written.
 //! `stats` must show evictions, `bytes` within `limit_maxbytes`, items left; the server
-//! must still answer afterwards.
+//! must still answer afterwards. Hosted on one and two cores, and natively (under KVM,
+//! through passt) on one and two vCPUs.
 
 mod common;
 
-use common::{Rng, ServerProcess, fnv1a};
+use common::{Ours, Rng, ServerProcess, fnv1a};
 use std::time::{Duration, Instant};
 
 const LIMIT_MB: usize = 8;
@@ -41,13 +42,24 @@ fn check(key: &str, got: &[u8]) {
 
 #[test]
 fn eviction_keeps_values_intact() {
-    pressure(1);
+    pressure("eviction_keeps_values_intact", Ours::Hosted(1));
 }
 
 /// The same with two cores serving and two clients writing at once.
 #[test]
 fn eviction_keeps_values_intact_on_two_cores() {
-    pressure(2);
+    pressure("eviction_keeps_values_intact_on_two_cores", Ours::Hosted(2));
+}
+
+#[test]
+fn eviction_keeps_values_intact_natively() {
+    pressure("eviction_keeps_values_intact_natively", Ours::Native(1));
+}
+
+#[test]
+fn eviction_keeps_values_intact_natively_on_two_vcpus() {
+    let test = "eviction_keeps_values_intact_natively_on_two_vcpus";
+    pressure(test, Ours::Native(2));
 }
 
 /// Writes `WRITE_BYTES / writers` on each of `writers` connections at once; the keys.
@@ -81,10 +93,14 @@ fn write_all(server: &ServerProcess, writers: usize) -> (Vec<String>, usize) {
     (keys, written)
 }
 
-fn pressure(cores: usize) {
-    common::bounded("pressure", Duration::from_secs(180), move || {
+/// Two and a half times `-m 8` written by one client per core, then read back.
+fn pressure(test: &'static str, ours: Ours) {
+    common::bounded(test, Duration::from_secs(180), move || {
         let start = Instant::now();
-        let mut server = ServerProcess::ours_on(cores, &["-m", &LIMIT_MB.to_string()]);
+        let cores = ours.cores();
+        let Some(mut server) = ours.start(test, &["-m", &LIMIT_MB.to_string()]) else {
+            return;
+        };
         let mut c = server.client();
         let (keys, written) = write_all(&server, cores);
         let (mut hits, mut misses) = (0, 0);
@@ -108,7 +124,8 @@ fn pressure(cores: usize) {
                 .unwrap()
         };
         println!(
-            "{cores} core(s): wrote {} values ({written} bytes): {hits} hits, {misses} misses; evictions {}, bytes {}, limit {}, curr_items {} ({:?})",
+            "{}: wrote {} values ({written} bytes): {hits} hits, {misses} misses; evictions {}, bytes {}, limit {}, curr_items {} ({:?})",
+            server.name,
             keys.len(),
             stat("evictions"),
             stat("bytes"),

@@ -1,6 +1,7 @@
 //! A second real client library: `tests/pymemcache_check.py` drives the server with
 //! pymemcache (Debian: `python3-pymemcache`) through every text command it offers, with
-//! binary-safe values and `noreply`, and checks each result.
+//! binary-safe values and `noreply`, and checks each result: against the hosted server,
+//! and natively (one vCPU, under KVM, through passt).
 
 mod common;
 
@@ -19,21 +20,29 @@ fn python_with_pymemcache() -> Option<&'static str> {
     })
 }
 
-#[test]
-fn pymemcache_client_works() {
-    let test = "pymemcache_client_works";
-    if ebb_testkit::need_tools(test, &["python3"]).is_none() {
-        return;
-    }
-    let Some(python) = python_with_pymemcache() else {
-        return ebb_testkit::skip(
+/// The script.
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pymemcache_check.py");
+
+/// A Python 3 with pymemcache, or `None` when `test` was skipped.
+fn python(test: &str) -> Option<&'static str> {
+    ebb_testkit::need_tools(test, &["python3"])?;
+    match python_with_pymemcache() {
+        Some(python) => Some(python),
+        None => ebb_testkit::skip(
             test,
             Capability::tool("pymemcache"),
             "no python3 can import pymemcache (Debian: python3-pymemcache)",
-        )
-        .unwrap_or(());
+        ),
+    }
+}
+
+#[test]
+fn pymemcache_client_works() {
+    let test = "pymemcache_client_works";
+    let Some(python) = python(test) else {
+        return;
     };
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pymemcache_check.py");
+    let script = SCRIPT;
     // The script's expectations are memcached's own: where Debian's memcached is
     // installed, it must pass there first.
     let mut servers = Vec::new();
@@ -44,6 +53,18 @@ fn pymemcache_client_works() {
     for server in &servers {
         run_script(python, script, server);
     }
+}
+
+#[test]
+fn pymemcache_client_works_natively() {
+    let test = "pymemcache_client_works_natively";
+    let Some(python) = python(test) else {
+        return;
+    };
+    let Some(server) = ServerProcess::native(test, 1, None, &[]) else {
+        return;
+    };
+    run_script(python, SCRIPT, &server);
 }
 
 fn run_script(python: &'static str, script: &'static str, server: &ServerProcess) {

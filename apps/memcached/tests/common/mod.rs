@@ -119,6 +119,8 @@ pub struct ServerProcess {
     children: Vec<u32>,
     /// Natively: everything `ebb run` printed.
     output: Option<Output>,
+    /// Whether a panic message already carried the output.
+    output_shown: bool,
 }
 
 impl ServerProcess {
@@ -169,6 +171,7 @@ impl ServerProcess {
                             name: "ours",
                             children: Vec::new(),
                             output: None,
+                            output_shown: false,
                         };
                     }
                     Ok(line) => last_err = line,
@@ -221,6 +224,7 @@ impl ServerProcess {
                         name: "memcached 1.6.18",
                         children: Vec::new(),
                         output: None,
+                        output_shown: false,
                     };
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -312,6 +316,7 @@ impl ServerProcess {
                         name,
                         children,
                         output: Some(output),
+                        output_shown: false,
                     });
                 }
                 Err(why) => {
@@ -354,6 +359,7 @@ impl ServerProcess {
             if self.output.is_some() {
                 // The last lines (the monitor's report) may still be in the pipe.
                 std::thread::sleep(Duration::from_millis(200));
+                self.output_shown = true;
                 panic!(
                     "{} exited: {status}\n--- output of ebb run ---\n{}",
                     self.name,
@@ -380,7 +386,7 @@ impl Drop for ServerProcess {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if self.output.is_some() && std::thread::panicking() {
+        if self.output.is_some() && std::thread::panicking() && !self.output_shown {
             // The test failed: what the VM said may be why (a guest panic).
             std::thread::sleep(Duration::from_millis(100));
             eprintln!(
@@ -388,6 +394,38 @@ impl Drop for ServerProcess {
                 self.name,
                 self.output()
             );
+        }
+    }
+}
+
+/// Which of our servers a test runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ours {
+    /// Hosted, on this many cores.
+    Hosted(usize),
+    /// Natively under `ebb run`, on this many vCPUs (guest memory: ebb's default).
+    Native(usize),
+}
+
+impl Ours {
+    /// Starts it with the server flags `args`; `None` when `test` was skipped (natively
+    /// only: see [`ServerProcess::native`]).
+    pub fn start(self, test: &str, args: &[&str]) -> Option<ServerProcess> {
+        match self {
+            Ours::Hosted(cores) => Some(ServerProcess::ours_on(cores, args)),
+            Ours::Native(cpus) => ServerProcess::native(test, cpus, None, args),
+        }
+    }
+
+    /// Whether it is the native server.
+    pub fn is_native(self) -> bool {
+        matches!(self, Ours::Native(_))
+    }
+
+    /// Its cores or vCPUs.
+    pub fn cores(self) -> usize {
+        match self {
+            Ours::Hosted(n) | Ours::Native(n) => n,
         }
     }
 }
