@@ -90,7 +90,7 @@ impl Item {
 
 /// A stored value: its buffers, shared with every reply that sends them. Not an
 /// `IOBufChain` (112 bytes with its inline segments): one buffer inline, or a boxed
-/// slice for the rare value in pieces (at most `MAX_SEGMENTS`), which keeps the item
+/// slice for a value copied into several pieces (`Packing`), which keeps the item
 /// about 85 bytes smaller. A read turns it back into a chain without allocating when
 /// it has at most four pieces.
 pub(super) enum Value {

@@ -72,8 +72,8 @@
 //! inline, or a boxed slice when in pieces): a hit hands out the stored buffers
 //! themselves, so the reply sends them without a copy. A value whose buffers are much
 //! larger than the value (a small value cut out of a large receive buffer, which would
-//! pin the whole buffer) is copied once when stored, and so is a value in more than
-//! [`MAX_SEGMENTS`] pieces (a large value arriving in frames, repeated appends). A copy
+//! pin the whole buffer) is copied once when stored, and so is a value in several
+//! buffers (arriving in frames, appended to). A copy
 //! goes into pieces of at most [`VALUE_PIECE`] bytes (16 KiB blocks, [`Packing`]), so
 //! no value needs a large contiguous block — after small items have fragmented a fixed
 //! native heap, evicting them frees 16 KiB blocks, never reliably a 1 MiB one — and the
@@ -145,9 +145,6 @@ pub const DEFAULT_ITEM_SIZE_MAX: usize = 1024 * 1024;
 
 /// memcached's default memory limit (`-m 64`): 64 MiB.
 pub const DEFAULT_MEMORY_LIMIT: usize = 64 * 1024 * 1024;
-
-/// A value stored in more pieces than this is copied into one buffer.
-pub const MAX_SEGMENTS: usize = 8;
 
 /// Bytes accounted to every item on top of its key's allocation and its value's
 /// buffers: the item itself (flags, times, CAS, the value's buffer handle, CLOCK bits)
@@ -1299,22 +1296,26 @@ enum PlannedValue {
     Copy(Packing, IOBufChain),
 }
 
-/// How to keep `value`, and what that occupies: its own buffers, unless they would pin
-/// much more memory than the value holds (a small value cut from a large receive
-/// buffer) or they are too many pieces — then a copy into [`Packing`]'s pieces.
+/// How to keep `value`, and what that occupies. As it came — no copy — when it is one
+/// buffer that occupies at most an eighth more than a copy would (a value that filled
+/// its receive buffer); otherwise copied into [`Packing`]'s pieces: a small value cut
+/// from a large buffer would pin all of it, and a value in several buffers (one
+/// arriving in frames, an append) would pin a receive buffer per frame — small slab
+/// objects scattered over the heap, which evicting other items does not turn back into
+/// the blocks large values need.
 fn plan_value(value: IOBufChain) -> (PlannedValue, usize) {
-    let len = value.len();
-    let footprint = memory::chain_cost(&value);
-    let wasteful = footprint > len.saturating_mul(2).saturating_add(512);
-    if wasteful || value.segment_count() > MAX_SEGMENTS {
-        let packing = Packing::new(len);
-        (PlannedValue::Copy(packing, value), packing.cost())
-    } else {
-        let slice = if value.segment_count() > 1 {
-            allocation_size(value.segment_count() * size_of::<IOBuf>())
-        } else {
-            0
-        };
-        (PlannedValue::AsIs(value), footprint.saturating_add(slice))
+    let packing = Packing::new(value.len());
+    let copy_cost = packing.cost();
+    match value.segment_count() {
+        0 => (PlannedValue::AsIs(value), 0),
+        1 => {
+            let kept = memory::chain_cost(&value);
+            if kept <= copy_cost.saturating_add(copy_cost / 8) {
+                (PlannedValue::AsIs(value), kept)
+            } else {
+                (PlannedValue::Copy(packing, value), copy_cost)
+            }
+        }
+        _ => (PlannedValue::Copy(packing, value), copy_cost),
     }
 }
