@@ -52,6 +52,18 @@ fn new_is_empty_and_immutable() {
 }
 
 #[test]
+fn try_with_capacity_is_with_capacity_that_can_fail() {
+    let mut b = IOBuf::try_with_capacity(16).unwrap();
+    assert!(b.is_unique());
+    assert_eq!((b.headroom(), b.len(), b.tailroom()), (0, 0, 16));
+    b.extend_from_slice(b"sixteen bytes!!!").unwrap();
+    assert_eq!(&*b, b"sixteen bytes!!!");
+    // Failure is a value: what the store answers `out of memory` with.
+    let e = IOBufError::OutOfMemory { requested: 300_000 };
+    assert_eq!(e.to_string(), "no memory for a buffer of 300000 bytes");
+}
+
+#[test]
 fn with_capacity_appends_until_full() {
     let mut b = IOBuf::with_capacity(8);
     assert!(b.is_unique());
