@@ -74,11 +74,28 @@ fn kill_pid(pid: u32) {
         .status();
 }
 
+/// Asks the monitor of a native server (`ebb run`, pid `pid`) for its network and exit
+/// counters (SIGUSR1: one `ebb-vmm: virtio-net: ...` line on its stderr), and gives it a
+/// moment to print them: after a failure they tell a stuck guest (no exits, frames
+/// waiting) from a stuck network.
+fn ask_counters(pid: u32) {
+    let asked = Command::new("kill")
+        .args(["-USR1", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+    if asked.is_ok_and(|s| s.success()) {
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 /// Kills the servers `thread` started; what the native ones among them printed.
 fn kill_started_by(thread: ThreadId) -> String {
     let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
     let mut outputs = String::new();
     for s in started.iter().filter(|s| s.thread == thread) {
+        if s.output.is_some() {
+            ask_counters(s.pid);
+        }
         kill_pid(s.pid);
         for &child in &s.children {
             kill_pid(child);
@@ -378,6 +395,10 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
+        let failed = self.output.is_some() && std::thread::panicking();
+        if failed && matches!(self.child.try_wait(), Ok(None)) {
+            ask_counters(self.child.id());
+        }
         unregister(self.child.id());
         // passt would go when the monitor's end of its socket closes (`-1`); it is killed
         // rather than trusted to.
@@ -386,7 +407,7 @@ impl Drop for ServerProcess {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if self.output.is_some() && std::thread::panicking() && !self.output_shown {
+        if failed && !self.output_shown {
             // The test failed: what the VM said may be why (a guest panic).
             std::thread::sleep(Duration::from_millis(100));
             eprintln!(
@@ -499,9 +520,40 @@ fn apps_target_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("../ebb-apps")
 }
 
+/// When each thread started waiting for the native image, and when it got it: [`bounded`]
+/// does not count that time (on a clean checkout the first build takes a minute or more,
+/// more than some tests are given).
+static IMAGE_WAITS: Mutex<Vec<(ThreadId, Instant, Option<Instant>)>> = Mutex::new(Vec::new());
+
+/// How long `thread` has waited for the native image so far.
+fn image_wait(thread: ThreadId) -> Duration {
+    let now = Instant::now();
+    IMAGE_WAITS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(t, _, _)| *t == thread)
+        .map(|&(_, from, to)| to.unwrap_or(now).saturating_duration_since(from))
+        .sum()
+}
+
 /// The native memcached image, built once per test binary (`ebb build --native
 /// memcached`); panics if the build fails.
 fn native_image() -> PathBuf {
+    let me = std::thread::current().id();
+    let from = Instant::now();
+    let waits = || IMAGE_WAITS.lock().unwrap_or_else(|e| e.into_inner());
+    waits().push((me, from, None));
+    let image = build_native_image();
+    for wait in waits().iter_mut() {
+        if wait.0 == me && wait.1 == from {
+            wait.2 = Some(Instant::now());
+        }
+    }
+    image.unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn build_native_image() -> Result<PathBuf, String> {
     static IMAGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     IMAGE
         .get_or_init(|| {
@@ -535,7 +587,6 @@ fn native_image() -> PathBuf {
             }
         })
         .clone()
-        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Reads `pipe` line by line on a thread of its own into `output`.
@@ -834,28 +885,37 @@ pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// Runs `f` on a thread and panics if it takes longer than `limit` (a hung server must
-/// fail the test, not hang it), killing the servers that thread started.
+/// fail the test, not hang it), killing the servers that thread started. Time spent
+/// waiting for the native image to be built does not count.
 pub fn bounded<T: Send + 'static>(
     what: &str,
     limit: Duration,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> T {
     let (tx, rx) = mpsc::channel();
+    let started = Instant::now();
     let handle = std::thread::spawn(move || {
         let _ = tx.send(f());
     });
-    match rx.recv_timeout(limit) {
-        Ok(v) => {
-            let _ = handle.join();
-            v
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
-            Err(panic) => std::panic::resume_unwind(panic),
-            Ok(()) => unreachable!("the thread sent nothing but returned"),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            let outputs = kill_started_by(handle.thread().id());
-            panic!("{what}: not done within {limit:?}{outputs}")
+    let worker = handle.thread().id();
+    loop {
+        let deadline = started + limit + image_wait(worker);
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(v) => {
+                let _ = handle.join();
+                return v;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(()) => unreachable!("the thread sent nothing but returned"),
+            },
+            // Still within the limit once the wait for the image is added: wait on.
+            Err(mpsc::RecvTimeoutError::Timeout)
+                if Instant::now() < started + limit + image_wait(worker) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let outputs = kill_started_by(worker);
+                panic!("{what}: not done within {limit:?}{outputs}")
+            }
         }
     }
 }
