@@ -485,29 +485,12 @@ fn test_guests() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../guests");
-        if let Err(e) = ebb_toolchain::ensure_native_target(&repo_root(), "ebb-cli tests: ") {
-            panic!("the test guests cannot be built: {e}");
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut build = Command::new(cargo);
-        build
-            .current_dir(repo_root()) // for .cargo/config.toml's target rustflags
-            .args(["build", "--release", "--target", "x86_64-unknown-none"])
-            .args([
-                "--bin",
-                "panic",
-                "--bin",
-                "page_fault",
-                "--bin",
-                "exit_code",
-            ])
-            .arg("--manifest-path")
-            .arg(repo_root().join("tests/guests/Cargo.toml"))
-            .arg("--target-dir")
-            .arg(&target_dir);
-        let built = output(for_nested_cargo(&mut build));
-        assert_eq!(built.code, 0, "building tests/guests failed: {built:?}");
-        target_dir.join("x86_64-unknown-none/release")
+        ebb_testkit::guests::build(
+            &repo_root(),
+            &target_dir,
+            &["panic", "page_fault", "exit_code"],
+            "ebb-cli tests: ",
+        )
     })
 }
 

@@ -20,6 +20,7 @@
 //! * The decisions are pure functions of their inputs ([`is_required`], [`skip_line`]), so
 //!   they are unit-tested without touching the process environment.
 
+pub mod guests;
 pub mod lines;
 pub mod netcheck;
 pub mod netns;

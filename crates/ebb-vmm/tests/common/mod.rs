@@ -17,28 +17,7 @@ pub fn guests() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../guests");
-        // The toolchain may predate the toolchain file's target: add it as `ebb` would.
-        if let Err(e) = ebb_toolchain::ensure_native_target(&repo_root(), "ebb-vmm tests: ") {
-            panic!("the test guests cannot be built: {e}");
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut build = Command::new(cargo);
-        build
-            .current_dir(repo_root()) // for .cargo/config.toml's target rustflags
-            .args(["build", "--release", "--target", "x86_64-unknown-none"])
-            .arg("--manifest-path")
-            .arg(repo_root().join("tests/guests/Cargo.toml"))
-            .arg("--target-dir")
-            .arg(&target_dir);
-        let out = ebb_testkit::for_nested_cargo(&mut build)
-            .output()
-            .expect("run cargo to build the test guests");
-        assert!(
-            out.status.success(),
-            "building tests/guests failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        target_dir.join("x86_64-unknown-none/release")
+        ebb_testkit::guests::build(&repo_root(), &target_dir, &[], "ebb-vmm tests: ")
     })
 }
 
