@@ -19,6 +19,7 @@
 
 extern crate alloc;
 
+pub mod alloc_cap;
 pub mod protocol;
 pub mod server;
 pub mod store;

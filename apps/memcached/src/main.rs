@@ -8,7 +8,9 @@
 //! core count is `EBB_CPUS` or `ebb run --cpus`, so `-t` must match it), `-v`/`-vv`.
 //! Plus `ebb::net`'s network options (`--tap NAME --ip A/P` hosted; `--ip` natively), and
 //! `--fail-value-memory PPM` for soak tests: that many requests per million for value
-//! memory fail as if the heap were exhausted (the server must answer them all the same).
+//! memory fail as if the heap were exhausted (the server must answer them all the same),
+//! and hosted `--fail-allocations-over BYTES`: every allocation larger than that fails
+//! from then on (a request's large allocations must all be fallible).
 //!
 //! Prints `memcached: listening on ADDR (BACKEND, N cores; -m ...)` when ready.
 
@@ -26,10 +28,12 @@ use memcached::server::{Server, Settings, TOO_MANY_CONNECTIONS};
 
 #[cfg(all(not(target_os = "none"), feature = "ebb-allocator"))]
 #[global_allocator]
-static GLOBAL: ebb_mem::GeneralPurposeAllocator<ebb_mem::MmapSource> =
-    ebb_mem::GeneralPurposeAllocator::new(ebb_mem::MmapSource::new());
+static GLOBAL: memcached::alloc_cap::Capped<ebb_mem::GeneralPurposeAllocator<ebb_mem::MmapSource>> =
+    memcached::alloc_cap::Capped::new(ebb_mem::GeneralPurposeAllocator::new(
+        ebb_mem::MmapSource::new(),
+    ));
 
-const USAGE: &str = "usage: memcached [-p PORT] [-l ADDR] [-U 0] [-m MB] [-c CONNS] [-I SIZE] [-M] [-t N] [-v] [--fail-value-memory PPM] [network options]";
+const USAGE: &str = "usage: memcached [-p PORT] [-l ADDR] [-U 0] [-m MB] [-c CONNS] [-I SIZE] [-M] [-t N] [-v] [--fail-value-memory PPM] [--fail-allocations-over BYTES] [network options]";
 
 /// Items the idle-time sweep removes per call (it runs when a core has nothing else to
 /// do, at most every [`SWEEP_EVERY`]).
@@ -108,6 +112,16 @@ fn parse_options() -> Result<(Settings, NetConfig), String> {
             getargs::Opt::Short('t') | getargs::Opt::Long("threads") => {
                 let v = value("-t")?;
                 threads = Some(v.parse::<usize>().map_err(|_| bad("-t", v))?);
+            }
+            getargs::Opt::Long("fail-allocations-over") => {
+                let v = value("--fail-allocations-over")?;
+                let bytes: usize = v.parse().map_err(|_| bad("--fail-allocations-over", v))?;
+                #[cfg(all(not(target_os = "none"), feature = "ebb-allocator"))]
+                GLOBAL.set_cap(bytes);
+                #[cfg(not(all(not(target_os = "none"), feature = "ebb-allocator")))]
+                return Err(format!(
+                    "--fail-allocations-over {bytes}: only hosted, with ebb-mem's allocator"
+                ));
             }
             getargs::Opt::Long("fail-value-memory") => {
                 let v = value("--fail-value-memory")?;
