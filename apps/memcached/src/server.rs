@@ -218,6 +218,7 @@ impl Server {
             charged: 0,
             paused: false,
             closing: false,
+            counted: true,
         })
     }
 
@@ -398,6 +399,10 @@ pub struct McConnection {
     paused: bool,
     /// A reply asked for the connection to close once sent.
     closing: bool,
+    /// Counted in `curr_connections`: until the server closes its side, as memcached
+    /// counts a connection until it closes the socket — not until TCP has finished, which
+    /// a peer that never acknowledges our FIN (passt, at times) delays by minutes.
+    counted: bool,
 }
 
 impl McConnection {
@@ -428,7 +433,20 @@ impl McConnection {
         }
         self.flush(conn, &mut out);
         if self.closing {
-            conn.close();
+            self.close(conn);
+        }
+    }
+
+    /// Closes our side (queued replies still go out) and stops counting the connection.
+    fn close(&mut self, conn: &dyn TcpConnection) {
+        conn.close();
+        self.uncount();
+    }
+
+    /// Takes the connection out of `curr_connections`, once.
+    fn uncount(&mut self) {
+        if core::mem::take(&mut self.counted) {
+            self.server.connections.curr.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -493,7 +511,7 @@ impl McConnection {
             // open until then: the network layer would hold what arrives for a closed
             // one, up to a whole window per connection (that ran a 128 MiB guest out of
             // memory).
-            conn.close();
+            self.close(conn);
         }
     }
 
@@ -833,13 +851,18 @@ impl TcpHandler for McConnection {
         }
     }
 
+    fn peer_closed(&mut self, conn: &dyn TcpConnection) {
+        // As memcached: the peer is done, so are we (once our replies have left).
+        self.close(conn);
+    }
+
     fn closed(&mut self, _reason: CloseReason) {
         self.input = IOBufChain::new();
         self.input_footprint = 0;
         if self.charged != 0 {
             self.charge(0);
         }
-        self.server.connections.curr.fetch_sub(1, Ordering::Relaxed);
+        self.uncount();
     }
 }
 
