@@ -861,7 +861,7 @@ impl Store {
                             Plan::Write {
                                 flags: 0,
                                 exptime: absolute_expiry(exptime, cx.now),
-                                value: IOBuf::from_vec(numeric::render(initial, 0)).into(),
+                                value: numeric::render(initial, 0),
                             },
                             ArithOutcome::Value {
                                 value: initial,
@@ -893,7 +893,7 @@ impl Store {
                 Plan::Write {
                     flags: item.flags,
                     exptime: touch.map_or(old_exptime, |t| absolute_expiry(t, cx.now)),
-                    value: IOBuf::from_vec(numeric::render(value, item.value.len())).into(),
+                    value: numeric::render(value, item.value.len()),
                 },
                 ArithOutcome::Value { value, cas: 0 },
             )

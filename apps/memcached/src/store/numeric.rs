@@ -18,7 +18,7 @@
 //! rest is padded with spaces (`"100"` decremented by one reads back as `"99 "`); when it
 //! is longer the value becomes exactly the digits.
 
-use alloc::vec::Vec;
+use ebb::{IOBuf, IOBufChain};
 
 /// C's `isspace` in the "C" locale.
 fn is_c_space(b: u8) -> bool {
@@ -97,14 +97,22 @@ pub(super) fn digits(n: u64) -> ([u8; 20], usize) {
     (buf, len)
 }
 
-/// The bytes of the value that replaces `old_len` bytes after an `incr`/`decr` to `n`:
-/// the digits, space-padded to `old_len` when they fit (memcached's in-place update).
-pub(super) fn render(n: u64, old_len: usize) -> Vec<u8> {
+/// Spaces to pad a number with, shared by every padded value.
+static SPACES: [u8; 16 << 10] = [b' '; 16 << 10];
+
+/// The value that replaces `old_len` bytes after an `incr`/`decr` to `n`: the digits,
+/// space-padded to `old_len` when they fit (memcached's in-place update). The padding is
+/// static buffers, not memory of its own: a client's 1 MB value of `1` and spaces must
+/// not make its `incr` allocate 1 MB (the store copies the result into its fallible
+/// pieces).
+pub(super) fn render(n: u64, old_len: usize) -> IOBufChain {
     let (buf, len) = digits(n);
-    let mut out = Vec::with_capacity(len.max(old_len));
-    out.extend_from_slice(&buf[..len]);
-    if len < old_len {
-        out.resize(old_len, b' ');
+    let mut out = IOBufChain::from(IOBuf::copy_from_slice(&buf[..len]));
+    let mut pad = old_len.saturating_sub(len);
+    while pad > 0 {
+        let take = pad.min(SPACES.len());
+        out.push_back(IOBuf::from_static(&SPACES[..take]));
+        pad -= take;
     }
     out
 }
@@ -152,9 +160,12 @@ mod tests {
 
     #[test]
     fn renders_with_memcached_padding() {
-        assert_eq!(render(99, 3), b"99 ");
-        assert_eq!(render(100, 2), b"100");
-        assert_eq!(render(0, 1), b"0");
-        assert_eq!(render(u64::MAX, 0), b"18446744073709551615");
+        assert_eq!(render(99, 3).to_vec(), b"99 ");
+        assert_eq!(render(100, 2).to_vec(), b"100");
+        assert_eq!(render(0, 1).to_vec(), b"0");
+        assert_eq!(render(u64::MAX, 0).to_vec(), b"18446744073709551615");
+        let padded = render(7, 100_000);
+        assert_eq!(padded.len(), 100_000);
+        assert!(padded.to_vec()[1..].iter().all(|&b| b == b' '));
     }
 }

@@ -749,7 +749,7 @@ mod model {
                                         return Err(TestCaseError::fail(format!("arith: {out:?}")));
                                     };
                                     prop_assert_eq!(value, v);
-                                    model.insert(k, Entry { cas, value: numeric::render(v, e.value.len()), ..e });
+                                    model.insert(k, Entry { cas, value: numeric::render(v, e.value.len()).to_vec(), ..e });
                                 }
                             },
                         }
@@ -1363,8 +1363,15 @@ fn allocation_failure_costs_the_request_not_the_store() {
         s.set(cx(T0), b"k", 0, 0, buf(b"v")),
         Err(StoreError::OutOfMemory)
     );
-    // A failed set removes the key's old value, as memcached does.
-    assert_eq!(value(&s, T0, b"small49"), None);
+    // A failed set removes the key's old value, as memcached does (no stale reads).
+    memory.no_room.store(false, Ordering::Relaxed);
+    set(&s, T0, b"stale", 0, 0, b"old");
+    memory.no_room.store(true, Ordering::Relaxed);
+    assert_eq!(
+        s.set(cx(T0), b"stale", 0, 0, buf(b"new")),
+        Err(StoreError::OutOfMemory)
+    );
+    assert_eq!(value(&s, T0, b"stale"), None);
     // Memory back: the same requests succeed, every surviving value is intact.
     memory.no_room.store(false, Ordering::Relaxed);
     s.set(cx(T0), b"large", 0, 0, framed(&large)).unwrap();
@@ -1374,7 +1381,7 @@ fn allocation_failure_costs_the_request_not_the_store() {
             assert_eq!(v, checked_value(i, 100));
         }
     }
-    assert_eq!(s.stats().outofmemory, 2);
+    assert_eq!(s.stats().outofmemory, 3);
 }
 
 #[test]
