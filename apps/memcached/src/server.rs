@@ -34,8 +34,8 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use ebb::net::{CloseReason, IOBuf, IOBufChain, TcpConnection, TcpHandler};
 
 use crate::protocol::{
-    Command, Limits, MetaItem, MetaOutcome, Parsed, Parser, Protocol, ReplyTo, Request, Response,
-    StoreMode, encode, encode_meta,
+    Command, Keys, Limits, MetaItem, MetaOutcome, Parsed, Parser, Protocol, ReplyTo, Request,
+    Response, StoreMode, encode, encode_meta,
 };
 use crate::store::{
     Arith, ArithOutcome, Ctx, DeleteOutcome, FailingMemory, HeapMemory, ItemMemory, Mode, Store,
@@ -219,6 +219,7 @@ impl Server {
             paused: false,
             closing: false,
             counted: true,
+            pending_get: None,
         })
     }
 
@@ -403,6 +404,16 @@ pub struct McConnection {
     /// counts a connection until it closes the socket — not until TCP has finished, which
     /// a peer that never acknowledges our FIN (passt, at times) delays by minutes.
     counted: bool,
+    /// A `get` answered in part: the rest goes out as the connection takes it.
+    pending_get: Option<PendingGet>,
+}
+
+/// A `get` whose reply is being built: its keys, and the next one to answer.
+struct PendingGet {
+    keys: Keys,
+    next: usize,
+    touch: Option<i64>,
+    reply_to: ReplyTo,
 }
 
 impl McConnection {
@@ -411,6 +422,12 @@ impl McConnection {
         let mut out = IOBufChain::new();
         let cx = Ctx::new(now_unix(), core_index());
         while !self.closing {
+            if self.pending_get.is_some() {
+                if self.continue_get(cx, &mut out) && self.flush(conn, &mut out) {
+                    break;
+                }
+                continue;
+            }
             match self.parser.parse(&mut self.input) {
                 Parsed::Incomplete => break,
                 Parsed::Request(command) => {
@@ -435,6 +452,42 @@ impl McConnection {
         if self.closing {
             self.close(conn);
         }
+    }
+
+    /// Answers the keys of the `get` under way, until its reply has grown past
+    /// [`FLUSH_AT`]: true when keys are left (the caller flushes, and pauses if the
+    /// connection must). A get of many keys, or of large values, so never builds more than
+    /// about `FLUSH_AT` plus one value of reply before the connection can push back — a
+    /// thousand keys of a 1 MiB value are 65,000 buffers, which built at once made a reply
+    /// chain of megabytes (review of issue 21).
+    fn continue_get(&mut self, cx: Ctx, out: &mut IOBufChain) -> bool {
+        let store = &self.server.store;
+        let Some(get) = self.pending_get.as_mut() else {
+            return false;
+        };
+        while let Some(key) = get.keys.get(get.next) {
+            get.next += 1;
+            let hit = match get.touch {
+                Some(exptime) => store.gat(cx, key, exptime),
+                None => store.get(cx, key),
+            };
+            let response = match &hit {
+                Some(hit) => Response::Value {
+                    key,
+                    flags: hit.flags,
+                    cas: hit.cas,
+                    data: &hit.value,
+                },
+                None => Response::Miss { key },
+            };
+            encode(&get.reply_to, &response, out);
+            if out.len() >= FLUSH_AT && get.next < get.keys.len() {
+                return true;
+            }
+        }
+        encode(&get.reply_to, &Response::End, out);
+        self.pending_get = None;
+        false
     }
 
     /// Closes our side (queued replies still go out) and stops counting the connection.
@@ -554,29 +607,27 @@ impl McConnection {
     /// Runs one command, appending its replies to `out`; true when the output must be
     /// flushed now (`noop`, `quit`).
     fn execute(&mut self, cx: Ctx, command: Command, out: &mut IOBufChain) -> bool {
+        let command = match command {
+            Command {
+                request: Request::Get { keys, touch, .. },
+                reply_to,
+            } => {
+                self.pending_get = Some(PendingGet {
+                    keys,
+                    next: 0,
+                    touch,
+                    reply_to,
+                });
+                return self.continue_get(cx, out);
+            }
+            other => other,
+        };
         let store = &self.server.store;
         let to = &command.reply_to;
         let binary = matches!(to, ReplyTo::Binary(_));
         match command.request {
-            Request::Get { keys, touch, .. } => {
-                for key in &keys {
-                    let hit = match touch {
-                        Some(exptime) => store.gat(cx, key, exptime),
-                        None => store.get(cx, key),
-                    };
-                    let response = match &hit {
-                        Some(hit) => Response::Value {
-                            key,
-                            flags: hit.flags,
-                            cas: hit.cas,
-                            data: &hit.value,
-                        },
-                        None => Response::Miss { key },
-                    };
-                    encode(to, &response, out);
-                }
-                encode(to, &Response::End, out);
-            }
+            // Answered by `continue_get`, above.
+            Request::Get { .. } => {}
             Request::Store {
                 mode,
                 key,

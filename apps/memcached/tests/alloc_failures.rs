@@ -138,9 +138,10 @@ fn injected_allocation_failures_cost_requests_not_the_server_natively() {
 }
 
 /// Hosted, every allocation over 64 KiB fails from the start of serving
-/// (`--fail-allocations-over`): values up to 1 MB, and a value trickled in 200-byte
-/// writes (its input compacted, into a buffer of twice its size), must all be served
-/// or refused with an answer. An infallible allocation that large anywhere on their
+/// (`--fail-allocations-over`): values up to 1 MB, a value trickled in 200-byte writes
+/// (its input compacted, into a buffer of twice its size), `incr` on a 1 MB number, a
+/// get of 200 keys of a 1 MB value and a get line of 15,000 keys must all be served or
+/// refused with an answer. An infallible allocation that large anywhere on their
 /// way would abort the server. (64 KiB: the hosted socket layer's largest read buffer,
 /// an allocation the runtime makes before any request is known.)
 #[test]
@@ -164,6 +165,35 @@ fn a_request_s_large_allocations_are_all_fallible() {
         reply
     });
     println!("trickled 100 KB set: {trickled}");
+    server.assert_alive();
+    common::bounded("large replies", Duration::from_secs(120), move || {
+        let mut c = Client::connect(port);
+        // incr on a 1 MB number (a digit and spaces, as memcached allows): the result is
+        // padded to the old length without a 1 MB allocation.
+        let mut number = b"1".to_vec();
+        number.resize(1_000_000, b' ');
+        assert_eq!(c.set("number", 0, 0, &number), "STORED");
+        assert_eq!(c.cmd("incr number 1"), "2");
+        let (_, got) = c.get("number").expect("the number");
+        assert_eq!((got.len(), got[0], got[1]), (1_000_000, b'2', b' '));
+        // One get of 200 keys of a 1 MB value: 200 MB of reply, built a piece at a time.
+        let value = value_for("big", 1, 1_000_000);
+        assert_eq!(c.set("big", 0, 0, &value), "STORED");
+        let line = format!("get{}\r\n", " big".repeat(200));
+        c.send(line.as_bytes());
+        let values = c.read_values();
+        assert_eq!(values.len(), 200);
+        assert!(values.iter().all(|(_, _, v)| *v == value));
+        // A 30 KB get line of one-byte keys: its key list is larger than the cap.
+        let line = format!("get{}\r\n", " x".repeat(15_000));
+        c.send(line.as_bytes());
+        let reply = c.line_str();
+        assert!(
+            reply == "END" || reply == "SERVER_ERROR out of memory writing get response",
+            "long get line: {reply:?}"
+        );
+        assert_eq!(c.cmd("version").split(' ').next(), Some("VERSION"));
+    });
     server.assert_alive();
     soak(
         server,

@@ -119,7 +119,9 @@ pub struct Limits {
     /// (see [`Limits::item_fits`]) is refused and its bytes swallowed.
     pub item_size_max: usize,
     /// The longest `get`/`gets` line accepted (memcached has no bound; its buffer just
-    /// grows). A longer one closes the connection.
+    /// grows). A longer one closes the connection. 32 KiB: a thousand keys, and a
+    /// bound on what one line makes a node hold (its keys are ~80 bytes each once
+    /// parsed: a 4 MiB line of one-byte keys was 168 MB, more than a native node has).
     pub max_get_line: usize,
 }
 
@@ -127,7 +129,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             item_size_max: 1024 * 1024,
-            max_get_line: 4 * 1024 * 1024,
+            max_get_line: 32 * 1024,
         }
     }
 }
@@ -455,6 +457,10 @@ pub enum ErrorKind {
     /// Binary: an opcode memcached does not handle: `UNKNOWN_COMMAND`, body swallowed.
     #[error("unknown opcode")]
     UnknownOpcode,
+    /// Text: no memory for a `get`'s list of keys (`SERVER_ERROR out of memory writing
+    /// get response`, memcached's answer when it cannot build a get's reply).
+    #[error("out of memory")]
+    OutOfMemory,
     /// The parser already asked for the connection to be closed.
     #[error("connection closed")]
     Closed,

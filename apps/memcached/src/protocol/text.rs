@@ -44,6 +44,7 @@ const BAD_DATA_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
 const INVALID_EXPTIME: &[u8] = b"CLIENT_ERROR invalid exptime argument\r\n";
 const INVALID_DELTA: &[u8] = b"CLIENT_ERROR invalid numeric delta argument\r\n";
 const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+const NO_MEMORY_FOR_GET: &[u8] = b"SERVER_ERROR out of memory writing get response\r\n";
 const SHUTDOWN_DISABLED: &[u8] = b"SERVER_ERROR: shutdown not enabled\r\n";
 
 /// What a command line asks for, before its data block (if any) is read.
@@ -478,6 +479,11 @@ fn get(t: &Tokens<'_>, body: &[u8], cas: bool, touch: bool) -> Line {
         if key.len() > KEY_MAX_LENGTH {
             // memcached drops the replies already built for this get and sends only this.
             return Line::refused(ErrorKind::BadFormat, BAD_FORMAT, false);
+        }
+        // The list grows with the line (up to `max_get_line`): fallible, it may be the
+        // one allocation a node has no block for.
+        if keys.try_reserve(1).is_err() {
+            return Line::refused(ErrorKind::OutOfMemory, NO_MEMORY_FOR_GET, false);
         }
         keys.push(Key::new(key));
     }
