@@ -58,9 +58,10 @@ pub fn chain_cost(chain: &IOBufChain) -> usize {
     chain.iter().map(buffer_cost).fold(0, usize::saturating_add)
 }
 
-/// The pieces a value of `len` bytes is copied into: whole [`VALUE_PIECE`]s, then the
-/// rest in a buffer of the smallest block that holds it (a piece of 2-4 KiB in a 4 KiB
-/// block, 4-8 KiB in 8 KiB, ...; up to [`SMALL_PIECE`] in a slab object).
+/// The pieces a value of `len` bytes is copied into: whole [`VALUE_PIECE`]s, then for
+/// the rest the largest 8 or 4 KiB block it fills, repeatedly, and what remains in one
+/// buffer — a slab object up to [`SMALL_PIECE`], else a 4 KiB block. So no piece wastes
+/// more than 2 KiB, and a value has at most three pieces besides its whole 16 KiB ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Packing {
     len: usize,
@@ -134,12 +135,18 @@ impl Packing {
         for cap in self.pieces() {
             let mut piece = memory.buffer(cap)?;
             while piece.len() < cap {
-                if pending.is_empty() {
-                    pending = from.next()?;
+                while pending.is_empty() {
+                    // The pieces add up to the chain's length, so it has the bytes.
+                    let Some(next) = from.next() else {
+                        debug_assert!(false, "a chain shorter than its packing");
+                        return None;
+                    };
+                    pending = next;
                 }
                 let take = pending.len().min(cap - piece.len());
                 // Cannot fail: the piece is unique and has room for `cap` bytes.
-                piece.extend_from_slice(&pending[..take]).ok()?;
+                let copied = piece.extend_from_slice(&pending[..take]);
+                debug_assert!(copied.is_ok());
                 pending = &pending[take..];
             }
             pieces.push(piece);
