@@ -917,6 +917,17 @@ impl TcpHandler for McConnection {
     }
 }
 
+impl Drop for McConnection {
+    /// A handler dropped without `closed` (a connection that ended before its handler
+    /// was installed) still gives back its count and its input's charge.
+    fn drop(&mut self) {
+        self.uncount();
+        if self.charged != 0 {
+            self.charge(0);
+        }
+    }
+}
+
 /// The memory `input`'s buffers occupy: each segment's whole storage, since a few bytes
 /// cut from a receive buffer keep all of it alive (segments sharing one are counted
 /// each: an upper bound).
