@@ -8,7 +8,8 @@
 //! `docs/06-native-monitor.md`.
 //!
 //! Pipeline: [`image`] parses and validates the ELF → [`layout`] places image, stacks and
-//! boot structures → [`paging`] and [`cpu`] produce page tables, GDT and registers →
+//! boot structures → [`paging`] and [`cpu`] produce page tables, GDT and registers (the
+//! boot structures' contents come from [`ebb_boot`], shared with the PVH stub) →
 //! [`vm::Vm::new`] writes them into guest memory and creates the vCPUs → [`vm::Vm::run`]
 //! runs one thread per vCPU ([`vcpu`]), serving [`hypercall`]s and draining the
 //! [`console`], until an [`Outcome`] ends it.
@@ -37,7 +38,6 @@ pub mod cpu;
 pub mod guest;
 pub mod hypercall;
 pub mod image;
-pub mod layout;
 pub mod net_options;
 pub mod paging;
 pub mod report;
@@ -48,5 +48,6 @@ mod vcpu;
 pub mod virtio;
 pub mod vm;
 
+pub use ebb_boot::layout;
 pub use report::Outcome;
 pub use vm::{Remains, VCPU_NICE_ON_SHARED_CPUS, Vm, VmConfig, VmError, kvm_usable};

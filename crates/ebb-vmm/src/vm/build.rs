@@ -1,7 +1,7 @@
 //! Building a VM: the image loaded and the boot structures written into guest memory
 //! before the VM exists, then the VM, its vCPUs and its virtio-net device created.
 
-use super::boot_info::{boot_flags, write_boot_info, write_percore};
+use super::boot_info::{boot_flags, write_boot_info, write_descriptor_tables, write_percore};
 use super::network::open_backends;
 use super::threads::{Shared, spawn_vcpu_threads};
 use super::{Vm, VmConfig, VmError, kvm_err};
@@ -12,9 +12,7 @@ use crate::image::Image;
 use crate::layout::{Layout, LayoutError};
 use crate::paging::PageTables;
 use crate::sys;
-use ebb_abi::{
-    BOOT_INFO_ADDR, BootInfo, CMDLINE_ADDR, GDT_ADDR, KICK_PORT, PAGE_TABLES_ADDR, TSS_ADDR,
-};
+use ebb_abi::{BOOT_INFO_ADDR, BootInfo, CMDLINE_ADDR, KICK_PORT};
 use kvm_bindings::KVM_MAX_CPUID_ENTRIES;
 use kvm_ioctls::{IoEventAddress, Kvm};
 use std::mem::offset_of;
@@ -52,12 +50,7 @@ impl Vm {
             mem.write_bytes(seg.addr, seg.data)
                 .ok_or(VmError::GuestWrite("an image segment"))?;
         }
-        mem.write_bytes(GDT_ADDR, &cpu::gdt_page())
-            .ok_or(VmError::GuestWrite("the GDT"))?;
-        mem.write_bytes(TSS_ADDR, &cpu::tss())
-            .ok_or(VmError::GuestWrite("the TSS"))?;
-        mem.write_bytes(PAGE_TABLES_ADDR, &tables.to_bytes())
-            .ok_or(VmError::GuestWrite("the page tables"))?;
+        write_descriptor_tables(&mem, &tables)?;
         mem.write_bytes(CMDLINE_ADDR, config.cmdline.as_bytes())
             .ok_or(VmError::GuestWrite("the command line"))?;
         for core in 0..layout.cpus {
@@ -178,7 +171,6 @@ impl Vm {
     }
 }
 
-/// The monitor's advice to the guest ([`BootInfo::flags`]).
 /// Asks for the guest's free memory (above its image, per-core blocks and stacks, from the
 /// next 2 MiB boundary) on transparent huge pages, so the host can shadow the guest's
 /// 2 MiB pages with 2 MiB pages: fewer guest TLB misses and far fewer faults under PVM
