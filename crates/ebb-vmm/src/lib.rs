@@ -28,8 +28,10 @@
 //! * **The guest never runs at CPL 0.** Every vCPU starts at CPL 3 with IOPL 3 and there
 //!   is no IDT: any exception becomes a triple fault (or, under PVM, an internal error),
 //!   reported with registers and a symbolized RIP.
-//! * `unsafe` lives only in [`sys`], each block with a `// SAFETY:` comment.
+//! * `unsafe` lives only in [`sys`] (denied everywhere else), each block with a
+//!   `// SAFETY:` comment.
 
+#![deny(unsafe_code)]
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -41,6 +43,7 @@ pub mod image;
 pub mod net_options;
 pub mod paging;
 pub mod report;
+#[allow(unsafe_code)] // the one module with `unsafe`: see its docs
 mod sys;
 #[cfg(test)]
 mod testing;

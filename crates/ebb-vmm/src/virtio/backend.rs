@@ -228,7 +228,7 @@ const PASST_WRITE_LIMIT: usize = 512 * 1024;
 const PASST_READ_LIMIT: usize = 64 * 1024 * 1024;
 /// The send buffer asked for on passt's end of the socket (the kernel caps it at
 /// `net.core.wmem_max`): slack for the moments the I/O thread is not scheduled.
-const PASST_SOCKET_BUFFER: libc::c_int = 4 * 1024 * 1024;
+const PASST_SOCKET_BUFFER: usize = 4 * 1024 * 1024;
 
 impl Passt {
     /// Starts passt with `forwards`, for a guest whose MAC address is `guest_mac`.
@@ -262,23 +262,10 @@ impl Passt {
         // again, and passt answers the guest's retransmissions of the data it covers with
         // silence: the connection stalls for good. So its socket must never fill: a large
         // send buffer on its end, and `drain` reads it every round (see `Backend::drain`).
-        let size = PASST_SOCKET_BUFFER;
-        // SAFETY: `fd` is the open socket `theirs`; the option value is a c_int that lives
-        // across the call, and its size is passed with it.
-        let set = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_SNDBUF,
-                (&size as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if set != 0 {
-            log::warn!(
-                "--net user: cannot enlarge passt's socket buffer: {}",
-                std::io::Error::last_os_error()
-            );
+        if let Err(e) =
+            rustix::net::sockopt::set_socket_send_buffer_size(&theirs, PASST_SOCKET_BUFFER)
+        {
+            log::warn!("--net user: cannot enlarge passt's socket buffer: {e}");
         }
         // The child must inherit `theirs`: clear close-on-exec on it only.
         rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty())

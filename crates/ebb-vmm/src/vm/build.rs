@@ -73,11 +73,7 @@ impl Vm {
         let kvm = match config.kvm_fd {
             None => Kvm::new().map_err(VmError::OpenKvm)?,
             Some(fd) => {
-                use std::os::fd::FromRawFd;
-                // SAFETY: `kvm_fd` is documented as an open /dev/kvm the VM takes over;
-                // nothing else in this process uses or closes it. A descriptor that is not
-                // KVM fails the API version check below instead of being used.
-                let kvm = unsafe { Kvm::from_raw_fd(fd) };
+                let kvm = sys::kvm_from_inherited_fd(fd);
                 if kvm.get_api_version() != 12 {
                     return Err(VmError::OpenKvm(kvm_ioctls::Error::new(libc::ENOTTY)));
                 }
