@@ -6,7 +6,7 @@ pub mod net;
 pub mod queue;
 
 pub use backend::{Backend, BackendError, PortForward};
-pub use net::{IoThread, NetStats, Offload, VirtioNet};
+pub use net::{IoThread, NetStats, Offload, VirtioNetDevice};
 
 #[cfg(test)]
 mod tests;

@@ -1,9 +1,9 @@
 //! The virtio-net device against a hostile guest, without KVM.
 //!
 //! A [`Guest`] is what a driver sees of the device: the MMIO register file
-//! ([`VirtioNet::mmio_read`]/[`mmio_write`](VirtioNet::mmio_write), exactly as the vCPU
-//! threads call them on an MMIO exit) and rings in guest memory (plain host memory behind a
-//! [`GuestMem`]). The device side runs one I/O-thread round at a time ([`Engine::step`])
+//! ([`VirtioNetDevice::mmio_read`]/[`mmio_write`](VirtioNetDevice::mmio_write), exactly
+//! as the vCPU threads call them on an MMIO exit) and rings in guest memory (plain host
+//! memory behind a [`GuestMem`]). The device side runs one I/O-thread round at a time ([`Engine::step`])
 //! against an in-memory backend ([`Wire`]). Each case writes what a broken or malicious
 //! driver could write and checks that the device either refuses the setting or marks
 //! itself broken — `DEVICE_NEEDS_RESET` in the status register and a reason naming the
@@ -25,7 +25,7 @@
 
 use super::backend::{Backend, Direct};
 use super::net::{
-    Engine, Offload, PENDING_OUTPUT_RETRY, QUEUE_MAX, SLEEP_MAX, VirtioNet, sleep_bound,
+    Engine, Offload, PENDING_OUTPUT_RETRY, QUEUE_MAX, SLEEP_MAX, VirtioNetDevice, sleep_bound,
 };
 use crate::guest::GuestMem;
 use ebb_abi::virtio::{
@@ -233,7 +233,7 @@ fn d(addr: u64, len: u32, flags: u16, next: u16) -> (u64, u32, u16, u16) {
 /// A driver's view of the device, plus the device's I/O-thread side.
 struct Guest {
     mem: GuestMem,
-    dev: VirtioNet,
+    dev: VirtioNetDevice,
     engine: Engine,
     backends: Vec<Box<dyn Backend>>,
     wire: Wire,
@@ -314,7 +314,7 @@ impl Guest {
             .expect("host memory for the fake guest");
         Guest {
             mem: GuestMem::new(mmap, MEM),
-            dev: VirtioNet::new([2, 0, 0, 0, 0, 1], pairs, offload).expect("a device"),
+            dev: VirtioNetDevice::new([2, 0, 0, 0, 0, 1], pairs, offload).expect("a device"),
             engine: Engine::new(),
             backends: vec![backend],
             wire,
@@ -1240,7 +1240,7 @@ fn driver_ok_without_features_ok_breaks_the_device() {
 
 #[test]
 fn register_accesses_that_are_not_32_bit_and_aligned_break_the_device() {
-    type Access = Box<dyn Fn(&VirtioNet)>;
+    type Access = Box<dyn Fn(&VirtioNetDevice)>;
     let cases: Vec<(&str, Access, &str)> = vec![
         (
             "1-byte read",

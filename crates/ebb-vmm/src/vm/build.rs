@@ -122,7 +122,7 @@ impl Vm {
             (Some(net), Some(backends)) => {
                 let os = |what| move |source| VmError::Os { what, source };
                 let device = Arc::new(
-                    crate::virtio::VirtioNet::new(
+                    crate::virtio::VirtioNetDevice::new(
                         net.mac,
                         layout.cpus as u16,
                         net.device_offload(),

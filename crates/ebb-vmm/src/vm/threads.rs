@@ -39,7 +39,7 @@ pub struct Shared {
     /// Exits to this process (every `KVM_RUN` return but errors), all vCPUs.
     pub exits: std::sync::atomic::AtomicU64,
     /// The virtio-net device, when the VM has one (its MMIO exits go there).
-    pub net: std::sync::OnceLock<Arc<crate::virtio::VirtioNet>>,
+    pub net: std::sync::OnceLock<Arc<crate::virtio::VirtioNetDevice>>,
 }
 
 impl std::fmt::Debug for Shared {

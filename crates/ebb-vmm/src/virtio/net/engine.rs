@@ -5,7 +5,7 @@
 use super::control::control_command;
 use super::direct::{receive_direct, transmit_direct};
 use super::offload::{TxOffload, guest_header, tx_request};
-use super::transport::VirtioNet;
+use super::transport::VirtioNetDevice;
 use super::{IDLE_POLL, PENDING_OUTPUT_RETRY, QueueFault, RX_BACKLOG, SLEEP_MAX, add_faults, on};
 use crate::guest::GuestMem;
 use crate::virtio::backend::Backend;
@@ -24,7 +24,7 @@ use vmm_sys_util::eventfd::EventFd;
 /// What the I/O thread needs.
 pub struct IoThread {
     /// The device.
-    pub device: Arc<VirtioNet>,
+    pub device: Arc<VirtioNetDevice>,
     /// The VM.
     pub shared: Arc<Shared>,
     /// One backend per pair, or one for all.
@@ -60,7 +60,7 @@ struct Pair {
 pub(crate) struct Engine {
     /// The transport epoch the queues were built for (`u64::MAX`: none).
     epoch: u64,
-    /// `VirtioNet::changes` when the transport was last looked at (`None`: never).
+    /// `VirtioNetDevice::changes` when the transport was last looked at (`None`: never).
     seen_changes: Option<u64>,
     pairs: Vec<Pair>,
     ctrl: Option<DeviceQueue>,
@@ -100,7 +100,7 @@ impl Engine {
     /// A queue fault breaks the device. Returns whether there was work.
     pub(crate) fn step(
         &mut self,
-        device: &VirtioNet,
+        device: &VirtioNetDevice,
         mem: &GuestMem,
         now: NetInstant,
         backends: &mut [Box<dyn Backend>],
@@ -126,7 +126,12 @@ impl Engine {
     /// Builds the queues the transport now describes (none unless it is live), with
     /// large receive in `backends` on for a driver that negotiated GUEST_TSO4 and off
     /// otherwise (see [`switch_large_receive`](Self::switch_large_receive)).
-    fn rebuild(&mut self, device: &VirtioNet, mem: &GuestMem, backends: &mut [Box<dyn Backend>]) {
+    fn rebuild(
+        &mut self,
+        device: &VirtioNetDevice,
+        mem: &GuestMem,
+        backends: &mut [Box<dyn Backend>],
+    ) {
         match device.activation(mem) {
             Ok(Some((e, configs, negotiated))) if e != self.epoch => {
                 let guest_tso4 = negotiated & features::bit(features::NET_GUEST_TSO4) != 0;
@@ -274,7 +279,7 @@ impl Engine {
 
     fn work(
         &mut self,
-        device: &VirtioNet,
+        device: &VirtioNetDevice,
         mem: &GuestMem,
         now: NetInstant,
         backends: &mut [Box<dyn Backend>],

@@ -90,7 +90,7 @@ pub(crate) use engine::{Engine, sleep_bound};
 pub use engine::{IO_POLL_ENV, IoThread};
 pub(crate) use engine::{io_poll_window, shares_cpus_with_vcpus};
 pub use offload::Offload;
-pub use transport::VirtioNet;
+pub use transport::VirtioNetDevice;
 
 use crate::virtio::queue::QueueError;
 use ebb_net::phy::{FaultCounts, FaultStats};

@@ -39,8 +39,9 @@ struct Transport {
     epoch: u64,
 }
 
-/// The device: see the module docs.
-pub struct VirtioNet {
+/// The virtio-net device the monitor serves (the guest's driver is `ebb-native`'s): see the
+/// [module docs](super).
+pub struct VirtioNetDevice {
     mac: [u8; 6],
     pub(super) pairs: u16,
     /// What the device offers beyond the basics.
@@ -55,9 +56,9 @@ pub struct VirtioNet {
     pub stats: NetStats,
 }
 
-impl std::fmt::Debug for VirtioNet {
+impl std::fmt::Debug for VirtioNetDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VirtioNet")
+        f.debug_struct("VirtioNetDevice")
             .field("pairs", &self.pairs)
             .finish()
     }
@@ -106,11 +107,11 @@ fn misses_a_dependency(accepted: u64) -> bool {
         .any(|&(feature, needs)| has(feature) && !has(needs))
 }
 
-impl VirtioNet {
+impl VirtioNetDevice {
     /// A device with `pairs` queue pairs (one per vCPU) and MAC `mac`, offering `offload`
     /// (only what the backend can honour: see [`Offload`] and the module docs).
-    pub fn new(mac: [u8; 6], pairs: u16, offload: Offload) -> std::io::Result<VirtioNet> {
-        Ok(VirtioNet {
+    pub fn new(mac: [u8; 6], pairs: u16, offload: Offload) -> std::io::Result<VirtioNetDevice> {
+        Ok(VirtioNetDevice {
             mac,
             pairs,
             offload,
