@@ -5,7 +5,7 @@ pub mod backend;
 pub mod net;
 pub mod queue;
 
-pub use backend::{Backend, BackendError, PortForward};
+pub use backend::{HostLink, HostLinkError, PortForward};
 pub use net::{IoThread, NetStats, Offload, VirtioNetDevice};
 
 #[cfg(test)]

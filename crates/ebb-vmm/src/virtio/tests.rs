@@ -23,7 +23,7 @@
 //!   after FEATURES_OK, queue registers of a ready queue or after DRIVER_OK) are ignored;
 //!   accesses the device cannot make sense of (not 32 bits, misaligned) break it.
 
-use super::backend::{Backend, Direct};
+use super::backend::{Direct, HostLink};
 use super::net::{
     Engine, Offload, PENDING_OUTPUT_RETRY, QUEUE_MAX, SLEEP_MAX, VirtioNetDevice, sleep_bound,
 };
@@ -134,13 +134,13 @@ impl NetDevice for WireEnd {
     }
 }
 
-impl Backend for WireEnd {
+impl HostLink for WireEnd {
     fn fd(&self) -> BorrowedFd<'_> {
         crate::sys::borrow_eventfd(&self.fd)
     }
 }
 
-/// What the device asked of a backend's large receive ([`Backend::set_large_receive`]),
+/// What the device asked of a backend's large receive ([`HostLink::set_large_receive`]),
 /// shared between the backend and the test.
 #[derive(Clone, Default)]
 struct LargeReceiveLog {
@@ -171,7 +171,7 @@ impl LargeReceiveLog {
 
 /// A backend with TAP's one-frame-per-call semantics for the direct path: one end of a
 /// Unix datagram socket pair (a `readv` takes one datagram and drops what does not fit; a
-/// `writev` sends one; a full peer says `EAGAIN`). Only [`Backend::direct`] is used: the
+/// `writev` sends one; a full peer says `EAGAIN`). Only [`HostLink::direct`] is used: the
 /// copying calls are never made for a direct backend the guest can read headers of.
 /// Large receive is only recorded: what the host end sends is what the guest gets.
 struct DatagramEnd {
@@ -195,7 +195,7 @@ impl NetDevice for DatagramEnd {
     }
 }
 
-impl Backend for DatagramEnd {
+impl HostLink for DatagramEnd {
     fn fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
     }
@@ -235,7 +235,7 @@ struct Guest {
     mem: GuestMem,
     dev: VirtioNetDevice,
     engine: Engine,
-    backends: Vec<Box<dyn Backend>>,
+    backends: Vec<Box<dyn HostLink>>,
     wire: Wire,
     /// What the device asked of a direct backend's large receive.
     large_receive: LargeReceiveLog,
@@ -268,7 +268,7 @@ impl Guest {
             wire: wire.clone(),
             fd: EventFd::new(EFD_NONBLOCK).expect("an eventfd"),
         };
-        let backend: Box<dyn Backend> = match faults {
+        let backend: Box<dyn HostLink> = match faults {
             Some(f) => Box::new(
                 FaultInjector::new(end, 7)
                     .with_rx_faults(f)
@@ -309,7 +309,7 @@ impl Guest {
         (guest, host)
     }
 
-    fn with_backend(pairs: u16, offload: Offload, backend: Box<dyn Backend>, wire: Wire) -> Guest {
+    fn with_backend(pairs: u16, offload: Offload, backend: Box<dyn HostLink>, wire: Wire) -> Guest {
         let mmap = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), MEM as usize)])
             .expect("host memory for the fake guest");
         Guest {

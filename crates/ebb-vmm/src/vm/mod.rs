@@ -22,7 +22,7 @@ mod build;
 mod network;
 mod threads;
 
-pub use network::{NetBackend, NetConfig, net_summary};
+pub use network::{HostLinkConfig, NetConfig, net_summary};
 use threads::VcpuThread;
 pub use threads::{DRAIN_INTERVAL, Remains, Shared, VCPU_NICE_ON_SHARED_CPUS};
 
@@ -112,7 +112,7 @@ pub enum VmError {
     GuestWrite(&'static str),
     /// The network backend could not start.
     #[error(transparent)]
-    Net(#[from] crate::virtio::BackendError),
+    Net(#[from] crate::virtio::HostLinkError),
     /// An OS resource could not be created.
     #[error("{what}: {source}")]
     Os {

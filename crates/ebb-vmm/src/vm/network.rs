@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 /// The VM's network device: where its frames go.
 #[derive(Clone, Debug)]
 pub struct NetConfig {
-    /// The backend.
-    pub backend: NetBackend,
+    /// The host side of the guest's link.
+    pub link: HostLinkConfig,
     /// The guest's MAC address.
     pub mac: [u8; 6],
     /// Seeded faults between guest and backend (`--net-faults`).
@@ -23,7 +23,7 @@ impl NetConfig {
     /// Whether the device offers checksum offload: asked for, and a TAP backend (see
     /// `virtio::net`, "Checksum offload", for why not with passt).
     pub fn checksum_offload(&self) -> bool {
-        self.offload && matches!(self.backend, NetBackend::Tap(_))
+        self.offload && matches!(self.link, HostLinkConfig::Tap(_))
     }
 
     /// Whether the device offers TCP segmentation offload both ways, HOST_TSO4 on
@@ -46,9 +46,9 @@ impl NetConfig {
     }
 }
 
-/// See [`NetConfig::backend`].
+/// Which host link a VM's network device gets ([`NetConfig::link`]).
 #[derive(Clone, Debug)]
-pub enum NetBackend {
+pub enum HostLinkConfig {
     /// A TAP device (one queue per vCPU); needs root or CAP_NET_ADMIN.
     Tap(String),
     /// passt user-mode networking with TCP port forwards; no root.
@@ -149,19 +149,19 @@ fn passt_faults(
 pub(super) fn open_backends(
     net: &NetConfig,
     cpus: u32,
-) -> Result<Vec<Box<dyn crate::virtio::Backend>>, VmError> {
+) -> Result<Vec<Box<dyn crate::virtio::HostLink>>, VmError> {
     use crate::virtio::backend::{Passt, open_tap};
-    let mut backends: Vec<Box<dyn crate::virtio::Backend>> = match &net.backend {
-        NetBackend::Tap(name) => open_tap(name, cpus as usize, net.checksum_offload())?
+    let mut backends: Vec<Box<dyn crate::virtio::HostLink>> = match &net.link {
+        HostLinkConfig::Tap(name) => open_tap(name, cpus as usize, net.checksum_offload())?
             .into_iter()
-            .map(|tap| Box::new(tap) as Box<dyn crate::virtio::Backend>)
+            .map(|tap| Box::new(tap) as Box<dyn crate::virtio::HostLink>)
             .collect(),
-        NetBackend::User(forwards) => vec![Box::new(Passt::start(forwards, net.mac)?)],
+        HostLinkConfig::User(forwards) => vec![Box::new(Passt::start(forwards, net.mac)?)],
     };
     if let Some((faults, seed)) = net.faults {
-        let (rx_faults, tx_faults) = match &net.backend {
-            NetBackend::Tap(_) => (faults, faults),
-            NetBackend::User(_) => passt_faults(faults),
+        let (rx_faults, tx_faults) = match &net.link {
+            HostLinkConfig::Tap(_) => (faults, faults),
+            HostLinkConfig::User(_) => passt_faults(faults),
         };
         backends = backends
             .into_iter()
@@ -171,7 +171,7 @@ pub(super) fn open_backends(
                     ebb_net::phy::FaultInjector::new(b, seed.wrapping_add(i as u64))
                         .with_rx_faults(rx_faults)
                         .with_tx_faults(tx_faults),
-                ) as Box<dyn crate::virtio::Backend>
+                ) as Box<dyn crate::virtio::HostLink>
             })
             .collect();
     }

@@ -8,7 +8,7 @@ use super::offload::{TxOffload, guest_header, tx_request};
 use super::transport::VirtioNetDevice;
 use super::{IDLE_POLL, PENDING_OUTPUT_RETRY, QueueFault, RX_BACKLOG, SLEEP_MAX, add_faults, on};
 use crate::guest::GuestMem;
-use crate::virtio::backend::Backend;
+use crate::virtio::backend::HostLink;
 use crate::virtio::queue::{Buf, Chain, DeviceQueue, Direction, QueueError};
 use crate::vm::Shared;
 use ebb_abi::virtio::{NET_HDR_LEN, NetHdr, features};
@@ -28,7 +28,7 @@ pub struct IoThread {
     /// The VM.
     pub shared: Arc<Shared>,
     /// One backend per pair, or one for all.
-    pub backends: Vec<Box<dyn Backend>>,
+    pub backends: Vec<Box<dyn HostLink>>,
     /// The guest's kick eventfd per queue (ioeventfds on QueueNotify).
     pub queue_kicks: Vec<EventFd>,
     /// Each vCPU's wake-up eventfd (the one WAIT sleeps on), pair `i` ↔ vCPU `i`.
@@ -42,7 +42,7 @@ struct Pair {
     rx: Option<DeviceQueue>,
     tx: Option<DeviceQueue>,
     backlog: VecDeque<(IOBuf, FrameChecksum)>,
-    /// Direct backends ([`Backend::direct`]): a transmit chain the backend refused (full),
+    /// Direct backends ([`HostLink::direct`]): a transmit chain the backend refused (full),
     /// written first next round.
     held_tx: Option<Chain>,
     /// Direct backends: a receive chain taken when the backend had no frame, filled
@@ -67,7 +67,7 @@ pub(crate) struct Engine {
     active_pairs: usize,
     /// The features negotiated for the current epoch.
     features: u64,
-    /// Large receive may be on in the backends ([`Backend::set_large_receive`]): set
+    /// Large receive may be on in the backends ([`HostLink::set_large_receive`]): set
     /// for a driver that negotiated GUEST_TSO4, cleared once every backend turned it off.
     large_receive: bool,
     frames: Vec<IOBuf>,
@@ -103,7 +103,7 @@ impl Engine {
         device: &VirtioNetDevice,
         mem: &GuestMem,
         now: NetInstant,
-        backends: &mut [Box<dyn Backend>],
+        backends: &mut [Box<dyn HostLink>],
         wakes: &[EventFd],
     ) -> bool {
         // Acquire: pairs with `changed`, so the transport's new state is visible below.
@@ -130,7 +130,7 @@ impl Engine {
         &mut self,
         device: &VirtioNetDevice,
         mem: &GuestMem,
-        backends: &mut [Box<dyn Backend>],
+        backends: &mut [Box<dyn HostLink>],
     ) {
         match device.activation(mem) {
             Ok(Some((e, configs, negotiated))) if e != self.epoch => {
@@ -186,7 +186,7 @@ impl Engine {
         }
     }
 
-    /// Turns large receive on or off in every backend ([`Backend::set_large_receive`])
+    /// Turns large receive on or off in every backend ([`HostLink::set_large_receive`])
     /// unless it already is, for a device with `pairs` queue pairs.
     ///
     /// On, it is only where large frames can reach the guest whole, GSO header and all:
@@ -199,14 +199,14 @@ impl Engine {
     /// turned off, and the next call tries again).
     fn switch_large_receive(
         &mut self,
-        backends: &mut [Box<dyn Backend>],
+        backends: &mut [Box<dyn HostLink>],
         pairs: u16,
         on: bool,
     ) -> std::io::Result<()> {
         if self.large_receive == on {
             return Ok(());
         }
-        let set_all = |backends: &mut [Box<dyn Backend>], on| {
+        let set_all = |backends: &mut [Box<dyn HostLink>], on| {
             backends
                 .iter_mut()
                 .map(|b| b.set_large_receive(on))
@@ -282,7 +282,7 @@ impl Engine {
         device: &VirtioNetDevice,
         mem: &GuestMem,
         now: NetInstant,
-        backends: &mut [Box<dyn Backend>],
+        backends: &mut [Box<dyn HostLink>],
         wakes: &[EventFd],
     ) -> Result<bool, QueueFault> {
         if self.pairs.is_empty() {

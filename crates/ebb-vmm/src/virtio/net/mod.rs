@@ -23,7 +23,7 @@
 //!   epoll on the backend (edge-triggered), the ioeventfds and its control eventfd.
 //!   Receive buffers the guest keeps posted are not work (`Engine::want_kicks`); frames
 //!   a full backend refused and a fault injector's delayed frames cut the sleep short.
-//! * **Moving frames.** A TAP backend is *direct* ([`Backend::direct`](super::Backend::direct)): each frame goes
+//! * **Moving frames.** A TAP backend is *direct* ([`HostLink::direct`](super::HostLink::direct)): each frame goes
 //!   between the TAP descriptor and the guest's descriptor chain with one `readv` or
 //!   `writev` over guest memory, no copy in the monitor (the header sent is the device's
 //!   own, built from the validated request). passt (a byte stream that needs framing)
@@ -68,7 +68,7 @@
 //!   HOST_TSO4 is, [`Offload::guest_tso4`]; refused without GUEST_CSUM) the driver takes
 //!   TCPv4 frames of up to 64 KiB behind a `GSO_TCPV4` header. The device coalesces
 //!   nothing: Linux hands the TAP's reader such frames once `TUN_F_TSO4` is on
-//!   ([`Backend::set_large_receive`](super::Backend::set_large_receive)), and the direct path passes its header through.
+//!   ([`HostLink::set_large_receive`](super::HostLink::set_large_receive)), and the direct path passes its header through.
 //!   That is a setting of the whole TAP, so the I/O thread switches it when it learns the
 //!   negotiated features (`Engine::rebuild`, at DRIVER_OK): on for a driver that took
 //!   GUEST_TSO4, off for one that did not, off at every reset and breakage. Turning it on

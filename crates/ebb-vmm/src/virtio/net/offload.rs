@@ -25,7 +25,7 @@ pub struct Offload {
     /// with `checksum`, which the spec makes it depend on.
     pub tso4: bool,
     /// GUEST_TSO4 (large receive): the backend can hand over TCPv4 frames of up to 64 KiB
-    /// behind a GSO header ([`Backend::set_large_receive`](crate::virtio::Backend::set_large_receive)), which the direct path passes
+    /// behind a GSO header ([`HostLink::set_large_receive`](crate::virtio::HostLink::set_large_receive)), which the direct path passes
     /// to the guest as it is — again only a TAP without `--net-faults`. Offered only
     /// together with `checksum` (GUEST_TSO4 depends on GUEST_CSUM).
     pub guest_tso4: bool,
