@@ -1,11 +1,12 @@
 //! virtio-net for native guests: a modern virtio-MMIO device ([`net`]) with validated split
-//! queues ([`queue`]) and host backends ([`backend`]: TAP, passt, fault injection).
+//! queues ([`queue`]) and the host side of the link ([`host_link`]: TAP, passt, fault
+//! injection).
 
-pub mod backend;
+pub mod host_link;
 pub mod net;
 pub mod queue;
 
-pub use backend::{HostLink, HostLinkError, PortForward};
+pub use host_link::{HostLink, HostLinkError, PortForward};
 pub use net::{IoThread, NetStats, Offload, VirtioNetDevice};
 
 #[cfg(test)]

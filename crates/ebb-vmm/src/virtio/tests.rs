@@ -23,7 +23,7 @@
 //!   after FEATURES_OK, queue registers of a ready queue or after DRIVER_OK) are ignored;
 //!   accesses the device cannot make sense of (not 32 bits, misaligned) break it.
 
-use super::backend::{Direct, HostLink};
+use super::host_link::{Direct, HostLink};
 use super::net::{
     Engine, Offload, PENDING_OUTPUT_RETRY, QUEUE_MAX, SLEEP_MAX, VirtioNetDevice, sleep_bound,
 };

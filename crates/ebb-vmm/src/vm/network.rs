@@ -150,7 +150,7 @@ pub(super) fn open_backends(
     net: &NetConfig,
     cpus: u32,
 ) -> Result<Vec<Box<dyn crate::virtio::HostLink>>, VmError> {
-    use crate::virtio::backend::{Passt, open_tap};
+    use crate::virtio::host_link::{Passt, open_tap};
     let mut backends: Vec<Box<dyn crate::virtio::HostLink>> = match &net.link {
         HostLinkConfig::Tap(name) => open_tap(name, cpus as usize, net.checksum_offload())?
             .into_iter()

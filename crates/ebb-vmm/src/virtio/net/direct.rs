@@ -7,7 +7,7 @@ use super::engine::{chain_header, chain_spans, read_at, write_at};
 use super::offload::{TxOffload, backend_header, tx_request};
 use crate::guest::GuestMem;
 use crate::sys::IoVecs;
-use crate::virtio::backend::Direct;
+use crate::virtio::host_link::Direct;
 use crate::virtio::queue::{Buf, Chain, DeviceQueue, QueueError};
 use ebb_abi::virtio::{
     NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NET_HDR_GSO_NONE, NET_HDR_GSO_TCPV4, NET_HDR_LEN,

@@ -8,7 +8,7 @@ use super::offload::{TxOffload, guest_header, tx_request};
 use super::transport::VirtioNetDevice;
 use super::{IDLE_POLL, PENDING_OUTPUT_RETRY, QueueFault, RX_BACKLOG, SLEEP_MAX, add_faults, on};
 use crate::guest::GuestMem;
-use crate::virtio::backend::HostLink;
+use crate::virtio::host_link::HostLink;
 use crate::virtio::queue::{Buf, Chain, DeviceQueue, Direction, QueueError};
 use crate::vm::Shared;
 use ebb_abi::virtio::{NET_HDR_LEN, NetHdr, features};
