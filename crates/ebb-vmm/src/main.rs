@@ -93,7 +93,7 @@ fn main() -> ExitCode {
         &args.publish,
         args.net_faults.as_deref(),
     ) {
-        Ok(net) => net.map(|net| ebb_vmm::vm::NetConfig {
+        Ok(net) => net.map(|net| ebb_vmm::vm::VmNetwork {
             offload: args.net_offload,
             ..net
         }),

@@ -1,9 +1,9 @@
 //! The network options of a VM as a user writes them — `--net user|tap=NAME`,
-//! `-p [ADDR:]HOST:GUEST`, `--net-faults SPEC` — turned into a [`NetConfig`]. Shared by
+//! `-p [ADDR:]HOST:GUEST`, `--net-faults SPEC` — turned into a [`VmNetwork`]. Shared by
 //! the `ebb-vmm` binary and the `ebb` command, so both accept and refuse the same things.
 
 use crate::virtio::PortForward;
-use crate::vm::{HostLinkConfig, NetConfig};
+use crate::vm::{HostLinkConfig, VmNetwork};
 
 /// The guest's MAC address on every backend (locally administered, unicast).
 pub const GUEST_MAC: [u8; 6] = [0x02, 0xeb, 0xb0, 0, 0, 2];
@@ -46,7 +46,7 @@ pub fn net_config(
     net: Option<&str>,
     forwards: &[PortForward],
     faults: Option<&str>,
-) -> Result<Option<NetConfig>, NetOptionError> {
+) -> Result<Option<VmNetwork>, NetOptionError> {
     let faults = faults
         .map(|spec| ebb_net::phy::parse_fault_spec(spec).map_err(NetOptionError::BadFaults))
         .transpose()?;
@@ -65,7 +65,7 @@ pub fn net_config(
         }
         Some(other) => return Err(NetOptionError::UnknownBackend(other.to_string())),
     };
-    Ok(Some(NetConfig {
+    Ok(Some(VmNetwork {
         link,
         mac: GUEST_MAC,
         faults,
@@ -113,11 +113,11 @@ mod tests {
     #[test]
     fn segmentation_offload_needs_checksum_offload_a_tap_and_no_fault_injector() {
         let fwd: PortForward = "8080:80".parse().unwrap();
-        let config = |net, forwards: &[PortForward], faults, offload| NetConfig {
+        let config = |net, forwards: &[PortForward], faults, offload| VmNetwork {
             offload,
             ..net_config(net, forwards, faults).unwrap().unwrap()
         };
-        let offloads = |c: NetConfig| {
+        let offloads = |c: VmNetwork| {
             let device = c.device_offload();
             // Segmentation both ways or not at all: the same path carries both.
             assert_eq!(device.tso4, c.segmentation_offload());

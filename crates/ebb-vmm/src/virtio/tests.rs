@@ -2170,7 +2170,7 @@ fn hostile_segmentation_requests_break_the_device_and_reach_no_backend() {
 #[test]
 fn a_segmentation_request_on_the_copying_path_is_refused() {
     // The copying path hands backends frames, never a GSO request. HOST_TSO4 is not
-    // offered there (`NetConfig::segmentation_offload`); even a device told to offer it
+    // offered there (`VmNetwork::segmentation_offload`); even a device told to offer it
     // over a copying backend refuses the request rather than hand the backend a frame
     // that needed cutting.
     let faults = FaultConfig::default();

@@ -22,7 +22,7 @@ mod build;
 mod network;
 mod threads;
 
-pub use network::{HostLinkConfig, NetConfig, net_summary};
+pub use network::{HostLinkConfig, VmNetwork, net_summary};
 use threads::VcpuThread;
 pub use threads::{DRAIN_INTERVAL, Remains, Shared, VCPU_NICE_ON_SHARED_CPUS};
 
@@ -48,7 +48,7 @@ pub struct VmConfig {
     /// Pin vCPU `i` to host CPU `i` (modulo the host's CPU count).
     pub pin: bool,
     /// A virtio-net device, if any.
-    pub net: Option<NetConfig>,
+    pub net: Option<VmNetwork>,
     /// An open `/dev/kvm` to use instead of opening it (`--kvm-fd`): a parent that may
     /// open it can run the monitor as a user that may not. The VM takes the descriptor
     /// over (it is closed with the VM), so one config must not build two VMs.

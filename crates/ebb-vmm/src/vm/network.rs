@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 /// The VM's network device: where its frames go.
 #[derive(Clone, Debug)]
-pub struct NetConfig {
+pub struct VmNetwork {
     /// The host side of the guest's link.
     pub link: HostLinkConfig,
     /// The guest's MAC address.
@@ -19,7 +19,7 @@ pub struct NetConfig {
     pub offload: bool,
 }
 
-impl NetConfig {
+impl VmNetwork {
     /// Whether the device offers checksum offload: asked for, and a TAP backend (see
     /// `virtio::net`, "Checksum offload", for why not with passt).
     pub fn checksum_offload(&self) -> bool {
@@ -46,7 +46,7 @@ impl NetConfig {
     }
 }
 
-/// Which host link a VM's network device gets ([`NetConfig::link`]).
+/// Which host link a VM's network device gets ([`VmNetwork::link`]).
 #[derive(Clone, Debug)]
 pub enum HostLinkConfig {
     /// A TAP device (one queue per vCPU); needs root or CAP_NET_ADMIN.
@@ -147,7 +147,7 @@ fn passt_faults(
 
 /// Opens the backends of `net`: one TAP queue per vCPU, or one passt.
 pub(super) fn open_backends(
-    net: &NetConfig,
+    net: &VmNetwork,
     cpus: u32,
 ) -> Result<Vec<Box<dyn crate::virtio::HostLink>>, VmError> {
     use crate::virtio::host_link::{Passt, open_tap};

@@ -55,7 +55,7 @@
 //!   completed in every segment. The device does not cut: it hands the request on in the
 //!   TAP's header with the usual single `writev`, and Linux segments where it has to. So it
 //!   is offered only where the request reaches a TAP's header unchanged — checksum offload
-//!   on and the direct path, not with `--net-faults` (`NetConfig::segmentation_offload`) —
+//!   on and the direct path, not with `--net-faults` (`VmNetwork::segmentation_offload`) —
 //!   and the copying path refuses any GSO request as not negotiated. Validated before
 //!   anything is written ([`QueueError::BadGsoRequest`], the device broken as for a bad
 //!   chain): TCPV4 only with HOST_TSO4 negotiated and `NEEDS_CSUM` (itself validated as
