@@ -5,9 +5,10 @@ use super::offload::Offload;
 use super::{NetStats, QUEUE_MAX, QueueFault, on};
 use crate::guest::GuestMem;
 use crate::virtio::queue::{QueueConfig, QueueError};
+use core::mem::{offset_of, size_of};
 use ebb_abi::virtio::{
     DEVICE_ID_NET, MAGIC, MMIO_BASE, MMIO_SLOT_SIZE, MMIO_VERSION, NET_S_LINK_UP, VENDOR_ID_EBB,
-    features, regs, status,
+    VirtioNetConfigSpace, features, regs, status,
 };
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -146,12 +147,23 @@ impl VirtioNetDevice {
         self.transport.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn config_bytes(&self) -> [u8; 12] {
-        let mut c = [0u8; 12];
-        c[..6].copy_from_slice(&self.mac);
-        c[6..8].copy_from_slice(&NET_S_LINK_UP.to_le_bytes());
-        c[8..10].copy_from_slice(&self.pairs.to_le_bytes());
-        c[10..12].copy_from_slice(&1500u16.to_le_bytes());
+    /// The config space ([`VirtioNetConfigSpace`]) as the driver reads it.
+    fn config_bytes(&self) -> [u8; size_of::<VirtioNetConfigSpace>()] {
+        let mut c = [0u8; size_of::<VirtioNetConfigSpace>()];
+        let mut put = |at: usize, bytes: &[u8]| c[at..at + bytes.len()].copy_from_slice(bytes);
+        put(offset_of!(VirtioNetConfigSpace, mac), &self.mac);
+        put(
+            offset_of!(VirtioNetConfigSpace, status),
+            &NET_S_LINK_UP.to_le_bytes(),
+        );
+        put(
+            offset_of!(VirtioNetConfigSpace, max_virtqueue_pairs),
+            &self.pairs.to_le_bytes(),
+        );
+        put(
+            offset_of!(VirtioNetConfigSpace, mtu),
+            &1500u16.to_le_bytes(),
+        );
         c
     }
 
