@@ -1,4 +1,5 @@
-//! One vCPU thread: runs the guest, dispatches its exits, and stops when the VM ends.
+//! One vCPU thread: runs the guest, handles each exit (a hypercall, an access to the
+//! virtio-net device's registers, a fault), and stops when the VM ends.
 //!
 //! Exits are copied out of `kvm_run` into [`Exit`] before anything else touches the vCPU,
 //! so handling never holds a borrow of the shared run page.
