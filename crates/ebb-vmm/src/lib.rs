@@ -41,6 +41,7 @@ pub mod guest;
 pub mod hypercall;
 pub mod image;
 pub mod net_options;
+pub mod option_values;
 pub mod paging;
 pub mod report;
 #[allow(unsafe_code)] // the one module with `unsafe`: see its docs
