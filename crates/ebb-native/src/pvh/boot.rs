@@ -39,7 +39,7 @@
 use crate::abi::{
     BOOT_INFO_ADDR, BootInfo, CMDLINE_ADDR, CMDLINE_MAX, GDT_ADDR, GDT_ENTRIES, HOST_PVH,
     IMAGE_BASE, PAGE_TABLES_ADDR, PERCORE_STRIDE, PVH_DEBUG_EXIT_PORT, PerCore, TSS_ADDR, TSS_SIZE,
-    selectors,
+    gdt_entries, selectors,
 };
 use core::arch::x86_64::__cpuid;
 use core::arch::{asm, global_asm};
@@ -80,23 +80,23 @@ global_asm!(
     "    movl $ebb_pvh_boot_pml4, %eax",
     "    movl %eax, %cr3",
     "    movl %cr4, %eax",
-    "    orl $0x20, %eax",
+    "    orl ${cr4_pae}, %eax",
     "    movl %eax, %cr4",
-    "    movl $0xc0000080, %ecx",
+    "    movl ${efer_msr}, %ecx",
     "    rdmsr",
-    "    orl $0x100, %eax",
+    "    orl ${efer_lme}, %eax",
     "    wrmsr",
     // Step 2: CR0.PG (with PE, already set) activates long mode (compatibility mode).
     "    movl %cr0, %eax",
-    "    orl $0x80000001, %eax",
+    "    orl ${cr0_pe_pg}, %eax",
     "    movl %eax, %cr0",
     // Step 3: a GDT with a 64-bit code segment, and a far jump into it: 64-bit mode.
     "    lgdt ebb_pvh_boot_gdtr",
-    "    ljmp $0x08, $ebb_pvh_start64",
+    "    ljmp ${kernel_code}, $ebb_pvh_start64",
     ".code64",
     "ebb_pvh_start64:",
     // Flat data segments, the boot stack, then Rust (ring 0) with the start info in RDI.
-    "    movl $0x10, %eax",
+    "    movl ${kernel_data}, %eax",
     "    movl %eax, %ds",
     "    movl %eax, %es",
     "    movl %eax, %ss",
@@ -110,14 +110,15 @@ global_asm!(
     ".size ebb_pvh_start32, . - ebb_pvh_start32",
     ".popsection",
     //
-    // The boot GDT: null, 64-bit ring-0 code (0x08), ring-0 data (0x10); the accessed
+    // The boot GDT: null and the final GDT's next two entries (`gdt_entries`), 64-bit
+    // ring-0 code (KERNEL_CODE, 0x08) and ring-0 data (KERNEL_DATA, 0x10), whose accessed
     // bits are preset so the CPU never writes to it. Then its 6-byte GDTR.
     ".pushsection .rodata.ebb_pvh, \"a\", @progbits",
     ".balign 8",
     "ebb_pvh_boot_gdt:",
     ".quad 0",
-    ".quad 0x00af9b000000ffff",
-    ".quad 0x00cf93000000ffff",
+    ".quad {gdt_kernel_code}",
+    ".quad {gdt_kernel_data}",
     "ebb_pvh_boot_gdtr:",
     ".word 23",
     ".long ebb_pvh_boot_gdt",
@@ -149,6 +150,14 @@ global_asm!(
     ".skip 16384",
     "ebb_pvh_boot_stack_top:",
     ".popsection",
+    cr4_pae = const ebb_boot::cpu::CR4_PAE,
+    efer_msr = const EFER_MSR,
+    efer_lme = const ebb_boot::cpu::EFER_LME,
+    cr0_pe_pg = const ebb_boot::cpu::CR0_PE | ebb_boot::cpu::CR0_PG,
+    kernel_code = const selectors::KERNEL_CODE,
+    kernel_data = const selectors::KERNEL_DATA,
+    gdt_kernel_code = const gdt_entries()[1],
+    gdt_kernel_data = const gdt_entries()[2],
     options(att_syntax),
 );
 
