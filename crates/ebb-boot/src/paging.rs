@@ -6,8 +6,9 @@
 //! holding stack guard pages) gets a page table of 4 KiB pages. The tables are written
 //! into a slice of words that will lie at [`PAGE_TABLES_ADDR`] (the PML4 first): the
 //! monitor builds them in a host buffer and copies them into guest memory in one write,
-//! the PVH stub builds them in place. Every table page used is zeroed first, so the area
-//! need not be.
+//! the PVH stub builds them in place. [`table_pages`] says beforehand how many pages
+//! they take; those must be zero when [`build`] writes them (a fresh buffer, or pages
+//! the caller cleared).
 
 use crate::layout::{LARGE_PAGE_SIZE, MappedRange, PAGE_SIZE, PageKind};
 use ebb_abi::{PAGE_TABLES_ADDR, PAGE_TABLES_END};
@@ -49,19 +50,14 @@ pub enum PagingError {
     },
 }
 
-/// The leaf flags of a page of `kind`; without `no_execute` (a CPU without NX, where the
-/// bit is reserved) nothing is marked not executable.
-fn leaf_flags(kind: PageKind, no_execute: bool) -> u64 {
-    let flags = match kind {
+/// The leaf flags of a page of `kind`, NO_EXECUTE included where it applies (see
+/// [`build`]'s `no_execute`).
+fn leaf_flags(kind: PageKind) -> u64 {
+    match kind {
         PageKind::Supervisor => PRESENT | WRITABLE | NO_EXECUTE,
         PageKind::UserReadOnly => PRESENT | USER | NO_EXECUTE,
         PageKind::UserData => PRESENT | WRITABLE | USER | NO_EXECUTE,
         PageKind::UserCode => PRESENT | WRITABLE | USER,
-    };
-    if no_execute {
-        flags
-    } else {
-        flags & !NO_EXECUTE
     }
 }
 
@@ -74,8 +70,8 @@ fn kind_at(map: &[MappedRange], addr: u64) -> Option<PageKind> {
     map.get(i).filter(|r| r.start <= addr).map(|r| r.kind)
 }
 
-/// Takes the next table page of `area` (`pages` of them used so far), zeroed, and
-/// returns its number, or [`PagingError::AreaFull`] past the area.
+/// Takes the next table page of `area` (`pages` of them used so far) and returns its
+/// number, or [`PagingError::AreaFull`] past the area.
 fn new_table(area: &mut [u64], pages: &mut u64) -> Result<u64, PagingError> {
     let page = *pages;
     *pages += 1;
@@ -86,14 +82,37 @@ fn new_table(area: &mut [u64], pages: &mut u64) -> Result<u64, PagingError> {
             available,
         });
     }
-    area[page as usize * ENTRIES..*pages as usize * ENTRIES].fill(0);
     Ok(page)
+}
+
+/// How many table pages [`build`] writes for `map` and `mem_size` (its arguments), found
+/// without building them, so a caller can size the area exactly: the PML4, the PDPT, one
+/// PD per GiB, a page table for every 2 MiB chunk a mapped range starts or ends inside
+/// (the chunks of mixed pages), and a PD for the virtio-MMIO window above the RAM's GiBs.
+pub fn table_pages(map: &[MappedRange], mem_size: u64) -> usize {
+    let gibs = mem_size.div_ceil(GIB);
+    let mut pages = 2 + gibs as usize;
+    // The ranges are sorted and disjoint, so their unaligned boundaries come in order and
+    // a chunk holding several is counted once.
+    let mut last_mixed = None;
+    for boundary in map.iter().flat_map(|r| [r.start, r.end]) {
+        let chunk = boundary / LARGE_PAGE_SIZE;
+        if boundary % LARGE_PAGE_SIZE != 0 && boundary < mem_size && last_mixed != Some(chunk) {
+            last_mixed = Some(chunk);
+            pages += 1;
+        }
+    }
+    if ebb_abi::virtio::MMIO_WINDOW_START / GIB >= gibs {
+        pages += 1;
+    }
+    pages
 }
 
 /// Writes tables mapping `map` (sorted, disjoint, page-aligned, below `mem_size`, which is
 /// a multiple of 2 MiB) at identical virtual and physical addresses into `area`, the
-/// words to be placed at [`PAGE_TABLES_ADDR`] (the PML4 is its first page; at most
-/// [`AREA_PAGES`] pages are used), and maps the virtio-MMIO window. `no_execute`: mark
+/// words to be placed at [`PAGE_TABLES_ADDR`] (the PML4 is its first page; the
+/// [`table_pages`] pages it takes, at most [`AREA_PAGES`], must be zero), and maps the
+/// virtio-MMIO window. `no_execute`: mark
 /// what is not code not executable (the CPU has NX and EFER.NXE is on). Returns the
 /// number of table pages written.
 pub fn build(
@@ -102,6 +121,9 @@ pub fn build(
     no_execute: bool,
     area: &mut [u64],
 ) -> Result<usize, PagingError> {
+    // Without NX (a CPU without it, where the bit is reserved) nothing is marked not
+    // executable.
+    let kept = if no_execute { !0 } else { !NO_EXECUTE };
     let gibs = mem_size.div_ceil(GIB);
     let mut pages = 0;
     for _ in 0..2 + gibs {
@@ -120,14 +142,14 @@ pub fn build(
             continue; // nothing mapped in this chunk
         };
         if r.start <= chunk && r.end >= end {
-            area[pde] = chunk | leaf_flags(r.kind, no_execute) | LARGE;
+            area[pde] = chunk | (leaf_flags(r.kind) & kept) | LARGE;
             continue;
         }
         let pt = new_table(area, &mut pages)?;
         area[pde] = page_addr(pt) | TABLE_FLAGS;
         for (i, addr) in (chunk..end).step_by(PAGE_SIZE as usize).enumerate() {
             if let Some(kind) = kind_at(map, addr) {
-                area[pt as usize * ENTRIES + i] = addr | leaf_flags(kind, no_execute);
+                area[pt as usize * ENTRIES + i] = addr | (leaf_flags(kind) & kept);
             }
         }
     }
@@ -145,12 +167,7 @@ pub fn build(
     };
     let pde = pd as usize * ENTRIES + ((window % GIB) / LARGE_PAGE_SIZE) as usize;
     let window_flags = PRESENT | WRITABLE | USER | NO_EXECUTE | WRITE_THROUGH | CACHE_DISABLE;
-    let window_flags = if no_execute {
-        window_flags
-    } else {
-        window_flags & !NO_EXECUTE
-    };
-    area[pde] = window | window_flags | LARGE;
+    area[pde] = window | (window_flags & kept) | LARGE;
     Ok(pages as usize)
 }
 
@@ -183,14 +200,14 @@ pub fn translate(area: &[u64], vaddr: u64) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::Layout;
+    use crate::layout::{Layout, MAX_MEM};
     use ebb_abi::{BOOT_INFO_ADDR, GDT_ADDR, IMAGE_BASE, PERCORE_STRIDE};
     use std::vec;
     use std::vec::Vec;
 
     /// Tables for `map`, with NX, in a whole area.
     fn tables(map: &[MappedRange], mem_size: u64) -> Vec<u64> {
-        let mut area = vec![u64::MAX; AREA_WORDS]; // not zeroed: `build` must zero
+        let mut area = vec![0; AREA_WORDS];
         let pages = build(map, mem_size, true, &mut area).unwrap();
         area.truncate(pages * ENTRIES);
         area
@@ -282,6 +299,33 @@ mod tests {
         assert_eq!(f & NO_EXECUTE, 0);
         let (_, f) = translate(&with_nx, l.stack(0).0).unwrap();
         assert_ne!(f & NO_EXECUTE, 0);
+    }
+
+    #[test]
+    fn table_pages_counts_what_build_writes() {
+        for mem in [
+            8 << 20,
+            64 << 20,
+            1 << 30,
+            (1 << 30) + (2 << 20),
+            3 << 30,
+            MAX_MEM,
+        ] {
+            for cpus in [1, 2, 7, 64] {
+                for image_len in [0x1000, 0x5_3000, 2 << 20, (2 << 20) + 0x1000] {
+                    let Ok(l) = Layout::new(mem, cpus, IMAGE_BASE, IMAGE_BASE + image_len) else {
+                        continue;
+                    };
+                    let mut area = vec![0; AREA_WORDS];
+                    let built = build(&l.page_map(), mem, true, &mut area);
+                    let counted = table_pages(&l.page_map(), mem);
+                    match built {
+                        Ok(pages) => assert_eq!(pages, counted, "{mem:#x} {cpus} {image_len:#x}"),
+                        Err(_) => assert!(counted > AREA_PAGES),
+                    }
+                }
+            }
+        }
     }
 
     #[test]

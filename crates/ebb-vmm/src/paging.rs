@@ -3,7 +3,7 @@
 
 use crate::layout::MappedRange;
 pub use ebb_boot::paging::PagingError;
-use ebb_boot::paging::{AREA_WORDS, ENTRIES};
+use ebb_boot::paging::{AREA_PAGES, ENTRIES};
 
 /// Page tables ready to be copied to [`ebb_abi::PAGE_TABLES_ADDR`]; the PML4 is the
 /// first page.
@@ -18,10 +18,12 @@ impl PageTables {
     /// is a multiple of 2 MiB) at identical virtual and physical addresses, with what is
     /// not code not executable (every vCPU runs with EFER.NXE).
     pub fn build(map: &[MappedRange], mem_size: u64) -> Result<Self, PagingError> {
-        // Zeroed lazily by the allocator: only the pages the tables use are touched.
-        let mut words = vec![0u64; AREA_WORDS];
-        let pages = ebb_boot::paging::build(map, mem_size, true, &mut words)?;
-        words.truncate(pages * ENTRIES);
+        // Exactly the pages the tables take (the whole area when they do not fit, so that
+        // the error says how large it is).
+        let pages = ebb_boot::paging::table_pages(map, mem_size).min(AREA_PAGES);
+        let mut words = vec![0u64; pages * ENTRIES];
+        let written = ebb_boot::paging::build(map, mem_size, true, &mut words)?;
+        debug_assert_eq!(written, pages);
         Ok(PageTables { words })
     }
 

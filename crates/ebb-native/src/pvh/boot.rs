@@ -45,7 +45,7 @@ use core::arch::x86_64::__cpuid;
 use core::arch::{asm, global_asm};
 use ebb_boot::cpu::{CR0_GUEST, CR4_FSGSBASE, CR4_GUEST, EFER_NXE, GDT_BYTES, RFLAGS_RING3};
 use ebb_boot::layout::{LARGE_PAGE_SIZE, Layout, MAX_MEM};
-use ebb_boot::paging::AREA_WORDS;
+use ebb_boot::paging::{AREA_PAGES, ENTRIES};
 
 // The note, the 32-bit entry, the boot page tables, the boot GDT and the boot stack.
 //
@@ -327,11 +327,18 @@ fn write_gdt_and_tss() {
 /// area at [`PAGE_TABLES_ADDR`] (the same tables the monitor writes, with what is not code
 /// marked not executable only if the CPU has NX). Returns the PML4's address.
 fn write_page_tables(layout: &Layout, features: CpuFeatures) -> u64 {
-    // SAFETY: the page-table area of the fixed layout, RAM in the first GiB reserved for
-    // the tables; the start info and command line that may have lain there were read
-    // before, and nothing else refers to it. `build` zeroes each page it uses.
-    let area = unsafe { core::slice::from_raw_parts_mut(PAGE_TABLES_ADDR as *mut u64, AREA_WORDS) };
-    if ebb_boot::paging::build(&layout.page_map(), layout.mem_size, features.nx, area).is_err() {
+    let map = layout.page_map();
+    let pages = ebb_boot::paging::table_pages(&map, layout.mem_size);
+    if pages > AREA_PAGES {
+        fail(b"pvh: the page tables do not fit their area\n");
+    }
+    // SAFETY: the first `pages` pages of the page-table area of the fixed layout, RAM in
+    // the first GiB reserved for the tables; the start info and command line that may
+    // have lain there were read before, and nothing else refers to them.
+    let area =
+        unsafe { core::slice::from_raw_parts_mut(PAGE_TABLES_ADDR as *mut u64, pages * ENTRIES) };
+    area.fill(0);
+    if ebb_boot::paging::build(&map, layout.mem_size, features.nx, area).is_err() {
         fail(b"pvh: the page tables do not fit their area\n");
     }
     PAGE_TABLES_ADDR
