@@ -3,7 +3,7 @@
 //! module's "Moving frames").
 
 use super::NetStats;
-use super::engine::{chain_header, chain_spans, read_at, write_at};
+use super::chain::{chain_header, chain_spans, read_at, write_at};
 use super::offload::{TxOffload, backend_header, tx_request};
 use crate::guest::GuestMem;
 use crate::sys::IoVecs;

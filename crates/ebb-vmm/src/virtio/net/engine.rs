@@ -1,17 +1,19 @@
 //! The I/O thread and its engine: rounds of moving frames between the rings and the
-//! backends (the copying path here, the direct path in [`super::direct`]), and when the
+//! backends (the copying path here, the direct path in [`super::direct`], both over the
+//! chain accessors of [`super::chain`]), and when the
 //! thread sleeps (see the parent module's "The I/O thread").
 
+use super::chain::{gather, scatter};
 use super::control::control_command;
 use super::direct::{receive_direct, transmit_direct};
-use super::offload::{TxOffload, guest_header, tx_request};
+use super::offload::{TxOffload, tx_request};
 use super::transport::VirtioNetDevice;
 use super::{IDLE_POLL, PENDING_OUTPUT_RETRY, QueueFault, RX_BACKLOG, SLEEP_MAX, add_faults, on};
 use crate::guest::GuestMem;
 use crate::virtio::host_link::HostLink;
-use crate::virtio::queue::{Buf, Chain, DeviceQueue, Direction, QueueError};
+use crate::virtio::queue::{Chain, DeviceQueue, Direction, QueueError};
 use crate::vm::Shared;
-use ebb_abi::virtio::{NET_HDR_LEN, NetHdr, features};
+use ebb_abi::virtio::features;
 use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
 use ebb_net::phy::{FaultStats, FrameChecksum};
 use rustix::event::epoll;
@@ -621,88 +623,6 @@ pub(crate) fn shares_cpus_with_vcpus(vcpus: usize) -> bool {
     rustix::thread::sched_getaffinity(None).is_ok_and(|set| set.count() as usize <= vcpus)
 }
 
-/// A transmit chain's virtio-net header and the length of the frame behind it. A chain
-/// with no frame in it (the header or less) or too long for one (`offload` says how long
-/// one may be) is the driver's error, not a frame to drop silently.
-pub(super) fn chain_header(
-    mem: &GuestMem,
-    chain: &Chain,
-    offload: TxOffload,
-) -> Result<(NetHdr, usize), QueueError> {
-    let total: u64 = chain.readable.iter().map(|b| u64::from(b.len)).sum();
-    let max = offload.chain_max();
-    if total <= NET_HDR_LEN as u64 || total > max {
-        return Err(QueueError::NotAFrame {
-            head: chain.head,
-            len: total,
-            max,
-        });
-    }
-    let mut header = [0u8; NET_HDR_LEN];
-    read_at(mem, &chain.readable, 0, &mut header).ok_or(QueueError::Access("a transmit buffer"))?;
-    Ok((NetHdr::from_bytes(&header), total as usize - NET_HDR_LEN))
-}
-
-/// The frame of a transmit chain (its bytes after the virtio-net header) and the header,
-/// copied out once each.
-fn gather(
-    mem: &GuestMem,
-    chain: &Chain,
-    offload: TxOffload,
-) -> Result<(IOBuf, NetHdr), QueueError> {
-    let (header, len) = chain_header(mem, chain, offload)?;
-    let mut frame = vec![0u8; len];
-    read_at(mem, &chain.readable, NET_HDR_LEN, &mut frame)
-        .ok_or(QueueError::Access("a transmit buffer"))?;
-    Ok((IOBuf::from_vec(frame), header))
-}
-
-/// The pieces of bytes `at..at + len` of the chain made of `bufs` (guest ranges, in
-/// order): each a guest address and the range, counted from `at`, of the bytes it holds.
-/// They cover fewer than `len` bytes when the chain is shorter.
-pub(super) fn chain_spans(
-    bufs: &[Buf],
-    at: usize,
-    len: usize,
-) -> impl Iterator<Item = (u64, core::ops::Range<usize>)> + '_ {
-    let (mut skip, mut done) = (at, 0);
-    bufs.iter().filter_map(move |buf| {
-        let here = buf.len as usize;
-        if done == len {
-            return None;
-        }
-        if skip >= here {
-            skip -= here;
-            return None;
-        }
-        let n = (here - skip).min(len - done);
-        let span = (buf.addr + skip as u64, done..done + n);
-        (skip, done) = (0, done + n);
-        Some(span)
-    })
-}
-
-/// Copies `out.len()` bytes from offset `at` of the chain made of `bufs`; `None` if the
-/// chain is shorter or a range is not guest memory.
-pub(super) fn read_at(mem: &GuestMem, bufs: &[Buf], at: usize, out: &mut [u8]) -> Option<()> {
-    let mut covered = 0;
-    for (addr, range) in chain_spans(bufs, at, out.len()) {
-        covered = range.end;
-        mem.read_into(addr, &mut out[range])?;
-    }
-    (covered == out.len()).then_some(())
-}
-
-/// Copies `bytes` to offset `at` of the chain made of `bufs`; `None` as for [`read_at`].
-pub(super) fn write_at(mem: &GuestMem, bufs: &[Buf], at: usize, bytes: &[u8]) -> Option<()> {
-    let mut covered = 0;
-    for (addr, range) in chain_spans(bufs, at, bytes.len()) {
-        covered = range.end;
-        mem.write_bytes(addr, &bytes[range])?;
-    }
-    (covered == bytes.len()).then_some(())
-}
-
 /// Whether the driver asked to be woken for the used entries returned this round, the
 /// first at used index `returned` (`None`: none were).
 fn wake_asked(mem: &GuestMem, q: &DeviceQueue, returned: Option<u16>) -> Result<bool, QueueError> {
@@ -710,45 +630,6 @@ fn wake_asked(mem: &GuestMem, q: &DeviceQueue, returned: Option<u16>) -> Result<
         Some(old) => q.needs_notification(mem, old),
         None => Ok(false),
     }
-}
-
-/// Writes the header and `frame` into a receive chain; the bytes written, or `None` if
-/// the chain is too small (the frame is dropped).
-fn scatter(
-    mem: &GuestMem,
-    chain: &Chain,
-    frame: &[u8],
-    checksum: FrameChecksum,
-) -> Result<Option<u32>, QueueError> {
-    let room: u64 = chain.writable.iter().map(|b| u64::from(b.len)).sum();
-    let total = NET_HDR_LEN + frame.len();
-    if (total as u64) > room {
-        return Ok(None);
-    }
-    let header = guest_header(checksum).to_bytes();
-    // Header, then frame, across the buffers in order: slices copied whole.
-    let parts: [&[u8]; 2] = [&header, frame];
-    let (mut part, mut at) = (0, 0);
-    for buf in &chain.writable {
-        let (mut addr, mut room) = (buf.addr, buf.len as usize);
-        while room > 0 && part < parts.len() {
-            let source = &parts[part][at..];
-            let n = source.len().min(room);
-            mem.write_bytes(addr, &source[..n])
-                .ok_or(QueueError::Access("a receive buffer"))?;
-            addr += n as u64;
-            room -= n;
-            at += n;
-            if at == parts[part].len() {
-                part += 1;
-                at = 0;
-            }
-        }
-        if part == parts.len() {
-            break;
-        }
-    }
-    Ok(Some(total as u32))
 }
 
 /// The queue pair for a frame from a single-queue backend: a symmetric hash of its IPv4

@@ -79,6 +79,7 @@
 //!   TCPV4 and GUEST_TSO4 was negotiated — a large frame the kernel queued before large
 //!   receive went off is dropped and counted. Counted in `rx_gso`.
 
+mod chain;
 mod control;
 mod direct;
 mod engine;
