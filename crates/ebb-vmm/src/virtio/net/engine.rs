@@ -1,7 +1,7 @@
 //! The I/O thread and its engine: rounds of moving frames between the rings and the
 //! backends (the copying path here, the direct path in [`super::direct`], both over the
-//! chain accessors of [`super::chain`]), and when the
-//! thread sleeps (see the parent module's "The I/O thread").
+//! chain accessors of [`super::chain`]), and when the thread sleeps (see the parent
+//! module's "The I/O thread").
 
 use super::chain::{gather, scatter};
 use super::control::control_command;

@@ -78,6 +78,11 @@
 //!   as ever, so no length limit is needed; a GSO header reaches the guest only if it is
 //!   TCPV4 and GUEST_TSO4 was negotiated — a large frame the kernel queued before large
 //!   receive went off is dropped and counted. Counted in `rx_gso`.
+//!
+//! Files, by concern: [`transport`] (the MMIO register file, feature negotiation, reset
+//! and breakage), [`engine`] (the I/O thread, its rounds and its sleep), [`chain`]
+//! (frames in descriptor chains), [`direct`] (the direct path), [`offload`] (what is
+//! offered, and the validation of what a header asks), [`control`] (the control queue).
 
 mod chain;
 mod control;
