@@ -90,7 +90,8 @@ pub mod regs {
     pub const QUEUE_DEVICE_HIGH: u64 = 0x0a4;
     /// R: changes whenever the device config changes.
     pub const CONFIG_GENERATION: u64 = 0x0fc;
-    /// Start of the device-specific config ([`super::NetConfig`] for a network device).
+    /// Start of the device-specific config ([`super::VirtioNetConfigSpace`] for a network
+    /// device).
     pub const CONFIG: u64 = 0x100;
 }
 
@@ -337,7 +338,7 @@ impl NetHdr {
 /// The network device's config space at [`regs::CONFIG`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NetConfig {
+pub struct VirtioNetConfigSpace {
     /// The MAC address ([`features::NET_MAC`]).
     pub mac: [u8; 6],
     /// [`NET_S_LINK_UP`] ([`features::NET_STATUS`]).
@@ -347,7 +348,7 @@ pub struct NetConfig {
     /// The MTU ([`features::NET_MTU`]).
     pub mtu: u16,
 }
-/// [`NetConfig::status`]: the link is up.
+/// [`VirtioNetConfigSpace::status`]: the link is up.
 pub const NET_S_LINK_UP: u16 = 1;
 
 /// Control-queue class of multi-queue commands.
@@ -363,9 +364,9 @@ const _: () = {
     assert!(core::mem::size_of::<Descriptor>() == 16);
     assert!(core::mem::size_of::<UsedElem>() == 8);
     assert!(core::mem::size_of::<NetHdr>() == NET_HDR_LEN);
-    assert!(core::mem::offset_of!(NetConfig, status) == 6);
-    assert!(core::mem::offset_of!(NetConfig, max_virtqueue_pairs) == 8);
-    assert!(core::mem::offset_of!(NetConfig, mtu) == 10);
+    assert!(core::mem::offset_of!(VirtioNetConfigSpace, status) == 6);
+    assert!(core::mem::offset_of!(VirtioNetConfigSpace, max_virtqueue_pairs) == 8);
+    assert!(core::mem::offset_of!(VirtioNetConfigSpace, mtu) == 10);
     assert!(MMIO_BASE >= MMIO_WINDOW_START);
     assert!(MMIO_BASE + MMIO_SLOTS * MMIO_SLOT_SIZE <= MMIO_WINDOW_END);
 };

@@ -113,7 +113,7 @@ pub enum CliError {
     /// The VM's network could not be set up (passt missing, a busy port, a TAP device
     /// that cannot be opened).
     #[error("{0}")]
-    Network(ebb_vmm::virtio::BackendError),
+    Network(ebb_vmm::virtio::HostLinkError),
     /// The network options do not make a device.
     #[error(transparent)]
     NetOptions(#[from] ebb_vmm::net_options::NetOptionError),

@@ -105,7 +105,7 @@ impl Network {
     }
 
     /// The monitor's device for it (`None`: no network).
-    fn device(&self) -> Result<Option<ebb_vmm::vm::NetConfig>, CliError> {
+    fn device(&self) -> Result<Option<ebb_vmm::vm::VmNetwork>, CliError> {
         if self.backend.is_none() {
             return Ok(None);
         }

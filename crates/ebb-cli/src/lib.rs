@@ -46,6 +46,7 @@ use crate::cargo::{Cargo, Flavour};
 use crate::launch::{NetRequest, Requested, RunOptions};
 use crate::workspace::Workspace;
 use clap::{Args, Parser, Subcommand};
+use ebb_vmm::option_values::{parse_seconds, parse_size};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -145,26 +146,6 @@ impl RuntimeFlags {
 /// items, and refuses to start in a guest that cannot hold them).
 pub fn default_guest_memory(cpus: u32) -> u64 {
     (128u64 << 20).max((64 + 32 * u64::from(cpus)) << 20)
-}
-
-/// Parses a memory size: bytes, or with a K, M or G suffix.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let (digits, shift) = match s.as_bytes().last() {
-        Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
-        Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
-        Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
-        _ => (s, 0),
-    };
-    let n: u64 = digits.parse().map_err(|e| format!("bad size {s:?}: {e}"))?;
-    n.checked_shl(shift)
-        .filter(|v| v >> shift == n)
-        .ok_or_else(|| format!("size {s:?} is too large"))
-}
-
-/// Parses a duration in seconds (fractions allowed).
-pub fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s.parse().map_err(|e| format!("bad timeout {s:?}: {e}"))?;
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("bad timeout {s:?}: {e}"))
 }
 
 impl Cli {

@@ -36,27 +36,38 @@
 //!   slab headers at the start of slabs) or in fixed-size arrays, so the general-purpose
 //!   allocator can be the global allocator.
 //! * **`unsafe` stays in small modules** — `page/buddy.rs` (free lists and page metadata),
-//!   `slab/raw.rs` (slab headers and objects), `slab/mod.rs` (the per-core cell), `mmap.rs`
-//!   (Linux) — each block with a `// SAFETY:` comment; pointers keep provenance over their
-//!   region (strict-provenance APIs), so the pure tests run under Miri.
+//!   `page/mod.rs` (handing regions and raw blocks in and out), `slab/raw.rs` (slab
+//!   headers and objects), `slab/mod.rs` (the per-core cell), `gpa.rs` (the
+//!   `GlobalAlloc` implementation), `source.rs` (the `PageSource` contract), `ebbs.rs`
+//!   (giving a node its arena), `mmap.rs` (Linux) and the tests' `testutil.rs` — each
+//!   block with a `// SAFETY:` comment, denied in every other module; pointers keep
+//!   provenance over their region (strict-provenance APIs), so the pure tests run under
+//!   Miri.
 //!
 //! The crate is `no_std`; `alloc` is used only by [`VMemAllocator`]. The `std` feature
 //! enables ebb-core's thread-local per-core backend and [`MmapSource`].
 
 #![no_std]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 extern crate alloc;
 #[cfg(any(test, feature = "std"))]
 extern crate std;
 
+#[allow(unsafe_code)] // listed above
 pub mod ebbs;
 mod error;
+#[allow(unsafe_code)] // listed above
 mod gpa;
 #[cfg(feature = "std")]
+#[allow(unsafe_code)] // listed above
 mod mmap;
+#[allow(unsafe_code)] // listed above
 pub mod page;
+#[allow(unsafe_code)] // listed above
 mod slab;
+#[allow(unsafe_code)] // listed above
 mod source;
 pub mod vmem;
 
@@ -70,4 +81,5 @@ pub use source::{FixedMemory, PageSource};
 pub use vmem::{VMemAllocator, VMemError};
 
 #[cfg(test)]
+#[allow(unsafe_code)] // listed above
 mod testutil;

@@ -85,3 +85,20 @@ pub fn read_stack_word(addr: u64, low: u64, high: u64) -> Option<u64> {
     // read-write for the whole run; a stale value is harmless (it is only printed).
     Some(unsafe { core::ptr::read_volatile(addr as *const u64) })
 }
+
+/// One `RDRAND` word, if the CPU has the instruction (CPUID.1:ECX bit 30) and it
+/// delivers within the ten tries Intel recommends.
+pub fn rdrand() -> Option<u64> {
+    // CPUID is unprivileged (it exits to the monitor, once per call: only at start-up).
+    let has_rdrand = core::arch::x86_64::__cpuid(1).ecx & (1 << 30) != 0;
+    if !has_rdrand {
+        return None;
+    }
+    (0..10).find_map(|_| {
+        let mut word = 0u64;
+        // SAFETY: CPUID said the CPU implements RDRAND, the one requirement of the
+        // intrinsic; it writes only `word`.
+        let ok = unsafe { core::arch::x86_64::_rdrand64_step(&mut word) };
+        (ok == 1).then_some(word)
+    })
+}

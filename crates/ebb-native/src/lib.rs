@@ -65,10 +65,13 @@
 //! * Each core writes only its own console ring (single producer); the boot info is never
 //!   written.
 //! * `unsafe` lives in `arch` (instructions), `console` (the ring in shared memory),
-//!   `heap` (handing the memory map to the allocator) and `pvh` (the ring-0 stub), each
-//!   block with a `// SAFETY:` comment.
+//!   `entry` (the boot info and command line the monitor wrote, the app's entry
+//!   functions), `heap` (handing the memory map to the allocator), `pvh` (the ring-0
+//!   stub) and `virtio::mmio` (device registers and shared rings), each block with a
+//!   `// SAFETY:` comment; the crate root denies it everywhere else.
 
 #![no_std]
+#![deny(unsafe_code)]
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -79,12 +82,16 @@ extern crate alloc;
 pub use ebb_abi as abi;
 
 #[cfg(target_os = "none")]
+#[allow(unsafe_code)] // see the crate docs
 pub mod arch;
 #[cfg(target_os = "none")]
+#[allow(unsafe_code)] // see the crate docs
 pub mod console;
 #[cfg(target_os = "none")]
+#[allow(unsafe_code)] // see the crate docs
 mod entry;
 #[cfg(target_os = "none")]
+#[allow(unsafe_code)] // see the crate docs
 pub mod heap;
 #[cfg(target_os = "none")]
 pub mod hypercall;
@@ -97,6 +104,7 @@ pub mod platform;
 #[cfg(target_os = "none")]
 pub mod poll;
 #[cfg(target_os = "none")]
+#[allow(unsafe_code)] // see the crate docs
 pub mod pvh;
 #[cfg(target_os = "none")]
 pub mod runtime;

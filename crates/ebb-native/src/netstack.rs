@@ -50,28 +50,11 @@ pub fn start(address: AddressConfig, faults: Option<FaultSetting>) -> Result<Net
 /// else the TSC stirred (predictable to a patient observer; said here, not hidden).
 pub fn random_seed() -> [u64; 2] {
     let tsc = crate::arch::rdtsc();
-    match (rdrand(), rdrand()) {
+    match (crate::arch::rdrand(), crate::arch::rdrand()) {
         (Some(a), Some(b)) => [a, b ^ tsc],
         _ => {
             let mixed = tsc.wrapping_mul(0x9e37_79b9_7f4a_7c15);
             [mixed, mixed.rotate_left(29) ^ 0x6562_625f_6973_6e31]
         }
     }
-}
-
-/// One `RDRAND` word, if the CPU has the instruction (CPUID.1:ECX bit 30) and it
-/// delivers within the ten tries Intel recommends.
-fn rdrand() -> Option<u64> {
-    // CPUID is unprivileged (it exits to the monitor, once per call: only at start-up).
-    let has_rdrand = core::arch::x86_64::__cpuid(1).ecx & (1 << 30) != 0;
-    if !has_rdrand {
-        return None;
-    }
-    (0..10).find_map(|_| {
-        let mut word = 0u64;
-        // SAFETY: CPUID said the CPU implements RDRAND, the one requirement of the
-        // intrinsic; it writes only `word`.
-        let ok = unsafe { core::arch::x86_64::_rdrand64_step(&mut word) };
-        (ok == 1).then_some(word)
-    })
 }

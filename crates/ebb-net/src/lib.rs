@@ -19,6 +19,7 @@
 //! The crate is `no_std` + `alloc`.
 
 #![no_std]
+#![forbid(unsafe_code)] // phy, wire and iface state it; nothing here needs it
 #![warn(missing_docs)]
 
 extern crate alloc;

@@ -8,7 +8,8 @@
 //! `docs/06-native-monitor.md`.
 //!
 //! Pipeline: [`image`] parses and validates the ELF → [`layout`] places image, stacks and
-//! boot structures → [`paging`] and [`cpu`] produce page tables, GDT and registers →
+//! boot structures → [`paging`] and [`cpu`] produce page tables, GDT and registers (the
+//! boot structures' contents come from [`ebb_boot`], shared with the PVH stub) →
 //! [`vm::Vm::new`] writes them into guest memory and creates the vCPUs → [`vm::Vm::run`]
 //! runs one thread per vCPU ([`vcpu`]), serving [`hypercall`]s and draining the
 //! [`console`], until an [`Outcome`] ends it.
@@ -27,8 +28,10 @@
 //! * **The guest never runs at CPL 0.** Every vCPU starts at CPL 3 with IOPL 3 and there
 //!   is no IDT: any exception becomes a triple fault (or, under PVM, an internal error),
 //!   reported with registers and a symbolized RIP.
-//! * `unsafe` lives only in [`sys`], each block with a `// SAFETY:` comment.
+//! * `unsafe` lives only in [`sys`] (denied everywhere else), each block with a
+//!   `// SAFETY:` comment.
 
+#![deny(unsafe_code)]
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -37,10 +40,11 @@ pub mod cpu;
 pub mod guest;
 pub mod hypercall;
 pub mod image;
-pub mod layout;
 pub mod net_options;
+pub mod option_values;
 pub mod paging;
 pub mod report;
+#[allow(unsafe_code)] // the one module with `unsafe`: see its docs
 mod sys;
 #[cfg(test)]
 mod testing;
@@ -48,5 +52,6 @@ mod vcpu;
 pub mod virtio;
 pub mod vm;
 
+pub use ebb_boot::layout;
 pub use report::Outcome;
 pub use vm::{Remains, VCPU_NICE_ON_SHARED_CPUS, Vm, VmConfig, VmError, kvm_usable};

@@ -5,6 +5,7 @@
 use clap::Parser;
 use ebb_vmm::image::{self, Symbolizer};
 use ebb_vmm::net_options;
+use ebb_vmm::option_values::{parse_seconds, parse_size};
 use ebb_vmm::{Vm, VmConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -59,24 +60,6 @@ struct Args {
     args: Vec<String>,
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
-    let (digits, shift) = match s.as_bytes().last() {
-        Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
-        Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
-        Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
-        _ => (s, 0),
-    };
-    let n: u64 = digits.parse().map_err(|e| format!("bad size {s:?}: {e}"))?;
-    n.checked_shl(shift)
-        .filter(|v| v >> shift == n)
-        .ok_or_else(|| format!("size {s:?} is too large"))
-}
-
-fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s.parse().map_err(|e| format!("bad timeout {s:?}: {e}"))?;
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("bad timeout {s:?}: {e}"))
-}
-
 fn main() -> ExitCode {
     let started = std::time::Instant::now();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
@@ -93,7 +76,7 @@ fn main() -> ExitCode {
         &args.publish,
         args.net_faults.as_deref(),
     ) {
-        Ok(net) => net.map(|net| ebb_vmm::vm::NetConfig {
+        Ok(net) => net.map(|net| ebb_vmm::vm::VmNetwork {
             offload: args.net_offload,
             ..net
         }),
@@ -139,17 +122,6 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("64M"), Ok(64 << 20));
-        assert_eq!(parse_size("2G"), Ok(2 << 30));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert!(parse_size("99999999999999G").is_err());
-        assert!(parse_size("x").is_err());
-        assert!(parse_seconds("-1").is_err());
-        assert_eq!(parse_seconds("0.5"), Ok(Duration::from_millis(500)));
-    }
 
     #[test]
     fn huge_pages_default_on_and_switch_off() {

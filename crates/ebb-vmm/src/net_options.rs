@@ -1,9 +1,9 @@
 //! The network options of a VM as a user writes them — `--net user|tap=NAME`,
-//! `-p [ADDR:]HOST:GUEST`, `--net-faults SPEC` — turned into a [`NetConfig`]. Shared by
+//! `-p [ADDR:]HOST:GUEST`, `--net-faults SPEC` — turned into a [`VmNetwork`]. Shared by
 //! the `ebb-vmm` binary and the `ebb` command, so both accept and refuse the same things.
 
 use crate::virtio::PortForward;
-use crate::vm::{NetBackend, NetConfig};
+use crate::vm::{HostLinkConfig, VmNetwork};
 
 /// The guest's MAC address on every backend (locally administered, unicast).
 pub const GUEST_MAC: [u8; 6] = [0x02, 0xeb, 0xb0, 0, 0, 2];
@@ -46,13 +46,13 @@ pub fn net_config(
     net: Option<&str>,
     forwards: &[PortForward],
     faults: Option<&str>,
-) -> Result<Option<NetConfig>, NetOptionError> {
+) -> Result<Option<VmNetwork>, NetOptionError> {
     let faults = faults
         .map(|spec| ebb_net::phy::parse_fault_spec(spec).map_err(NetOptionError::BadFaults))
         .transpose()?;
-    let backend = match net {
+    let link = match net {
         None if forwards.is_empty() && faults.is_none() => return Ok(None),
-        None | Some("user") => NetBackend::User(forwards.to_vec()),
+        None | Some("user") => HostLinkConfig::User(forwards.to_vec()),
         Some(tap) if tap.starts_with("tap=") => {
             let name = &tap["tap=".len()..];
             if name.is_empty() {
@@ -61,12 +61,12 @@ pub fn net_config(
             if !forwards.is_empty() {
                 return Err(NetOptionError::ForwardsWithTap);
             }
-            NetBackend::Tap(name.to_string())
+            HostLinkConfig::Tap(name.to_string())
         }
         Some(other) => return Err(NetOptionError::UnknownBackend(other.to_string())),
     };
-    Ok(Some(NetConfig {
-        backend,
+    Ok(Some(VmNetwork {
+        link,
         mac: GUEST_MAC,
         faults,
         offload: true,
@@ -82,18 +82,15 @@ mod tests {
         let fwd: PortForward = "8080:80".parse().unwrap();
         assert!(net_config(None, &[], None).unwrap().is_none());
         let user = net_config(None, &[fwd], None).unwrap().unwrap();
-        assert!(matches!(user.backend, NetBackend::User(ref f) if f == &[fwd]));
+        assert!(matches!(user.link, HostLinkConfig::User(ref f) if f == &[fwd]));
         let tap = net_config(Some("tap=ebb0"), &[], Some("drop=0.5,seed=9"))
             .unwrap()
             .unwrap();
-        assert!(matches!(tap.backend, NetBackend::Tap(ref n) if n == "ebb0"));
+        assert!(matches!(tap.link, HostLinkConfig::Tap(ref n) if n == "ebb0"));
         assert_eq!(tap.faults.map(|f| f.1), Some(9));
         assert!(matches!(
-            net_config(None, &[], Some("seed=2"))
-                .unwrap()
-                .unwrap()
-                .backend,
-            NetBackend::User(_)
+            net_config(None, &[], Some("seed=2")).unwrap().unwrap().link,
+            HostLinkConfig::User(_)
         ));
         assert_eq!(
             net_config(Some("tap=x"), &[fwd], None).unwrap_err(),
@@ -116,11 +113,11 @@ mod tests {
     #[test]
     fn segmentation_offload_needs_checksum_offload_a_tap_and_no_fault_injector() {
         let fwd: PortForward = "8080:80".parse().unwrap();
-        let config = |net, forwards: &[PortForward], faults, offload| NetConfig {
+        let config = |net, forwards: &[PortForward], faults, offload| VmNetwork {
             offload,
             ..net_config(net, forwards, faults).unwrap().unwrap()
         };
-        let offloads = |c: NetConfig| {
+        let offloads = |c: VmNetwork| {
             let device = c.device_offload();
             // Segmentation both ways or not at all: the same path carries both.
             assert_eq!(device.tso4, c.segmentation_offload());

@@ -1,8 +1,10 @@
-//! The monitor's only `unsafe` code: registering guest memory with KVM, asking for it on
-//! huge pages, borrowing an eventfd for `poll`, reading the internal-error union of
-//! `kvm_run`, handing the VM's teardown to a background process at exit
-//! ([`release_in_background`]), and `readv`/`writev` straight between a backend's
-//! descriptor and guest memory ([`IoVecs`]).
+//! The monitor's only `unsafe` code (the crate root denies it everywhere else): adopting
+//! an inherited `/dev/kvm` descriptor ([`kvm_from_inherited_fd`]), registering guest
+//! memory with KVM, asking for it on huge pages, borrowing an eventfd for `poll`, reading
+//! the internal-error union of `kvm_run`, handing the VM's teardown to a background
+//! process at exit ([`release_in_background`]), and `readv`/`writev` straight between a
+//! backend's descriptor and guest memory ([`IoVecs`]). Each block has a `// SAFETY:`
+//! comment; each function around one is safe to call.
 
 use kvm_bindings::{kvm_run, kvm_userspace_memory_region};
 use kvm_ioctls::VmFd;
@@ -359,4 +361,34 @@ fn result(n: isize) -> Result<usize, rustix::io::Errno> {
         rustix::io::Errno::from_io_error(&std::io::Error::last_os_error())
             .unwrap_or(rustix::io::Errno::IO)
     })
+}
+
+/// The `/dev/kvm` a parent opened and handed over as `fd` ([`crate::VmConfig::kvm_fd`]),
+/// owned from here on: closed with the VM.
+pub fn kvm_from_inherited_fd(fd: std::os::fd::RawFd) -> kvm_ioctls::Kvm {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `VmConfig::kvm_fd` is documented as an open /dev/kvm the VM takes over;
+    // nothing else in this process uses or closes it. A descriptor that is not KVM fails
+    // the caller's API version check instead of being used.
+    unsafe { kvm_ioctls::Kvm::from_raw_fd(fd) }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::guest::GuestMem;
+    use vm_memory::{GuestAddress, GuestMemoryMmap};
+
+    #[test]
+    fn host_ptr_points_at_the_guest_bytes() {
+        let mmap = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 1 << 16)]).unwrap();
+        let g = GuestMem::new(mmap, 1 << 16);
+        g.write_bytes(100, b"guest").unwrap();
+        let p = g.host_ptr(100, 5).unwrap();
+        // SAFETY: `p` points at 5 bytes of the live mapping `g` owns; nothing writes them
+        // meanwhile.
+        let seen = unsafe { std::slice::from_raw_parts(p, 5) };
+        assert_eq!(seen, b"guest");
+        assert_eq!(g.host_ptr(u64::MAX, 1), None);
+        assert_eq!(g.host_ptr(1 << 16, 1), None);
+    }
 }

@@ -1,11 +1,12 @@
-//! One vCPU thread: runs the guest, dispatches its exits, and stops when the VM ends.
+//! One vCPU thread: runs the guest, handles each exit (a hypercall, an access to the
+//! virtio-net device's registers, a fault), and stops when the VM ends.
 //!
 //! Exits are copied out of `kvm_run` into [`Exit`] before anything else touches the vCPU,
 //! so handling never holds a borrow of the shared run page.
 
 use crate::hypercall::{self, AbiError, Caller, Step};
 use crate::report::{Outcome, VcpuState};
-use crate::virtio::VirtioNet;
+use crate::virtio::VirtioNetDevice;
 use crate::vm::Shared;
 use ebb_abi::{HYPERCALL_PORT, KICK_PORT};
 use kvm_ioctls::{VcpuExit, VcpuFd};
@@ -41,7 +42,7 @@ fn next_exit(vcpu: &mut VcpuFd, shared: &Shared) -> Exit {
     }
     match exit {
         Ok(VcpuExit::MmioRead(addr, data))
-            if VirtioNet::claims(addr) && shared.net.get().is_some() =>
+            if VirtioNetDevice::claims(addr) && shared.net.get().is_some() =>
         {
             if let Some(net) = shared.net.get() {
                 net.mmio_read(addr, data);
@@ -49,7 +50,7 @@ fn next_exit(vcpu: &mut VcpuFd, shared: &Shared) -> Exit {
             Exit::Interrupted
         }
         Ok(VcpuExit::MmioWrite(addr, data))
-            if VirtioNet::claims(addr) && shared.net.get().is_some() =>
+            if VirtioNetDevice::claims(addr) && shared.net.get().is_some() =>
         {
             if let Some(net) = shared.net.get() {
                 net.mmio_write(addr, data);

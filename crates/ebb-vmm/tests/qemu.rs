@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::guests;
+use common::{guests, qemu};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -45,25 +45,6 @@ impl std::fmt::Debug for QemuRun {
 /// `(code << 1) | 1`; an even status means the guest did not exit through the device.
 fn decode_exit(status: i32) -> Option<i32> {
     (status & 1 == 1).then_some(status >> 1)
-}
-
-/// `Some(())` when QEMU is installed; otherwise skips `test`. An installed QEMU whose
-/// `--version` fails is broken, not missing: the test fails.
-fn qemu(test: &str) -> Option<()> {
-    match Command::new("qemu-system-x86_64")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-    {
-        Ok(s) if s.success() => Some(()),
-        Ok(s) => panic!("{test}: qemu-system-x86_64 --version failed ({s})"),
-        Err(e) => ebb_testkit::skip(
-            test,
-            ebb_testkit::Capability::Qemu,
-            &format!("qemu-system-x86_64 not installed ({e})"),
-        ),
-    }
 }
 
 /// Boots `guest` under QEMU microvm with TCG; `append` is the guest's command line.

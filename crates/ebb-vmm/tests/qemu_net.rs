@@ -30,7 +30,7 @@
 
 mod common;
 
-use common::{app_image, guests};
+use common::{app_image, guests, qemu};
 use ebb_testkit::lines::Lines;
 use ebb_testkit::netcheck::{echo, free_port};
 use sha2::Digest;
@@ -48,25 +48,6 @@ const TEST_BUDGET: Duration = Duration::from_secs(60);
 /// Bytes echoed per connection, and connections per test (one after the other).
 const ECHO_BYTES: usize = 1 << 20;
 const CONNECTIONS: u64 = 3;
-
-/// `Some(())` when QEMU is installed; otherwise skips `test`. An installed QEMU whose
-/// `--version` fails is broken, not missing: the test fails.
-fn qemu(test: &str) -> Option<()> {
-    match Command::new("qemu-system-x86_64")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-    {
-        Ok(s) if s.success() => Some(()),
-        Ok(s) => panic!("{test}: qemu-system-x86_64 --version failed ({s})"),
-        Err(e) => ebb_testkit::skip(
-            test,
-            ebb_testkit::Capability::Qemu,
-            &format!("qemu-system-x86_64 not installed ({e})"),
-        ),
-    }
-}
 
 /// A running QEMU with net_echo; killed when dropped, so a failing test leaves none behind.
 struct Qemu {

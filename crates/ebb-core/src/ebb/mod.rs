@@ -23,8 +23,11 @@
 
 mod id;
 mod local_id_map;
+#[allow(unsafe_code)] // listed in the crate root
 mod multicore;
+#[allow(unsafe_code)] // listed in the crate root
 mod reference;
+#[allow(unsafe_code)] // listed in the crate root
 mod shared;
 
 pub use id::{EbbId, EbbIdAllocator, FIRST_DYNAMIC_ID};

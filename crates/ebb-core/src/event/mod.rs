@@ -17,7 +17,9 @@
 //! a thread that runs no event loop, since that is a programming error, not an input.
 
 mod idle;
+#[allow(unsafe_code)] // listed in the crate root
 mod runtime;
+#[allow(unsafe_code)] // listed in the crate root
 mod task;
 #[cfg(feature = "std")]
 mod threads;

@@ -58,6 +58,7 @@
 mod buf;
 mod chain;
 mod cursor;
+#[allow(unsafe_code)] // all of the IOBuf `unsafe`: see above
 mod region;
 mod segments;
 #[cfg(test)]

@@ -114,6 +114,7 @@
 //!   waiting for a GP would prevent it (there is deliberately no `synchronize_rcu`).
 
 mod domain;
+#[allow(unsafe_code)] // listed in the crate root
 mod hashmap;
 
 pub use domain::{RcuCallback, RcuDomain, RcuReadGuard};

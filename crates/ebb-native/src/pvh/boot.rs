@@ -11,7 +11,8 @@
 //! 2. [`ebb_pvh_setup`] (Rust, ring 0, 64-bit, on a 16 KiB boot stack in the BSS), which
 //!    reads the start info (memory map, command line), measures the TSC frequency, writes
 //!    exactly the structures the monitor writes — boot info, command line, per-core block,
-//!    page tables, GDT, TSS — at the addresses of [`crate::abi`], and
+//!    page tables, GDT, TSS — at the addresses of [`crate::abi`], their contents computed
+//!    by [`ebb_boot`] as the monitor's are, and
 //! 3. [`enter_ring3`] loads them (CR3, GDT, TR, GS base) and `iretq`s to CPL 3 at the
 //!    same `_start` the monitor enters, with the same registers (RDI = boot info, RSI = 0,
 //!    RSP = the stack top, RFLAGS = IOPL 3).
@@ -29,19 +30,22 @@
 //! * Everything is written before it is used and nothing the hypervisor handed over is
 //!   read after it may have been overwritten: the start info and command line are copied
 //!   first.
-//! * Memory: the RAM region of the PVH memory map that holds [`IMAGE_BASE`], up to 4 GiB
-//!   and rounded down to 2 MiB, is `mem_size`; the layout below the image is the
-//!   monitor's, the image is followed by core 0's per-core block, a guard page and the
-//!   stack, and the rest is [`MemKind::Usable`].
+//! * Memory: the RAM region of the PVH memory map that holds [`IMAGE_BASE`], up to the
+//!   virtio-MMIO window ([`MAX_MEM`], as under the monitor) and rounded down to 2 MiB, is
+//!   `mem_size`; the layout is the monitor's for one core ([`Layout`]): the image is
+//!   followed by core 0's per-core block, a guard page and the stack, and the rest is
+//!   [`MemKind::Usable`](crate::abi::MemKind::Usable).
 
 use crate::abi::{
-    BOOT_INFO_ADDR, BOOT_MAGIC, BOOT_VERSION, BootInfo, CMDLINE_ADDR, CMDLINE_MAX, CONSOLE_ADDR,
-    CONSOLE_STRIDE, GDT_ADDR, GDT_ENTRIES, HOST_PVH, HYPERCALL_PORT, IMAGE_BASE, KICK_PORT,
-    MAX_MEM_REGIONS, MemKind, MemRegion, PAGE_TABLES_ADDR, PERCORE_STRIDE, PVH_DEBUG_EXIT_PORT,
-    PerCore, STACK_SIZE, TSS_ADDR, TSS_IO_BITMAP_OFFSET, TSS_SIZE, gdt_entries, selectors,
+    BOOT_INFO_ADDR, BootInfo, CMDLINE_ADDR, CMDLINE_MAX, GDT_ADDR, GDT_ENTRIES, HOST_PVH,
+    IMAGE_BASE, PAGE_TABLES_ADDR, PERCORE_STRIDE, PVH_DEBUG_EXIT_PORT, PerCore, TSS_ADDR, TSS_SIZE,
+    gdt_entries, selectors,
 };
 use core::arch::x86_64::__cpuid;
 use core::arch::{asm, global_asm};
+use ebb_boot::cpu::{CR0_GUEST, CR4_FSGSBASE, CR4_GUEST, EFER_NXE, GDT_BYTES, RFLAGS_RING3};
+use ebb_boot::layout::{LARGE_PAGE_SIZE, Layout, MAX_MEM};
+use ebb_boot::paging::{AREA_PAGES, ENTRIES};
 
 // The note, the 32-bit entry, the boot page tables, the boot GDT and the boot stack.
 //
@@ -76,23 +80,23 @@ global_asm!(
     "    movl $ebb_pvh_boot_pml4, %eax",
     "    movl %eax, %cr3",
     "    movl %cr4, %eax",
-    "    orl $0x20, %eax",
+    "    orl ${cr4_pae}, %eax",
     "    movl %eax, %cr4",
-    "    movl $0xc0000080, %ecx",
+    "    movl ${efer_msr}, %ecx",
     "    rdmsr",
-    "    orl $0x100, %eax",
+    "    orl ${efer_lme}, %eax",
     "    wrmsr",
     // Step 2: CR0.PG (with PE, already set) activates long mode (compatibility mode).
     "    movl %cr0, %eax",
-    "    orl $0x80000001, %eax",
+    "    orl ${cr0_pe_pg}, %eax",
     "    movl %eax, %cr0",
     // Step 3: a GDT with a 64-bit code segment, and a far jump into it: 64-bit mode.
     "    lgdt ebb_pvh_boot_gdtr",
-    "    ljmp $0x08, $ebb_pvh_start64",
+    "    ljmp ${kernel_code}, $ebb_pvh_start64",
     ".code64",
     "ebb_pvh_start64:",
     // Flat data segments, the boot stack, then Rust (ring 0) with the start info in RDI.
-    "    movl $0x10, %eax",
+    "    movl ${kernel_data}, %eax",
     "    movl %eax, %ds",
     "    movl %eax, %es",
     "    movl %eax, %ss",
@@ -106,14 +110,15 @@ global_asm!(
     ".size ebb_pvh_start32, . - ebb_pvh_start32",
     ".popsection",
     //
-    // The boot GDT: null, 64-bit ring-0 code (0x08), ring-0 data (0x10); the accessed
+    // The boot GDT: null and the final GDT's next two entries (`gdt_entries`), 64-bit
+    // ring-0 code (KERNEL_CODE, 0x08) and ring-0 data (KERNEL_DATA, 0x10), whose accessed
     // bits are preset so the CPU never writes to it. Then its 6-byte GDTR.
     ".pushsection .rodata.ebb_pvh, \"a\", @progbits",
     ".balign 8",
     "ebb_pvh_boot_gdt:",
     ".quad 0",
-    ".quad 0x00af9b000000ffff",
-    ".quad 0x00cf93000000ffff",
+    ".quad {gdt_kernel_code}",
+    ".quad {gdt_kernel_data}",
     "ebb_pvh_boot_gdtr:",
     ".word 23",
     ".long ebb_pvh_boot_gdt",
@@ -145,6 +150,14 @@ global_asm!(
     ".skip 16384",
     "ebb_pvh_boot_stack_top:",
     ".popsection",
+    cr4_pae = const ebb_boot::cpu::CR4_PAE,
+    efer_msr = const EFER_MSR,
+    efer_lme = const ebb_boot::cpu::EFER_LME,
+    cr0_pe_pg = const ebb_boot::cpu::CR0_PE | ebb_boot::cpu::CR0_PG,
+    kernel_code = const selectors::KERNEL_CODE,
+    kernel_data = const selectors::KERNEL_DATA,
+    gdt_kernel_code = const gdt_entries()[1],
+    gdt_kernel_data = const gdt_entries()[2],
     options(att_syntax),
 );
 
@@ -187,14 +200,8 @@ const E820_RAM: u32 = 1;
 /// Everything the stub touches before the real tables are loaded lies in the boot tables'
 /// first GiB.
 const BOOT_MAPPED: u64 = 1 << 30;
-/// Guest memory is capped here (4 page directories).
-const MEM_MAX: u64 = 4 << 30;
 /// Assumed when the start info has no memory map (version 0).
 const FALLBACK_MEM: u64 = 32 << 20;
-/// Least free memory left for the allocators, as in the monitor.
-const MIN_FREE: u64 = 2 << 20;
-const PAGE: u64 = 0x1000;
-const LARGE_PAGE: u64 = 0x20_0000;
 /// Exit code when the start info or the memory is unusable (the boot-info error code).
 const EXIT_BAD_BOOT: u32 = 0xeb;
 
@@ -205,16 +212,16 @@ extern "C" fn ebb_pvh_setup(start_info_addr: u64) -> ! {
     super::BOOT_TSC.store(crate::arch::rdtsc(), core::sync::atomic::Ordering::Relaxed);
     let (mem_size, cmdline_len) = read_start_info(start_info_addr);
     let image_end = (&raw const __image_end) as u64;
-    let layout = PvhLayout::new(mem_size, image_end);
-    if layout.stack_top + MIN_FREE > mem_size {
+    // The monitor's layout for one core: the same checks, the same placement.
+    let Ok(layout) = Layout::new(mem_size, 1, IMAGE_BASE, image_end) else {
         fail(b"pvh: guest memory too small for the image and its stack\n");
-    }
+    };
     let tsc_khz = tsc_khz();
     write_boot_info(&layout, cmdline_len, tsc_khz);
     write_percore(&layout);
     write_gdt_and_tss();
     let features = CpuFeatures::detect();
-    let pml4 = write_page_tables(&layout);
+    let pml4 = write_page_tables(&layout, features);
     enter_ring3(&layout, pml4, features)
 }
 
@@ -261,7 +268,7 @@ fn read_start_info(addr: u64) -> (u64, u64) {
     } else {
         super::serial_write(b"pvh: no memory map in the start info: assuming 32 MiB\n");
     }
-    let mem_size = mem_size.min(MEM_MAX) & !(LARGE_PAGE - 1);
+    let mem_size = mem_size.min(MAX_MEM) & !(LARGE_PAGE_SIZE - 1);
     let mut cmdline_len = 0;
     if info.cmdline_paddr != 0 {
         let src = info.cmdline_paddr;
@@ -287,186 +294,54 @@ fn read_start_info(addr: u64) -> (u64, u64) {
     (mem_size, cmdline_len)
 }
 
-/// The monitor's layout for one core, after an image ending at `image_end`.
-struct PvhLayout {
-    mem_size: u64,
-    image_end: u64,
-    percore: u64,
-    /// The unmapped guard page below the stack.
-    guard: u64,
-    stack_bottom: u64,
-    stack_top: u64,
-}
-
-impl PvhLayout {
-    fn new(mem_size: u64, image_end: u64) -> PvhLayout {
-        let image_end = (image_end + PAGE - 1) & !(PAGE - 1);
-        let percore = image_end;
-        let guard = percore + PERCORE_STRIDE;
-        let stack_bottom = guard + PAGE;
-        PvhLayout {
-            mem_size,
-            image_end,
-            percore,
-            guard,
-            stack_bottom,
-            stack_top: stack_bottom + STACK_SIZE,
-        }
-    }
-}
-
-fn write_boot_info(layout: &PvhLayout, cmdline_len: u64, tsc_khz: u64) {
-    let region = |start: u64, end: u64, kind: MemKind| MemRegion {
-        start,
-        len: end - start,
-        kind: kind as u32,
-        reserved: 0,
-    };
-    let mut regions = [MemRegion::default(); MAX_MEM_REGIONS];
-    let map = [
-        region(0, IMAGE_BASE, MemKind::Monitor),
-        region(IMAGE_BASE, layout.image_end, MemKind::Image),
-        region(layout.percore, layout.guard, MemKind::PerCore),
-        region(layout.guard, layout.stack_top, MemKind::Stacks),
-        region(layout.stack_top, layout.mem_size, MemKind::Usable),
-    ];
-    regions[..map.len()].copy_from_slice(&map);
-    let info = BootInfo {
-        magic: BOOT_MAGIC,
-        version: BOOT_VERSION,
-        size: size_of::<BootInfo>() as u32,
-        cpu_count: 1,
-        hypercall_port: HYPERCALL_PORT,
-        kick_port: KICK_PORT,
-        tsc_khz,
-        mem_size: layout.mem_size,
-        cmdline_addr: CMDLINE_ADDR,
-        cmdline_len,
-        percore_addr: layout.percore,
-        percore_stride: PERCORE_STRIDE,
-        image_start: IMAGE_BASE,
-        image_end: layout.image_end,
-        region_count: map.len() as u32,
-        reserved: 0,
-        regions,
-        host: HOST_PVH,
-        flags: 0,
-    };
+fn write_boot_info(layout: &Layout, cmdline_len: u64, tsc_khz: u64) {
+    let info = ebb_boot::boot_info::boot_info(layout, cmdline_len, tsc_khz, HOST_PVH, 0);
     // SAFETY: BOOT_INFO_ADDR is the boot-info page of the fixed layout, RAM in the first
     // GiB, reserved for this block (the start info was read before).
     unsafe { core::ptr::write(BOOT_INFO_ADDR as *mut BootInfo, info) };
 }
 
-fn write_percore(layout: &PvhLayout) {
-    let block = layout.percore as *mut u8;
+fn write_percore(layout: &Layout) {
+    let block = layout.percore(0) as *mut u8;
     // SAFETY: the per-core block lies right after the image, in RAM (checked against
-    // mem_size) inside the first GiB; nothing else uses it yet. The runtime's part must
-    // start zeroed, so the whole block is cleared first.
+    // mem_size by `Layout::new`) inside the first GiB; nothing else uses it yet. The
+    // runtime's part must start zeroed, so the whole block is cleared first.
     unsafe { core::ptr::write_bytes(block, 0, PERCORE_STRIDE as usize) };
-    let header = PerCore {
-        self_addr: layout.percore,
-        core_id: 0,
-        reserved: 0,
-        boot_info: BOOT_INFO_ADDR,
-        stack_bottom: layout.stack_bottom,
-        stack_top: layout.stack_top,
-        console: CONSOLE_ADDR,
-    };
+    let header = ebb_boot::boot_info::per_core(layout, 0);
     // SAFETY: as above; the block is page-aligned, so aligned for PerCore.
     unsafe { core::ptr::write(block as *mut PerCore, header) };
 }
 
 fn write_gdt_and_tss() {
-    // SAFETY: the GDT page of the fixed layout, RAM below 1 MiB reserved for it.
-    unsafe { core::ptr::write(GDT_ADDR as *mut [u64; GDT_ENTRIES], gdt_entries()) };
-    let tss = TSS_ADDR as *mut u8;
-    // Soundness: the TSS pages of the fixed layout (TSS_SIZE bytes), RAM below 1 MiB. The
-    // TSS is zero (no ring-0 stacks: nothing ever enters ring 0 again), its I/O map base
-    // points right after the 104-byte TSS proper, the bitmap is all zero (every port
-    // allowed at CPL 3) and ends with the required all-ones byte.
-    // SAFETY: by the argument just above.
-    unsafe {
-        core::ptr::write_bytes(tss, 0, TSS_SIZE as usize);
-        core::ptr::write_unaligned(tss.add(102) as *mut u16, TSS_IO_BITMAP_OFFSET);
-        tss.add(TSS_SIZE as usize - 1).write(0xff);
-    }
+    // SAFETY: the GDT page of the fixed layout, RAM below 1 MiB reserved for it; no other
+    // reference to it exists.
+    let gdt = unsafe { core::slice::from_raw_parts_mut(GDT_ADDR as *mut u8, GDT_BYTES) };
+    ebb_boot::cpu::write_gdt(gdt);
+    // SAFETY: the TSS pages of the fixed layout (TSS_SIZE bytes), RAM below 1 MiB reserved
+    // for it; no other reference to them exists.
+    let tss = unsafe { core::slice::from_raw_parts_mut(TSS_ADDR as *mut u8, TSS_SIZE as usize) };
+    ebb_boot::cpu::write_tss(tss);
 }
 
-const PRESENT: u64 = 1 << 0;
-const WRITABLE: u64 = 1 << 1;
-const USER: u64 = 1 << 2;
-const WRITE_THROUGH: u64 = 1 << 3;
-const CACHE_DISABLE: u64 = 1 << 4;
-const LARGE: u64 = 1 << 7;
-const USER_RW: u64 = PRESENT | WRITABLE | USER;
-
-/// Builds identity-mapped tables at [`PAGE_TABLES_ADDR`]: PML4, PDPT, one PD per GiB, and
-/// two page tables of 4 KiB pages, for the low 2 MiB (as the monitor maps it: GDT and TSS
-/// supervisor, boot info and command line user read-only, the console ring user
-/// read-write, the rest not present) and for the chunk holding the stack guard page (not
-/// present). Every other 2 MiB chunk below `mem_size` is one user read-write large page,
-/// and so is the virtio-MMIO window (uncached), as the monitor maps it.
-/// Returns the PML4's address.
-fn write_page_tables(layout: &PvhLayout) -> u64 {
-    let gib = layout.mem_size.div_ceil(1 << 30);
-    let pml4 = PAGE_TABLES_ADDR;
-    let pdpt = pml4 + PAGE;
-    let pds = pdpt + PAGE;
-    let low_pt = pds + gib * PAGE;
-    let guard_pt = low_pt + PAGE;
-    let window = crate::abi::virtio::MMIO_WINDOW_START;
-    let window_gib = window >> 30;
-    let window_pd = if window_gib < gib {
-        pds + window_gib * PAGE
-    } else {
-        guard_pt + PAGE
-    };
-    let set = |table: u64, index: u64, entry: u64| {
-        // SAFETY: `table` is one of the page-table pages above, inside the page-table area
-        // of the fixed layout (at most 9 pages of it), and `index < 512`.
-        unsafe { ((table + index * 8) as *mut u64).write(entry) };
-    };
-    // SAFETY: the page-table pages (at most 9 of the area's 112), zeroed before use.
-    unsafe { core::ptr::write_bytes(pml4 as *mut u8, 0, (guard_pt + 2 * PAGE - pml4) as usize) };
-
-    set(pml4, 0, pdpt | USER_RW);
-    let guard_chunk = layout.guard & !(LARGE_PAGE - 1);
-    for g in 0..gib {
-        set(pdpt, g, (pds + g * PAGE) | USER_RW);
+/// Builds the monitor's identity-mapped tables for `layout` in place, in the page-table
+/// area at [`PAGE_TABLES_ADDR`] (the same tables the monitor writes, with what is not code
+/// marked not executable only if the CPU has NX). Returns the PML4's address.
+fn write_page_tables(layout: &Layout, features: CpuFeatures) -> u64 {
+    let map = layout.page_map();
+    let pages = ebb_boot::paging::table_pages(&map, layout.mem_size);
+    if pages > AREA_PAGES {
+        fail(b"pvh: the page tables do not fit their area\n");
     }
-    if window_gib >= gib {
-        set(pdpt, window_gib, window_pd | USER_RW);
+    // SAFETY: the first `pages` pages of the page-table area of the fixed layout, RAM in
+    // the first GiB reserved for the tables; the start info and command line that may
+    // have lain there were read before, and nothing else refers to them.
+    let area =
+        unsafe { core::slice::from_raw_parts_mut(PAGE_TABLES_ADDR as *mut u64, pages * ENTRIES) };
+    area.fill(0);
+    if ebb_boot::paging::build(&map, layout.mem_size, features.nx, area).is_err() {
+        fail(b"pvh: the page tables do not fit their area\n");
     }
-    let window_entry = window | USER_RW | WRITE_THROUGH | CACHE_DISABLE | LARGE;
-    set(window_pd, (window >> 21) & 511, window_entry);
-    let mut chunk = 0;
-    while chunk < layout.mem_size.min(window) {
-        let (pd, index) = (pds + (chunk >> 30) * PAGE, (chunk >> 21) & 511);
-        let entry = match chunk {
-            0 => low_pt | USER_RW,
-            c if c == guard_chunk => guard_pt | USER_RW,
-            c => c | USER_RW | LARGE,
-        };
-        set(pd, index, entry);
-        chunk += LARGE_PAGE;
-    }
-    for i in 0..512 {
-        let addr = i * PAGE;
-        let flags = match addr {
-            a if (GDT_ADDR..TSS_ADDR + TSS_SIZE).contains(&a) => PRESENT | WRITABLE,
-            a if (BOOT_INFO_ADDR..CMDLINE_ADDR + CMDLINE_MAX).contains(&a) => PRESENT | USER,
-            a if (CONSOLE_ADDR..CONSOLE_ADDR + CONSOLE_STRIDE).contains(&a) => USER_RW,
-            _ => 0,
-        };
-        if flags != 0 {
-            set(low_pt, i, addr | flags);
-        }
-        let addr = guard_chunk + i * PAGE;
-        if addr != layout.guard {
-            set(guard_pt, i, addr | USER_RW);
-        }
-    }
-    pml4
+    PAGE_TABLES_ADDR
 }
 
 /// What CPUID says about the optional control-register bits.
@@ -554,22 +429,9 @@ fn pit_calibrate() -> Option<u64> {
     Some((u128::from(ticks) * u128::from(PIT_HZ) / u128::from(elapsed) / 1000) as u64)
 }
 
-const CR0_PE: u64 = 1 << 0;
-const CR0_MP: u64 = 1 << 1;
-const CR0_ET: u64 = 1 << 4;
-const CR0_NE: u64 = 1 << 5;
-const CR0_WP: u64 = 1 << 16;
-const CR0_PG: u64 = 1 << 31;
-const CR4_PAE: u64 = 1 << 5;
-const CR4_OSFXSR: u64 = 1 << 9;
-const CR4_OSXMMEXCPT: u64 = 1 << 10;
-const CR4_FSGSBASE: u64 = 1 << 16;
 const EFER_MSR: u32 = 0xc000_0080;
-const EFER_NXE: u64 = 1 << 11;
 const GS_BASE_MSR: u32 = 0xc000_0101;
 const FS_BASE_MSR: u32 = 0xc000_0100;
-/// RFLAGS at CPL 3: bit 1 (always set) and IOPL 3, interrupts off — as the monitor sets it.
-const RFLAGS_RING3: u64 = 0x2 | (3 << 12);
 
 #[repr(C, packed)]
 struct Gdtr {
@@ -578,8 +440,8 @@ struct Gdtr {
 }
 
 /// Loads the real tables and control registers, then `iretq`s to `_start` at CPL 3.
-fn enter_ring3(layout: &PvhLayout, pml4: u64, features: CpuFeatures) -> ! {
-    let mut cr4 = CR4_PAE | CR4_OSFXSR | CR4_OSXMMEXCPT;
+fn enter_ring3(layout: &Layout, pml4: u64, features: CpuFeatures) -> ! {
+    let mut cr4 = CR4_GUEST;
     if features.fsgsbase {
         cr4 |= CR4_FSGSBASE;
     }
@@ -591,7 +453,7 @@ fn enter_ring3(layout: &PvhLayout, pml4: u64, features: CpuFeatures) -> ! {
     // usable, write protection); CR4 keeps PAE and adds SSE and, when present, FSGSBASE;
     // EFER.NXE only when CPUID has it. None of this changes the current mappings.
     unsafe {
-        asm!("mov cr0, {}", in(reg) CR0_PE | CR0_MP | CR0_ET | CR0_NE | CR0_WP | CR0_PG,
+        asm!("mov cr0, {}", in(reg) CR0_GUEST,
              options(nostack, preserves_flags));
         asm!("mov cr4, {}", in(reg) cr4, options(nostack, preserves_flags));
         if features.nx {
@@ -627,7 +489,7 @@ fn enter_ring3(layout: &PvhLayout, pml4: u64, features: CpuFeatures) -> ! {
             options(nostack, preserves_flags),
         );
         wrmsr(FS_BASE_MSR, 0);
-        wrmsr(GS_BASE_MSR, layout.percore);
+        wrmsr(GS_BASE_MSR, layout.percore(0));
         asm!(
             "push {ss}",
             "push {rsp}",
@@ -636,7 +498,7 @@ fn enter_ring3(layout: &PvhLayout, pml4: u64, features: CpuFeatures) -> ! {
             "push {rip}",
             "iretq",
             ss = in(reg) u64::from(selectors::USER_DATA),
-            rsp = in(reg) layout.stack_top,
+            rsp = in(reg) layout.stack(0).1,
             rflags = in(reg) RFLAGS_RING3,
             cs = in(reg) u64::from(selectors::USER_CODE),
             rip = in(reg) _start as *const () as u64,

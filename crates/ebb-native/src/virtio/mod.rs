@@ -2,6 +2,7 @@
 //! ring (`ring`), and register and shared-memory access (`mmio`, the module's only
 //! `unsafe`). The ABI both sides share is `crate::abi::virtio`.
 
+#[allow(unsafe_code)] // the module's only `unsafe`
 pub mod mmio;
 pub mod net;
 pub mod ring;

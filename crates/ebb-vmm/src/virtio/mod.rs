@@ -1,12 +1,13 @@
 //! virtio-net for native guests: a modern virtio-MMIO device ([`net`]) with validated split
-//! queues ([`queue`]) and host backends ([`backend`]: TAP, passt, fault injection).
+//! queues ([`queue`]) and the host side of the link ([`host_link`]: TAP, passt, fault
+//! injection).
 
-pub mod backend;
+pub mod host_link;
 pub mod net;
 pub mod queue;
 
-pub use backend::{Backend, BackendError, PortForward};
-pub use net::{IoThread, NetStats, Offload, VirtioNet};
+pub use host_link::{HostLink, HostLinkError, PortForward};
+pub use net::{IoThread, NetStats, Offload, VirtioNetDevice};
 
 #[cfg(test)]
 mod tests;

@@ -1,10 +1,10 @@
-//! Shared by the boot tests: building the test guests once, the KVM check (a skip, or a
-//! failure where `EBB_REQUIRE` names kvm), and running the monitor on a guest.
+//! Shared by the boot tests: building the test guests once, the KVM and QEMU checks (a
+//! skip, or a failure where `EBB_REQUIRE` names kvm), and running the monitor on a guest.
 
 #![allow(dead_code)] // each test file uses its own subset
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -56,6 +56,25 @@ pub fn app_image(app: &str) -> PathBuf {
     let path = target_dir.join("x86_64-unknown-none/release").join(app);
     built.push((app.to_string(), path.clone()));
     path
+}
+
+/// `Some(())` when QEMU is installed; otherwise skips `test`. An installed QEMU whose
+/// `--version` fails is broken, not missing: the test fails.
+pub fn qemu(test: &str) -> Option<()> {
+    match Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(s) if s.success() => Some(()),
+        Ok(s) => panic!("{test}: qemu-system-x86_64 --version failed ({s})"),
+        Err(e) => ebb_testkit::skip(
+            test,
+            ebb_testkit::Capability::Qemu,
+            &format!("qemu-system-x86_64 not installed ({e})"),
+        ),
+    }
 }
 
 /// `Some(())` when KVM works; otherwise skips `test` (see `ebb_testkit::skip`).

@@ -1,7 +1,8 @@
-//! Where the device's frames go on the host: a TAP device (`--net tap=NAME`, root) or
-//! passt (`--net user`, no root), optionally through ebb-net's seeded fault injector
-//! (`--net-faults`). Every backend is an `ebb_net` `NetDevice` with a descriptor the I/O
-//! thread sleeps on.
+//! The host side of the guest's link ([`HostLink`]): where the device's frames go on the
+//! host — a TAP device (`--net tap=NAME`, root) or passt (`--net user`, no root),
+//! optionally through ebb-net's seeded fault injector (`--net-faults`). Every host link
+//! is an `ebb_net` `NetDevice` with a descriptor the I/O thread sleeps on. Which one a VM
+//! opens is its [`HostLinkConfig`](crate::vm::HostLinkConfig).
 
 use ebb_core::{IOBuf, IOBufChain, Instant};
 use ebb_hosted::tap::{TapConfig, TapDevice};
@@ -12,8 +13,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 
-/// A backend the I/O thread drives.
-pub trait Backend: NetDevice + Send {
+/// The host side of the guest's link, which the device's I/O thread drives: a TAP queue,
+/// passt, or a fault injector around either (called "backend" in the device's docs).
+pub trait HostLink: NetDevice + Send {
     /// The descriptor that becomes readable when frames arrive.
     fn fd(&self) -> BorrowedFd<'_>;
 
@@ -61,7 +63,7 @@ pub trait Backend: NetDevice + Send {
     }
 }
 
-/// See [`Backend::direct`].
+/// See [`HostLink::direct`].
 #[derive(Clone, Copy, Debug)]
 pub struct Direct<'a> {
     /// Where frames are read and written, one per call.
@@ -71,7 +73,7 @@ pub struct Direct<'a> {
     pub vnet_hdr: bool,
 }
 
-impl Backend for TapDevice {
+impl HostLink for TapDevice {
     fn fd(&self) -> BorrowedFd<'_> {
         self.as_fd()
     }
@@ -87,7 +89,7 @@ impl Backend for TapDevice {
     }
 }
 
-impl<B: Backend> Backend for FaultInjector<B> {
+impl<B: HostLink> HostLink for FaultInjector<B> {
     fn fd(&self) -> BorrowedFd<'_> {
         self.inner().fd()
     }
@@ -104,7 +106,7 @@ impl<B: Backend> Backend for FaultInjector<B> {
     // copying calls, which carry no GSO request.
 }
 
-impl<B: Backend + ?Sized> Backend for Box<B> {
+impl<B: HostLink + ?Sized> HostLink for Box<B> {
     fn fd(&self) -> BorrowedFd<'_> {
         (**self).fd()
     }
@@ -125,9 +127,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
 }
 
-/// Why a backend could not start.
+/// Why a host link could not be opened.
 #[derive(Debug, thiserror::Error)]
-pub enum BackendError {
+pub enum HostLinkError {
     /// The TAP device could not be opened.
     #[error("--net tap={name}: {source}")]
     Tap {
@@ -158,11 +160,11 @@ pub enum BackendError {
 
 /// Opens `queues` queues of TAP device `name`; with `offload`, with a virtio-net header
 /// and checksum offload (`TapConfig::vnet_hdr`).
-pub fn open_tap(name: &str, queues: usize, offload: bool) -> Result<Vec<TapDevice>, BackendError> {
+pub fn open_tap(name: &str, queues: usize, offload: bool) -> Result<Vec<TapDevice>, HostLinkError> {
     let mut config = TapConfig::new(name);
     config.queues = queues;
     config.vnet_hdr = offload;
-    TapDevice::open_queues(&config).map_err(|source| BackendError::Tap {
+    TapDevice::open_queues(&config).map_err(|source| HostLinkError::Tap {
         name: name.to_string(),
         source,
     })
@@ -228,11 +230,11 @@ const PASST_WRITE_LIMIT: usize = 512 * 1024;
 const PASST_READ_LIMIT: usize = 64 * 1024 * 1024;
 /// The send buffer asked for on passt's end of the socket (the kernel caps it at
 /// `net.core.wmem_max`): slack for the moments the I/O thread is not scheduled.
-const PASST_SOCKET_BUFFER: libc::c_int = 4 * 1024 * 1024;
+const PASST_SOCKET_BUFFER: usize = 4 * 1024 * 1024;
 
 impl Passt {
     /// Starts passt with `forwards`, for a guest whose MAC address is `guest_mac`.
-    pub fn start(forwards: &[PortForward], guest_mac: [u8; 6]) -> Result<Passt, BackendError> {
+    pub fn start(forwards: &[PortForward], guest_mac: [u8; 6]) -> Result<Passt, HostLinkError> {
         // Try each host port first: passt's own complaint about a busy port is a line
         // in its log, ours names the port and what to do.
         for f in forwards {
@@ -247,7 +249,7 @@ impl Passt {
                     }
                     _ => e.to_string(),
                 };
-                return Err(BackendError::PortUnavailable {
+                return Err(HostLinkError::PortUnavailable {
                     addr: f.host_addr,
                     port: f.host_port,
                     reason,
@@ -255,34 +257,21 @@ impl Passt {
             }
         }
         let (ours, theirs) =
-            UnixStream::pair().map_err(|e| BackendError::Passt(format!("socketpair: {e}")))?;
+            UnixStream::pair().map_err(|e| HostLinkError::Passt(format!("socketpair: {e}")))?;
         let fd = theirs.as_raw_fd();
         // passt (this version, 2023) drops a frame it cannot write at once (the socket to
         // us is full) and still counts it as sent; a pure ACK lost that way is never sent
         // again, and passt answers the guest's retransmissions of the data it covers with
         // silence: the connection stalls for good. So its socket must never fill: a large
-        // send buffer on its end, and `drain` reads it every round (see `Backend::drain`).
-        let size = PASST_SOCKET_BUFFER;
-        // SAFETY: `fd` is the open socket `theirs`; the option value is a c_int that lives
-        // across the call, and its size is passed with it.
-        let set = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_SNDBUF,
-                (&size as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if set != 0 {
-            log::warn!(
-                "--net user: cannot enlarge passt's socket buffer: {}",
-                std::io::Error::last_os_error()
-            );
+        // send buffer on its end, and `drain` reads it every round (see `HostLink::drain`).
+        if let Err(e) =
+            rustix::net::sockopt::set_socket_send_buffer_size(&theirs, PASST_SOCKET_BUFFER)
+        {
+            log::warn!("--net user: cannot enlarge passt's socket buffer: {e}");
         }
         // The child must inherit `theirs`: clear close-on-exec on it only.
         rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty())
-            .map_err(|e| BackendError::Passt(format!("fcntl: {e}")))?;
+            .map_err(|e| HostLinkError::Passt(format!("fcntl: {e}")))?;
         let mut cmd = Command::new("passt");
         cmd.args(["-f", "-q", "-1", "--fd", &fd.to_string()])
             .args(["-a", USER_GUEST_ADDR, "-n", "24", "-g", USER_GATEWAY])
@@ -301,8 +290,8 @@ impl Passt {
             cmd.arg("--pcap").arg(file);
         }
         let mut child = cmd.spawn().map_err(|e| match e.kind() {
-            ErrorKind::NotFound => BackendError::PasstMissing,
-            _ => BackendError::Passt(e.to_string()),
+            ErrorKind::NotFound => HostLinkError::PasstMissing,
+            _ => HostLinkError::Passt(e.to_string()),
         })?;
         drop(theirs);
         // passt learns the guest's MAC address from the first frame it reads from us
@@ -320,7 +309,7 @@ impl Passt {
         hello[16..18].copy_from_slice(&ANNOUNCE_ETHERTYPE.to_be_bytes());
         (&ours)
             .write_all(&hello)
-            .map_err(|e| BackendError::Passt(format!("announcing the guest's MAC: {e}")))?;
+            .map_err(|e| HostLinkError::Passt(format!("announcing the guest's MAC: {e}")))?;
         // passt binds its forwards before it serves the socket; give it a moment to fail
         // (a busy port) so the error names the cause instead of a dead link.
         for _ in 0..50 {
@@ -329,7 +318,7 @@ impl Passt {
                 if let Some(mut stderr) = child.stderr.take() {
                     let _ = stderr.read_to_string(&mut err);
                 }
-                return Err(BackendError::Passt(format!(
+                return Err(HostLinkError::Passt(format!(
                     "exited with {status}: {} (is a forwarded port busy?)",
                     err.trim()
                 )));
@@ -340,7 +329,7 @@ impl Passt {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         ours.set_nonblocking(true)
-            .map_err(|e| BackendError::Passt(format!("nonblocking socket: {e}")))?;
+            .map_err(|e| HostLinkError::Passt(format!("nonblocking socket: {e}")))?;
         Ok(Passt {
             sock: ours,
             child,
@@ -442,7 +431,7 @@ impl NetDevice for Passt {
     }
 }
 
-impl Backend for Passt {
+impl HostLink for Passt {
     fn fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
     }

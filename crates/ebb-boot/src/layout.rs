@@ -1,10 +1,12 @@
 //! Where everything goes in guest-physical memory, and how each page is mapped.
 //!
-//! Pure computation (no KVM, no guest memory): [`Layout::new`] places the image, the stacks
-//! and the free memory for a VM and [`Layout::page_map`] says how every 4 KiB page is
-//! mapped; [`crate::paging`] turns that into page tables. The fixed part of the layout is
-//! in [`ebb_abi`].
+//! Pure computation (no KVM, no guest memory, no allocation): [`Layout::new`] places the
+//! image, the stacks and the free memory for a VM and [`Layout::page_map`] says how every
+//! 4 KiB page is mapped; [`crate::paging`] turns that into page tables. The fixed part of
+//! the layout is in [`ebb_abi`]. The monitor lays out every VM with it, and the PVH stub
+//! lays out its one core with it, so both boot paths place everything alike.
 
+use core::ops::Deref;
 use ebb_abi::{
     BOOT_INFO_ADDR, CMDLINE_ADDR, CMDLINE_MAX, CONSOLE_ADDR, CONSOLE_STRIDE, GDT_ADDR, IMAGE_BASE,
     MAX_CPUS, MemKind, MemRegion, PERCORE_STRIDE, STACK_SIZE, TSS_ADDR, TSS_SIZE,
@@ -75,6 +77,36 @@ pub struct MappedRange {
     pub kind: PageKind,
 }
 
+/// Regions of [`Layout::memory_map`].
+pub const MEMORY_MAP_LEN: usize = 5;
+
+/// Most ranges of a [`PageMap`]: the fixed ones, one stack per core and the free memory.
+pub const PAGE_MAP_MAX: usize = 6 + MAX_CPUS as usize + 1;
+
+/// Every mapped range of a layout ([`Layout::page_map`]), sorted and disjoint, held in
+/// place (the PVH stub has no heap); it reads as a slice.
+#[derive(Clone, Debug)]
+pub struct PageMap {
+    ranges: [MappedRange; PAGE_MAP_MAX],
+    len: usize,
+}
+
+impl PageMap {
+    fn push(&mut self, range: MappedRange) {
+        // `Layout::new` bounds the core count, so the ranges always fit.
+        self.ranges[self.len] = range;
+        self.len += 1;
+    }
+}
+
+impl Deref for PageMap {
+    type Target = [MappedRange];
+
+    fn deref(&self) -> &[MappedRange] {
+        &self.ranges[..self.len]
+    }
+}
+
 /// The placement of everything in one VM's guest memory.
 #[derive(Clone, Debug)]
 pub struct Layout {
@@ -104,8 +136,10 @@ fn align_up(x: u64, a: u64) -> Option<u64> {
 
 impl Layout {
     /// Places an image spanning `[image_start, image_end)` and `cpus` stacks in `mem_size`
-    /// bytes. The image bounds come from [`crate::image`], which checked that
-    /// `image_start >= IMAGE_BASE`.
+    /// bytes. The image bounds come from the monitor's ELF parser (`ebb-vmm`'s `image`,
+    /// which checked that `image_start >= IMAGE_BASE`) or, in the PVH stub, from
+    /// [`IMAGE_BASE`] and the linker's end of the image; a lower start is raised to
+    /// [`IMAGE_BASE`].
     pub fn new(
         mem_size: u64,
         cpus: u32,
@@ -168,14 +202,14 @@ impl Layout {
     }
 
     /// The memory map handed to the guest in the boot info.
-    pub fn memory_map(&self) -> Vec<MemRegion> {
+    pub fn memory_map(&self) -> [MemRegion; MEMORY_MAP_LEN] {
         let region = |start: u64, end: u64, kind: MemKind| MemRegion {
             start,
             len: end - start,
             kind: kind as u32,
             reserved: 0,
         };
-        vec![
+        [
             region(0, IMAGE_BASE, MemKind::Monitor),
             region(IMAGE_BASE, self.image_end, MemKind::Image),
             region(self.percore_start, self.stacks_start, MemKind::PerCore),
@@ -186,10 +220,10 @@ impl Layout {
 
     /// Every mapped range, sorted and non-overlapping; pages in no range are not present
     /// (the null page, the page tables, the stack guards, unused per-core slots).
-    pub fn page_map(&self) -> Vec<MappedRange> {
+    pub fn page_map(&self) -> PageMap {
         let cpus = u64::from(self.cpus);
         let r = |start: u64, end: u64, kind: PageKind| MappedRange { start, end, kind };
-        let mut map = vec![
+        let fixed = [
             r(GDT_ADDR, GDT_ADDR + PAGE_SIZE, PageKind::Supervisor),
             r(
                 TSS_ADDR,
@@ -209,6 +243,13 @@ impl Layout {
             r(IMAGE_BASE, self.image_end, PageKind::UserCode),
             r(self.percore_start, self.stacks_start, PageKind::UserData),
         ];
+        let mut map = PageMap {
+            ranges: [r(0, 0, PageKind::Supervisor); PAGE_MAP_MAX],
+            len: 0,
+        };
+        for range in fixed {
+            map.push(range);
+        }
         for core in 0..self.cpus {
             let (bottom, top) = self.stack(core);
             map.push(r(bottom, top, PageKind::UserData));
@@ -247,7 +288,7 @@ mod tests {
         for w in map.windows(2) {
             assert!(w[0].end <= w[1].start, "{w:?}");
         }
-        for m in &map {
+        for m in map.iter() {
             assert!(m.start < m.end && m.start % PAGE_SIZE == 0 && m.end % PAGE_SIZE == 0);
         }
         assert_eq!(map.last().unwrap().end, 64 << 20);

@@ -1,0 +1,131 @@
+//! Frames in descriptor chains: a transmit chain's header and frame read out of guest
+//! memory (copied once, or located for the direct path's `writev`), and a frame written
+//! into a receive chain behind its header.
+
+use super::offload::{TxOffload, guest_header};
+use crate::guest::GuestMem;
+use crate::virtio::queue::{Buf, Chain, QueueError};
+use ebb_abi::virtio::{NET_HDR_LEN, NetHdr};
+use ebb_core::IOBuf;
+use ebb_net::phy::FrameChecksum;
+
+/// A transmit chain's virtio-net header and the length of the frame behind it. A chain
+/// with no frame in it (the header or less) or too long for one (`offload` says how long
+/// one may be) is the driver's error, not a frame to drop silently.
+pub(super) fn chain_header(
+    mem: &GuestMem,
+    chain: &Chain,
+    offload: TxOffload,
+) -> Result<(NetHdr, usize), QueueError> {
+    let total: u64 = chain.readable.iter().map(|b| u64::from(b.len)).sum();
+    let max = offload.chain_max();
+    if total <= NET_HDR_LEN as u64 || total > max {
+        return Err(QueueError::NotAFrame {
+            head: chain.head,
+            len: total,
+            max,
+        });
+    }
+    let mut header = [0u8; NET_HDR_LEN];
+    read_at(mem, &chain.readable, 0, &mut header).ok_or(QueueError::Access("a transmit buffer"))?;
+    Ok((NetHdr::from_bytes(&header), total as usize - NET_HDR_LEN))
+}
+
+/// The frame of a transmit chain (its bytes after the virtio-net header) and the header,
+/// copied out once each.
+pub(super) fn gather(
+    mem: &GuestMem,
+    chain: &Chain,
+    offload: TxOffload,
+) -> Result<(IOBuf, NetHdr), QueueError> {
+    let (header, len) = chain_header(mem, chain, offload)?;
+    let mut frame = vec![0u8; len];
+    read_at(mem, &chain.readable, NET_HDR_LEN, &mut frame)
+        .ok_or(QueueError::Access("a transmit buffer"))?;
+    Ok((IOBuf::from_vec(frame), header))
+}
+
+/// The pieces of bytes `at..at + len` of the chain made of `bufs` (guest ranges, in
+/// order): each a guest address and the range, counted from `at`, of the bytes it holds.
+/// They cover fewer than `len` bytes when the chain is shorter.
+pub(super) fn chain_spans(
+    bufs: &[Buf],
+    at: usize,
+    len: usize,
+) -> impl Iterator<Item = (u64, core::ops::Range<usize>)> + '_ {
+    let (mut skip, mut done) = (at, 0);
+    bufs.iter().filter_map(move |buf| {
+        let here = buf.len as usize;
+        if done == len {
+            return None;
+        }
+        if skip >= here {
+            skip -= here;
+            return None;
+        }
+        let n = (here - skip).min(len - done);
+        let span = (buf.addr + skip as u64, done..done + n);
+        (skip, done) = (0, done + n);
+        Some(span)
+    })
+}
+
+/// Copies `out.len()` bytes from offset `at` of the chain made of `bufs`; `None` if the
+/// chain is shorter or a range is not guest memory.
+pub(super) fn read_at(mem: &GuestMem, bufs: &[Buf], at: usize, out: &mut [u8]) -> Option<()> {
+    let mut covered = 0;
+    for (addr, range) in chain_spans(bufs, at, out.len()) {
+        covered = range.end;
+        mem.read_into(addr, &mut out[range])?;
+    }
+    (covered == out.len()).then_some(())
+}
+
+/// Copies `bytes` to offset `at` of the chain made of `bufs`; `None` as for [`read_at`].
+pub(super) fn write_at(mem: &GuestMem, bufs: &[Buf], at: usize, bytes: &[u8]) -> Option<()> {
+    let mut covered = 0;
+    for (addr, range) in chain_spans(bufs, at, bytes.len()) {
+        covered = range.end;
+        mem.write_bytes(addr, &bytes[range])?;
+    }
+    (covered == bytes.len()).then_some(())
+}
+
+/// Writes the header and `frame` into a receive chain; the bytes written, or `None` if
+/// the chain is too small (the frame is dropped).
+pub(super) fn scatter(
+    mem: &GuestMem,
+    chain: &Chain,
+    frame: &[u8],
+    checksum: FrameChecksum,
+) -> Result<Option<u32>, QueueError> {
+    let room: u64 = chain.writable.iter().map(|b| u64::from(b.len)).sum();
+    let total = NET_HDR_LEN + frame.len();
+    if (total as u64) > room {
+        return Ok(None);
+    }
+    let header = guest_header(checksum).to_bytes();
+    // Header, then frame, across the buffers in order: slices copied whole.
+    let parts: [&[u8]; 2] = [&header, frame];
+    let (mut part, mut at) = (0, 0);
+    for buf in &chain.writable {
+        let (mut addr, mut room) = (buf.addr, buf.len as usize);
+        while room > 0 && part < parts.len() {
+            let source = &parts[part][at..];
+            let n = source.len().min(room);
+            mem.write_bytes(addr, &source[..n])
+                .ok_or(QueueError::Access("a receive buffer"))?;
+            addr += n as u64;
+            room -= n;
+            at += n;
+            if at == parts[part].len() {
+                part += 1;
+                at = 0;
+            }
+        }
+        if part == parts.len() {
+            break;
+        }
+    }
+    Ok(Some(total as u32))
+}
