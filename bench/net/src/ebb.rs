@@ -4,7 +4,7 @@
 //! The device hands each frame's chain (pooled header + payload slices) to the link,
 //! which gathers it into the far end's recycled receive buffer (one copy of the frame, as
 //! a NIC's gather DMA); the receiving stack gets that buffer as an `IOBuf`. (ebb-net's own
-//! `phy::Link`, used before, passed one-segment frames through without that copy; the
+//! `ebb_net_driver::Link`, used before, passed one-segment frames through without that copy; the
 //! shared link treats every frame of both stacks alike.)
 //!
 //! Configured to match the smoltcp side: Nagle off (ebb-net's default), delayed ACK off,
@@ -23,12 +23,12 @@ use ebb_core::Instant;
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
-use ebb_net::phy::{
-    ChecksumCapabilities, DeviceCapabilities, DeviceCounters, ETHERNET_HEADER_LEN, NetDevice,
-};
 use ebb_net::stack::Stack;
 use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::wire::EthernetAddress;
+use ebb_net_driver::{
+    ChecksumCapabilities, DeviceCapabilities, DeviceCounters, ETHERNET_HEADER_LEN, NetDevice,
+};
 
 use crate::link::{BenchLink, LinkEnd, MAX_FRAME};
 use crate::{

@@ -4,7 +4,7 @@
 //! One `poll(now)`:
 //!
 //! 1. receives up to [`StackConfig::rx_batches`] batches of
-//!    [`max_burst`](crate::phy::DeviceCapabilities::max_burst) frames from the device and
+//!    [`max_burst`](ebb_net_driver::DeviceCapabilities::max_burst) frames from the device and
 //!    hands each to the interface (which hands TCP segments to TCP);
 //! 2. runs the interface's timers (ARP, DHCP) and TCP's (`TcpInput::poll`, when frames
 //!    arrived or its `poll_at` is due — which TCP makes `ZERO` after the application
@@ -36,8 +36,8 @@ use alloc::vec::Vec;
 use ebb_core::{IOBuf, IOBufChain, Instant};
 
 use crate::iface::{Interface, InterfaceConfig, software_checksums};
-use crate::phy::{FrameChecksum, NetDevice};
 use crate::transport::TcpInput;
+use ebb_net_driver::{FrameChecksum, NetDevice};
 
 /// How much one [`Stack::poll`] does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -313,9 +313,9 @@ mod tests {
 
     use super::*;
     use crate::iface::Ipv4Cidr;
-    use crate::phy::{FaultConfig, FaultInjector, Link, Probability};
     use crate::transport::TcpOutput;
     use crate::wire::EthernetAddress;
+    use ebb_net_driver::{FaultConfig, FaultInjector, Link, Probability};
 
     const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xa]);
     const MAC_B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xb]);
@@ -530,10 +530,10 @@ mod tests {
     }
 
     impl<D: NetDevice> NetDevice for Offloading<D> {
-        fn capabilities(&self) -> crate::phy::DeviceCapabilities {
+        fn capabilities(&self) -> ebb_net_driver::DeviceCapabilities {
             let mut caps = self.inner.capabilities();
-            caps.checksum.tcp = crate::phy::ChecksumOffload::PARTIAL;
-            caps.checksum.udp = crate::phy::ChecksumOffload::PARTIAL;
+            caps.checksum.tcp = ebb_net_driver::ChecksumOffload::PARTIAL;
+            caps.checksum.udp = ebb_net_driver::ChecksumOffload::PARTIAL;
             caps
         }
         fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
@@ -542,7 +542,7 @@ mod tests {
         fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
             self.inner.transmit(now, frames)
         }
-        fn counters(&self) -> crate::phy::DeviceCounters {
+        fn counters(&self) -> ebb_net_driver::DeviceCounters {
             self.inner.counters()
         }
         fn receive_with_checksums(
@@ -564,7 +564,7 @@ mod tests {
         ) -> usize {
             for (frame, checksum) in frames.iter_mut().zip(checksums.iter_mut()) {
                 if matches!(checksum, FrameChecksum::Partial { .. }) {
-                    *frame = crate::phy::completed(core::mem::take(frame), *checksum);
+                    *frame = ebb_net_driver::completed(core::mem::take(frame), *checksum);
                     *checksum = FrameChecksum::Complete;
                     self.completed += 1;
                 }

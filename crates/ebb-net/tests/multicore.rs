@@ -18,7 +18,6 @@ use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
 use ebb_core::rcu::RcuDomain;
 use ebb_core::{CoreId, Instant};
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
-use ebb_net::phy::Link;
 use ebb_net::stack::Stack;
 use ebb_net::steering::FlowDirectory;
 use ebb_net::tcp::{ConnectionDirectory, FourTuple, TcpConfig, TcpLayer};
@@ -26,6 +25,7 @@ use ebb_net::wire::{
     ChecksumCapabilities, EtherType, EthernetAddress, EthernetRepr, TcpControl, TcpRepr,
     TcpSeqNumber, emit_tcp_frame,
 };
+use ebb_net_driver::Link;
 
 const US: Ipv4Addr = Ipv4Addr::new(10, 9, 1, 1);
 const PEER: Ipv4Addr = Ipv4Addr::new(10, 9, 1, 2);

@@ -1,5 +1,5 @@
 //! TCP segmentation offload end to end: stack A's device takes TCP frames longer than the
-//! MTU and cuts them into segments in software (`phy::segment_tcp_frame`, as Linux's tun
+//! MTU and cuts them into segments in software (`ebb_net_driver::segment_tcp_frame`, as Linux's tun
 //! does with a virtio-net `GSO_TCPV4` frame); stack B, on a plain device that verifies
 //! every checksum, must receive every byte intact. Both directions run at once, so A's
 //! large frames share the link with B's MSS-sized ones and with A's ACKs; a second case
@@ -18,13 +18,13 @@ use ebb_core::Instant;
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
-use ebb_net::phy::{
-    ChecksumOffload, DeviceCapabilities, DeviceCounters, FaultConfig, FaultInjector, FrameChecksum,
-    Link, LinkEnd, NetDevice, Probability, Segmentation, completed, segment_tcp_frame,
-};
 use ebb_net::stack::Stack;
 use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::wire::EthernetAddress;
+use ebb_net_driver::{
+    ChecksumOffload, DeviceCapabilities, DeviceCounters, FaultConfig, FaultInjector, FrameChecksum,
+    Link, LinkEnd, NetDevice, Probability, Segmentation, completed, segment_tcp_frame,
+};
 
 const A: Ipv4Addr = Ipv4Addr::new(10, 8, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(10, 8, 0, 2);

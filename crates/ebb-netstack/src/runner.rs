@@ -23,9 +23,9 @@ use ebb_net::steering::FlowDirectory;
 use ebb_net::tcp::{TcpConfig, TcpConn, TcpLayer};
 
 use crate::counters::{NetStackCounters, RunnerCounters};
-use crate::device::{DeviceReady, PlatformDevice, Readiness};
 use crate::steering::{CoreSteering, admit};
 use crate::{MAX_ROUNDS, MAX_STEERED_WAITING, NetStackError, TX_BLOCKED_RETRY};
+use ebb_net_driver::{DeviceReady, PlatformDevice, Readiness};
 
 /// An interface's address and gateway, or none: what a multi-core stack's home core
 /// hands the others when its DHCP lease changes.

@@ -1,5 +1,5 @@
 //! The virtio-net driver: finds the device, negotiates, sets up one receive/transmit
-//! queue pair per core, and drives each pair as an `ebb_net` device ([`QueuePair`]).
+//! queue pair per core, and drives each pair as an `ebb-net-driver` device ([`QueuePair`]).
 //!
 //! * **Receive**: every receive descriptor is one [`IOBuf`] of [`RX_BUFFER_LEN`] bytes,
 //!   posted by address. A returned buffer becomes the received frame without a copy (its
@@ -21,7 +21,7 @@
 //! * **TCP segmentation offload on transmit** (`VIRTIO_NET_F_HOST_TSO4`, accepted with
 //!   CSUM): the pair reports `tso_max_len` 65,535, so ebb-net may hand it TCP frames up
 //!   to a whole IPv4 packet, and such a frame goes out as one descriptor chain behind a
-//!   `GSO_TCPV4` header (`gso_size` and `hdr_len` from `phy::Segmentation`; one static
+//!   `GSO_TCPV4` header (`gso_size` and `hdr_len` from `ebb_net_driver::Segmentation`; one static
 //!   header per TCP header length, made once per pair). The device, or the host kernel
 //!   behind it, cuts it into segments: one chain and one kick where there were up to 44.
 //! * **Large receive** (`VIRTIO_NET_F_GUEST_TSO4`, accepted with GUEST_CSUM): the device
@@ -32,7 +32,7 @@
 //!   frame-sized buffer (from a pool of its own, so a stream of small frames allocates
 //!   nothing once warm) and the large buffer posted again — so a small frame never pins
 //!   64 KiB (an application may keep what it received).
-//! * **Receive buffers come back** (`phy::ReceiveBuffers`): a buffer handed over with a
+//! * **Receive buffers come back** (`ebb_net_driver::ReceiveBuffers`): a buffer handed over with a
 //!   frame is posted again once the stack and the application have dropped it, instead
 //!   of a fresh one that would be zeroed whole before the device may write it.
 //! * **Readiness**: each pair registers with its core's poll list (`crate::poll`): the
@@ -52,11 +52,11 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use ebb_core::{IOBuf, IOBufChain, Instant};
-use ebb_net::phy::{
-    ChecksumOffload, DeviceCapabilities, DeviceCounters, DropReason, ETHERNET_HEADER_LEN,
-    FrameChecksum, NetDevice, ReceiveBuffers, Segmentation, complete_checksum, completed,
+use ebb_net_driver::{
+    ChecksumOffload, DeviceCapabilities, DeviceCounters, DeviceError, DeviceReady, DropReason,
+    ETHERNET_HEADER_LEN, FrameChecksum, NetDevice, PlatformDevice, Readiness, ReceiveBuffers,
+    Segmentation, complete_checksum, completed,
 };
-use ebb_netstack::{DeviceError, DeviceReady, PlatformDevice, Readiness};
 
 use super::mmio::Regs;
 use super::ring::{Buffer, SplitRing, UsedWatch};
@@ -106,7 +106,7 @@ pub enum VirtioError {
 }
 
 /// What the driver found and set up.
-pub struct VirtioNet {
+pub struct VirtioNetDriver {
     /// The device's MAC address (or a locally administered default without one).
     pub mac: [u8; 6],
     /// The device's MTU (1500 unless it reports one).
@@ -119,9 +119,9 @@ pub struct VirtioNet {
     pub pairs: Vec<QueuePair>,
 }
 
-impl core::fmt::Debug for VirtioNet {
+impl core::fmt::Debug for VirtioNetDriver {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("VirtioNet")
+        f.debug_struct("VirtioNetDriver")
             .field("base", &self.base)
             .field("pairs", &self.pairs.len())
             .finish()
@@ -129,7 +129,7 @@ impl core::fmt::Debug for VirtioNet {
 }
 
 /// Finds the first virtio-net device and sets it up with up to `want_pairs` queue pairs.
-pub fn open(want_pairs: u16) -> Result<VirtioNet, VirtioError> {
+pub fn open(want_pairs: u16) -> Result<VirtioNetDriver, VirtioError> {
     let regs = find()?;
     regs.write(regs::STATUS, 0);
     while regs.read(regs::STATUS) != 0 {
@@ -225,7 +225,7 @@ pub fn open(want_pairs: u16) -> Result<VirtioNet, VirtioError> {
     {
         set_queue_pairs(&mut ctrl, pairs_used)?;
     }
-    Ok(VirtioNet {
+    Ok(VirtioNetDriver {
         mac,
         mtu,
         base: regs.base(),

@@ -41,7 +41,7 @@ use ebb_core::Instant;
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr, Limits};
-use ebb_net::phy::{DeviceCapabilities, DeviceCounters, NetDevice};
+use ebb_net_driver::{DeviceCapabilities, DeviceCounters, NetDevice};
 use ebb_net::stack::Stack;
 use ebb_net::tcp::{TcpConfig, TcpConn, TcpLayer};
 use ebb_net::wire::{

@@ -67,12 +67,12 @@ use dhcp::{Change, Destination, DhcpClient};
 use output::{ETH_IPV4_LEN, ETH_LEN, IPV4_LEN, NextHop, Route, chain_sum};
 use udp::{Delivery, UdpSockets};
 
-use crate::phy::{self, DeviceCapabilities};
 use crate::transport::{IcmpErrorKind, OutputError, TcpIcmpError, TcpInput};
 use crate::wire::{
     self, DhcpPacket, DhcpRepr, EtherType, EthernetFrame, EthernetRepr, Icmpv4Packet, Icmpv4Repr,
     IpProtocol, Ipv4Packet, Ipv4Repr, TcpPacket, UdpPacket, UdpRepr, WireError, checksum, icmpv4,
 };
+use ebb_net_driver::{self as phy, DeviceCapabilities};
 
 /// UDP header length.
 const UDP_LEN: usize = 8;
@@ -238,7 +238,7 @@ impl Interface {
     }
 
     /// Frames waiting for the device, oldest first: the driver hands this queue to
-    /// [`NetDevice::transmit`](crate::phy::NetDevice::transmit), which takes what it can.
+    /// [`NetDevice::transmit`](ebb_net_driver::NetDevice::transmit), which takes what it can.
     pub fn transmit_queue(&mut self) -> &mut VecDeque<IOBufChain> {
         &mut self.out.tx
     }
@@ -291,7 +291,7 @@ impl Interface {
 
     /// [`receive_batch`](Self::receive_batch) with what the device said of each frame's
     /// TCP/UDP checksum (`checksums[i]` for `frames[i]`, from
-    /// [`NetDevice::receive_with_checksums`](crate::phy::NetDevice::receive_with_checksums);
+    /// [`NetDevice::receive_with_checksums`](ebb_net_driver::NetDevice::receive_with_checksums);
     /// a missing entry is `Complete`): a frame marked verified or partial is not
     /// checked for its TCP or UDP checksum — everything else is. Leaves both empty.
     pub fn receive_batch_with_checksums(
@@ -326,7 +326,7 @@ impl Interface {
     }
 
     /// [`receive_frame`](Self::receive_frame); `l4_trusted`: the device vouched for the
-    /// frame's TCP/UDP checksum (see [`phy::FrameChecksum`]), so it is not verified.
+    /// frame's TCP/UDP checksum (see [`ebb_net_driver::FrameChecksum`]), so it is not verified.
     pub fn receive_frame_checked(
         &mut self,
         now: Instant,
@@ -792,7 +792,7 @@ impl Interface {
                     };
                     UdpPacket::new_unchecked(&mut l4[..]).set_checksum(value);
                 } else if partial {
-                    // The device completes it (see `phy::FrameChecksum::Partial`).
+                    // The device completes it (see `ebb_net_driver::FrameChecksum::Partial`).
                     let sum = checksum::pseudo_header(src, dst, IpProtocol::Udp.into(), len);
                     UdpPacket::new_unchecked(&mut l4[..]).set_checksum(sum);
                 }

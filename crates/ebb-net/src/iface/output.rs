@@ -455,7 +455,7 @@ impl TcpOutput for IpOutput {
                     ]);
                     TcpPacket::new_unchecked(&mut l4[..]).set_checksum(!sum);
                 } else if partial {
-                    // The device completes it (see `phy::FrameChecksum::Partial`).
+                    // The device completes it (see `ebb_net_driver::FrameChecksum::Partial`).
                     let len = (l4_len + payload.len()) as u16;
                     let sum = checksum::pseudo_header(src, dst, IpProtocol::Tcp.into(), len);
                     TcpPacket::new_unchecked(&mut l4[..]).set_checksum(sum);

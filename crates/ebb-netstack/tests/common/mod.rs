@@ -1,5 +1,5 @@
 //! Test devices for the runtime: the queue pairs of a "NIC" on each side of an
-//! `ebb_net::phy::Link`, whose readiness is reported through ebb-core's [`TestPlatform`],
+//! `ebb_net_driver::Link`, whose readiness is reported through ebb-core's [`TestPlatform`],
 //! so the whole runtime (poll policy, timers, idle handler, steering) runs without root
 //! and in virtual time.
 //!
@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use ebb_core::testing::TestPlatform;
 use ebb_core::{CoreId, IOBuf, IOBufChain, Instant, event};
-use ebb_net::phy::{DeviceCapabilities, DeviceCounters, Link, LinkEnd, NetDevice};
-use ebb_netstack::{DeviceError, DeviceReady, PlatformDevice, Readiness};
+use ebb_net_driver::{DeviceCapabilities, DeviceCounters, Link, LinkEnd, NetDevice};
+use ebb_net_driver::{DeviceError, DeviceReady, PlatformDevice, Readiness};
 
 /// How a side's received frames are spread over its queues.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,11 +1,11 @@
 //! Where the device's frames go on the host: a TAP device (`--net tap=NAME`, root) or
 //! passt (`--net user`, no root), optionally through ebb-net's seeded fault injector
-//! (`--net-faults`). Every backend is an `ebb_net` `NetDevice` with a descriptor the I/O
+//! (`--net-faults`). Every backend is an `ebb-net-driver` `NetDevice` with a descriptor the I/O
 //! thread sleeps on.
 
 use ebb_core::{IOBuf, IOBufChain, Instant};
-use ebb_hosted::tap::{TapConfig, TapDevice};
-use ebb_net::phy::{DeviceCapabilities, DeviceCounters, FaultInjector, NetDevice};
+use ebb_net_driver::{DeviceCapabilities, DeviceCounters, FaultInjector, NetDevice};
+use ebb_tap::{TapConfig, TapDevice};
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -38,7 +38,7 @@ pub trait Backend: NetDevice + Send {
     }
 
     /// What a fault injector around the backend did (`None`: there is none).
-    fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
+    fn fault_stats(&self) -> Option<ebb_net_driver::FaultStats> {
         None
     }
 
@@ -97,7 +97,7 @@ impl<B: Backend> Backend for FaultInjector<B> {
     fn has_pending_output(&self) -> bool {
         self.inner().has_pending_output()
     }
-    fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
+    fn fault_stats(&self) -> Option<ebb_net_driver::FaultStats> {
         Some(self.stats())
     }
     // `set_large_receive`: the default (never on) — frames pass the injector through the
@@ -117,7 +117,7 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     fn direct(&self) -> Option<Direct<'_>> {
         (**self).direct()
     }
-    fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
+    fn fault_stats(&self) -> Option<ebb_net_driver::FaultStats> {
         (**self).fault_stats()
     }
     fn set_large_receive(&mut self, on: bool) -> std::io::Result<()> {
@@ -134,7 +134,7 @@ pub enum BackendError {
         /// Interface name.
         name: String,
         /// Why.
-        source: ebb_hosted::tap::TapError,
+        source: ebb_tap::TapError,
     },
     /// passt is not installed.
     #[error(

@@ -91,7 +91,7 @@ use ebb_abi::virtio::{
     features, regs, status,
 };
 use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
-use ebb_net::phy::{FaultCounts, FaultStats, FrameChecksum};
+use ebb_net_driver::{FaultCounts, FaultStats, FrameChecksum};
 use rustix::event::epoll;
 use rustix::io::Errno;
 use std::collections::VecDeque;

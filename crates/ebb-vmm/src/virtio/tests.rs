@@ -33,7 +33,7 @@ use ebb_abi::virtio::{
     regs, status,
 };
 use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
-use ebb_net::phy::{
+use ebb_net_driver::{
     DeviceCapabilities, DeviceCounters, FaultConfig, FaultInjector, FrameChecksum, NetDevice,
     Probability, complete_checksum,
 };

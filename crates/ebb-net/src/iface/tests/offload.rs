@@ -1,11 +1,11 @@
-//! Per-frame checksum offload (`phy::FrameChecksum`): received frames the device vouched
+//! Per-frame checksum offload (`ebb_net_driver::FrameChecksum`): received frames the device vouched
 //! for skip the TCP/UDP checksum and nothing else; under `tx_partial` the interface
 //! writes only the pseudo-header sum, which completed as a device would parses valid.
 
 use super::*;
-use crate::phy::{ChecksumOffload, FrameChecksum, complete_checksum};
 use crate::transport::TcpSegment;
 use crate::wire::{TcpControl, TcpPacket, TcpRepr, TcpSeqNumber, UdpPacket};
+use ebb_net_driver::{ChecksumOffload, FrameChecksum, complete_checksum};
 
 fn header(src_port: u16, dst_port: u16) -> TcpRepr<'static> {
     TcpRepr {

@@ -33,7 +33,7 @@ use super::{
 /// The configuration of an in-memory link; [`connect`](Self::connect) makes its two ends.
 ///
 /// ```
-/// use ebb_net::phy::Link;
+/// use ebb_net_driver::Link;
 /// let (a, b) = Link::new().with_capacity(64).with_mtu(1500).connect();
 /// # let _ = (a, b);
 /// ```

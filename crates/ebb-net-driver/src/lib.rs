@@ -1,5 +1,16 @@
-//! Devices: the [`NetDevice`] trait drivers implement, an in-memory [`Link`] joining two
-//! stacks in one process, and a seeded [`FaultInjector`] that wraps any device.
+//! # ebb-net-driver — what a network device is to Ebbflow
+//!
+//! The seam between network devices and everything above them, after embassy's
+//! `embassy-net-driver`: the [`NetDevice`] trait a driver implements (one queue pair,
+//! sans-IO), its readiness signal ([`PlatformDevice`], [`DeviceReady`]), the offload a
+//! device offers ([`DeviceCapabilities`]), and two devices every platform can use: an
+//! in-memory [`Link`] joining two stacks in one process, and a seeded [`FaultInjector`]
+//! that wraps any device. Frames are `ebb-core` [`IOBuf`]s.
+//!
+//! Each device is its own crate that depends on this one and `ebb-core` only (`ebb-tap`
+//! for a Linux TAP, the guest's virtio-net driver in `ebb-native`); the stack (`ebb-net`)
+//! and its runtime (`ebb-netstack`) depend on it from above; the monitor (`ebb-vmm`) uses
+//! it without depending on either. The crate is `no_std` + `alloc`.
 //!
 //! # Design
 //!
@@ -57,9 +68,19 @@
 //! * Given the same seed and the same calls (frames and instants), a [`FaultInjector`]
 //!   makes the same faults.
 
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+pub mod checksum;
 mod counters;
 mod fault;
 mod link;
+mod readiness;
 mod rng;
 mod rx_buffers;
 mod segment;
@@ -75,6 +96,7 @@ pub use fault::{
     FaultConfig, FaultCounts, FaultInjector, FaultStats, Probability, parse_fault_spec,
 };
 pub use link::{Link, LinkEnd};
+pub use readiness::{DeviceError, DeviceReady, PlatformDevice, Readiness};
 pub use rx_buffers::{ReceiveBufferCounts, ReceiveBuffers};
 pub use segment::segment_tcp_frame;
 
@@ -266,7 +288,7 @@ pub fn complete_checksum(frame: &mut [u8], start: u16, offset: u16) -> bool {
     if at + 2 > frame.len() {
         return false;
     }
-    let sum = !crate::wire::checksum::data(&frame[start..]);
+    let sum = !checksum::data(&frame[start..]);
     let value = if sum == 0 { 0xffff } else { sum };
     frame[at..at + 2].copy_from_slice(&value.to_be_bytes());
     true

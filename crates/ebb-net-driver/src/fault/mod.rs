@@ -85,7 +85,7 @@ impl Probability {
 ///
 /// ```
 /// use core::time::Duration;
-/// use ebb_net::phy::{FaultConfig, Probability};
+/// use ebb_net_driver::{FaultConfig, Probability};
 /// let lossy = FaultConfig::NONE
 ///     .with_drop(Probability::from_percent(1))
 ///     .with_delay(Probability::ALWAYS, Duration::from_micros(50), Duration::from_micros(80));

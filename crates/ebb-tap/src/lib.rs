@@ -1,6 +1,9 @@
-//! [`TapDevice`]: a Linux TAP device as an `ebb_net` [`NetDevice`], so the ebb-net stack
-//! runs in a hosted process and talks to the host (or a network namespace) over a
-//! virtual Ethernet link.
+//! # ebb-tap — a Linux TAP device as a network device
+//!
+//! [`TapDevice`]: a Linux TAP device as an `ebb-net-driver` [`NetDevice`], so the ebb-net
+//! stack runs in a hosted process (`ebb-hosted` registers the descriptor with its
+//! reactor) and the monitor (`ebb-vmm`) backs a guest's virtio-net device with it; either
+//! way it talks to the host (or a network namespace) over a virtual Ethernet link.
 //!
 //! The device is opened from `/dev/net/tun` with `IFF_TAP | IFF_NO_PI` (plain Ethernet
 //! frames, no packet-info header) and is **non-blocking**: `receive` reads frames until
@@ -18,7 +21,7 @@
 //! `IFF_VNET_HDR` (a 12-byte `virtio_net_hdr` in front of every frame, `TUNSETVNETHDRSZ`)
 //! and `TUNSETOFFLOAD(TUN_F_CSUM)`, so the kernel may hand us frames with partial
 //! checksums (`NEEDS_CSUM`, from a local sender) or verified ones (`DATA_VALID`), and
-//! completes the partial checksums we send. Per frame this is an `ebb_net`
+//! completes the partial checksums we send. Per frame this is an `ebb-net-driver`
 //! [`FrameChecksum`]: [`NetDevice::receive_with_checksums`] reports it,
 //! [`NetDevice::transmit_with_checksums`] passes partial checksums on; the plain
 //! `receive` completes a partial checksum before handing the frame over.
@@ -26,7 +29,7 @@
 //! **Segmentation offload** comes with the header, on transmit: the device reports
 //! [`DeviceCapabilities::tso_max_len`] 65,535, so TCP may hand it frames up to a whole
 //! IPv4 packet long, and a frame longer than the MTU goes to the kernel as one write
-//! with a `GSO_TCPV4` header ([`ebb_net::phy::Segmentation`] gives its segment size).
+//! with a `GSO_TCPV4` header ([`ebb_net_driver::Segmentation`] gives its segment size).
 //! The kernel takes it as one packet and cuts it only if it must: delivered to a local
 //! socket, it never is.
 //!
@@ -36,14 +39,18 @@
 //! buffers; one that fits the MTU is copied out into a frame-sized buffer and the large
 //! one read into again (a small frame never pins 64 KiB), a larger one is handed over as
 //! it is, and its buffer read into again once the stack and the application have dropped
-//! it ([`ebb_net::phy::ReceiveBuffers`]: a fresh one would be zeroed whole first).
+//! it ([`ebb_net_driver::ReceiveBuffers`]: a fresh one would be zeroed whole first).
 //!
 //! Frame-sized buffers — what frames are read into without large receive, and copied
 //! into with it — come from a second such pool, so a steady stream of small frames (a
 //! request-response protocol) allocates nothing per frame once warm.
 //!
-//! The one `unsafe` call — the `TUNSETIFF` ioctl, which `rustix` does not wrap — is
-//! fenced in the private `sys` module below.
+//! The crate's only `unsafe` code — the `TUNSETIFF`, `TUNSETVNETHDRSZ` and `TUNSETOFFLOAD`
+//! ioctls, which `rustix` does not wrap — is fenced in the private `sys` module below
+//! (`deny(unsafe_code)` everywhere else).
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -51,7 +58,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use ebb_abi::virtio::{NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NET_HDR_LEN, NetHdr};
 use ebb_core::{IOBuf, IOBufChain, Instant};
-use ebb_net::phy::{
+use ebb_net_driver::{
     ChecksumOffload, DeviceCapabilities, DeviceCounters, DropReason, ETHERNET_HEADER_LEN,
     FrameChecksum, NetDevice, ReceiveBufferCounts, ReceiveBuffers, Segmentation, complete_checksum,
     completed,

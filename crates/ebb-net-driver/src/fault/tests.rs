@@ -3,7 +3,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::*;
-use crate::phy::{ChecksumCapabilities, Link, LinkEnd};
+use crate::{ChecksumCapabilities, Link, LinkEnd};
 
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
