@@ -28,6 +28,7 @@ use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::wire::EthernetAddress;
 use ebb_net_driver::{
     ChecksumCapabilities, DeviceCapabilities, DeviceCounters, ETHERNET_HEADER_LEN, NetDevice,
+    RxFrame, TxFrame,
 };
 
 use crate::link::{BenchLink, LinkEnd, MAX_FRAME};
@@ -52,22 +53,22 @@ impl NetDevice for LinkDevice {
         self.caps
     }
 
-    fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, _now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         let n = max.min(self.caps.max_burst);
         for taken in 0..n {
             let Some(frame) = self.end.receive() else {
                 return taken;
             };
-            out.push(frame);
+            out.push(RxFrame::new(frame));
         }
         n
     }
 
-    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         let n = frames.len().min(self.caps.max_burst);
         for _ in 0..n {
             if let Some(frame) = frames.pop_front() {
-                self.end.send_gather(&frame);
+                self.end.send_gather(&frame.chain);
             }
         }
         n

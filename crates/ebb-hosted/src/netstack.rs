@@ -19,11 +19,11 @@ use std::hash::{BuildHasher, Hasher};
 use std::os::fd::AsFd;
 use std::rc::Rc;
 
-use ebb_core::{IOBuf, IOBufChain, Instant};
+use ebb_core::Instant;
 use ebb_net::wire::EthernetAddress;
 use ebb_net_driver::{
-    DeviceCapabilities, DeviceCounters, DeviceError, DeviceReady, FrameChecksum, NetDevice,
-    PlatformDevice, Readiness,
+    DeviceCapabilities, DeviceCounters, DeviceError, DeviceReady, NetDevice, PlatformDevice,
+    Readiness, RxFrame, TxFrame,
 };
 use rustix::event::epoll::EventFlags;
 
@@ -170,10 +170,10 @@ impl NetDevice for TapQueue {
     fn capabilities(&self) -> DeviceCapabilities {
         self.tap.capabilities()
     }
-    fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         self.tap.receive(now, out, max)
     }
-    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         self.tap.transmit(now, frames)
     }
     fn poll_at(&self) -> Option<Instant> {
@@ -181,24 +181,5 @@ impl NetDevice for TapQueue {
     }
     fn counters(&self) -> DeviceCounters {
         self.tap.counters()
-    }
-    // The offload paths too: the provided ones would complete every partial checksum
-    // here and hand the TAP only plain frames.
-    fn receive_with_checksums(
-        &mut self,
-        now: Instant,
-        out: &mut Vec<IOBuf>,
-        checksums: &mut Vec<FrameChecksum>,
-        max: usize,
-    ) -> usize {
-        self.tap.receive_with_checksums(now, out, checksums, max)
-    }
-    fn transmit_with_checksums(
-        &mut self,
-        now: Instant,
-        frames: &mut VecDeque<IOBufChain>,
-        checksums: &mut VecDeque<FrameChecksum>,
-    ) -> usize {
-        self.tap.transmit_with_checksums(now, frames, checksums)
     }
 }

@@ -19,13 +19,14 @@
 //!   [`NetDevice::receive`] appends up to `max` received frames to a caller-owned `Vec`
 //!   (reused from poll to poll, so the steady state allocates nothing), and
 //!   [`NetDevice::transmit`] takes frames off the front of a caller-owned `VecDeque`.
+//!   The trait is these two and three small queries, so a wrapper forwards five methods.
 //!   Owned batches rather than callbacks or smoltcp-style tokens: the stack holds no
 //!   borrow of the device while it processes what it received, so it may transmit
 //!   replies on the same device at once, and frames are owned `IOBuf`s it can hand to the
 //!   application without a copy.
-//! * **Received frames are [`IOBuf`]s.** A NIC writes each frame into one receive buffer,
-//!   and the `wire` views parse contiguous bytes.
-//! * **Transmitted frames are [`IOBufChain`]s.** The stack prepends its headers into the
+//! * **Received frames are [`IOBuf`]s** ([`RxFrame`]). A NIC writes each frame into one
+//!   receive buffer, and the `wire` views parse contiguous bytes.
+//! * **Transmitted frames are [`IOBufChain`]s** ([`TxFrame`]). The stack prepends its headers into the
 //!   headroom of one buffer when it can (a one-segment chain), but the payload of a TCP
 //!   segment is the application's own data, often several IOBufs it may still hold for
 //!   retransmission: a chain sends header + payload without copying, as a gather list
@@ -40,18 +41,17 @@
 //!   (the fault injector's delays) reports its earliest deadline from
 //!   [`NetDevice::poll_at`]; the stack then calls `receive` and `transmit` (with an empty
 //!   queue if it has nothing to send) at or after that instant.
-//! * **Per-frame checksum offload beside the batches.** A device whose offload is
-//!   decided frame by frame (virtio-net: `DATA_VALID` says this frame's TCP/UDP checksum
-//!   was verified, `NEEDS_CSUM` asks for a partial checksum to be completed) reports it
-//!   through [`NetDevice::receive_with_checksums`] and takes it through
-//!   [`NetDevice::transmit_with_checksums`]: a [`FrameChecksum`] per frame, in a vector
-//!   beside the frames (Linux keeps the same state in `skb->ip_summed`). The plain
-//!   [`receive`](NetDevice::receive) and [`transmit`](NetDevice::transmit) always carry
-//!   *complete* checksums, and the provided `*_with_checksums` methods bridge to them by
-//!   completing partial checksums in software: a device or wrapper that knows nothing
-//!   of offload (a [`Link`], the [`FaultInjector`], a TAP without a virtio-net header)
-//!   never sees a partial checksum, and the injector corrupts only frames whose
-//!   checksums are complete, so its corruption stays detectable.
+//! * **A frame carries its checksum state.** Offload is decided frame by frame
+//!   (virtio-net: `DATA_VALID` says this frame's TCP/UDP checksum was verified,
+//!   `NEEDS_CSUM` asks for a partial checksum to be completed), so every [`RxFrame`] and
+//!   [`TxFrame`] carries a [`FrameChecksum`] beside its bytes, as Linux keeps the same
+//!   state in `skb->ip_summed`; wherever a frame goes (another core, a wrapper, a queue
+//!   held for later) its state goes with it. A device that does not offload reports
+//!   every received frame [`FrameChecksum::Complete`] and completes a partial checksum
+//!   it is handed with one call ([`TxFrame::into_complete`]): a device or wrapper that
+//!   knows nothing of offload (a [`Link`], the [`FaultInjector`], a TAP without a
+//!   virtio-net header) never passes a partial checksum on, and the injector corrupts
+//!   only frames whose checksums are complete, so its corruption stays detectable.
 //! * **One `NetDevice` is one queue pair.** A multi-queue NIC gives each core its own
 //!   `NetDevice` for its queue; [`DeviceCapabilities::queues`] says how many there are.
 //!
@@ -100,6 +100,108 @@ pub use readiness::{DeviceError, DeviceReady, PlatformDevice, Readiness};
 pub use rx_buffers::{ReceiveBufferCounts, ReceiveBuffers};
 pub use segment::segment_tcp_frame;
 
+/// A received frame: its bytes and what the device knows of its TCP/UDP checksum.
+///
+/// Small (a buffer handle and a few bytes of state) and moved, never copied, on the
+/// receive path.
+#[derive(Clone, Debug, Default)]
+pub struct RxFrame {
+    /// The whole Ethernet frame, without the frame check sequence.
+    pub buf: IOBuf,
+    /// What the device knows of the frame's TCP/UDP checksum.
+    pub checksum: FrameChecksum,
+}
+
+impl RxFrame {
+    /// A frame whose checksums are for the stack to verify ([`FrameChecksum::Complete`]):
+    /// what a device without receive offload reports.
+    pub fn new(buf: IOBuf) -> Self {
+        Self {
+            buf,
+            checksum: FrameChecksum::Complete,
+        }
+    }
+}
+
+impl RxFrame {
+    /// Makes the frame's checksum state [`FrameChecksum::Complete`]: a partial checksum
+    /// is completed in software (in place, copying the buffer first only if another
+    /// `IOBuf` shares it), a verified mark forgotten so the stack verifies the checksum
+    /// itself. What a wrapper that may change the bytes (the [`FaultInjector`]) does.
+    pub fn complete(&mut self) {
+        if let FrameChecksum::Partial { start, offset } = self.checksum {
+            self.buf.make_unique();
+            if let Ok(bytes) = self.buf.as_mut_slice() {
+                complete_checksum(bytes, start, offset);
+            }
+        }
+        self.checksum = FrameChecksum::Complete;
+    }
+}
+
+impl From<IOBuf> for RxFrame {
+    fn from(buf: IOBuf) -> Self {
+        Self::new(buf)
+    }
+}
+
+/// A frame to transmit: its bytes (a gather list) and the state of its TCP/UDP checksum
+/// ([`FrameChecksum::Complete`] or [`FrameChecksum::Partial`], for the device to
+/// complete).
+#[derive(Clone, Debug, Default)]
+pub struct TxFrame {
+    /// The whole Ethernet frame: headers in the first segment, payload after.
+    pub chain: IOBufChain,
+    /// [`FrameChecksum::Partial`]: the device completes the checksum.
+    pub checksum: FrameChecksum,
+}
+
+impl TxFrame {
+    /// A frame whose checksums are complete.
+    pub fn new(chain: IOBufChain) -> Self {
+        Self {
+            chain,
+            checksum: FrameChecksum::Complete,
+        }
+    }
+
+    /// The frame's bytes with a partial checksum completed in software: what a device
+    /// that does not complete checksums itself sends (see [`completed`]).
+    pub fn into_complete(self) -> IOBufChain {
+        completed(self.chain, self.checksum)
+    }
+
+    /// Completes a partial checksum in software, in place, and marks the frame complete.
+    pub fn complete(&mut self) {
+        if matches!(self.checksum, FrameChecksum::Partial { .. }) {
+            self.chain = completed(core::mem::take(&mut self.chain), self.checksum);
+            self.checksum = FrameChecksum::Complete;
+        }
+    }
+
+    /// Bytes in the frame.
+    pub fn len(&self) -> usize {
+        self.chain.len()
+    }
+
+    /// Whether the frame has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.chain.is_empty()
+    }
+}
+
+impl From<IOBufChain> for TxFrame {
+    fn from(chain: IOBufChain) -> Self {
+        Self::new(chain)
+    }
+}
+
+impl From<IOBuf> for TxFrame {
+    fn from(buf: IOBuf) -> Self {
+        Self::new(IOBufChain::from(buf))
+    }
+}
+
 /// Length of an Ethernet II header (destination, source, EtherType), which frames carry
 /// on top of the [MTU](DeviceCapabilities::mtu). Frames carry no frame check sequence.
 pub const ETHERNET_HEADER_LEN: usize = 14;
@@ -113,21 +215,25 @@ pub trait NetDevice {
     fn capabilities(&self) -> DeviceCapabilities;
 
     /// Appends up to `max` received frames to `out`, oldest first, and returns how many.
+    /// Each says what the device knows of its TCP/UDP checksum; a device without
+    /// receive offload reports [`FrameChecksum::Complete`].
     ///
     /// Fewer than `max` means the device has nothing more to hand over now: a caller that
     /// sleeps on an edge-triggered descriptor (the monitor's I/O thread) must not be left
     /// with frames that no new arrival will announce.
     ///
     /// `out` is not cleared: the caller owns it and reuses its allocation.
-    fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize;
+    fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize;
 
     /// Takes frames from the front of `frames`, as many as the device can accept now, and
     /// returns how many it took. Frames it could not take stay in `frames`, in order, for
     /// a later call (back-pressure).
     ///
     /// A frame taken is sent, held (to be sent later, see [`poll_at`](Self::poll_at)), or
-    /// dropped and counted in [`counters`](Self::counters) — never dropped silently.
-    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize;
+    /// dropped and counted in [`counters`](Self::counters) — never dropped silently. A
+    /// frame marked [`FrameChecksum::Partial`] is the device's to complete: in hardware,
+    /// or in software ([`TxFrame::into_complete`]) if it offers no such offload.
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<TxFrame>) -> usize;
 
     /// The earliest instant at which the device has work of its own to do (a held frame
     /// to release), or `None` if it has none. An instant in the past means "now".
@@ -140,44 +246,6 @@ pub trait NetDevice {
 
     /// What the device has done so far: frames and bytes each way, drops by reason.
     fn counters(&self) -> DeviceCounters;
-
-    /// [`receive`](Self::receive), and for every frame appended to `out` one
-    /// [`FrameChecksum`] appended to `checksums`: what the device knows of that frame's
-    /// TCP/UDP checksum. A frame may then carry a partial checksum
-    /// ([`FrameChecksum::Partial`]), which plain `receive` never returns.
-    ///
-    /// Provided: `receive`, every frame [`FrameChecksum::Complete`].
-    fn receive_with_checksums(
-        &mut self,
-        now: Instant,
-        out: &mut Vec<IOBuf>,
-        checksums: &mut Vec<FrameChecksum>,
-        max: usize,
-    ) -> usize {
-        let n = self.receive(now, out, max);
-        checksums.extend(core::iter::repeat_n(FrameChecksum::Complete, n));
-        n
-    }
-
-    /// [`transmit`](Self::transmit) where `checksums[i]` says what `frames[i]`'s
-    /// TCP/UDP checksum is (a missing entry is [`FrameChecksum::Complete`]): a
-    /// [`FrameChecksum::Partial`] one is for the device to complete. Removes one entry
-    /// of `checksums` per frame taken.
-    ///
-    /// Provided: completes every partial checksum in software (the frame is copied into
-    /// one buffer if it has several segments), then `transmit`. A device that completes
-    /// checksums itself overrides this.
-    fn transmit_with_checksums(
-        &mut self,
-        now: Instant,
-        frames: &mut VecDeque<IOBufChain>,
-        checksums: &mut VecDeque<FrameChecksum>,
-    ) -> usize {
-        complete_partial_frames(frames, checksums);
-        let n = self.transmit(now, frames);
-        checksums.drain(..n.min(checksums.len()));
-        n
-    }
 }
 
 /// What a device knows of one frame's TCP or UDP checksum (see the module docs). Other
@@ -308,28 +376,14 @@ pub fn completed(frame: IOBufChain, checksum: FrameChecksum) -> IOBufChain {
     IOBufChain::from(IOBuf::from_vec(bytes))
 }
 
-/// Completes in software the partial checksum of every frame in `frames` whose entry in
-/// `checksums` is [`FrameChecksum::Partial`], and marks it complete.
-pub fn complete_partial_frames(
-    frames: &mut VecDeque<IOBufChain>,
-    checksums: &mut VecDeque<FrameChecksum>,
-) {
-    for (frame, checksum) in frames.iter_mut().zip(checksums.iter_mut()) {
-        if matches!(checksum, FrameChecksum::Partial { .. }) {
-            *frame = completed(core::mem::take(frame), *checksum);
-            *checksum = FrameChecksum::Complete;
-        }
-    }
-}
-
 impl<D: NetDevice + ?Sized> NetDevice for &mut D {
     fn capabilities(&self) -> DeviceCapabilities {
         (**self).capabilities()
     }
-    fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         (**self).receive(now, out, max)
     }
-    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         (**self).transmit(now, frames)
     }
     fn poll_at(&self) -> Option<Instant> {
@@ -337,23 +391,6 @@ impl<D: NetDevice + ?Sized> NetDevice for &mut D {
     }
     fn counters(&self) -> DeviceCounters {
         (**self).counters()
-    }
-    fn receive_with_checksums(
-        &mut self,
-        now: Instant,
-        out: &mut Vec<IOBuf>,
-        checksums: &mut Vec<FrameChecksum>,
-        max: usize,
-    ) -> usize {
-        (**self).receive_with_checksums(now, out, checksums, max)
-    }
-    fn transmit_with_checksums(
-        &mut self,
-        now: Instant,
-        frames: &mut VecDeque<IOBufChain>,
-        checksums: &mut VecDeque<FrameChecksum>,
-    ) -> usize {
-        (**self).transmit_with_checksums(now, frames, checksums)
     }
 }
 
@@ -361,10 +398,10 @@ impl<D: NetDevice + ?Sized> NetDevice for Box<D> {
     fn capabilities(&self) -> DeviceCapabilities {
         (**self).capabilities()
     }
-    fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         (**self).receive(now, out, max)
     }
-    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         (**self).transmit(now, frames)
     }
     fn poll_at(&self) -> Option<Instant> {
@@ -372,23 +409,6 @@ impl<D: NetDevice + ?Sized> NetDevice for Box<D> {
     }
     fn counters(&self) -> DeviceCounters {
         (**self).counters()
-    }
-    fn receive_with_checksums(
-        &mut self,
-        now: Instant,
-        out: &mut Vec<IOBuf>,
-        checksums: &mut Vec<FrameChecksum>,
-        max: usize,
-    ) -> usize {
-        (**self).receive_with_checksums(now, out, checksums, max)
-    }
-    fn transmit_with_checksums(
-        &mut self,
-        now: Instant,
-        frames: &mut VecDeque<IOBufChain>,
-        checksums: &mut VecDeque<FrameChecksum>,
-    ) -> usize {
-        (**self).transmit_with_checksums(now, frames, checksums)
     }
 }
 
@@ -509,7 +529,7 @@ pub struct ChecksumOffload {
     pub tx_filled: bool,
     /// TCP and UDP only, when `tx_filled` is not set: the device completes a partial
     /// checksum, so the stack writes only the pseudo-header sum and hands the frame over
-    /// [`NetDevice::transmit_with_checksums`] marked [`FrameChecksum::Partial`]
+    /// marked [`FrameChecksum::Partial`]
     /// (virtio-net's `VIRTIO_NET_F_CSUM`).
     pub tx_partial: bool,
 }

@@ -55,7 +55,7 @@ use ebb_core::{IOBuf, IOBufChain, Instant};
 use ebb_net_driver::{
     ChecksumOffload, DeviceCapabilities, DeviceCounters, DeviceError, DeviceReady, DropReason,
     ETHERNET_HEADER_LEN, FrameChecksum, NetDevice, PlatformDevice, Readiness, ReceiveBuffers,
-    Segmentation, complete_checksum, completed,
+    RxFrame, Segmentation, TxFrame,
 };
 
 use super::mmio::Regs;
@@ -550,47 +550,8 @@ impl NetDevice for QueuePair {
         caps
     }
 
-    fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
-        self.receive_frames(out, None, max)
-    }
-
-    fn receive_with_checksums(
-        &mut self,
-        _now: Instant,
-        out: &mut Vec<IOBuf>,
-        checksums: &mut Vec<FrameChecksum>,
-        max: usize,
-    ) -> usize {
-        self.receive_frames(out, Some(checksums), max)
-    }
-
-    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
-        self.transmit_frames(frames, None)
-    }
-
-    fn transmit_with_checksums(
-        &mut self,
-        _now: Instant,
-        frames: &mut VecDeque<IOBufChain>,
-        checksums: &mut VecDeque<FrameChecksum>,
-    ) -> usize {
-        self.transmit_frames(frames, Some(checksums))
-    }
-
-    fn counters(&self) -> DeviceCounters {
-        self.counters
-    }
-}
-
-impl QueuePair {
-    /// `receive`, and with `checksums` what the header said of each frame's checksum
-    /// (without, a partial checksum is completed here).
-    fn receive_frames(
-        &mut self,
-        out: &mut Vec<IOBuf>,
-        mut checksums: Option<&mut Vec<FrameChecksum>>,
-        max: usize,
-    ) -> usize {
+    /// Each frame with what its header said of its checksum.
+    fn receive(&mut self, _now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         self.reclaim_tx();
         let mut received = 0;
         while received < max {
@@ -637,24 +598,16 @@ impl QueuePair {
             } else if self.guest_csum && flags & NET_HDR_F_DATA_VALID != 0 {
                 checksum = FrameChecksum::Verified;
             }
-            match checksums.as_deref_mut() {
-                Some(list) => list.push(checksum),
-                None => {
-                    if let FrameChecksum::Partial { start, offset } = checksum
-                        && let Ok(bytes) = buffer.as_mut_slice()
-                    {
-                        complete_checksum(bytes, start, offset);
-                    }
-                }
-            }
             self.counters.record_rx(buffer.len());
-            // Lent last: completing a checksum above needs the only view.
             if copied {
                 self.frame_pool.lend(&buffer);
             } else {
                 self.rx_pool.lend(&buffer);
             }
-            out.push(buffer);
+            out.push(RxFrame {
+                buf: buffer,
+                checksum,
+            });
             received += 1;
         }
         if received > 0 || self.rx.free() > 0 {
@@ -663,22 +616,15 @@ impl QueuePair {
         received
     }
 
-    /// `transmit`; with `checksums` (and CSUM negotiated) partial checksums go to the
-    /// device with `NEEDS_CSUM`, else they are completed here first.
-    fn transmit_frames(
-        &mut self,
-        frames: &mut VecDeque<IOBufChain>,
-        mut checksums: Option<&mut VecDeque<FrameChecksum>>,
-    ) -> usize {
+    /// With CSUM negotiated, partial checksums go to the device with `NEEDS_CSUM`; else
+    /// they are completed here first.
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         self.reclaim_tx();
         let max_frame = self.capabilities().max_frame_len();
         let mut taken = 0;
         let mut chain: Vec<Buffer> = Vec::new();
-        while !frames.is_empty() {
-            let checksum = checksums
-                .as_deref()
-                .and_then(|c| c.front().copied())
-                .unwrap_or_default();
+        while let Some(front) = frames.front() {
+            let checksum = front.checksum;
             // A TCP frame longer than the MTU is for the device to cut (ebb-net sends
             // one only under `tso_max_len`, with its checksum left partial).
             let segmentation = match (self.tso_headers, checksum) {
@@ -688,9 +634,10 @@ impl QueuePair {
                         start: L4_START,
                         offset: 16,
                     },
-                ) => frames
-                    .front()
-                    .and_then(|frame| frame.segments().next())
+                ) => front
+                    .chain
+                    .segments()
+                    .next()
                     .and_then(|head| Segmentation::of(head, usize::from(self.mtu)))
                     .and_then(|cut| headers.get(cut)),
                 _ => None,
@@ -714,12 +661,11 @@ impl QueuePair {
             {
                 // A placement the static headers do not cover, or no CSUM: complete it,
                 // once (left in the queue for want of descriptors, it stays complete).
-                *frame = completed(core::mem::take(frame), checksum);
-                if let Some(entry) = checksums.as_deref_mut().and_then(|c| c.front_mut()) {
-                    *entry = FrameChecksum::Complete;
-                }
+                frame.complete();
             }
-            let Some(frame) = frames.front() else { break };
+            let Some(TxFrame { chain: frame, .. }) = frames.front() else {
+                break;
+            };
             chain.clear();
             chain.push(Buffer {
                 addr: header.as_ptr() as u64,
@@ -740,9 +686,6 @@ impl QueuePair {
             };
             if len > max_len || chain.len() > usize::from(self.tx.size()) {
                 frames.pop_front();
-                if let Some(c) = checksums.as_deref_mut() {
-                    c.pop_front();
-                }
                 self.counters.tx_dropped.record(DropReason::Oversized);
                 taken += 1;
                 continue;
@@ -750,10 +693,7 @@ impl QueuePair {
             let Some(head) = self.tx.push(&chain) else {
                 break; // out of descriptors: the rest waits (back-pressure)
             };
-            self.tx_frames[usize::from(head)] = frames.pop_front();
-            if let Some(c) = checksums.as_deref_mut() {
-                c.pop_front();
-            }
+            self.tx_frames[usize::from(head)] = frames.pop_front().map(|frame| frame.chain);
             self.counters.record_tx(len);
             taken += 1;
         }
@@ -761,6 +701,10 @@ impl QueuePair {
             self.tx.publish();
         }
         taken
+    }
+
+    fn counters(&self) -> DeviceCounters {
+        self.counters
     }
 }
 

@@ -72,7 +72,7 @@ use crate::wire::{
     self, DhcpPacket, DhcpRepr, EtherType, EthernetFrame, EthernetRepr, Icmpv4Packet, Icmpv4Repr,
     IpProtocol, Ipv4Packet, Ipv4Repr, TcpPacket, UdpPacket, UdpRepr, WireError, checksum, icmpv4,
 };
-use ebb_net_driver::{self as phy, DeviceCapabilities};
+use ebb_net_driver::{self as phy, DeviceCapabilities, RxFrame, TxFrame};
 
 /// UDP header length.
 const UDP_LEN: usize = 8;
@@ -231,15 +231,10 @@ impl Interface {
         &mut self.out
     }
 
-    /// Counts `n` frames handed to the device with a partial checksum.
-    pub(crate) fn count_tx_partial(&mut self, n: u64) {
-        let c = &mut self.out.counters.tx_checksum_partial;
-        *c = c.saturating_add(n);
-    }
-
-    /// Frames waiting for the device, oldest first: the driver hands this queue to
+    /// Frames waiting for the device, oldest first, each with the state of its checksum:
+    /// the driver hands this queue to
     /// [`NetDevice::transmit`](ebb_net_driver::NetDevice::transmit), which takes what it can.
-    pub fn transmit_queue(&mut self) -> &mut VecDeque<IOBufChain> {
+    pub fn transmit_queue(&mut self) -> &mut VecDeque<TxFrame> {
         &mut self.out.tx
     }
 
@@ -273,41 +268,23 @@ impl Interface {
     // ---- receive path ---------------------------------------------------------------
 
     /// Handles a batch of received frames (see [`receive_frame`](Self::receive_frame)),
-    /// leaving `frames` empty for reuse.
+    /// leaving `frames` empty for reuse. A frame the device marked verified or partial
+    /// ([`FrameChecksum::l4_trusted`](ebb_net_driver::FrameChecksum::l4_trusted)) is not
+    /// checked for its TCP or UDP checksum — everything else is.
     pub fn receive_batch(
         &mut self,
         now: Instant,
-        frames: &mut alloc::vec::Vec<IOBuf>,
+        frames: &mut alloc::vec::Vec<RxFrame>,
         tcp: &mut dyn TcpInput,
     ) {
         // In order, each taken out of its slot (leaving an empty buffer), then the slots
         // cleared: what `drain(..)` does, with less code on this per-frame path.
         for slot in frames.iter_mut() {
-            let frame = core::mem::take(slot);
-            self.receive_frame(now, frame, tcp);
-        }
-        frames.clear();
-    }
-
-    /// [`receive_batch`](Self::receive_batch) with what the device said of each frame's
-    /// TCP/UDP checksum (`checksums[i]` for `frames[i]`, from
-    /// [`NetDevice::receive_with_checksums`](ebb_net_driver::NetDevice::receive_with_checksums);
-    /// a missing entry is `Complete`): a frame marked verified or partial is not
-    /// checked for its TCP or UDP checksum — everything else is. Leaves both empty.
-    pub fn receive_batch_with_checksums(
-        &mut self,
-        now: Instant,
-        frames: &mut alloc::vec::Vec<IOBuf>,
-        checksums: &mut alloc::vec::Vec<phy::FrameChecksum>,
-        tcp: &mut dyn TcpInput,
-    ) {
-        for (i, slot) in frames.iter_mut().enumerate() {
-            let frame = core::mem::take(slot);
-            let trusted = checksums.get(i).is_some_and(|c| c.l4_trusted());
+            let frame = core::mem::take(&mut slot.buf);
+            let trusted = slot.checksum.l4_trusted();
             self.receive_frame_checked(now, frame, trusted, tcp);
         }
         frames.clear();
-        checksums.clear();
     }
 
     /// Turns the receive fast path for plain TCP segments off (`false`) or on (the

@@ -22,6 +22,7 @@ use alloc::vec;
 use core::net::Ipv4Addr;
 
 use ebb_core::{IOBuf, IOBufChain, Instant};
+use ebb_net_driver::{FrameChecksum, TxFrame};
 
 use super::arp::ArpCache;
 use super::config::{ArpConfig, Ipv4Cidr, Limits};
@@ -182,7 +183,8 @@ pub struct IpOutput {
     pub(super) arp: ArpCache,
     pub(super) icmp_limiter: IcmpRateLimiter,
     pub(super) counters: InterfaceCounters,
-    pub(super) tx: VecDeque<IOBufChain>,
+    /// Frames for the device, each with the state of its TCP/UDP checksum.
+    pub(super) tx: VecDeque<TxFrame>,
     headers: HeaderPool,
     /// The time of the latest call into the interface: `send_tcp` is not given one, and
     /// ARP timers started from it need it.
@@ -373,8 +375,38 @@ impl IpOutput {
         if let Some(header) = frame.front() {
             self.headers.remember(header);
         }
-        self.tx.push_back(frame);
+        let checksum = self.checksum_state(&frame);
+        if checksum != FrameChecksum::Complete {
+            bump(&mut self.counters.tx_checksum_partial);
+        }
+        self.tx.push_back(TxFrame {
+            chain: frame,
+            checksum,
+        });
         Ok(())
+    }
+
+    /// The [`FrameChecksum`] of a finished frame: where its checksum lies if it is TCP or
+    /// UDP and this interface leaves that protocol's checksum partial (it writes no other
+    /// kind then), else `Complete`. The headers are all in the chain's first segment
+    /// (`send_datagram`).
+    fn checksum_state(&self, frame: &IOBufChain) -> FrameChecksum {
+        let (tcp, udp) = (self.caps.tcp.partial(), self.caps.udp.partial());
+        if !tcp && !udp {
+            return FrameChecksum::Complete;
+        }
+        let Some(head) = frame.segments().next() else {
+            return FrameChecksum::Complete;
+        };
+        let wanted = match head.get(23) {
+            Some(6) => tcp,
+            Some(17) => udp,
+            _ => false,
+        };
+        if !wanted {
+            return FrameChecksum::Complete;
+        }
+        FrameChecksum::partial_of(head).unwrap_or(FrameChecksum::Complete)
     }
 }
 
@@ -603,7 +635,7 @@ mod tests {
                         payload: payload(),
                     })
                     .expect("sent");
-                let frame = |o: &mut IpOutput| o.tx.pop_front().expect("queued").to_vec();
+                let frame = |o: &mut IpOutput| o.tx.pop_front().expect("queued").chain.to_vec();
                 assert_eq!(
                     frame(&mut fast),
                     frame(&mut general),

@@ -3,8 +3,10 @@
 //! (`--net-faults`). Every backend is an `ebb-net-driver` `NetDevice` with a descriptor the I/O
 //! thread sleeps on.
 
-use ebb_core::{IOBuf, IOBufChain, Instant};
-use ebb_net_driver::{DeviceCapabilities, DeviceCounters, FaultInjector, NetDevice};
+use ebb_core::{IOBuf, Instant};
+use ebb_net_driver::{
+    DeviceCapabilities, DeviceCounters, FaultInjector, NetDevice, RxFrame, TxFrame,
+};
 use ebb_tap::{TapConfig, TapDevice};
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
@@ -394,7 +396,7 @@ impl NetDevice for Passt {
         DeviceCapabilities::ETHERNET
     }
 
-    fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, _now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         self.read_socket();
         let mut taken = 0;
         let mut at = 0;
@@ -410,7 +412,7 @@ impl NetDevice for Passt {
             }
             let frame = &self.read_buf[at + 4..at + 4 + len];
             self.counters.record_rx(len);
-            out.push(IOBuf::copy_from_slice(frame));
+            out.push(RxFrame::new(IOBuf::copy_from_slice(frame)));
             at += 4 + len;
             taken += 1;
         }
@@ -418,13 +420,15 @@ impl NetDevice for Passt {
         taken
     }
 
-    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         self.flush();
         let mut taken = 0;
         while self.write_buf.len() < PASST_WRITE_LIMIT {
             let Some(frame) = frames.pop_front() else {
                 break;
             };
+            // No offload: a partial checksum is completed here.
+            let frame = frame.into_complete();
             self.write_buf
                 .extend_from_slice(&(frame.len() as u32).to_be_bytes());
             for segment in frame.segments() {

@@ -63,7 +63,7 @@ pub(super) fn sent(iface: &mut Interface) -> Vec<Vec<u8>> {
     iface
         .transmit_queue()
         .drain(..)
-        .map(|f| f.to_vec())
+        .map(|f| f.chain.to_vec())
         .collect()
 }
 
