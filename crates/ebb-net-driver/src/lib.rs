@@ -467,7 +467,10 @@ pub(crate) fn coalesce(mut frame: IOBufChain) -> IOBuf {
     IOBuf::from_vec(frame.to_vec())
 }
 
-/// Checksum offload, per protocol.
+/// Checksum offload, per protocol: what the device does with each checksum, and so what
+/// the stack does (the rest; see [`ChecksumOffload::software_verifies`] and its
+/// siblings). The one capability type of the network path: the stack's `wire` parsers
+/// and emitters take it too. The default is [`NONE`](Self::NONE): software does it all.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ChecksumCapabilities {
     /// The IPv4 header checksum.
@@ -555,6 +558,25 @@ impl ChecksumOffload {
         tx_partial: true,
     };
 
+    /// Whether software verifies this checksum on received frames (unless a frame is
+    /// marked verified or partial, see [`FrameChecksum::l4_trusted`]): the device does
+    /// not.
+    pub const fn software_verifies(self) -> bool {
+        !self.rx_verified
+    }
+
+    /// Whether software fills this checksum on transmitted frames: the device neither
+    /// fills it nor completes a partial one.
+    pub const fn software_fills(self) -> bool {
+        !self.tx_filled && !self.tx_partial
+    }
+
+    /// Whether software writes only the pseudo-header sum into the checksum field, for
+    /// the device to complete (TCP and UDP, see [`FrameChecksum::Partial`]).
+    pub const fn software_leaves_partial(self) -> bool {
+        self.tx_partial && !self.tx_filled
+    }
+
     const fn without_rx(self) -> Self {
         Self {
             rx_verified: false,
@@ -569,5 +591,39 @@ impl ChecksumOffload {
             tx_filled: false,
             tx_partial: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What software does with a checksum, for each offload: verify on receive, fill
+    /// on transmit, or leave it partial for the device.
+    #[test]
+    fn software_does_what_the_device_does_not() {
+        let duties = |o: ChecksumOffload| {
+            (
+                o.software_verifies(),
+                o.software_fills(),
+                o.software_leaves_partial(),
+            )
+        };
+        assert_eq!(duties(ChecksumOffload::NONE), (true, true, false));
+        assert_eq!(duties(ChecksumOffload::BOTH), (false, false, false));
+        assert_eq!(duties(ChecksumOffload::PARTIAL), (true, false, true));
+        let fills_only = ChecksumOffload {
+            tx_filled: true,
+            ..ChecksumOffload::NONE
+        };
+        assert_eq!(duties(fills_only), (true, false, false));
+        let verifies_only = ChecksumOffload {
+            rx_verified: true,
+            ..ChecksumOffload::NONE
+        };
+        assert_eq!(duties(verifies_only), (false, true, false));
+        assert_eq!(ChecksumCapabilities::default(), ChecksumCapabilities::NONE);
+        assert_eq!(ChecksumCapabilities::default().tcp, ChecksumOffload::NONE);
+        assert_eq!(ChecksumCapabilities::ALL.udp, ChecksumOffload::BOTH);
     }
 }

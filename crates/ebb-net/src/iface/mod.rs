@@ -72,38 +72,10 @@ use crate::wire::{
     self, DhcpPacket, DhcpRepr, EtherType, EthernetFrame, EthernetRepr, Icmpv4Packet, Icmpv4Repr,
     IpProtocol, Ipv4Packet, Ipv4Repr, TcpPacket, UdpPacket, UdpRepr, WireError, checksum, icmpv4,
 };
-use ebb_net_driver::{self as phy, DeviceCapabilities, RxFrame, TxFrame};
+use ebb_net_driver::{DeviceCapabilities, RxFrame, TxFrame};
 
 /// UDP header length.
 const UDP_LEN: usize = 8;
-
-/// The checksum duties of a device with `caps`: software does what the device does not.
-pub fn software_checksums(caps: phy::ChecksumCapabilities) -> wire::ChecksumCapabilities {
-    use wire::checksum::Checksum;
-    fn duty(offload: phy::ChecksumOffload) -> wire::checksum::Checksum {
-        use wire::checksum::Checksum;
-        match (offload.rx_verified, offload.tx_filled) {
-            // Per-frame: verified unless the frame is marked (`FrameChecksum`).
-            (false, false) if offload.tx_partial => Checksum::Partial,
-            (false, false) => Checksum::Both,
-            (false, true) => Checksum::Rx,
-            (true, false) => Checksum::Tx,
-            (true, true) => Checksum::None,
-        }
-    }
-    // A partial checksum is a TCP/UDP notion: the IPv4 header and ICMP are always
-    // completed by the stack when the device does not fill them.
-    let whole = |offload: phy::ChecksumOffload| match duty(offload) {
-        Checksum::Partial => Checksum::Both,
-        other => other,
-    };
-    wire::ChecksumCapabilities {
-        ipv4: whole(caps.ipv4),
-        icmpv4: whole(caps.icmpv4),
-        udp: duty(caps.udp),
-        tcp: duty(caps.tcp),
-    }
-}
 
 /// One network interface: see the module docs.
 #[derive(Debug)]
@@ -159,17 +131,21 @@ impl Interface {
     /// gratuitous ARP (queued now); a DHCP client starts discovering at the first
     /// [`poll`](Self::poll).
     pub fn new(config: InterfaceConfig, caps: DeviceCapabilities) -> Self {
-        let software = software_checksums(caps.checksum);
+        // A partial checksum is a TCP/UDP notion: the IPv4 header and ICMP are always
+        // completed by the stack when the device does not fill them.
+        let mut checksum = caps.checksum;
+        checksum.ipv4.tx_partial = false;
+        checksum.icmpv4.tx_partial = false;
         let mut out = IpOutput::new(
             config.mac,
             caps.mtu,
-            software,
+            checksum,
             config.limits,
             config.arp,
             config.seed,
         );
         // Segmentation offload needs the device to complete every segment's checksum.
-        if software.tcp == wire::checksum::Checksum::Partial && caps.tso_max_len > caps.mtu {
+        if checksum.tcp.software_leaves_partial() && caps.tso_max_len > caps.mtu {
             out.tcp_max_packet = caps.tso_max_len;
         }
         let dhcp = match config.ipv4 {
@@ -360,7 +336,7 @@ impl Interface {
         if dst != our_address || src.is_broadcast() || src.is_multicast() {
             return None;
         }
-        if self.out.caps.ipv4.rx() && checksum::data(ip) != 0xffff {
+        if self.out.caps.ipv4.software_verifies() && checksum::data(ip) != 0xffff {
             return None;
         }
         Some(TcpInIp {
@@ -476,7 +452,8 @@ impl Interface {
         if packet.src_port() == 0 || packet.dst_port() == 0 {
             return self.drop_rx(RxDropReason::TcpMalformed);
         }
-        if !l4_trusted && self.out.caps.tcp.rx() && !packet.verify_checksum(src, dst) {
+        if !l4_trusted && self.out.caps.tcp.software_verifies() && !packet.verify_checksum(src, dst)
+        {
             return self.drop_rx(RxDropReason::TcpBadChecksum);
         }
         // Zero copy: the segment is the frame's own storage, trimmed to the TCP bytes.
@@ -504,7 +481,7 @@ impl Interface {
         };
         let mut caps = self.out.caps;
         if l4_trusted {
-            caps.udp = wire::checksum::Checksum::None;
+            caps.udp.rx_verified = true;
         }
         let repr = match UdpRepr::parse(&packet, ip.src_addr, ip.dst_addr, &caps) {
             Ok(r) => r,
@@ -745,8 +722,8 @@ impl Interface {
         dst_port: u16,
         payload: IOBufChain,
     ) -> Result<(), OutputError> {
-        let fill_checksum = self.out.caps.udp.tx();
-        let partial = self.out.caps.udp.partial();
+        let fill_checksum = self.out.caps.udp.software_fills();
+        let partial = self.out.caps.udp.software_leaves_partial();
         let (src, dst) = (route.src, route.dst);
         self.out
             .send_datagram(route, IpProtocol::Udp, UDP_LEN, payload, |l4, payload| {

@@ -391,7 +391,10 @@ impl IpOutput {
     /// kind then), else `Complete`. The headers are all in the chain's first segment
     /// (`send_datagram`).
     fn checksum_state(&self, frame: &IOBufChain) -> FrameChecksum {
-        let (tcp, udp) = (self.caps.tcp.partial(), self.caps.udp.partial());
+        let (tcp, udp) = (
+            self.caps.tcp.software_leaves_partial(),
+            self.caps.udp.software_leaves_partial(),
+        );
         if !tcp && !udp {
             return FrameChecksum::Complete;
         }
@@ -448,13 +451,9 @@ pub(super) fn chain_sum(starts_odd: bool, chain: &IOBufChain) -> u16 {
     acc as u16
 }
 
-/// Checksum duties for emitting a header whose checksum we fill ourselves afterwards.
-const NO_CHECKSUMS: wire::ChecksumCapabilities = wire::ChecksumCapabilities {
-    ipv4: wire::checksum::Checksum::None,
-    icmpv4: wire::checksum::Checksum::None,
-    udp: wire::checksum::Checksum::None,
-    tcp: wire::checksum::Checksum::None,
-};
+/// For emitting a header whose checksum we fill ourselves afterwards: as if the device
+/// filled every checksum.
+const NO_CHECKSUMS: wire::ChecksumCapabilities = wire::ChecksumCapabilities::ALL;
 
 impl TcpOutput for IpOutput {
     fn send_tcp(&mut self, segment: TcpSegment) -> Result<(), OutputError> {
@@ -467,8 +466,8 @@ impl TcpOutput for IpOutput {
         let header = &segment.header;
         // `header.payload` is normally empty; if TCP put bytes there, they go inline.
         let l4_len = header.buffer_len();
-        let fill_checksum = self.caps.tcp.tx();
-        let partial = self.caps.tcp.partial();
+        let fill_checksum = self.caps.tcp.software_fills();
+        let partial = self.caps.tcp.software_leaves_partial();
         let (src, dst) = (route.src, route.dst);
         self.send_datagram(
             route,
@@ -507,8 +506,8 @@ impl TcpOutput for IpOutput {
         if route.src != src {
             return Err(self.fail(OutputError::Unreachable));
         }
-        let fill_checksum = self.caps.tcp.tx();
-        let partial = self.caps.tcp.partial();
+        let fill_checksum = self.caps.tcp.software_fills();
+        let partial = self.caps.tcp.software_leaves_partial();
         let (src, dst) = (route.src, route.dst);
         self.send_datagram(
             route,
@@ -604,7 +603,7 @@ mod tests {
         let dst = Ipv4Addr::new(10, 0, 0, 255);
         for caps in [
             wire::ChecksumCapabilities::default(),
-            wire::ChecksumCapabilities::ignored(),
+            wire::ChecksumCapabilities::ALL,
         ] {
             for (len, flags) in [(0, 0x10), (1, 0x18), (64, 0x18), (1459, 0x11), (7, 0x19)] {
                 let header = PlainHeader {
