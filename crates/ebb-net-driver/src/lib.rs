@@ -5,7 +5,8 @@
 //! sans-IO), its readiness signal ([`PlatformDevice`], [`DeviceReady`]), the offload a
 //! device offers ([`DeviceCapabilities`]), and two devices every platform can use: an
 //! in-memory [`Link`] joining two stacks in one process, and a seeded [`FaultInjector`]
-//! that wraps any device. Frames are `ebb-core` [`IOBuf`]s.
+//! that wraps any device. Frames are `ebb-core` [`IOBuf`]s; the internet checksum a
+//! device completes or a segmenter fixes up is [`checksum`]'s, the one copy of it.
 //!
 //! Each device is its own crate that depends on this one and `ebb-core` only (`ebb-tap`
 //! for a Linux TAP, the guest's virtio-net driver in `ebb-native`); the stack (`ebb-net`)
@@ -26,12 +27,12 @@
 //!   application without a copy.
 //! * **Received frames are [`IOBuf`]s** ([`RxFrame`]). A NIC writes each frame into one
 //!   receive buffer, and the `wire` views parse contiguous bytes.
-//! * **Transmitted frames are [`IOBufChain`]s** ([`TxFrame`]). The stack prepends its headers into the
-//!   headroom of one buffer when it can (a one-segment chain), but the payload of a TCP
-//!   segment is the application's own data, often several IOBufs it may still hold for
-//!   retransmission: a chain sends header + payload without copying, as a gather list
-//!   for virtio-net descriptors or a `writev` on a TAP device. A device that needs one
-//!   contiguous frame copies only multi-segment chains.
+//! * **Transmitted frames are [`IOBufChain`]s** ([`TxFrame`]). The stack prepends its
+//!   headers into the headroom of one buffer when it can (a one-segment chain), but the
+//!   payload of a TCP segment is the application's own data, often several IOBufs it may
+//!   still hold for retransmission: a chain sends header + payload without copying, as a
+//!   gather list for virtio-net descriptors or a `writev` on a TAP device. A device that
+//!   needs one contiguous frame copies only multi-segment chains.
 //! * **Back-pressure, never silent drops.** `transmit` takes only what the device can
 //!   accept now and leaves the rest in the queue for the next call. A frame the device
 //!   does take and then cannot deliver (an oversized frame, a full receive ring at the far
@@ -115,6 +116,7 @@ pub struct RxFrame {
 impl RxFrame {
     /// A frame whose checksums are for the stack to verify ([`FrameChecksum::Complete`]):
     /// what a device without receive offload reports.
+    #[inline]
     pub fn new(buf: IOBuf) -> Self {
         Self {
             buf,
@@ -128,6 +130,7 @@ impl RxFrame {
     /// is completed in software (in place, copying the buffer first only if another
     /// `IOBuf` shares it), a verified mark forgotten so the stack verifies the checksum
     /// itself. What a wrapper that may change the bytes (the [`FaultInjector`]) does.
+    #[inline]
     pub fn complete(&mut self) {
         if let FrameChecksum::Partial { start, offset } = self.checksum {
             self.buf.make_unique();
@@ -140,6 +143,7 @@ impl RxFrame {
 }
 
 impl From<IOBuf> for RxFrame {
+    #[inline]
     fn from(buf: IOBuf) -> Self {
         Self::new(buf)
     }
@@ -158,6 +162,7 @@ pub struct TxFrame {
 
 impl TxFrame {
     /// A frame whose checksums are complete.
+    #[inline]
     pub fn new(chain: IOBufChain) -> Self {
         Self {
             chain,
@@ -167,11 +172,13 @@ impl TxFrame {
 
     /// The frame's bytes with a partial checksum completed in software: what a device
     /// that does not complete checksums itself sends (see [`completed`]).
+    #[inline]
     pub fn into_complete(self) -> IOBufChain {
         completed(self.chain, self.checksum)
     }
 
     /// Completes a partial checksum in software, in place, and marks the frame complete.
+    #[inline]
     pub fn complete(&mut self) {
         if matches!(self.checksum, FrameChecksum::Partial { .. }) {
             self.chain = completed(core::mem::take(&mut self.chain), self.checksum);
@@ -180,23 +187,27 @@ impl TxFrame {
     }
 
     /// Bytes in the frame.
+    #[inline]
     pub fn len(&self) -> usize {
         self.chain.len()
     }
 
     /// Whether the frame has no bytes.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.chain.is_empty()
     }
 }
 
 impl From<IOBufChain> for TxFrame {
+    #[inline]
     fn from(chain: IOBufChain) -> Self {
         Self::new(chain)
     }
 }
 
 impl From<IOBuf> for TxFrame {
+    #[inline]
     fn from(buf: IOBuf) -> Self {
         Self::new(IOBufChain::from(buf))
     }
@@ -273,6 +284,7 @@ pub enum FrameChecksum {
 
 impl FrameChecksum {
     /// Whether the stack may skip verifying the frame's TCP/UDP checksum.
+    #[inline]
     pub const fn l4_trusted(self) -> bool {
         matches!(
             self,
@@ -284,6 +296,7 @@ impl FrameChecksum {
     /// [`FrameChecksum::Partial`]: `None` for other frames (not IPv4, not TCP or UDP, a
     /// fragment, or too short). What the stack sends under
     /// [`ChecksumOffload::tx_partial`] for every TCP/UDP frame.
+    #[inline]
     pub fn partial_of(frame: &[u8]) -> Option<FrameChecksum> {
         let ip = frame.get(ETHERNET_HEADER_LEN..)?;
         if frame.get(12..14)? != [0x08, 0x00] || ip.first()? >> 4 != 4 {
@@ -365,6 +378,7 @@ pub fn complete_checksum(frame: &mut [u8], start: u16, offset: u16) -> bool {
 /// `frame` with its checksum completed in software if `checksum` is partial (copied into
 /// one fresh buffer: the original may be a retransmission copy or shared); `frame` itself
 /// otherwise. A partial checksum outside the frame leaves the frame as it is.
+#[inline]
 pub fn completed(frame: IOBufChain, checksum: FrameChecksum) -> IOBufChain {
     let FrameChecksum::Partial { start, offset } = checksum else {
         return frame;
@@ -447,6 +461,7 @@ impl DeviceCapabilities {
     };
 
     /// The largest frame, header included: `mtu + ETHERNET_HEADER_LEN` (saturating).
+    #[inline]
     pub const fn max_frame_len(&self) -> usize {
         self.mtu.saturating_add(ETHERNET_HEADER_LEN)
     }
@@ -561,18 +576,21 @@ impl ChecksumOffload {
     /// Whether software verifies this checksum on received frames (unless a frame is
     /// marked verified or partial, see [`FrameChecksum::l4_trusted`]): the device does
     /// not.
+    #[inline]
     pub const fn software_verifies(self) -> bool {
         !self.rx_verified
     }
 
     /// Whether software fills this checksum on transmitted frames: the device neither
     /// fills it nor completes a partial one.
+    #[inline]
     pub const fn software_fills(self) -> bool {
         !self.tx_filled && !self.tx_partial
     }
 
     /// Whether software writes only the pseudo-header sum into the checksum field, for
     /// the device to complete (TCP and UDP, see [`FrameChecksum::Partial`]).
+    #[inline]
     pub const fn software_leaves_partial(self) -> bool {
         self.tx_partial && !self.tx_filled
     }

@@ -631,9 +631,9 @@ mod tests {
     #[test]
     fn corruption_behind_an_offloading_device_is_still_caught() {
         // The injector sits between the stack and the offloading device, as
-        // `--net-faults` does: it takes frames through the plain `receive` and
-        // `transmit`, with complete checksums, so what it corrupts is never marked
-        // verified nor completed over the corrupted bytes.
+        // `--net-faults` does: it makes every frame's checksum complete before it
+        // faults it, so what it corrupts is never marked verified nor completed over
+        // the corrupted bytes.
         // Past the Ethernet and IPv4 headers: every flip lands in the UDP datagram.
         let all = FaultConfig::NONE
             .with_corrupt(Probability::from_percent(100))

@@ -45,9 +45,9 @@
 //! into with it — come from a second such pool, so a steady stream of small frames (a
 //! request-response protocol) allocates nothing per frame once warm.
 //!
-//! The crate's only `unsafe` code — the `TUNSETIFF`, `TUNSETVNETHDRSZ` and `TUNSETOFFLOAD`
-//! ioctls, which `rustix` does not wrap — is fenced in the private `sys` module below
-//! (`deny(unsafe_code)` everywhere else).
+//! The crate's only `unsafe` code — the `TUNSETIFF`, `TUNSETVNETHDRSZ` and
+//! `TUNSETOFFLOAD` ioctls, which `rustix` does not wrap — is fenced in the private `sys`
+//! module below (`deny(unsafe_code)` everywhere else).
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

@@ -16,8 +16,7 @@
 //!   partial frame is completed here in software). With GUEST_CSUM a received frame's
 //!   `DATA_VALID` becomes `FrameChecksum::Verified` and its `NEEDS_CSUM` (a partial
 //!   checksum from a sender on the host) `FrameChecksum::Partial`, which ebb-net trusts
-//!   as Linux does; through the plain `receive` such a frame's checksum is completed
-//!   first. Without the features, exactly the old behaviour: zero headers, no flags.
+//!   as Linux does (the state travels with the frame, `RxFrame`). Without the features, exactly the old behaviour: zero headers, no flags.
 //! * **TCP segmentation offload on transmit** (`VIRTIO_NET_F_HOST_TSO4`, accepted with
 //!   CSUM): the pair reports `tso_max_len` 65,535, so ebb-net may hand it TCP frames up
 //!   to a whole IPv4 packet, and such a frame goes out as one descriptor chain behind a

@@ -1,7 +1,7 @@
 //! Where the device's frames go on the host: a TAP device (`--net tap=NAME`, root) or
-//! passt (`--net user`, no root), optionally through ebb-net's seeded fault injector
-//! (`--net-faults`). Every backend is an `ebb-net-driver` `NetDevice` with a descriptor the I/O
-//! thread sleeps on.
+//! passt (`--net user`, no root), optionally through ebb-net-driver's seeded fault
+//! injector (`--net-faults`). Every backend is an `ebb-net-driver` `NetDevice` with a
+//! descriptor the I/O thread sleeps on.
 
 use ebb_core::{IOBuf, Instant};
 use ebb_net_driver::{

@@ -37,7 +37,7 @@
 //!   two-byte field inside the frame, else the device is broken like for any bad
 //!   chain) becomes `FrameChecksum::Partial`; toward the guest `Partial` becomes
 //!   `NEEDS_CSUM` and `Verified` `DATA_VALID` when GUEST_CSUM was negotiated (without
-//!   it the backend's plain `receive`, which completes checksums, is used). Not offered
+//!   it each received frame is made `Complete` first, `RxFrame::complete`). Not offered
 //!   with passt: its socket protocol has no header to carry the state, so the monitor's
 //!   one I/O thread would compute every checksum the guest skipped — moving the work,
 //!   not removing it — and passt's frames would have to be trusted unverified. The
