@@ -4,7 +4,7 @@
 //! The device hands each frame's chain (pooled header + payload slices) to the link,
 //! which gathers it into the far end's recycled receive buffer (one copy of the frame, as
 //! a NIC's gather DMA); the receiving stack gets that buffer as an `IOBuf`. (ebb-net's own
-//! `phy::Link`, used before, passed one-segment frames through without that copy; the
+//! `ebb_net_driver::Link`, used before, passed one-segment frames through without that copy; the
 //! shared link treats every frame of both stacks alike.)
 //!
 //! Configured to match the smoltcp side: Nagle off (ebb-net's default), delayed ACK off,
@@ -23,12 +23,13 @@ use ebb_core::Instant;
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
-use ebb_net::phy::{
-    ChecksumCapabilities, DeviceCapabilities, DeviceCounters, ETHERNET_HEADER_LEN, NetDevice,
-};
 use ebb_net::stack::Stack;
 use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::wire::EthernetAddress;
+use ebb_net_driver::{
+    ChecksumCapabilities, DeviceCapabilities, DeviceCounters, ETHERNET_HEADER_LEN, NetDevice,
+    RxFrame, TxFrame,
+};
 
 use crate::link::{BenchLink, LinkEnd, MAX_FRAME};
 use crate::{
@@ -52,22 +53,22 @@ impl NetDevice for LinkDevice {
         self.caps
     }
 
-    fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, _now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         let n = max.min(self.caps.max_burst);
         for taken in 0..n {
             let Some(frame) = self.end.receive() else {
                 return taken;
             };
-            out.push(frame);
+            out.push(RxFrame::new(frame));
         }
         n
     }
 
-    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         let n = frames.len().min(self.caps.max_burst);
         for _ in 0..n {
             if let Some(frame) = frames.pop_front() {
-                self.end.send_gather(&frame);
+                self.end.send_gather(&frame.chain);
             }
         }
         n

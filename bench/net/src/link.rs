@@ -193,7 +193,7 @@ impl LinkEnd {
 
 /// Receive buffers of one end, reused oldest first once nobody but the pool holds them
 /// (as a driver refills its receive ring). The same policy as ebb-net's own
-/// `phy::Link`: at most [`RxBufferPool::MAX`] are kept; when the oldest is still held
+/// `ebb_net_driver::Link`: at most [`RxBufferPool::MAX`] are kept; when the oldest is still held
 /// by a full pool, the pool forgets it (its holder frees it) and allocates a new one.
 #[derive(Default)]
 struct RxBufferPool {

@@ -12,17 +12,17 @@
 //!   readiness to them from inside the loop's device-event step.
 //!
 //! On top sits [`tcp`]: EbbRT's event-driven TCP interface (`ebb_core::net`) over Linux
-//! sockets, the same interface ebb-net offers natively. [`tap`] is a TAP device for running
-//! ebb-net's own stack in the process instead, and [`netstack`] drives that stack from the
-//! core's event loop with the same application interface.
+//! sockets, the same interface ebb-net offers natively. [`netstack`] runs ebb-net's own
+//! stack in the process instead, over a TAP device (crate `ebb-tap`), from the core's
+//! event loop with the same application interface.
 //!
 //! ## Invariants
 //!
 //! * Everything a core registers (sockets, handlers) is used only on that core: reactor state
 //!   is thread-local and nothing in it is `Send`.
 //! * Handlers are never called re-entrantly; see [`tcp`].
-//! * All system calls go through `rustix`, except the TAP device's `TUNSETIFF` ioctl: the
-//!   crate's only `unsafe` block, fenced in [`tap`]'s private `sys` module.
+//! * All system calls go through `rustix`; the crate has no `unsafe` code (the TAP
+//!   device's ioctls are `ebb-tap`'s).
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -31,7 +31,6 @@ pub mod netstack;
 mod platform;
 pub mod reactor;
 mod runtime;
-pub mod tap;
 pub mod tcp;
 
 pub use platform::HostedPlatform;

@@ -3,7 +3,7 @@
 //!
 //! Everything about running the stack — the poll policy, timers, steering between cores,
 //! DHCP lease sharing, the [`NetStack`] API — is platform independent and lives in
-//! `ebb-netstack`. What is hosted is here: the TAP queues ([`crate::tap`]), how a queue
+//! `ebb-netstack`. What is hosted is here: the TAP queues (crate `ebb-tap`), how a queue
 //! reports readiness (its descriptor registered with the core's epoll [`reactor`],
 //! edge-triggered for reading and writing) and where the TCP initial-sequence-number
 //! secret comes from (the standard library's per-process random keys). [`start`] opens
@@ -19,14 +19,16 @@ use std::hash::{BuildHasher, Hasher};
 use std::os::fd::AsFd;
 use std::rc::Rc;
 
-use ebb_core::{IOBuf, IOBufChain, Instant};
-use ebb_net::phy::{DeviceCapabilities, DeviceCounters, FrameChecksum, NetDevice};
+use ebb_core::Instant;
 use ebb_net::wire::EthernetAddress;
-use ebb_netstack::{DeviceError, DeviceReady, PlatformDevice, Readiness};
+use ebb_net_driver::{
+    DeviceCapabilities, DeviceCounters, DeviceError, DeviceReady, NetDevice, PlatformDevice,
+    Readiness, RxFrame, TxFrame,
+};
 use rustix::event::epoll::EventFlags;
 
 use crate::reactor::{self, Source, Token};
-use crate::tap::{TapConfig, TapDevice, TapError};
+use ebb_tap::{TapConfig, TapDevice, TapError};
 
 pub use ebb_netstack::{
     AddressConfig, CoreNetStack, FaultSetting, MAX_ROUNDS, MAX_STEERED_WAITING, NetListener,
@@ -35,7 +37,7 @@ pub use ebb_netstack::{
 
 /// Everything [`start`] needs: the TAP device and the stack's settings.
 #[derive(Clone, Debug)]
-pub struct NetStackConfig {
+pub struct TapNetStackConfig {
     /// The TAP device to create (name, MTU).
     pub tap: TapConfig,
     /// Our MAC address on the link.
@@ -44,13 +46,13 @@ pub struct NetStackConfig {
     pub address: AddressConfig,
     /// Faults to inject, if any.
     pub faults: Option<FaultSetting>,
-    /// TCP settings. [`NetStackConfig::new`] puts a fresh random ISN seed in.
+    /// TCP settings. [`TapNetStackConfig::new`] puts a fresh random ISN seed in.
     pub tcp: ebb_net::tcp::TcpConfig,
     /// TAP queues, one core each (see `ebb_netstack`, "Several cores"). Default 1.
     pub queues: usize,
 }
 
-impl NetStackConfig {
+impl TapNetStackConfig {
     /// TAP device `tap_name` (MTU 1500) with checksum and segmentation offload and large
     /// receive (a virtio-net header, as the native device offers), the MAC `02:eb:b0:00:00:01`,
     /// `address`, no faults, default TCP settings with a random ISN seed.
@@ -84,7 +86,7 @@ pub fn random_seed() -> [u64; 2] {
 
 /// Why [`start`] failed.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub enum TapStartError {
     /// The TAP device could not be created.
     #[error(transparent)]
     Tap(#[from] TapError),
@@ -93,11 +95,11 @@ pub enum StartError {
     Stack(#[from] NetStackError),
 }
 
-/// Creates the TAP device (with [`NetStackConfig::queues`] queues) and starts the stack
+/// Creates the TAP device (with [`TapNetStackConfig::queues`] queues) and starts the stack
 /// on the calling core, which must be a hosted Ebbflow core, and with several queues on
 /// the next cores (see [`NetStack::start`]). The Linux side of the device still has to
 /// be configured (`ip link set NAME up`, an address, or moved into a namespace).
-pub fn start(config: NetStackConfig) -> Result<NetStack, StartError> {
+pub fn start(config: TapNetStackConfig) -> Result<NetStack, TapStartError> {
     let queues = config.queues;
     let cores = ebb_core::event::num_cores();
     if queues == 0 || queues > cores {
@@ -168,10 +170,10 @@ impl NetDevice for TapQueue {
     fn capabilities(&self) -> DeviceCapabilities {
         self.tap.capabilities()
     }
-    fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         self.tap.receive(now, out, max)
     }
-    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         self.tap.transmit(now, frames)
     }
     fn poll_at(&self) -> Option<Instant> {
@@ -179,24 +181,5 @@ impl NetDevice for TapQueue {
     }
     fn counters(&self) -> DeviceCounters {
         self.tap.counters()
-    }
-    // The offload paths too: the provided ones would complete every partial checksum
-    // here and hand the TAP only plain frames.
-    fn receive_with_checksums(
-        &mut self,
-        now: Instant,
-        out: &mut Vec<IOBuf>,
-        checksums: &mut Vec<FrameChecksum>,
-        max: usize,
-    ) -> usize {
-        self.tap.receive_with_checksums(now, out, checksums, max)
-    }
-    fn transmit_with_checksums(
-        &mut self,
-        now: Instant,
-        frames: &mut VecDeque<IOBufChain>,
-        checksums: &mut VecDeque<FrameChecksum>,
-    ) -> usize {
-        self.tap.transmit_with_checksums(now, frames, checksums)
     }
 }

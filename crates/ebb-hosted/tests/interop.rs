@@ -41,11 +41,11 @@ use ebb_core::event;
 use ebb_core::future::promise;
 use ebb_core::net::{CloseReason, TcpErrorKind};
 use ebb_hosted::netstack::{
-    AddressConfig, FaultSetting, NetStack, NetStackConfig, NetStackCounters, TcpConn,
+    AddressConfig, FaultSetting, NetStack, NetStackCounters, TapNetStackConfig, TcpConn,
 };
 use ebb_net::iface::{InterfaceCounters, Ipv4Cidr};
-use ebb_net::phy::DeviceCounters;
-use ebb_net::phy::{FaultConfig, Probability};
+use ebb_net_driver::DeviceCounters;
+use ebb_net_driver::{FaultConfig, Probability};
 use sha2::{Digest, Sha256};
 
 mod common;
@@ -225,7 +225,7 @@ where
     let tap_name = format!("ebi{id}");
     let linux_ip = Ipv4Addr::new(10, 198, net, 1);
     let static_cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 198, net, 2), 24).expect("valid /24");
-    let mut config = NetStackConfig::new(
+    let mut config = TapNetStackConfig::new(
         tap_name,
         if dhcp {
             AddressConfig::Dhcp

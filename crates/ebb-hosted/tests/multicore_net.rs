@@ -35,10 +35,10 @@ use ebb_core::future::promise;
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpConnection, TcpErrorKind, TcpHandler};
 use ebb_hosted::netstack::{
-    AddressConfig, FaultSetting, NetStack, NetStackConfig, NetStackRef, Placement,
+    AddressConfig, FaultSetting, NetStack, NetStackRef, Placement, TapNetStackConfig,
 };
 use ebb_net::iface::Ipv4Cidr;
-use ebb_net::phy::{FaultConfig, Probability};
+use ebb_net_driver::{FaultConfig, Probability};
 
 mod common;
 use common::{
@@ -219,7 +219,7 @@ struct Seen {
     /// `(core, remote port)` for every callback of an accepted connection's handler.
     handler_ran_on: Vec<(CoreId, u16)>,
     /// Each core's fault injector counters (`None` without faults).
-    faults: Vec<Option<ebb_net::phy::FaultStats>>,
+    faults: Vec<Option<ebb_net_driver::FaultStats>>,
     client_output: String,
     outbound: (CoreId, bool, usize, Vec<CoreId>),
     per_core: Vec<(
@@ -289,7 +289,7 @@ fn multicore_echo(test: &str, net: u8, faults: Option<FaultSetting>, dhcp: bool)
     let ns_name = ns.name.clone();
     let linux_ip = Ipv4Addr::new(10, 197, net, 1);
     let ebb_cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 197, net, 2), 24).expect("valid /24");
-    let mut config = NetStackConfig::new(
+    let mut config = TapNetStackConfig::new(
         format!("ebm{id}"),
         if dhcp {
             AddressConfig::Dhcp

@@ -16,13 +16,13 @@ use std::time::{Duration, Instant as StdInstant};
 
 use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
 use ebb_core::{IOBuf, IOBufChain, Instant};
-use ebb_hosted::tap::{TapConfig, TapDevice, TapError};
 use ebb_net::iface::{DhcpEvent, InterfaceConfig, Ipv4Cidr};
-use ebb_net::phy::NetDevice;
 use ebb_net::stack::Stack;
 use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::transport::{TcpInput, TcpOutput};
 use ebb_net::wire::EthernetAddress;
+use ebb_net_driver::NetDevice;
+use ebb_tap::{TapConfig, TapDevice, TapError};
 
 mod common;
 use common::{Netns, Reaped, have, namespace, need_namespace_and_tap, unique_name};

@@ -23,7 +23,7 @@
 //!   slabs with remote frees over a buddy page allocator) fed every usable region of the
 //!   boot memory map on first use (feature `global-allocator`, on by default);
 //! * `virtio` — the virtio-net driver (virtio-MMIO transport, split rings with EVENT_IDX,
-//!   one queue pair per core as an `ebb_netstack::PlatformDevice`), which runs unchanged
+//!   one queue pair per core as an `ebb_net_driver::PlatformDevice`), which runs unchanged
 //!   against ebb-vmm's device and QEMU's;
 //! * `netstack` — ebb-net over those queue pairs: `netstack::start` is what
 //!   `ebb::net` calls natively (the counterpart of `ebb_hosted::netstack::start`);

@@ -19,7 +19,7 @@ use crate::virtio::{self, VirtioError};
 
 /// Why [`start`] failed.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub enum VirtioStartError {
     /// The virtio-net device is missing or could not be set up.
     #[error(transparent)]
     Device(#[from] VirtioError),
@@ -31,7 +31,10 @@ pub enum StartError {
 /// Sets up the first virtio-net device with one queue pair per core (fewer if the device
 /// offers fewer) and starts ebb-net on them, from the calling core (core 0's queue pair
 /// is the home core's). The MAC is the device's.
-pub fn start(address: AddressConfig, faults: Option<FaultSetting>) -> Result<NetStack, StartError> {
+pub fn start(
+    address: AddressConfig,
+    faults: Option<FaultSetting>,
+) -> Result<NetStack, VirtioStartError> {
     let cores = u16::try_from(ebb_core::event::num_cores()).unwrap_or(u16::MAX);
     let net = virtio::open(cores)?;
     let mac = net.mac;

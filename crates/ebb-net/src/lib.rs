@@ -6,15 +6,17 @@
 //!
 //! * [`wire`] — zero-copy views of packets with checked constructors, and `Repr`s that
 //!   parse and emit them (Ethernet II, ARP, IPv4, ICMPv4, UDP, TCP, DHCPv4), plus the
-//!   internet checksum. No accessor panics once a view is checked; malformed input is an
+//!   checksum duties. No accessor panics once a view is checked; malformed input is an
 //!   error value.
-//! * [`phy`] — the `NetDevice` trait drivers implement, an in-memory link joining two
-//!   stacks, and a seeded fault-injecting wrapper.
 //! * [`transport`] — the seam between the IP layer and TCP (zero copy both ways).
 //! * [`iface`] — the IP layer: Ethernet, ARP, IPv4, ICMP echo, UDP sockets, DHCPv4 client.
 //! * [`stack`] — the driver a runtime polls: device, interface and TCP, one `poll(now)`.
 //! * [`steering`] — multi-core: which core owns each connection, and where each received
 //!   frame is processed.
+//!
+//! Devices are `ebb-net-driver`'s: the `NetDevice` trait drivers implement, frames that
+//! carry their checksum state, an in-memory link joining two stacks, and a seeded
+//! fault-injecting wrapper.
 //!
 //! The crate is `no_std` + `alloc`.
 
@@ -27,7 +29,6 @@ extern crate alloc;
 extern crate std;
 
 pub mod iface;
-pub mod phy;
 pub mod stack;
 pub mod steering;
 pub mod tcp;

@@ -4,7 +4,7 @@
 //! One `poll(now)`:
 //!
 //! 1. receives up to [`StackConfig::rx_batches`] batches of
-//!    [`max_burst`](crate::phy::DeviceCapabilities::max_burst) frames from the device and
+//!    [`max_burst`](ebb_net_driver::DeviceCapabilities::max_burst) frames from the device and
 //!    hands each to the interface (which hands TCP segments to TCP);
 //! 2. runs the interface's timers (ARP, DHCP) and TCP's (`TcpInput::poll`, when frames
 //!    arrived or its `poll_at` is due — which TCP makes `ZERO` after the application
@@ -30,13 +30,12 @@
 //! test double.
 
 use alloc::boxed::Box;
-use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
-use ebb_core::{IOBuf, IOBufChain, Instant};
+use ebb_core::Instant;
+use ebb_net_driver::{NetDevice, RxFrame};
 
-use crate::iface::{Interface, InterfaceConfig, software_checksums};
-use crate::phy::{FrameChecksum, NetDevice};
+use crate::iface::{Interface, InterfaceConfig};
 use crate::transport::TcpInput;
 
 /// How much one [`Stack::poll`] does.
@@ -58,9 +57,11 @@ impl Default for StackConfig {
 /// processes it (see [`crate::steering`]). Frames for other cores are taken out of the
 /// batch (and handed to them, which is the implementation's business); frames to be
 /// processed here as well as elsewhere are copied (an `IOBuf` clone shares the bytes).
+/// A frame keeps its [`FrameChecksum`](ebb_net_driver::FrameChecksum) wherever it goes, so a frame the device verified
+/// is not verified again on the core that processes it.
 pub trait FrameSteering {
     /// Leaves in `frames` exactly the frames to process here, in their order.
-    fn steer(&mut self, frames: &mut Vec<IOBuf>);
+    fn steer(&mut self, frames: &mut Vec<RxFrame>);
 }
 
 /// The optional steering hook (a newtype so the stack stays `Debug`).
@@ -78,39 +79,25 @@ pub struct Stack<D: NetDevice, T: TcpInput> {
     device: D,
     iface: Interface,
     tcp: T,
-    rx: Vec<IOBuf>,
-    /// What the device said of each frame in `rx` (see [`FrameChecksum`]).
-    rx_checksums: Vec<FrameChecksum>,
+    rx: Vec<RxFrame>,
     /// Frames other cores steered here, processed at the start of the next poll.
-    injected: Vec<IOBuf>,
+    injected: Vec<RxFrame>,
     steering: Steering,
     config: StackConfig,
-    /// Which protocols' checksums the interface leaves partial (TCP, UDP): the device
-    /// completes them (`ChecksumOffload::tx_partial`).
-    tx_partial: (bool, bool),
-    /// The [`FrameChecksum`] of each frame in the transmit queue, built at each handoff.
-    tx_checksums: VecDeque<FrameChecksum>,
-    /// A copy of `tx_checksums` from before the handoff (to count what was taken).
-    tx_checksums_sent: Vec<FrameChecksum>,
 }
 
 impl<D: NetDevice, T: TcpInput> Stack<D, T> {
     /// A stack on `device` with an interface configured by `config` and `tcp` above it.
     pub fn new(device: D, config: InterfaceConfig, tcp: T) -> Self {
         let caps = device.capabilities();
-        let software = software_checksums(caps.checksum);
         Self {
             iface: Interface::new(config, caps),
             rx: Vec::with_capacity(caps.max_burst.max(1)),
-            rx_checksums: Vec::with_capacity(caps.max_burst.max(1)),
             injected: Vec::new(),
             steering: Steering(None),
             device,
             tcp,
             config: StackConfig::default(),
-            tx_partial: (software.tcp.partial(), software.udp.partial()),
-            tx_checksums: VecDeque::new(),
-            tx_checksums_sent: Vec::new(),
         }
     }
 
@@ -125,9 +112,10 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
         self.steering = Steering(Some(steering));
     }
 
-    /// Frames another core's steering sent here: processed, without steering them
-    /// again, at the start of the next [`poll`](Self::poll) (call it soon).
-    pub fn inject(&mut self, frames: impl IntoIterator<Item = IOBuf>) {
+    /// Frames another core's steering sent here, with what their device said of their
+    /// checksums: processed, without steering them again, at the start of the next
+    /// [`poll`](Self::poll) (call it soon).
+    pub fn inject(&mut self, frames: impl IntoIterator<Item = RxFrame>) {
         self.injected.extend(frames);
     }
 
@@ -183,28 +171,12 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
                 .receive_batch(now, &mut self.injected, &mut self.tcp);
         }
         for _ in 0..self.config.rx_batches.max(1) {
-            let n = if let Some(steering) = self.steering.0.as_mut() {
-                // Steered frames go to other cores without their `FrameChecksum`: take
-                // them with complete checksums (see `NetDevice::receive`).
-                let n = self.device.receive(now, &mut self.rx, burst);
+            let n = self.device.receive(now, &mut self.rx, burst);
+            if let Some(steering) = self.steering.0.as_mut() {
+                // Frames for other cores leave with their `FrameChecksum`.
                 steering.steer(&mut self.rx);
-                self.iface.receive_batch(now, &mut self.rx, &mut self.tcp);
-                n
-            } else {
-                let n = self.device.receive_with_checksums(
-                    now,
-                    &mut self.rx,
-                    &mut self.rx_checksums,
-                    burst,
-                );
-                self.iface.receive_batch_with_checksums(
-                    now,
-                    &mut self.rx,
-                    &mut self.rx_checksums,
-                    &mut self.tcp,
-                );
-                n
-            };
+            }
+            self.iface.receive_batch(now, &mut self.rx, &mut self.tcp);
             received += n;
             more_rx = n >= burst;
             if !more_rx {
@@ -244,61 +216,11 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
         .min()
     }
 
-    /// Hands the transmit queue to the device; with partial checksums, each frame goes
-    /// with its [`FrameChecksum`] (every TCP/UDP frame of a protocol the interface
-    /// leaves partial is: the interface writes no other kind then).
+    /// Hands the transmit queue to the device, which takes what it can; each frame
+    /// carries the state of its checksum (see [`TxFrame`](ebb_net_driver::TxFrame)).
     fn transmit(&mut self, now: Instant) {
-        let (tcp, udp) = self.tx_partial;
-        if !tcp && !udp {
-            self.device.transmit(now, self.iface.transmit_queue());
-            return;
-        }
-        // The entries of frames a device left in the queue stay as the device left them:
-        // a device that completes partial checksums in software (the provided
-        // `transmit_with_checksums`) completes every queued frame and marks it
-        // `Complete`, even those it then does not take, and parsing such a frame again
-        // would call it partial and have its checksum completed twice. Only frames
-        // queued since get an entry here. (Nothing but the device takes frames out of
-        // the queue, so the two stay aligned; if they did not, start over.)
-        let queue = self.iface.transmit_queue();
-        if self.tx_checksums.len() > queue.len() {
-            self.tx_checksums.clear();
-        }
-        for frame in queue.iter().skip(self.tx_checksums.len()) {
-            self.tx_checksums
-                .push_back(partial_checksum(frame, tcp, udp));
-        }
-        self.tx_checksums_sent.clear();
-        self.tx_checksums_sent.extend(self.tx_checksums.iter());
-        let n = self.device.transmit_with_checksums(
-            now,
-            self.iface.transmit_queue(),
-            &mut self.tx_checksums,
-        );
-        let partial = self.tx_checksums_sent[..n.min(self.tx_checksums_sent.len())]
-            .iter()
-            .filter(|c| matches!(c, FrameChecksum::Partial { .. }))
-            .count();
-        self.iface.count_tx_partial(partial as u64);
+        self.device.transmit(now, self.iface.transmit_queue());
     }
-}
-
-/// The [`FrameChecksum`] of a frame the interface queued: where its checksum lies if it
-/// is TCP (`tcp`) or UDP (`udp`) with a partial checksum, else `Complete`. The headers
-/// are all in the chain's first segment (`IpOutput::send_datagram`).
-fn partial_checksum(frame: &IOBufChain, tcp: bool, udp: bool) -> FrameChecksum {
-    let Some(head) = frame.segments().next() else {
-        return FrameChecksum::Complete;
-    };
-    let wanted = match head.get(23) {
-        Some(6) => tcp,
-        Some(17) => udp,
-        _ => false,
-    };
-    if !wanted {
-        return FrameChecksum::Complete;
-    }
-    FrameChecksum::partial_of(head).unwrap_or(FrameChecksum::Complete)
 }
 
 #[cfg(test)]
@@ -313,9 +235,10 @@ mod tests {
 
     use super::*;
     use crate::iface::Ipv4Cidr;
-    use crate::phy::{FaultConfig, FaultInjector, Link, Probability};
     use crate::transport::TcpOutput;
     use crate::wire::EthernetAddress;
+    use alloc::collections::VecDeque;
+    use ebb_net_driver::{FaultConfig, FaultInjector, FrameChecksum, Link, Probability, TxFrame};
 
     const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xa]);
     const MAC_B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xb]);
@@ -530,48 +453,31 @@ mod tests {
     }
 
     impl<D: NetDevice> NetDevice for Offloading<D> {
-        fn capabilities(&self) -> crate::phy::DeviceCapabilities {
+        fn capabilities(&self) -> ebb_net_driver::DeviceCapabilities {
             let mut caps = self.inner.capabilities();
-            caps.checksum.tcp = crate::phy::ChecksumOffload::PARTIAL;
-            caps.checksum.udp = crate::phy::ChecksumOffload::PARTIAL;
+            caps.checksum.tcp = ebb_net_driver::ChecksumOffload::PARTIAL;
+            caps.checksum.udp = ebb_net_driver::ChecksumOffload::PARTIAL;
             caps
         }
-        fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
-            self.inner.receive(now, out, max)
-        }
-        fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
-            self.inner.transmit(now, frames)
-        }
-        fn counters(&self) -> crate::phy::DeviceCounters {
-            self.inner.counters()
-        }
-        fn receive_with_checksums(
-            &mut self,
-            now: Instant,
-            out: &mut Vec<IOBuf>,
-            checksums: &mut Vec<FrameChecksum>,
-            max: usize,
-        ) -> usize {
+        fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
+            let from = out.len();
             let n = self.inner.receive(now, out, max);
-            checksums.extend(core::iter::repeat_n(FrameChecksum::Verified, n));
+            for frame in &mut out[from..] {
+                frame.checksum = FrameChecksum::Verified;
+            }
             n
         }
-        fn transmit_with_checksums(
-            &mut self,
-            now: Instant,
-            frames: &mut VecDeque<IOBufChain>,
-            checksums: &mut VecDeque<FrameChecksum>,
-        ) -> usize {
-            for (frame, checksum) in frames.iter_mut().zip(checksums.iter_mut()) {
-                if matches!(checksum, FrameChecksum::Partial { .. }) {
-                    *frame = crate::phy::completed(core::mem::take(frame), *checksum);
-                    *checksum = FrameChecksum::Complete;
+        fn transmit(&mut self, now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
+            for frame in frames.iter_mut() {
+                if matches!(frame.checksum, FrameChecksum::Partial { .. }) {
+                    frame.complete();
                     self.completed += 1;
                 }
             }
-            let n = self.inner.transmit(now, frames);
-            checksums.drain(..n.min(checksums.len()));
-            n
+            self.inner.transmit(now, frames)
+        }
+        fn counters(&self) -> ebb_net_driver::DeviceCounters {
+            self.inner.counters()
         }
     }
 
@@ -616,6 +522,75 @@ mod tests {
         assert_eq!(c.rx_dropped.total(), 0, "{c:?}");
     }
 
+    /// Steering that sends every UDP frame to another core (`outbox`) and keeps the rest.
+    struct UdpToOtherCore(alloc::rc::Rc<core::cell::RefCell<Vec<RxFrame>>>);
+
+    impl FrameSteering for UdpToOtherCore {
+        fn steer(&mut self, frames: &mut Vec<RxFrame>) {
+            let mut outbox = self.0.borrow_mut();
+            frames.retain(|frame| {
+                let udp = frame.buf.as_slice().get(23) == Some(&17);
+                if udp {
+                    outbox.push(frame.clone());
+                }
+                !udp
+            });
+        }
+    }
+
+    #[test]
+    fn steered_frames_keep_what_the_device_said_of_their_checksums() {
+        // B's queue verifies checksums (every frame it receives is marked verified) and
+        // its steering sends UDP to B2, another core's stack of the same interface. B2
+        // trusts those frames as B would have: the mark travels with the frame. (Before
+        // frames carried their state, a steering stack took frames through a plain
+        // `receive` and every one arrived `Complete`, to be verified again.)
+        let (a, b) = Link::new().connect();
+        let wrap = |inner| Offloading {
+            inner,
+            completed: 0,
+        };
+        let (mut a, mut b) = stacks(wrap(a), wrap(b));
+        let (other_queue, _) = Link::new().connect();
+        let mut b2 = Stack::new(
+            wrap(other_queue),
+            config(MAC_B, IP_B),
+            CountingTcp::default(),
+        );
+        let outbox = alloc::rc::Rc::new(core::cell::RefCell::new(Vec::new()));
+        b.set_steering(Box::new(UdpToOtherCore(outbox.clone())));
+        let mut now = Instant::ZERO;
+        ping_until_answered(&mut a, &mut b, IP_B, &mut now);
+        let sa = a.iface_mut().udp_bind(4000).unwrap();
+        let sb2 = b2.iface_mut().udp_bind(5000).unwrap();
+        let trusted_before = b2.iface().counters().rx_checksum_trusted;
+        for _ in 0..10 {
+            let msg = IOBufChain::from(IOBuf::copy_from_slice(b"steered datagram"));
+            a.iface_mut()
+                .udp_send_to(now, sa, SocketAddrV4::new(IP_B, 5000), msg)
+                .unwrap();
+        }
+        run(&mut a, &mut b, &mut now, 5);
+        let steered: Vec<RxFrame> = outbox.borrow_mut().drain(..).collect();
+        assert_eq!(steered.len(), 10);
+        assert!(
+            steered
+                .iter()
+                .all(|frame| frame.checksum == FrameChecksum::Verified),
+            "steering keeps each frame's checksum state"
+        );
+        b2.inject(steered);
+        b2.poll(now);
+        let mut delivered = 0;
+        while let Some(d) = b2.iface_mut().udp_recv(sb2).unwrap() {
+            assert_eq!(d.payload.as_slice(), b"steered datagram");
+            delivered += 1;
+        }
+        assert_eq!(delivered, 10);
+        let c = b2.iface().counters();
+        assert_eq!(c.rx_checksum_trusted - trusted_before, 10, "{c:?}");
+    }
+
     #[test]
     fn a_frame_completed_in_software_and_left_queued_is_not_completed_twice() {
         // The injector (no faults) completes the partial checksums of every queued frame
@@ -656,9 +631,9 @@ mod tests {
     #[test]
     fn corruption_behind_an_offloading_device_is_still_caught() {
         // The injector sits between the stack and the offloading device, as
-        // `--net-faults` does: it takes frames through the plain `receive` and
-        // `transmit`, with complete checksums, so what it corrupts is never marked
-        // verified nor completed over the corrupted bytes.
+        // `--net-faults` does: it makes every frame's checksum complete before it
+        // faults it, so what it corrupts is never marked verified nor completed over
+        // the corrupted bytes.
         // Past the Ethernet and IPv4 headers: every flip lands in the UDP datagram.
         let all = FaultConfig::NONE
             .with_corrupt(Probability::from_percent(100))

@@ -142,7 +142,7 @@ pub trait TcpOutput {
     /// [`max_segment_size`](Self::max_segment_size) when it does not (the default).
     ///
     /// The device cuts a longer frame into segments of `max_segment_size` less the
-    /// frame's TCP options (see [`phy::Segmentation`](crate::phy::Segmentation)), so TCP
+    /// frame's TCP options (see [`ebb_net_driver::Segmentation`]), so TCP
     /// sends such frames only on a connection whose MSS is exactly that.
     fn max_offload_payload(&self, dst: Ipv4Addr) -> usize {
         self.max_segment_size(dst)

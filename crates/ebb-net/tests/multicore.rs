@@ -18,7 +18,6 @@ use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
 use ebb_core::rcu::RcuDomain;
 use ebb_core::{CoreId, Instant};
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
-use ebb_net::phy::Link;
 use ebb_net::stack::Stack;
 use ebb_net::steering::FlowDirectory;
 use ebb_net::tcp::{ConnectionDirectory, FourTuple, TcpConfig, TcpLayer};
@@ -26,6 +25,7 @@ use ebb_net::wire::{
     ChecksumCapabilities, EtherType, EthernetAddress, EthernetRepr, TcpControl, TcpRepr,
     TcpSeqNumber, emit_tcp_frame,
 };
+use ebb_net_driver::{Link, RxFrame};
 
 const US: Ipv4Addr = Ipv4Addr::new(10, 9, 1, 1);
 const PEER: Ipv4Addr = Ipv4Addr::new(10, 9, 1, 2);
@@ -77,7 +77,7 @@ fn a_syn_for_a_connection_another_core_holds_is_dropped_not_doubled() {
     assert!(directory.claims_for(CoreId(0)).claim(&tuple));
     // A copy of that SYN reaches core 1's layer directly (a steering decision made
     // before the claim was visible).
-    stack.inject([syn_frame(40_000)]);
+    stack.inject([RxFrame::new(syn_frame(40_000))]);
     stack.poll(Instant::ZERO);
     let c = tcp.counters();
     assert_eq!(c.dropped_owned_elsewhere, 1, "{c:?}");

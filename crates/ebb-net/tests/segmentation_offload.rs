@@ -1,5 +1,5 @@
 //! TCP segmentation offload end to end: stack A's device takes TCP frames longer than the
-//! MTU and cuts them into segments in software (`phy::segment_tcp_frame`, as Linux's tun
+//! MTU and cuts them into segments in software (`ebb_net_driver::segment_tcp_frame`, as Linux's tun
 //! does with a virtio-net `GSO_TCPV4` frame); stack B, on a plain device that verifies
 //! every checksum, must receive every byte intact. Both directions run at once, so A's
 //! large frames share the link with B's MSS-sized ones and with A's ACKs; a second case
@@ -18,13 +18,14 @@ use ebb_core::Instant;
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
-use ebb_net::phy::{
-    ChecksumOffload, DeviceCapabilities, DeviceCounters, FaultConfig, FaultInjector, FrameChecksum,
-    Link, LinkEnd, NetDevice, Probability, Segmentation, completed, segment_tcp_frame,
-};
 use ebb_net::stack::Stack;
 use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::wire::EthernetAddress;
+use ebb_net_driver::{
+    ChecksumOffload, DeviceCapabilities, DeviceCounters, FaultConfig, FaultInjector, FrameChecksum,
+    Link, LinkEnd, NetDevice, Probability, RxFrame, Segmentation, TxFrame, completed,
+    segment_tcp_frame,
+};
 
 const A: Ipv4Addr = Ipv4Addr::new(10, 8, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(10, 8, 0, 2);
@@ -52,24 +53,18 @@ impl NetDevice for SegmentingEnd {
         caps.tso_max_len = 65535;
         caps
     }
-    fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         self.inner.receive(now, out, max)
     }
-    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
-        let mut checksums = VecDeque::new();
-        self.transmit_with_checksums(now, frames, &mut checksums)
-    }
-    fn transmit_with_checksums(
-        &mut self,
-        now: Instant,
-        frames: &mut VecDeque<IOBufChain>,
-        checksums: &mut VecDeque<FrameChecksum>,
-    ) -> usize {
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         let mtu = self.mtu;
         let mut wire = VecDeque::new();
         let taken = frames.len();
-        for frame in frames.drain(..) {
-            let checksum = checksums.pop_front().unwrap_or_default();
+        for TxFrame {
+            chain: frame,
+            checksum,
+        } in frames.drain(..)
+        {
             let head = frame
                 .segments()
                 .next()
@@ -78,7 +73,7 @@ impl NetDevice for SegmentingEnd {
             match Segmentation::of(&head, mtu) {
                 Some(_) if !self.cut => {
                     self.frames_cut.set(self.frames_cut.get() + 1);
-                    wire.push_back(completed_whole(frame));
+                    wire.push_back(TxFrame::from(completed_whole(frame)));
                 }
                 Some(cut) => {
                     assert!(
@@ -89,9 +84,9 @@ impl NetDevice for SegmentingEnd {
                     self.frames_cut.set(self.frames_cut.get() + 1);
                     self.segments_made
                         .set(self.segments_made.get() + segments.len() as u64);
-                    wire.extend(segments.into_iter().map(IOBufChain::from));
+                    wire.extend(segments.into_iter().map(TxFrame::from));
                 }
-                None => wire.push_back(completed(frame, checksum)),
+                None => wire.push_back(TxFrame::from(completed(frame, checksum))),
             }
         }
         while !wire.is_empty() {

@@ -1,4 +1,4 @@
-//! The seeded simulation: two whole stacks (interface + TCP) joined by `phy::Link`, each
+//! The seeded simulation: two whole stacks (interface + TCP) joined by `ebb_net_driver::Link`, each
 //! receiving through a `FaultInjector`, move 10 MB each way at once over a grid of faults —
 //! loss 0–10 % crossed with reordering, duplication, corruption and all three together.
 //! In every cell every byte must arrive, in order, and the FNV-1a checksum of what each
@@ -23,10 +23,10 @@ use ebb_core::Instant;
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
-use ebb_net::phy::{FaultConfig, FaultInjector, Link, LinkEnd, Probability};
 use ebb_net::stack::Stack;
 use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::wire::EthernetAddress;
+use ebb_net_driver::{FaultConfig, FaultInjector, Link, LinkEnd, Probability};
 
 const MEGABYTES: usize = 10;
 const A: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);

@@ -16,10 +16,10 @@ use std::time::Duration;
 use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
 use ebb_core::{IOBuf, IOBufChain, Instant};
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
-use ebb_net::phy::Link;
 use ebb_net::stack::Stack;
 use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::wire::EthernetAddress;
+use ebb_net_driver::Link;
 
 /// Counts received bytes.
 struct CountBytes(Rc<Cell<usize>>);

@@ -2,8 +2,8 @@
 //! every layer's counters.
 
 use ebb_net::iface::InterfaceCounters;
-use ebb_net::phy::{DeviceCounters, FaultStats};
 use ebb_net::tcp::TcpCounters;
+use ebb_net_driver::{DeviceCounters, FaultStats};
 
 /// How often each event source drove the stack: shows that an idle stack sleeps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

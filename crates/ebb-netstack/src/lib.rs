@@ -2,9 +2,9 @@
 //!
 //! [`NetStack`] runs ebb-net's own TCP/IP stack on the cores of an Ebbflow runtime, over
 //! whatever queue pairs the platform has: TAP queues hosted (`ebb-hosted`), virtio-net
-//! queue pairs natively (`ebb-native`), or `ebb_net::phy::Link` ends in tests. The
-//! platform supplies each queue pair as a [`PlatformDevice`]: a `NetDevice` that can report
-//! its readiness on its core (the [`device`] module). Everything else — the poll policy,
+//! queue pairs natively (`ebb-native`), or `ebb_net_driver::Link` ends in tests. The
+//! platform supplies each queue pair as a [`PlatformDevice`] (from `ebb-net-driver`): a
+//! `NetDevice` that can report its readiness on its core. Everything else — the poll policy,
 //! the deadline timer, the idle handler, steering between cores, DHCP lease sharing,
 //! listening on every core — is here, once, on top of `ebb_core::event`, like embassy-net's
 //! `Stack::run` apart from its device drivers.
@@ -81,7 +81,7 @@
 //! # Tests
 //!
 //! `tests/` runs this crate without root and in virtual time: ebb-core's `TestPlatform`
-//! drives the cores, and `tests/common` supplies queue pairs over `ebb_net::phy::Link`
+//! drives the cores, and `tests/common` supplies queue pairs over `ebb_net_driver::Link`
 //! ends whose readiness reaches their core as an injected device event. One core: the
 //! poll policy, sleeping, the deadline timer, transmit push-back, shutdown
 //! (`tests/single_core.rs`); two cores: placement, steering and its bound
@@ -98,7 +98,6 @@
 extern crate alloc;
 
 pub mod counters;
-pub mod device;
 mod runner;
 mod steering;
 
@@ -118,13 +117,13 @@ use ebb_core::future::promise;
 use ebb_core::net::TcpErrorKind;
 use ebb_core::{CoreId, Instant};
 use ebb_net::iface::{Interface, InterfaceConfig, Ipv4Cidr};
-use ebb_net::phy::{FaultConfig, FaultInjector};
 use ebb_net::steering::FlowDirectory;
 use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::wire::EthernetAddress;
+use ebb_net_driver::{DeviceError, PlatformDevice};
+use ebb_net_driver::{FaultConfig, FaultInjector};
 
 pub use counters::{NetStackCounters, RunnerCounters};
-pub use device::{DeviceError, DeviceReady, PlatformDevice, Readiness};
 pub use ebb_net::steering::Placement;
 pub use ebb_net::tcp::TcpConn;
 

@@ -16,16 +16,16 @@ use ebb_core::ebb::{EbbRef, MulticoreEbb};
 use ebb_core::event::{self, IdleId, IdleStatus, Sleep};
 use ebb_core::future::{Promise, promise};
 use ebb_core::net::TcpErrorKind;
-use ebb_core::{CoreId, IOBuf, Instant};
+use ebb_core::{CoreId, Instant};
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
 use ebb_net::stack::Stack;
 use ebb_net::steering::FlowDirectory;
 use ebb_net::tcp::{TcpConfig, TcpConn, TcpLayer};
 
 use crate::counters::{NetStackCounters, RunnerCounters};
-use crate::device::{DeviceReady, PlatformDevice, Readiness};
 use crate::steering::{CoreSteering, admit};
 use crate::{MAX_ROUNDS, MAX_STEERED_WAITING, NetStackError, TX_BLOCKED_RETRY};
+use ebb_net_driver::{DeviceReady, PlatformDevice, Readiness, RxFrame};
 
 /// An interface's address and gateway, or none: what a multi-core stack's home core
 /// hands the others when its DHCP lease changes.
@@ -40,7 +40,7 @@ pub(crate) struct CoreRunner {
     pub(crate) core: CoreId,
     pub(crate) stack: RefCell<Stack<Box<dyn PlatformDevice>, TcpLayer>>,
     /// Frames other cores steered here, injected at the next poll.
-    pub(crate) inbox: RefCell<Vec<IOBuf>>,
+    pub(crate) inbox: RefCell<Vec<RxFrame>>,
     /// The idle handler, until [`CoreRunner::stop`].
     pub(crate) idle: Cell<Option<IdleId>>,
     /// A second handle on the stack's TCP layer, usable while the stack is borrowed.
@@ -332,7 +332,7 @@ impl CoreRunner {
     /// bounded like a device ring: what would overflow [`MAX_STEERED_WAITING`] is
     /// dropped and counted (a core flooded by another's steering cannot grow it without
     /// bound).
-    pub(crate) fn receive_steered(&self, frames: Vec<IOBuf>) {
+    pub(crate) fn receive_steered(&self, frames: Vec<RxFrame>) {
         if self.stopped.get() {
             return;
         }

@@ -5,16 +5,17 @@ use alloc::rc::Rc;
 use alloc::vec::Vec;
 use core::cell::Cell;
 
-use ebb_core::{CoreId, IOBuf, event};
+use ebb_core::{CoreId, event};
 use ebb_net::stack::FrameSteering;
 use ebb_net::steering::Steer;
+use ebb_net_driver::RxFrame;
 
 use crate::counters::RunnerCounters;
 use crate::runner::{MultiCore, local_runner};
 
 /// Appends `frames` to `inbox` up to `limit` frames in all; returns how many were
 /// dropped for want of room (the newest, as a full device ring drops arrivals).
-pub(crate) fn admit(inbox: &mut Vec<IOBuf>, mut frames: Vec<IOBuf>, limit: usize) -> u64 {
+pub(crate) fn admit(inbox: &mut Vec<RxFrame>, mut frames: Vec<RxFrame>, limit: usize) -> u64 {
     let room = limit.saturating_sub(inbox.len());
     let dropped = frames.len().saturating_sub(room);
     frames.truncate(room);
@@ -27,13 +28,14 @@ pub(crate) fn admit(inbox: &mut Vec<IOBuf>, mut frames: Vec<IOBuf>, limit: usize
 pub(crate) struct CoreSteering {
     pub(crate) here: CoreId,
     pub(crate) multi: MultiCore,
-    /// Frames for each core of the stack (by position in `directory.cores()`), reused.
-    pub(crate) outboxes: Vec<Vec<IOBuf>>,
+    /// Frames for each core of the stack (by position in `directory.cores()`), reused;
+    /// each keeps what the device said of its checksum.
+    pub(crate) outboxes: Vec<Vec<RxFrame>>,
     pub(crate) counters: Rc<Cell<RunnerCounters>>,
 }
 
 impl CoreSteering {
-    fn outbox(&mut self, core: CoreId) -> Option<&mut Vec<IOBuf>> {
+    fn outbox(&mut self, core: CoreId) -> Option<&mut Vec<RxFrame>> {
         let index = self
             .multi
             .directory
@@ -51,31 +53,33 @@ impl CoreSteering {
 }
 
 impl FrameSteering for CoreSteering {
-    fn steer(&mut self, frames: &mut Vec<IOBuf>) {
+    fn steer(&mut self, frames: &mut Vec<RxFrame>) {
         let directory = self.multi.directory.clone();
         let (mut out, mut everywhere) = (0, 0);
-        frames.retain(|frame| match directory.steer(self.here, frame.as_slice()) {
-            Steer::Here => true,
-            Steer::To(core) => match self.outbox(core) {
-                Some(outbox) => {
-                    outbox.push(frame.clone());
-                    out += 1;
-                    false
-                }
-                None => true,
-            },
-            Steer::Everywhere => {
-                for &core in directory.cores() {
-                    if core != self.here
-                        && let Some(outbox) = self.outbox(core)
-                    {
+        frames.retain(
+            |frame| match directory.steer(self.here, frame.buf.as_slice()) {
+                Steer::Here => true,
+                Steer::To(core) => match self.outbox(core) {
+                    Some(outbox) => {
                         outbox.push(frame.clone());
+                        out += 1;
+                        false
                     }
+                    None => true,
+                },
+                Steer::Everywhere => {
+                    for &core in directory.cores() {
+                        if core != self.here
+                            && let Some(outbox) = self.outbox(core)
+                        {
+                            outbox.push(frame.clone());
+                        }
+                    }
+                    everywhere += 1;
+                    true
                 }
-                everywhere += 1;
-                true
-            }
-        });
+            },
+        );
         self.count(|c| {
             c.steered_out += out;
             c.steered_everywhere += everywhere;
@@ -106,9 +110,11 @@ impl FrameSteering for CoreSteering {
 mod tests {
     use super::*;
     use alloc::vec::Vec;
+    use ebb_core::IOBuf;
 
-    fn frames(tags: core::ops::Range<u8>) -> Vec<IOBuf> {
-        tags.map(|t| IOBuf::copy_from_slice(&[t])).collect()
+    fn frames(tags: core::ops::Range<u8>) -> Vec<RxFrame> {
+        tags.map(|t| RxFrame::new(IOBuf::copy_from_slice(&[t])))
+            .collect()
     }
 
     #[test]
@@ -116,7 +122,7 @@ mod tests {
         let mut inbox = Vec::new();
         assert_eq!(admit(&mut inbox, frames(0..3), 5), 0);
         assert_eq!(admit(&mut inbox, frames(3..7), 5), 2, "two over the bound");
-        let kept: Vec<u8> = inbox.iter().map(|f| f.as_slice()[0]).collect();
+        let kept: Vec<u8> = inbox.iter().map(|f| f.buf.as_slice()[0]).collect();
         assert_eq!(kept, [0, 1, 2, 3, 4], "the oldest kept, in order");
         assert_eq!(admit(&mut inbox, frames(7..9), 5), 2, "full: all dropped");
         inbox.clear();

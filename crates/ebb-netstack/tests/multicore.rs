@@ -25,13 +25,13 @@ use ebb_core::net::CloseReason;
 use ebb_core::rcu::RcuDomain;
 use ebb_core::testing::TestPlatform;
 use ebb_core::{CoreId, IOBuf, event};
-use ebb_net::phy::Link;
 use ebb_net::steering::FlowDirectory;
 use ebb_net::tcp::FourTuple;
 use ebb_net::wire::{
     ChecksumCapabilities, EtherType, EthernetRepr, TcpControl, TcpRepr, TcpSeqNumber,
     emit_tcp_frame,
 };
+use ebb_net_driver::Link;
 use ebb_netstack::{MAX_STEERED_WAITING, NetStack, NetStackCounters, Placement};
 
 const CORES: usize = 2;

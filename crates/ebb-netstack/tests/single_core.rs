@@ -22,7 +22,7 @@ use ebb_core::event;
 use ebb_core::net::CloseReason;
 use ebb_core::testing::TestPlatform;
 use ebb_core::{CoreId, IOBuf, Instant};
-use ebb_net::phy::Link;
+use ebb_net_driver::Link;
 use ebb_netstack::{MAX_ROUNDS, NetStack, RunnerCounters};
 
 const PORT: u16 = 80;

@@ -48,7 +48,7 @@ pub fn net_config(
     faults: Option<&str>,
 ) -> Result<Option<VmNetwork>, NetOptionError> {
     let faults = faults
-        .map(|spec| ebb_net::phy::parse_fault_spec(spec).map_err(NetOptionError::BadFaults))
+        .map(|spec| ebb_net_driver::parse_fault_spec(spec).map_err(NetOptionError::BadFaults))
         .transpose()?;
     let link = match net {
         None if forwards.is_empty() && faults.is_none() => return Ok(None),

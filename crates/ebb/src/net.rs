@@ -77,7 +77,7 @@ pub enum Backend {
         /// The device's IP MTU.
         mtu: usize,
         /// Checksum and segmentation offload through a virtio-net header on every frame
-        /// (`ebb_hosted::tap::TapConfig::vnet_hdr`), as the native virtio-net device
+        /// (`ebb_tap::TapConfig::vnet_hdr`), as the native virtio-net device
         /// has by default.
         offload: bool,
     },
@@ -210,7 +210,7 @@ impl NetConfig {
                 "--gateway" => gateway = Some(value.parse().map_err(|_| bad("A.B.C.D"))?),
                 "--dhcp" => dhcp = true,
                 "--faults" => {
-                    let (faults, seed) = ebb_net::phy::parse_fault_spec(&value)
+                    let (faults, seed) = ebb_net_driver::parse_fault_spec(&value)
                         .map_err(|_| bad("KIND=FRACTION,... with drop|duplicate|corrupt|reorder|delay, and seed=N"))?;
                     config.faults = Some(FaultSetting {
                         config: faults,
@@ -344,11 +344,11 @@ pub enum NetError {
     /// The TAP device could not be created or the stack not started on it.
     #[cfg(not(target_os = "none"))]
     #[error(transparent)]
-    Tap(#[from] ebb_hosted::netstack::StartError),
+    Tap(#[from] ebb_hosted::netstack::TapStartError),
     /// The virtio-net device is missing or the stack could not start on it.
     #[cfg(target_os = "none")]
     #[error("{0} (does the VM have a network? ebb run APP --net user)")]
-    Virtio(#[from] ebb_native::netstack::StartError),
+    Virtio(#[from] ebb_native::netstack::VirtioStartError),
     /// The stack stopped, or a core's part of it did not start.
     #[error(transparent)]
     Stack(#[from] ebb_netstack::NetStackError),
@@ -391,7 +391,7 @@ pub async fn start(config: NetConfig) -> Result<Network, NetError> {
             mtu,
             offload,
         } => {
-            let mut tap = ebb_hosted::netstack::NetStackConfig::new(name, config.address);
+            let mut tap = ebb_hosted::netstack::TapNetStackConfig::new(name, config.address);
             tap.tap.mtu = mtu;
             tap.tap.vnet_hdr = offload;
             tap.tap.large_receive = offload;

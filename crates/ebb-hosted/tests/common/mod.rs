@@ -95,14 +95,14 @@ pub enum Started {
 
 /// Starts a `NetStack` (on a core of a running runtime), telling "cannot run here"
 /// apart from failure.
-pub fn start_netstack(config: ebb_hosted::netstack::NetStackConfig) -> Started {
-    use ebb_hosted::netstack::{StartError, start};
-    use ebb_hosted::tap::TapError;
+pub fn start_netstack(config: ebb_hosted::netstack::TapNetStackConfig) -> Started {
+    use ebb_hosted::netstack::{TapStartError, start};
+    use ebb_tap::TapError;
     match start(config) {
         Ok(stack) => Started::Running(stack),
-        Err(StartError::Tap(e @ (TapError::NoTunDevice | TapError::PermissionDenied { .. }))) => {
-            Started::Skip(Capability::Tap, e.to_string())
-        }
+        Err(TapStartError::Tap(
+            e @ (TapError::NoTunDevice | TapError::PermissionDenied { .. }),
+        )) => Started::Skip(Capability::Tap, e.to_string()),
         Err(e) => Started::Failed(format!("start: {e}")),
     }
 }
@@ -155,13 +155,13 @@ impl Drop for Dnsmasq {
 /// dropped, reordered, duplicated and corrupted frames — in both directions, so a test
 /// "with faults" cannot pass on a clean link. `stats` are the injectors' counters, one
 /// per queue, summed here.
-pub fn assert_every_fault_happened(test: &str, stats: &[Option<ebb_net::phy::FaultStats>]) {
+pub fn assert_every_fault_happened(test: &str, stats: &[Option<ebb_net_driver::FaultStats>]) {
     assert!(
         !stats.is_empty() && stats.iter().all(Option::is_some),
         "{test}: a fault injector's counters are missing: {stats:?}"
     );
-    let sum = |pick: fn(&ebb_net::phy::FaultStats) -> &ebb_net::phy::FaultCounts| {
-        let mut total = ebb_net::phy::FaultCounts::default();
+    let sum = |pick: fn(&ebb_net_driver::FaultStats) -> &ebb_net_driver::FaultCounts| {
+        let mut total = ebb_net_driver::FaultCounts::default();
         for s in stats.iter().flatten() {
             let c = pick(s);
             total.seen += c.seen;

@@ -7,4 +7,4 @@ pub mod mmio;
 pub mod net;
 pub mod ring;
 
-pub use net::{QueuePair, VirtioError, VirtioNet, open};
+pub use net::{QueuePair, VirtioError, VirtioNetDriver, open};

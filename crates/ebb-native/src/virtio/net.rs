@@ -1,5 +1,5 @@
 //! The virtio-net driver: finds the device, negotiates, sets up one receive/transmit
-//! queue pair per core, and drives each pair as an `ebb_net` device ([`QueuePair`]).
+//! queue pair per core, and drives each pair as an `ebb-net-driver` device ([`QueuePair`]).
 //!
 //! * **Receive**: every receive descriptor is one [`IOBuf`] of [`RX_BUFFER_LEN`] bytes,
 //!   posted by address. A returned buffer becomes the received frame without a copy (its
@@ -16,12 +16,11 @@
 //!   partial frame is completed here in software). With GUEST_CSUM a received frame's
 //!   `DATA_VALID` becomes `FrameChecksum::Verified` and its `NEEDS_CSUM` (a partial
 //!   checksum from a sender on the host) `FrameChecksum::Partial`, which ebb-net trusts
-//!   as Linux does; through the plain `receive` such a frame's checksum is completed
-//!   first. Without the features, exactly the old behaviour: zero headers, no flags.
+//!   as Linux does (the state travels with the frame, `RxFrame`). Without the features, exactly the old behaviour: zero headers, no flags.
 //! * **TCP segmentation offload on transmit** (`VIRTIO_NET_F_HOST_TSO4`, accepted with
 //!   CSUM): the pair reports `tso_max_len` 65,535, so ebb-net may hand it TCP frames up
 //!   to a whole IPv4 packet, and such a frame goes out as one descriptor chain behind a
-//!   `GSO_TCPV4` header (`gso_size` and `hdr_len` from `phy::Segmentation`; one static
+//!   `GSO_TCPV4` header (`gso_size` and `hdr_len` from `ebb_net_driver::Segmentation`; one static
 //!   header per TCP header length, made once per pair). The device, or the host kernel
 //!   behind it, cuts it into segments: one chain and one kick where there were up to 44.
 //! * **Large receive** (`VIRTIO_NET_F_GUEST_TSO4`, accepted with GUEST_CSUM): the device
@@ -32,7 +31,7 @@
 //!   frame-sized buffer (from a pool of its own, so a stream of small frames allocates
 //!   nothing once warm) and the large buffer posted again — so a small frame never pins
 //!   64 KiB (an application may keep what it received).
-//! * **Receive buffers come back** (`phy::ReceiveBuffers`): a buffer handed over with a
+//! * **Receive buffers come back** (`ebb_net_driver::ReceiveBuffers`): a buffer handed over with a
 //!   frame is posted again once the stack and the application have dropped it, instead
 //!   of a fresh one that would be zeroed whole before the device may write it.
 //! * **Readiness**: each pair registers with its core's poll list (`crate::poll`): the
@@ -52,11 +51,11 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use ebb_core::{IOBuf, IOBufChain, Instant};
-use ebb_net::phy::{
-    ChecksumOffload, DeviceCapabilities, DeviceCounters, DropReason, ETHERNET_HEADER_LEN,
-    FrameChecksum, NetDevice, ReceiveBuffers, Segmentation, complete_checksum, completed,
+use ebb_net_driver::{
+    ChecksumOffload, DeviceCapabilities, DeviceCounters, DeviceError, DeviceReady, DropReason,
+    ETHERNET_HEADER_LEN, FrameChecksum, NetDevice, PlatformDevice, Readiness, ReceiveBuffers,
+    RxFrame, Segmentation, TxFrame,
 };
-use ebb_netstack::{DeviceError, DeviceReady, PlatformDevice, Readiness};
 
 use super::mmio::Regs;
 use super::ring::{Buffer, SplitRing, UsedWatch};
@@ -106,7 +105,7 @@ pub enum VirtioError {
 }
 
 /// What the driver found and set up.
-pub struct VirtioNet {
+pub struct VirtioNetDriver {
     /// The device's MAC address (or a locally administered default without one).
     pub mac: [u8; 6],
     /// The device's MTU (1500 unless it reports one).
@@ -119,9 +118,9 @@ pub struct VirtioNet {
     pub pairs: Vec<QueuePair>,
 }
 
-impl core::fmt::Debug for VirtioNet {
+impl core::fmt::Debug for VirtioNetDriver {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("VirtioNet")
+        f.debug_struct("VirtioNetDriver")
             .field("base", &self.base)
             .field("pairs", &self.pairs.len())
             .finish()
@@ -129,7 +128,7 @@ impl core::fmt::Debug for VirtioNet {
 }
 
 /// Finds the first virtio-net device and sets it up with up to `want_pairs` queue pairs.
-pub fn open(want_pairs: u16) -> Result<VirtioNet, VirtioError> {
+pub fn open(want_pairs: u16) -> Result<VirtioNetDriver, VirtioError> {
     let regs = find()?;
     regs.write(regs::STATUS, 0);
     while regs.read(regs::STATUS) != 0 {
@@ -225,7 +224,7 @@ pub fn open(want_pairs: u16) -> Result<VirtioNet, VirtioError> {
     {
         set_queue_pairs(&mut ctrl, pairs_used)?;
     }
-    Ok(VirtioNet {
+    Ok(VirtioNetDriver {
         mac,
         mtu,
         base: regs.base(),
@@ -550,47 +549,8 @@ impl NetDevice for QueuePair {
         caps
     }
 
-    fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
-        self.receive_frames(out, None, max)
-    }
-
-    fn receive_with_checksums(
-        &mut self,
-        _now: Instant,
-        out: &mut Vec<IOBuf>,
-        checksums: &mut Vec<FrameChecksum>,
-        max: usize,
-    ) -> usize {
-        self.receive_frames(out, Some(checksums), max)
-    }
-
-    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
-        self.transmit_frames(frames, None)
-    }
-
-    fn transmit_with_checksums(
-        &mut self,
-        _now: Instant,
-        frames: &mut VecDeque<IOBufChain>,
-        checksums: &mut VecDeque<FrameChecksum>,
-    ) -> usize {
-        self.transmit_frames(frames, Some(checksums))
-    }
-
-    fn counters(&self) -> DeviceCounters {
-        self.counters
-    }
-}
-
-impl QueuePair {
-    /// `receive`, and with `checksums` what the header said of each frame's checksum
-    /// (without, a partial checksum is completed here).
-    fn receive_frames(
-        &mut self,
-        out: &mut Vec<IOBuf>,
-        mut checksums: Option<&mut Vec<FrameChecksum>>,
-        max: usize,
-    ) -> usize {
+    /// Each frame with what its header said of its checksum.
+    fn receive(&mut self, _now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         self.reclaim_tx();
         let mut received = 0;
         while received < max {
@@ -637,24 +597,16 @@ impl QueuePair {
             } else if self.guest_csum && flags & NET_HDR_F_DATA_VALID != 0 {
                 checksum = FrameChecksum::Verified;
             }
-            match checksums.as_deref_mut() {
-                Some(list) => list.push(checksum),
-                None => {
-                    if let FrameChecksum::Partial { start, offset } = checksum
-                        && let Ok(bytes) = buffer.as_mut_slice()
-                    {
-                        complete_checksum(bytes, start, offset);
-                    }
-                }
-            }
             self.counters.record_rx(buffer.len());
-            // Lent last: completing a checksum above needs the only view.
             if copied {
                 self.frame_pool.lend(&buffer);
             } else {
                 self.rx_pool.lend(&buffer);
             }
-            out.push(buffer);
+            out.push(RxFrame {
+                buf: buffer,
+                checksum,
+            });
             received += 1;
         }
         if received > 0 || self.rx.free() > 0 {
@@ -663,22 +615,15 @@ impl QueuePair {
         received
     }
 
-    /// `transmit`; with `checksums` (and CSUM negotiated) partial checksums go to the
-    /// device with `NEEDS_CSUM`, else they are completed here first.
-    fn transmit_frames(
-        &mut self,
-        frames: &mut VecDeque<IOBufChain>,
-        mut checksums: Option<&mut VecDeque<FrameChecksum>>,
-    ) -> usize {
+    /// With CSUM negotiated, partial checksums go to the device with `NEEDS_CSUM`; else
+    /// they are completed here first.
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         self.reclaim_tx();
         let max_frame = self.capabilities().max_frame_len();
         let mut taken = 0;
         let mut chain: Vec<Buffer> = Vec::new();
-        while !frames.is_empty() {
-            let checksum = checksums
-                .as_deref()
-                .and_then(|c| c.front().copied())
-                .unwrap_or_default();
+        while let Some(front) = frames.front() {
+            let checksum = front.checksum;
             // A TCP frame longer than the MTU is for the device to cut (ebb-net sends
             // one only under `tso_max_len`, with its checksum left partial).
             let segmentation = match (self.tso_headers, checksum) {
@@ -688,9 +633,10 @@ impl QueuePair {
                         start: L4_START,
                         offset: 16,
                     },
-                ) => frames
-                    .front()
-                    .and_then(|frame| frame.segments().next())
+                ) => front
+                    .chain
+                    .segments()
+                    .next()
                     .and_then(|head| Segmentation::of(head, usize::from(self.mtu)))
                     .and_then(|cut| headers.get(cut)),
                 _ => None,
@@ -714,12 +660,11 @@ impl QueuePair {
             {
                 // A placement the static headers do not cover, or no CSUM: complete it,
                 // once (left in the queue for want of descriptors, it stays complete).
-                *frame = completed(core::mem::take(frame), checksum);
-                if let Some(entry) = checksums.as_deref_mut().and_then(|c| c.front_mut()) {
-                    *entry = FrameChecksum::Complete;
-                }
+                frame.complete();
             }
-            let Some(frame) = frames.front() else { break };
+            let Some(TxFrame { chain: frame, .. }) = frames.front() else {
+                break;
+            };
             chain.clear();
             chain.push(Buffer {
                 addr: header.as_ptr() as u64,
@@ -740,9 +685,6 @@ impl QueuePair {
             };
             if len > max_len || chain.len() > usize::from(self.tx.size()) {
                 frames.pop_front();
-                if let Some(c) = checksums.as_deref_mut() {
-                    c.pop_front();
-                }
                 self.counters.tx_dropped.record(DropReason::Oversized);
                 taken += 1;
                 continue;
@@ -750,10 +692,7 @@ impl QueuePair {
             let Some(head) = self.tx.push(&chain) else {
                 break; // out of descriptors: the rest waits (back-pressure)
             };
-            self.tx_frames[usize::from(head)] = frames.pop_front();
-            if let Some(c) = checksums.as_deref_mut() {
-                c.pop_front();
-            }
+            self.tx_frames[usize::from(head)] = frames.pop_front().map(|frame| frame.chain);
             self.counters.record_tx(len);
             taken += 1;
         }
@@ -761,6 +700,10 @@ impl QueuePair {
             self.tx.publish();
         }
         taken
+    }
+
+    fn counters(&self) -> DeviceCounters {
+        self.counters
     }
 }
 

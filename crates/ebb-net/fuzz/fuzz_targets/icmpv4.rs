@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
         packet.next_hop_mtu(),
     );
     let _ = (packet.data(), packet.verify_checksum());
-    let Ok(repr) = Repr::parse(&packet, &ChecksumCapabilities::ignored()) else {
+    let Ok(repr) = Repr::parse(&packet, &ChecksumCapabilities::ALL) else {
         return;
     };
     // The repr agrees with the view.

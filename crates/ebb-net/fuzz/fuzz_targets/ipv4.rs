@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
     );
     let _ = packet.verify_checksum();
     let payload = packet.payload();
-    let Ok(repr) = Repr::parse(&packet, &ChecksumCapabilities::ignored()) else {
+    let Ok(repr) = Repr::parse(&packet, &ChecksumCapabilities::ALL) else {
         return;
     };
     // The repr agrees with the view.

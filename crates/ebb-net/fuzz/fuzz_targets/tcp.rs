@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
         errors += usize::from(option.is_err());
     }
     assert!(errors <= 1);
-    let Ok(repr) = Repr::parse(&packet, src, dst, &ChecksumCapabilities::ignored()) else {
+    let Ok(repr) = Repr::parse(&packet, src, dst, &ChecksumCapabilities::ALL) else {
         return;
     };
     // The repr agrees with the view and with the options as the iterator reads them

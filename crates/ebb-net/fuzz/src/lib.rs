@@ -41,7 +41,6 @@ use ebb_core::Instant;
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpConnection, TcpHandler};
 use ebb_net::iface::{InterfaceConfig, Ipv4Cidr, Limits};
-use ebb_net::phy::{DeviceCapabilities, DeviceCounters, NetDevice};
 use ebb_net::stack::Stack;
 use ebb_net::tcp::{TcpConfig, TcpConn, TcpLayer};
 use ebb_net::wire::{
@@ -49,6 +48,7 @@ use ebb_net::wire::{
     EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet, Icmpv4Repr, IpProtocol,
     Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber, UdpPacket, UdpRepr,
 };
+use ebb_net_driver::{DeviceCapabilities, DeviceCounters, NetDevice, RxFrame, TxFrame};
 
 /// Our link address.
 pub const OUR_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
@@ -117,16 +117,16 @@ impl NetDevice for ReplayDevice {
         DeviceCapabilities::ETHERNET
     }
 
-    fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, _now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         let n = max.min(self.rx.len());
         for frame in self.rx.drain(..n) {
             self.counters.record_rx(frame.len());
-            out.push(frame);
+            out.push(RxFrame::new(frame));
         }
         n
     }
 
-    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         let n = if self.slow {
             frames.len().min(1)
         } else {
@@ -135,7 +135,7 @@ impl NetDevice for ReplayDevice {
         for frame in frames.drain(..n) {
             self.counters.record_tx(frame.len());
             if self.capture {
-                self.captured.push(frame.to_vec());
+                self.captured.push(frame.chain.to_vec());
             }
         }
         n

@@ -10,8 +10,8 @@
 
 use std::path::PathBuf;
 
-use ebb_net::phy::NetDevice;
 use ebb_net::wire::{DhcpMessageType, TcpControl};
+use ebb_net_driver::NetDevice;
 use ebb_net_fuzz::{
     FLAG_DHCP, FLAG_SLOW_DEVICE, Harness, LISTEN_PORT, OUR_IP, PEER_ISS, PEER_MAC, PEER_PORT,
     UDP_PORT, arp_request, dhcp_reply, encode, ping, tcp_frame, udp_frame,

@@ -228,7 +228,7 @@ pub struct InterfaceCounters {
     /// Other ICMP messages received (other errors, unknown types): counted, not acted on.
     pub rx_icmp_other: u64,
     /// Received frames whose TCP/UDP checksum the device vouched for (verified, or a
-    /// local sender's partial checksum: `phy::FrameChecksum`), so the stack did not
+    /// local sender's partial checksum: `ebb_net_driver::FrameChecksum`), so the stack did not
     /// verify it.
     pub rx_checksum_trusted: u64,
     /// Received frames dropped, by reason.
@@ -251,10 +251,10 @@ pub struct InterfaceCounters {
     /// ICMP errors not sent because of the rate limit.
     pub icmp_errors_rate_limited: u64,
     /// Frames handed to the device with a partial TCP/UDP checksum for it to complete
-    /// (`phy::ChecksumOffload::tx_partial`).
+    /// (`ebb_net_driver::ChecksumOffload::tx_partial`).
     pub tx_checksum_partial: u64,
     /// TCP frames longer than the MTU queued for the device to cut into segments (TCP
-    /// segmentation offload, `phy::DeviceCapabilities::tso_max_len`).
+    /// segmentation offload, `ebb_net_driver::DeviceCapabilities::tso_max_len`).
     pub tx_tcp_segmentation: u64,
     /// Outgoing packets dropped, by reason.
     pub tx_dropped: TxDrops,

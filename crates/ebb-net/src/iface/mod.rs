@@ -67,43 +67,15 @@ use dhcp::{Change, Destination, DhcpClient};
 use output::{ETH_IPV4_LEN, ETH_LEN, IPV4_LEN, NextHop, Route, chain_sum};
 use udp::{Delivery, UdpSockets};
 
-use crate::phy::{self, DeviceCapabilities};
 use crate::transport::{IcmpErrorKind, OutputError, TcpIcmpError, TcpInput};
 use crate::wire::{
     self, DhcpPacket, DhcpRepr, EtherType, EthernetFrame, EthernetRepr, Icmpv4Packet, Icmpv4Repr,
     IpProtocol, Ipv4Packet, Ipv4Repr, TcpPacket, UdpPacket, UdpRepr, WireError, checksum, icmpv4,
 };
+use ebb_net_driver::{DeviceCapabilities, RxFrame, TxFrame};
 
 /// UDP header length.
 const UDP_LEN: usize = 8;
-
-/// The checksum duties of a device with `caps`: software does what the device does not.
-pub fn software_checksums(caps: phy::ChecksumCapabilities) -> wire::ChecksumCapabilities {
-    use wire::checksum::Checksum;
-    fn duty(offload: phy::ChecksumOffload) -> wire::checksum::Checksum {
-        use wire::checksum::Checksum;
-        match (offload.rx_verified, offload.tx_filled) {
-            // Per-frame: verified unless the frame is marked (`FrameChecksum`).
-            (false, false) if offload.tx_partial => Checksum::Partial,
-            (false, false) => Checksum::Both,
-            (false, true) => Checksum::Rx,
-            (true, false) => Checksum::Tx,
-            (true, true) => Checksum::None,
-        }
-    }
-    // A partial checksum is a TCP/UDP notion: the IPv4 header and ICMP are always
-    // completed by the stack when the device does not fill them.
-    let whole = |offload: phy::ChecksumOffload| match duty(offload) {
-        Checksum::Partial => Checksum::Both,
-        other => other,
-    };
-    wire::ChecksumCapabilities {
-        ipv4: whole(caps.ipv4),
-        icmpv4: whole(caps.icmpv4),
-        udp: duty(caps.udp),
-        tcp: duty(caps.tcp),
-    }
-}
 
 /// One network interface: see the module docs.
 #[derive(Debug)]
@@ -159,17 +131,21 @@ impl Interface {
     /// gratuitous ARP (queued now); a DHCP client starts discovering at the first
     /// [`poll`](Self::poll).
     pub fn new(config: InterfaceConfig, caps: DeviceCapabilities) -> Self {
-        let software = software_checksums(caps.checksum);
+        // A partial checksum is a TCP/UDP notion: the IPv4 header and ICMP are always
+        // completed by the stack when the device does not fill them.
+        let mut checksum = caps.checksum;
+        checksum.ipv4.tx_partial = false;
+        checksum.icmpv4.tx_partial = false;
         let mut out = IpOutput::new(
             config.mac,
             caps.mtu,
-            software,
+            checksum,
             config.limits,
             config.arp,
             config.seed,
         );
         // Segmentation offload needs the device to complete every segment's checksum.
-        if software.tcp == wire::checksum::Checksum::Partial && caps.tso_max_len > caps.mtu {
+        if checksum.tcp.software_leaves_partial() && caps.tso_max_len > caps.mtu {
             out.tcp_max_packet = caps.tso_max_len;
         }
         let dhcp = match config.ipv4 {
@@ -231,15 +207,10 @@ impl Interface {
         &mut self.out
     }
 
-    /// Counts `n` frames handed to the device with a partial checksum.
-    pub(crate) fn count_tx_partial(&mut self, n: u64) {
-        let c = &mut self.out.counters.tx_checksum_partial;
-        *c = c.saturating_add(n);
-    }
-
-    /// Frames waiting for the device, oldest first: the driver hands this queue to
-    /// [`NetDevice::transmit`](crate::phy::NetDevice::transmit), which takes what it can.
-    pub fn transmit_queue(&mut self) -> &mut VecDeque<IOBufChain> {
+    /// Frames waiting for the device, oldest first, each with the state of its checksum:
+    /// the driver hands this queue to
+    /// [`NetDevice::transmit`](ebb_net_driver::NetDevice::transmit), which takes what it can.
+    pub fn transmit_queue(&mut self) -> &mut VecDeque<TxFrame> {
         &mut self.out.tx
     }
 
@@ -273,41 +244,23 @@ impl Interface {
     // ---- receive path ---------------------------------------------------------------
 
     /// Handles a batch of received frames (see [`receive_frame`](Self::receive_frame)),
-    /// leaving `frames` empty for reuse.
+    /// leaving `frames` empty for reuse. A frame the device marked verified or partial
+    /// ([`FrameChecksum::l4_trusted`](ebb_net_driver::FrameChecksum::l4_trusted)) is not
+    /// checked for its TCP or UDP checksum — everything else is.
     pub fn receive_batch(
         &mut self,
         now: Instant,
-        frames: &mut alloc::vec::Vec<IOBuf>,
+        frames: &mut alloc::vec::Vec<RxFrame>,
         tcp: &mut dyn TcpInput,
     ) {
         // In order, each taken out of its slot (leaving an empty buffer), then the slots
         // cleared: what `drain(..)` does, with less code on this per-frame path.
         for slot in frames.iter_mut() {
-            let frame = core::mem::take(slot);
-            self.receive_frame(now, frame, tcp);
-        }
-        frames.clear();
-    }
-
-    /// [`receive_batch`](Self::receive_batch) with what the device said of each frame's
-    /// TCP/UDP checksum (`checksums[i]` for `frames[i]`, from
-    /// [`NetDevice::receive_with_checksums`](crate::phy::NetDevice::receive_with_checksums);
-    /// a missing entry is `Complete`): a frame marked verified or partial is not
-    /// checked for its TCP or UDP checksum — everything else is. Leaves both empty.
-    pub fn receive_batch_with_checksums(
-        &mut self,
-        now: Instant,
-        frames: &mut alloc::vec::Vec<IOBuf>,
-        checksums: &mut alloc::vec::Vec<phy::FrameChecksum>,
-        tcp: &mut dyn TcpInput,
-    ) {
-        for (i, slot) in frames.iter_mut().enumerate() {
-            let frame = core::mem::take(slot);
-            let trusted = checksums.get(i).is_some_and(|c| c.l4_trusted());
+            let frame = core::mem::take(&mut slot.buf);
+            let trusted = slot.checksum.l4_trusted();
             self.receive_frame_checked(now, frame, trusted, tcp);
         }
         frames.clear();
-        checksums.clear();
     }
 
     /// Turns the receive fast path for plain TCP segments off (`false`) or on (the
@@ -326,7 +279,7 @@ impl Interface {
     }
 
     /// [`receive_frame`](Self::receive_frame); `l4_trusted`: the device vouched for the
-    /// frame's TCP/UDP checksum (see [`phy::FrameChecksum`]), so it is not verified.
+    /// frame's TCP/UDP checksum (see [`ebb_net_driver::FrameChecksum`]), so it is not verified.
     pub fn receive_frame_checked(
         &mut self,
         now: Instant,
@@ -383,7 +336,7 @@ impl Interface {
         if dst != our_address || src.is_broadcast() || src.is_multicast() {
             return None;
         }
-        if self.out.caps.ipv4.rx() && checksum::data(ip) != 0xffff {
+        if self.out.caps.ipv4.software_verifies() && checksum::data(ip) != 0xffff {
             return None;
         }
         Some(TcpInIp {
@@ -499,7 +452,8 @@ impl Interface {
         if packet.src_port() == 0 || packet.dst_port() == 0 {
             return self.drop_rx(RxDropReason::TcpMalformed);
         }
-        if !l4_trusted && self.out.caps.tcp.rx() && !packet.verify_checksum(src, dst) {
+        if !l4_trusted && self.out.caps.tcp.software_verifies() && !packet.verify_checksum(src, dst)
+        {
             return self.drop_rx(RxDropReason::TcpBadChecksum);
         }
         // Zero copy: the segment is the frame's own storage, trimmed to the TCP bytes.
@@ -527,7 +481,7 @@ impl Interface {
         };
         let mut caps = self.out.caps;
         if l4_trusted {
-            caps.udp = wire::checksum::Checksum::None;
+            caps.udp.rx_verified = true;
         }
         let repr = match UdpRepr::parse(&packet, ip.src_addr, ip.dst_addr, &caps) {
             Ok(r) => r,
@@ -768,8 +722,8 @@ impl Interface {
         dst_port: u16,
         payload: IOBufChain,
     ) -> Result<(), OutputError> {
-        let fill_checksum = self.out.caps.udp.tx();
-        let partial = self.out.caps.udp.partial();
+        let fill_checksum = self.out.caps.udp.software_fills();
+        let partial = self.out.caps.udp.software_leaves_partial();
         let (src, dst) = (route.src, route.dst);
         self.out
             .send_datagram(route, IpProtocol::Udp, UDP_LEN, payload, |l4, payload| {
@@ -792,7 +746,7 @@ impl Interface {
                     };
                     UdpPacket::new_unchecked(&mut l4[..]).set_checksum(value);
                 } else if partial {
-                    // The device completes it (see `phy::FrameChecksum::Partial`).
+                    // The device completes it (see `ebb_net_driver::FrameChecksum::Partial`).
                     let sum = checksum::pseudo_header(src, dst, IpProtocol::Udp.into(), len);
                     UdpPacket::new_unchecked(&mut l4[..]).set_checksum(sum);
                 }

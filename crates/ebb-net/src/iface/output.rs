@@ -22,6 +22,7 @@ use alloc::vec;
 use core::net::Ipv4Addr;
 
 use ebb_core::{IOBuf, IOBufChain, Instant};
+use ebb_net_driver::{FrameChecksum, TxFrame};
 
 use super::arp::ArpCache;
 use super::config::{ArpConfig, Ipv4Cidr, Limits};
@@ -182,7 +183,8 @@ pub struct IpOutput {
     pub(super) arp: ArpCache,
     pub(super) icmp_limiter: IcmpRateLimiter,
     pub(super) counters: InterfaceCounters,
-    pub(super) tx: VecDeque<IOBufChain>,
+    /// Frames for the device, each with the state of its TCP/UDP checksum.
+    pub(super) tx: VecDeque<TxFrame>,
     headers: HeaderPool,
     /// The time of the latest call into the interface: `send_tcp` is not given one, and
     /// ARP timers started from it need it.
@@ -373,8 +375,41 @@ impl IpOutput {
         if let Some(header) = frame.front() {
             self.headers.remember(header);
         }
-        self.tx.push_back(frame);
+        let checksum = self.checksum_state(&frame);
+        if checksum != FrameChecksum::Complete {
+            bump(&mut self.counters.tx_checksum_partial);
+        }
+        self.tx.push_back(TxFrame {
+            chain: frame,
+            checksum,
+        });
         Ok(())
+    }
+
+    /// The [`FrameChecksum`] of a finished frame: where its checksum lies if it is TCP or
+    /// UDP and this interface leaves that protocol's checksum partial (it writes no other
+    /// kind then), else `Complete`. The headers are all in the chain's first segment
+    /// (`send_datagram`).
+    fn checksum_state(&self, frame: &IOBufChain) -> FrameChecksum {
+        let (tcp, udp) = (
+            self.caps.tcp.software_leaves_partial(),
+            self.caps.udp.software_leaves_partial(),
+        );
+        if !tcp && !udp {
+            return FrameChecksum::Complete;
+        }
+        let Some(head) = frame.segments().next() else {
+            return FrameChecksum::Complete;
+        };
+        let wanted = match head.get(23) {
+            Some(6) => tcp,
+            Some(17) => udp,
+            _ => false,
+        };
+        if !wanted {
+            return FrameChecksum::Complete;
+        }
+        FrameChecksum::partial_of(head).unwrap_or(FrameChecksum::Complete)
     }
 }
 
@@ -416,13 +451,9 @@ pub(super) fn chain_sum(starts_odd: bool, chain: &IOBufChain) -> u16 {
     acc as u16
 }
 
-/// Checksum duties for emitting a header whose checksum we fill ourselves afterwards.
-const NO_CHECKSUMS: wire::ChecksumCapabilities = wire::ChecksumCapabilities {
-    ipv4: wire::checksum::Checksum::None,
-    icmpv4: wire::checksum::Checksum::None,
-    udp: wire::checksum::Checksum::None,
-    tcp: wire::checksum::Checksum::None,
-};
+/// For emitting a header whose checksum we fill ourselves afterwards: as if the device
+/// filled every checksum.
+const NO_CHECKSUMS: wire::ChecksumCapabilities = wire::ChecksumCapabilities::ALL;
 
 impl TcpOutput for IpOutput {
     fn send_tcp(&mut self, segment: TcpSegment) -> Result<(), OutputError> {
@@ -435,8 +466,8 @@ impl TcpOutput for IpOutput {
         let header = &segment.header;
         // `header.payload` is normally empty; if TCP put bytes there, they go inline.
         let l4_len = header.buffer_len();
-        let fill_checksum = self.caps.tcp.tx();
-        let partial = self.caps.tcp.partial();
+        let fill_checksum = self.caps.tcp.software_fills();
+        let partial = self.caps.tcp.software_leaves_partial();
         let (src, dst) = (route.src, route.dst);
         self.send_datagram(
             route,
@@ -455,7 +486,7 @@ impl TcpOutput for IpOutput {
                     ]);
                     TcpPacket::new_unchecked(&mut l4[..]).set_checksum(!sum);
                 } else if partial {
-                    // The device completes it (see `phy::FrameChecksum::Partial`).
+                    // The device completes it (see `ebb_net_driver::FrameChecksum::Partial`).
                     let len = (l4_len + payload.len()) as u16;
                     let sum = checksum::pseudo_header(src, dst, IpProtocol::Tcp.into(), len);
                     TcpPacket::new_unchecked(&mut l4[..]).set_checksum(sum);
@@ -475,8 +506,8 @@ impl TcpOutput for IpOutput {
         if route.src != src {
             return Err(self.fail(OutputError::Unreachable));
         }
-        let fill_checksum = self.caps.tcp.tx();
-        let partial = self.caps.tcp.partial();
+        let fill_checksum = self.caps.tcp.software_fills();
+        let partial = self.caps.tcp.software_leaves_partial();
         let (src, dst) = (route.src, route.dst);
         self.send_datagram(
             route,
@@ -572,7 +603,7 @@ mod tests {
         let dst = Ipv4Addr::new(10, 0, 0, 255);
         for caps in [
             wire::ChecksumCapabilities::default(),
-            wire::ChecksumCapabilities::ignored(),
+            wire::ChecksumCapabilities::ALL,
         ] {
             for (len, flags) in [(0, 0x10), (1, 0x18), (64, 0x18), (1459, 0x11), (7, 0x19)] {
                 let header = PlainHeader {
@@ -603,7 +634,7 @@ mod tests {
                         payload: payload(),
                     })
                     .expect("sent");
-                let frame = |o: &mut IpOutput| o.tx.pop_front().expect("queued").to_vec();
+                let frame = |o: &mut IpOutput| o.tx.pop_front().expect("queued").chain.to_vec();
                 assert_eq!(
                     frame(&mut fast),
                     frame(&mut general),

@@ -788,8 +788,7 @@ impl TcpLayer {
         let mut header = [0u8; MAX_HEADER_LEN];
         header[..header_len].copy_from_slice(&segment.as_slice()[..header_len]);
         let header_packet = Packet::new_unchecked(&header[..header_len]);
-        let Ok(repr) = Repr::parse(&header_packet, src, dst, &ChecksumCapabilities::ignored())
-        else {
+        let Ok(repr) = Repr::parse(&header_packet, src, dst, &ChecksumCapabilities::ALL) else {
             counters.dropped_bad_options += 1;
             return Received::Malformed;
         };

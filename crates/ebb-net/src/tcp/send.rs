@@ -346,7 +346,7 @@ impl Tcb {
     ///
     /// Whole segments only, so a frame ends short only where the data does: the device
     /// cuts it into `max_payload`-byte segments, which it can only do right for a
-    /// connection whose MSS is the interface's (`phy::Segmentation`). New data only:
+    /// connection whose MSS is the interface's (`ebb_net_driver::Segmentation`). New data only:
     /// retransmissions go segment by segment, as loss recovery counts them.
     ///
     /// 0 means wait: more data is queued than the windows (`window`, congestion and

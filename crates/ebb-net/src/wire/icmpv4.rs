@@ -231,7 +231,7 @@ impl<'a> Repr<'a> {
         caps: &ChecksumCapabilities,
     ) -> Result<Repr<'a>> {
         packet.check_len()?;
-        if caps.icmpv4.rx() && !packet.verify_checksum() {
+        if caps.icmpv4.software_verifies() && !packet.verify_checksum() {
             return Err(WireError::BadChecksum);
         }
         // Borrow the data for 'a, not for the borrow of `packet`.
@@ -325,7 +325,7 @@ impl<'a> Repr<'a> {
         }
         let data = self.data();
         packet.data_mut()[..data.len()].copy_from_slice(data);
-        if caps.icmpv4.tx() {
+        if caps.icmpv4.software_fills() {
             packet.fill_checksum();
         } else {
             packet.set_checksum(0);
@@ -417,13 +417,13 @@ mod tests {
         bad[15] ^= 1;
         let p = Packet::new_checked(&bad[..]).unwrap();
         assert_eq!(Repr::parse(&p, &caps), Err(WireError::BadChecksum));
-        assert!(Repr::parse(&p, &ChecksumCapabilities::ignored()).is_ok());
+        assert!(Repr::parse(&p, &ChecksumCapabilities::ALL).is_ok());
 
         let mut code = ECHO;
         code[1] = 1;
         let p = Packet::new_checked(&code[..]).unwrap();
         assert_eq!(
-            Repr::parse(&p, &ChecksumCapabilities::ignored()),
+            Repr::parse(&p, &ChecksumCapabilities::ALL),
             Err(WireError::Malformed)
         );
 
@@ -431,7 +431,7 @@ mod tests {
         redirect[0] = 5;
         let p = Packet::new_checked(&redirect[..]).unwrap();
         assert_eq!(
-            Repr::parse(&p, &ChecksumCapabilities::ignored()),
+            Repr::parse(&p, &ChecksumCapabilities::ALL),
             Err(WireError::Unsupported)
         );
     }
@@ -523,7 +523,7 @@ mod tests {
                 let _ = (p.msg_type(), p.msg_code(), p.checksum(), p.echo_ident());
                 let _ = (p.echo_seq_no(), p.next_hop_mtu(), p.data(), p.verify_checksum());
                 let _ = Repr::parse(&p, &ChecksumCapabilities::default());
-                let _ = Repr::parse(&p, &ChecksumCapabilities::ignored());
+                let _ = Repr::parse(&p, &ChecksumCapabilities::ALL);
             }
         }
     }

@@ -42,7 +42,7 @@ pub mod tcp;
 pub mod udp;
 
 pub use arp::{Operation as ArpOperation, Packet as ArpPacket, Repr as ArpRepr};
-pub use checksum::{Checksum, ChecksumCapabilities};
+pub use checksum::{ChecksumCapabilities, ChecksumOffload};
 pub use dhcpv4::{MessageType as DhcpMessageType, Packet as DhcpPacket, Repr as DhcpRepr};
 pub use ethernet::{EtherType, EthernetAddress, Frame as EthernetFrame, Repr as EthernetRepr};
 pub use icmpv4::{Message as Icmpv4Message, Packet as Icmpv4Packet, Repr as Icmpv4Repr};

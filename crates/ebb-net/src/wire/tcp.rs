@@ -579,7 +579,7 @@ impl<'a> Repr<'a> {
         if packet.src_port() == 0 || packet.dst_port() == 0 {
             return Err(WireError::Malformed);
         }
-        if caps.tcp.rx() && !packet.verify_checksum(src_addr, dst_addr) {
+        if caps.tcp.software_verifies() && !packet.verify_checksum(src_addr, dst_addr) {
             return Err(WireError::BadChecksum);
         }
         let control = match (packet.syn(), packet.fin(), packet.rst()) {
@@ -720,9 +720,9 @@ impl<'a> Repr<'a> {
         area[at..].fill(kind::END);
 
         packet.payload_mut()[..self.payload.len()].copy_from_slice(self.payload);
-        if caps.tcp.tx() {
+        if caps.tcp.software_fills() {
             packet.fill_checksum(src_addr, dst_addr);
-        } else if caps.tcp.partial() {
+        } else if caps.tcp.software_leaves_partial() {
             let len = u16::try_from(self.buffer_len()).unwrap_or(u16::MAX);
             packet.set_checksum(super::checksum::pseudo_header(
                 src_addr,

@@ -162,7 +162,7 @@ impl<'a> Repr<'a> {
         if packet.dst_port() == 0 {
             return Err(WireError::Malformed);
         }
-        if caps.udp.rx() && !packet.verify_checksum(src_addr, dst_addr) {
+        if caps.udp.software_verifies() && !packet.verify_checksum(src_addr, dst_addr) {
             return Err(WireError::BadChecksum);
         }
         let end = usize::from(packet.len());
@@ -196,9 +196,9 @@ impl<'a> Repr<'a> {
         packet.set_dst_port(self.dst_port);
         packet.set_len(u16::try_from(self.buffer_len()).unwrap_or(u16::MAX));
         packet.payload_mut().copy_from_slice(self.payload);
-        if caps.udp.tx() {
+        if caps.udp.software_fills() {
             packet.fill_checksum(src_addr, dst_addr);
-        } else if caps.udp.partial() {
+        } else if caps.udp.software_leaves_partial() {
             let len = u16::try_from(self.buffer_len()).unwrap_or(u16::MAX);
             packet.set_checksum(super::checksum::pseudo_header(
                 src_addr,
@@ -285,7 +285,7 @@ mod tests {
         b[3] = 0;
         let p = Packet::new_checked(&b[..]).unwrap();
         assert_eq!(
-            Repr::parse(&p, SRC, DST, &ChecksumCapabilities::ignored()),
+            Repr::parse(&p, SRC, DST, &ChecksumCapabilities::ALL),
             Err(WireError::Malformed)
         );
     }
@@ -306,7 +306,7 @@ mod tests {
             &mut Packet::new_unchecked(&mut out[..]),
             SRC,
             DST,
-            &ChecksumCapabilities::ignored(),
+            &ChecksumCapabilities::ALL,
         );
         assert_eq!(&out[6..8], &[0, 0]);
     }

@@ -1,5 +1,5 @@
 //! Test devices for the runtime: the queue pairs of a "NIC" on each side of an
-//! `ebb_net::phy::Link`, whose readiness is reported through ebb-core's [`TestPlatform`],
+//! `ebb_net_driver::Link`, whose readiness is reported through ebb-core's [`TestPlatform`],
 //! so the whole runtime (poll policy, timers, idle handler, steering) runs without root
 //! and in virtual time.
 //!
@@ -24,8 +24,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use ebb_core::testing::TestPlatform;
 use ebb_core::{CoreId, IOBuf, IOBufChain, Instant, event};
-use ebb_net::phy::{DeviceCapabilities, DeviceCounters, Link, LinkEnd, NetDevice};
-use ebb_netstack::{DeviceError, DeviceReady, PlatformDevice, Readiness};
+use ebb_net_driver::{
+    DeviceCapabilities, DeviceCounters, Link, LinkEnd, NetDevice, RxFrame, TxFrame,
+};
+use ebb_net_driver::{DeviceError, DeviceReady, PlatformDevice, Readiness};
 
 /// How a side's received frames are spread over its queues.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +71,7 @@ unsafe impl Send for Ends {}
 
 #[derive(Default)]
 struct QueueState {
-    rx: VecDeque<IOBuf>,
+    rx: VecDeque<RxFrame>,
     /// The core watching this queue and the key of its `DeviceReady` there.
     watcher: Option<(CoreId, u64)>,
     /// What the next injected event reports; `None` when no event is on its way.
@@ -196,7 +198,7 @@ impl TestNic {
     /// Transmits `frames` from `side`'s end, as if a stack there had sent them.
     pub fn send_raw(&self, side: Side, frames: Vec<IOBuf>) {
         let mut nic = self.lock();
-        let mut queue: VecDeque<IOBufChain> = frames.into_iter().map(IOBufChain::from).collect();
+        let mut queue: VecDeque<TxFrame> = frames.into_iter().map(TxFrame::from).collect();
         while !queue.is_empty() {
             if nic.ends.0[side.index()].transmit(Instant::ZERO, &mut queue) == 0 {
                 break;
@@ -324,7 +326,7 @@ impl NetDevice for TestQueue {
         caps
     }
 
-    fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, _now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         let mut nic = self.nic.lock();
         let burst = nic.ends.0[0].link().capabilities().max_burst;
         let rx = &mut nic.sides[self.side.index()].queues[self.queue].rx;
@@ -333,7 +335,7 @@ impl NetDevice for TestQueue {
         n
     }
 
-    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         let mut nic = self.nic.lock();
         let q = &mut nic.sides[self.side.index()].queues[self.queue];
         if q.refuse_tx {

@@ -1,12 +1,14 @@
 //! The host side of the guest's link ([`HostLink`]): where the device's frames go on the
 //! host — a TAP device (`--net tap=NAME`, root) or passt (`--net user`, no root),
-//! optionally through ebb-net's seeded fault injector (`--net-faults`). Every host link
-//! is an `ebb_net` `NetDevice` with a descriptor the I/O thread sleeps on. Which one a VM
-//! opens is its [`HostLinkConfig`](crate::vm::HostLinkConfig).
+//! optionally through ebb-net-driver's seeded fault injector (`--net-faults`). Every host
+//! link is an `ebb-net-driver` `NetDevice` with a descriptor the I/O thread sleeps on.
+//! Which one a VM opens is its [`HostLinkConfig`](crate::vm::HostLinkConfig).
 
-use ebb_core::{IOBuf, IOBufChain, Instant};
-use ebb_hosted::tap::{TapConfig, TapDevice};
-use ebb_net::phy::{DeviceCapabilities, DeviceCounters, FaultInjector, NetDevice};
+use ebb_core::{IOBuf, Instant};
+use ebb_net_driver::{
+    DeviceCapabilities, DeviceCounters, FaultInjector, NetDevice, RxFrame, TxFrame,
+};
+use ebb_tap::{TapConfig, TapDevice};
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -40,7 +42,7 @@ pub trait HostLink: NetDevice + Send {
     }
 
     /// What a fault injector around the backend did (`None`: there is none).
-    fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
+    fn fault_stats(&self) -> Option<ebb_net_driver::FaultStats> {
         None
     }
 
@@ -99,7 +101,7 @@ impl<B: HostLink> HostLink for FaultInjector<B> {
     fn has_pending_output(&self) -> bool {
         self.inner().has_pending_output()
     }
-    fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
+    fn fault_stats(&self) -> Option<ebb_net_driver::FaultStats> {
         Some(self.stats())
     }
     // `set_large_receive`: the default (never on) — frames pass the injector through the
@@ -119,7 +121,7 @@ impl<B: HostLink + ?Sized> HostLink for Box<B> {
     fn direct(&self) -> Option<Direct<'_>> {
         (**self).direct()
     }
-    fn fault_stats(&self) -> Option<ebb_net::phy::FaultStats> {
+    fn fault_stats(&self) -> Option<ebb_net_driver::FaultStats> {
         (**self).fault_stats()
     }
     fn set_large_receive(&mut self, on: bool) -> std::io::Result<()> {
@@ -136,7 +138,7 @@ pub enum HostLinkError {
         /// Interface name.
         name: String,
         /// Why.
-        source: ebb_hosted::tap::TapError,
+        source: ebb_tap::TapError,
     },
     /// passt is not installed.
     #[error(
@@ -383,7 +385,7 @@ impl NetDevice for Passt {
         DeviceCapabilities::ETHERNET
     }
 
-    fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, _now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         self.read_socket();
         let mut taken = 0;
         let mut at = 0;
@@ -399,7 +401,7 @@ impl NetDevice for Passt {
             }
             let frame = &self.read_buf[at + 4..at + 4 + len];
             self.counters.record_rx(len);
-            out.push(IOBuf::copy_from_slice(frame));
+            out.push(RxFrame::new(IOBuf::copy_from_slice(frame)));
             at += 4 + len;
             taken += 1;
         }
@@ -407,13 +409,15 @@ impl NetDevice for Passt {
         taken
     }
 
-    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         self.flush();
         let mut taken = 0;
         while self.write_buf.len() < PASST_WRITE_LIMIT {
             let Some(frame) = frames.pop_front() else {
                 break;
             };
+            // No offload: a partial checksum is completed here.
+            let frame = frame.into_complete();
             self.write_buf
                 .extend_from_slice(&(frame.len() as u32).to_be_bytes());
             for segment in frame.segments() {

@@ -13,7 +13,7 @@ pub struct VmNetwork {
     /// The guest's MAC address.
     pub mac: [u8; 6],
     /// Seeded faults between guest and backend (`--net-faults`).
-    pub faults: Option<(ebb_net::phy::FaultConfig, u64)>,
+    pub faults: Option<(ebb_net_driver::FaultConfig, u64)>,
     /// Offer checksum offload and TCP segmentation offload where the backend can honour
     /// them (TAP only; `--net-offload off` turns both off, for comparison).
     pub offload: bool,
@@ -128,9 +128,9 @@ pub fn net_summary(shared: &Shared) -> Option<String> {
 /// and duplication are made, toward passt drops too, corruption nowhere (a warning says
 /// so). The TAP backend gets every fault both ways: Linux repairs all of them.
 fn passt_faults(
-    faults: ebb_net::phy::FaultConfig,
-) -> (ebb_net::phy::FaultConfig, ebb_net::phy::FaultConfig) {
-    use ebb_net::phy::Probability;
+    faults: ebb_net_driver::FaultConfig,
+) -> (ebb_net_driver::FaultConfig, ebb_net_driver::FaultConfig) {
+    use ebb_net_driver::Probability;
     if faults.drop.is_possible() || faults.corrupt.is_possible() {
         log::warn!(
             "--net user: passt cannot recover a frame lost on its way to the guest, nor \
@@ -168,7 +168,7 @@ pub(super) fn open_backends(
             .enumerate()
             .map(|(i, b)| {
                 Box::new(
-                    ebb_net::phy::FaultInjector::new(b, seed.wrapping_add(i as u64))
+                    ebb_net_driver::FaultInjector::new(b, seed.wrapping_add(i as u64))
                         .with_rx_faults(rx_faults)
                         .with_tx_faults(tx_faults),
                 ) as Box<dyn crate::virtio::HostLink>

@@ -7,7 +7,7 @@ use alloc::format;
 use proptest::prelude::*;
 
 use super::*;
-use crate::phy::ChecksumCapabilities as DeviceChecksums;
+use ebb_net_driver::ChecksumCapabilities as DeviceChecksums;
 
 /// A plain ACK+PSH from the peer's port 40000 to our port 80 carrying `payload`.
 fn tcp_segment(payload: &[u8]) -> Vec<u8> {

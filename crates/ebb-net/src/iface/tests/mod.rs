@@ -19,12 +19,12 @@ use core::time::Duration;
 use ebb_core::{IOBuf, IOBufChain, Instant};
 
 use super::*;
-use crate::phy::DeviceCapabilities;
 use crate::transport::{TcpInput, TcpOutput};
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetRepr, Ipv4Packet,
     Ipv4Repr,
 };
+use ebb_net_driver::DeviceCapabilities;
 
 pub(super) const OUR_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
 pub(super) const PEER_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
@@ -63,7 +63,7 @@ pub(super) fn sent(iface: &mut Interface) -> Vec<Vec<u8>> {
     iface
         .transmit_queue()
         .drain(..)
-        .map(|f| f.to_vec())
+        .map(|f| f.chain.to_vec())
         .collect()
 }
 

@@ -1,11 +1,11 @@
-//! Per-frame checksum offload (`phy::FrameChecksum`): received frames the device vouched
+//! Per-frame checksum offload (`ebb_net_driver::FrameChecksum`): received frames the device vouched
 //! for skip the TCP/UDP checksum and nothing else; under `tx_partial` the interface
 //! writes only the pseudo-header sum, which completed as a device would parses valid.
 
 use super::*;
-use crate::phy::{ChecksumOffload, FrameChecksum, complete_checksum};
 use crate::transport::TcpSegment;
 use crate::wire::{TcpControl, TcpPacket, TcpRepr, TcpSeqNumber, UdpPacket};
+use ebb_net_driver::{ChecksumOffload, FrameChecksum, RxFrame, complete_checksum};
 
 fn header(src_port: u16, dst_port: u16) -> TcpRepr<'static> {
     TcpRepr {
@@ -41,10 +41,12 @@ fn bad_segment(data: &[u8]) -> Vec<u8> {
 }
 
 fn receive(iface: &mut Interface, tcp: &mut TcpRecorder, frame: IOBuf, checksum: FrameChecksum) {
-    let mut frames = vec![frame];
-    let mut checksums = vec![checksum];
-    iface.receive_batch_with_checksums(t(1), &mut frames, &mut checksums, tcp);
-    assert!(frames.is_empty() && checksums.is_empty());
+    let mut frames = vec![RxFrame {
+        buf: frame,
+        checksum,
+    }];
+    iface.receive_batch(t(1), &mut frames, tcp);
+    assert!(frames.is_empty());
 }
 
 #[test]
@@ -144,7 +146,7 @@ fn partial_tcp_checksum_completed_by_the_device_parses_valid() {
         payload,
     };
     iface.output().send_tcp(segment).unwrap();
-    let frame = flat(&iface.transmit_queue().pop_front().unwrap());
+    let frame = flat(&iface.transmit_queue().pop_front().unwrap().chain);
     let l4 = &frame[34..];
     assert!(
         !TcpPacket::new_checked(l4)
@@ -170,7 +172,7 @@ fn partial_udp_checksum_completed_by_the_device_parses_valid() {
         let dst = core::net::SocketAddrV4::new(PEER_IP, 6000);
         let payload = IOBufChain::from(IOBuf::copy_from_slice(data));
         iface.udp_send_to(t(1), socket, dst, payload).unwrap();
-        let frame = complete(flat(&iface.transmit_queue().pop_front().unwrap()));
+        let frame = complete(flat(&iface.transmit_queue().pop_front().unwrap().chain));
         let udp = UdpPacket::new_checked(&frame[34..]).unwrap();
         assert_ne!(udp.checksum(), 0);
         assert!(udp.verify_checksum(OUR_IP, PEER_IP));

@@ -1,7 +1,7 @@
 //! The receive path: Ethernet and IPv4 checks, fragments, ICMP echo, drop counters.
 
 use super::*;
-use crate::phy::ChecksumCapabilities as DeviceChecksums;
+use ebb_net_driver::ChecksumCapabilities as DeviceChecksums;
 
 /// Echo request 10.0.0.2 -> 10.0.0.1, ident 0x1234, seq 1, data "ebbflow!", IP ident
 /// 0xbeef (checksums computed independently with a Python script).

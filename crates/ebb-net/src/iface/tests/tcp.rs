@@ -111,7 +111,7 @@ fn sent_segment_is_one_header_buffer_plus_the_payload_chain() {
         payload,
     };
     iface.output().send_tcp(segment).unwrap();
-    let frame = iface.transmit_queue().pop_front().unwrap();
+    let frame = iface.transmit_queue().pop_front().unwrap().chain;
     assert_eq!(frame.segment_count(), 1 + pieces.len());
     for (sent_piece, original) in frame.iter().skip(1).zip(&pieces) {
         assert!(
@@ -145,7 +145,7 @@ fn sent_segment_is_one_header_buffer_plus_the_payload_chain() {
         payload: IOBufChain::new(),
     };
     iface.output().send_tcp(again).unwrap();
-    let bytes = flat(&iface.transmit_queue().pop_front().unwrap());
+    let bytes = flat(&iface.transmit_queue().pop_front().unwrap().chain);
     assert_eq!(Ipv4Packet::new_checked(&bytes[14..]).unwrap().ident(), 2);
 }
 

@@ -146,7 +146,7 @@ fn send_to_chains_the_payload_and_fills_the_checksum() {
     iface
         .udp_send_to(t(1), sock, SocketAddrV4::new(PEER_IP, 5353), payload)
         .unwrap();
-    let frame = iface.transmit_queue().pop_front().unwrap();
+    let frame = iface.transmit_queue().pop_front().unwrap().chain;
     assert_eq!(frame.segment_count(), 3);
     assert!(frame.iter().nth(1).unwrap().shares_storage_with(&pieces[0]));
     let bytes = flat(&frame);

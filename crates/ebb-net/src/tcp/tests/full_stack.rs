@@ -1,12 +1,12 @@
-//! The whole stack: two [`Stack`]s (interface + this TCP) over `phy::Link`, through the
+//! The whole stack: two [`Stack`]s (interface + this TCP) over `ebb_net_driver::Link`, through the
 //! fault-injecting device wrapper — ARP, IPv4, checksums and TCP together.
 
 use super::transfer::{Bulk, Progress, stream};
 use super::*;
 use crate::iface::{InterfaceConfig, Ipv4Cidr};
-use crate::phy::{FaultConfig, FaultInjector, Link, NetDevice, Probability};
 use crate::stack::Stack;
 use crate::wire::EthernetAddress;
+use ebb_net_driver::{FaultConfig, FaultInjector, Link, NetDevice, Probability};
 
 const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xa]);
 const MAC_B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xb]);

@@ -132,7 +132,7 @@ pub(super) fn peer_syn() -> Repr<'static> {
 pub(super) fn bytes_of(repr: &Repr<'_>) -> IOBuf {
     let mut v = alloc::vec![0u8; repr.buffer_len()];
     let mut packet = Packet::new_unchecked(&mut v[..]);
-    repr.emit(&mut packet, PEER, US, &ChecksumCapabilities::ignored());
+    repr.emit(&mut packet, PEER, US, &ChecksumCapabilities::ALL);
     IOBuf::from_vec(v)
 }
 
@@ -149,7 +149,7 @@ pub(super) fn wire_bytes(segment: &TcpSegment) -> IOBuf {
         &mut packet,
         segment.src,
         segment.dst,
-        &ChecksumCapabilities::ignored(),
+        &ChecksumCapabilities::ALL,
     );
     IOBuf::from_vec(v)
 }

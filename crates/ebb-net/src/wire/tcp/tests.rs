@@ -193,7 +193,7 @@ fn semantic_errors() {
         Repr::parse(&p, SRC, DST, &caps()),
         Err(WireError::BadChecksum)
     );
-    let ignored = ChecksumCapabilities::ignored();
+    let ignored = ChecksumCapabilities::ALL;
     assert!(Repr::parse(&p, SRC, DST, &ignored).is_ok());
 
     for flags in [0x03, 0x06, 0x05, 0x07] {
@@ -227,7 +227,7 @@ fn with_options(options: &[u8]) -> Vec<u8> {
 
 #[test]
 fn option_garbage_is_an_error() {
-    let ignored = ChecksumCapabilities::ignored();
+    let ignored = ChecksumCapabilities::ALL;
     let cases: &[&[u8]] = &[
         &[2, 0, 0, 0],             // zero length
         &[2, 1, 0, 0],             // length one
@@ -257,7 +257,7 @@ fn option_garbage_is_an_error() {
 
 #[test]
 fn unknown_options_skipped_and_end_of_list_stops() {
-    let ignored = ChecksumCapabilities::ignored();
+    let ignored = ChecksumCapabilities::ALL;
     // Unknown kind 30 (MPTCP) with 4 data bytes, then MSS, then EOL and garbage.
     let b = with_options(&[30, 6, 9, 9, 9, 9, 2, 4, 0x05, 0xdc, 0, 0xff]);
     let p = Packet::new_checked(&b[..]).unwrap();
@@ -416,7 +416,7 @@ proptest! {
             for option in Options::new(p.options()) {
                 let _ = option;
             }
-            let _ = Repr::parse(&p, SRC, DST, &ChecksumCapabilities::ignored());
+            let _ = Repr::parse(&p, SRC, DST, &ChecksumCapabilities::ALL);
         }
     }
 
@@ -447,7 +447,7 @@ proptest! {
         header[13] = flags;
         let plain = PlainHeader::parse(&header);
         let packet = Packet::new_unchecked(&header[..]);
-        let repr = Repr::parse(&packet, SRC, DST, &ChecksumCapabilities::ignored());
+        let repr = Repr::parse(&packet, SRC, DST, &ChecksumCapabilities::ALL);
         let expect_plain = header[12] == 0x50
             && (flags == 0x10 || flags == 0x18)
             && packet.src_port() != 0
@@ -501,7 +501,7 @@ proptest! {
             &mut Packet::new_unchecked(&mut general[..]),
             SRC,
             DST,
-            &ChecksumCapabilities::ignored(),
+            &ChecksumCapabilities::ALL,
         );
         prop_assert_eq!(fast, general);
     }

@@ -7,7 +7,7 @@ use crate::guest::GuestMem;
 use crate::virtio::queue::{Buf, Chain, QueueError};
 use ebb_abi::virtio::{NET_HDR_LEN, NetHdr};
 use ebb_core::IOBuf;
-use ebb_net::phy::FrameChecksum;
+use ebb_net_driver::FrameChecksum;
 
 /// A transmit chain's virtio-net header and the length of the frame behind it. A chain
 /// with no frame in it (the header or less) or too long for one (`offload` says how long

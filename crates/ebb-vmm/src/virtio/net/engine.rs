@@ -15,7 +15,7 @@ use crate::virtio::queue::{Chain, DeviceQueue, Direction, QueueError};
 use crate::vm::Shared;
 use ebb_abi::virtio::features;
 use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
-use ebb_net::phy::{FaultStats, FrameChecksum};
+use ebb_net_driver::{FaultStats, FrameChecksum, RxFrame, TxFrame};
 use rustix::event::epoll;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -72,11 +72,9 @@ pub(crate) struct Engine {
     /// Large receive may be on in the backends ([`HostLink::set_large_receive`]): set
     /// for a driver that negotiated GUEST_TSO4, cleared once every backend turned it off.
     large_receive: bool,
-    frames: Vec<IOBuf>,
-    checksums: Vec<FrameChecksum>,
-    outgoing: VecDeque<IOBufChain>,
-    /// `outgoing[i]`'s checksum state, in step with it.
-    outgoing_checksums: VecDeque<FrameChecksum>,
+    frames: Vec<RxFrame>,
+    /// Frames for the backend, each with its checksum state.
+    outgoing: VecDeque<TxFrame>,
 }
 
 impl Engine {
@@ -91,9 +89,7 @@ impl Engine {
             // Backends start with it off (the TAP is opened without TUN_F_TSO4).
             large_receive: false,
             frames: Vec::new(),
-            checksums: Vec::new(),
             outgoing: VecDeque::new(),
-            outgoing_checksums: VecDeque::new(),
         }
     }
 
@@ -298,7 +294,6 @@ impl Engine {
             }
         };
         let outgoing = &mut self.outgoing;
-        let outgoing_checksums = &mut self.outgoing_checksums;
         let negotiated = TxOffload {
             csum: self.features & features::bit(features::NET_CSUM) != 0,
             tso4: self.features & features::bit(features::NET_HOST_TSO4) != 0,
@@ -363,15 +358,17 @@ impl Engine {
                 request.count(&device.stats);
                 let old = tx.push_used(mem, chain.head, 0).map_err(&on)?;
                 returned.get_or_insert(old);
-                outgoing.push_back(IOBufChain::from(frame));
-                outgoing_checksums.push_back(request.checksum);
+                outgoing.push_back(TxFrame {
+                    chain: IOBufChain::from(frame),
+                    checksum: request.checksum,
+                });
                 worked = true;
             }
             if wake_asked(mem, tx, returned).map_err(&on)? {
                 wake(p);
             }
             let before = outgoing.len();
-            backend.transmit_with_checksums(now, outgoing, outgoing_checksums);
+            backend.transmit(now, outgoing);
             device
                 .stats
                 .tx_frames
@@ -420,19 +417,19 @@ impl Engine {
                     .unwrap_or(0)
             };
             frames.clear();
-            let checksums = &mut self.checksums;
-            checksums.clear();
-            let n = if guest_csum {
-                backend.receive_with_checksums(now, frames, checksums, room.min(64))
-            } else {
-                // Complete checksums only: a driver without GUEST_CSUM reads no flags.
-                backend.receive(now, frames, room.min(64))
-            };
+            let n = backend.receive(now, frames, room.min(64));
             if n > 0 {
                 worked = true;
             }
-            checksums.resize(frames.len(), FrameChecksum::Complete);
-            for (frame, checksum) in frames.drain(..).zip(checksums.drain(..)) {
+            for mut received in frames.drain(..) {
+                if !guest_csum {
+                    // Complete checksums only: a driver without GUEST_CSUM reads no flags.
+                    received.complete();
+                }
+                let RxFrame {
+                    buf: frame,
+                    checksum,
+                } = received;
                 let p = if n_backends == self.pairs.len() {
                     b
                 } else {

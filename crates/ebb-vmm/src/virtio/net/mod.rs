@@ -30,14 +30,14 @@
 //!   and the fault injector (which must see every frame) take the copying path: each
 //!   frame copied out of or into guest memory once, through an IOBuf.
 //! * **Checksum offload.** Offered only with a backend that takes and gives per-frame
-//!   checksum state ([`FrameChecksum`](ebb_net::phy::FrameChecksum)): the TAP backend opened with `IFF_VNET_HDR` and
+//!   checksum state ([`FrameChecksum`](ebb_net_driver::FrameChecksum)): the TAP backend opened with `IFF_VNET_HDR` and
 //!   `TUN_F_CSUM`, where the kernel completes our partial checksums — or, for a local
 //!   receiver, never computes them — and marks what it verified. The guest's header is
 //!   passed through as that state: `NEEDS_CSUM` (validated: CSUM negotiated and the
 //!   two-byte field inside the frame, else the device is broken like for any bad
 //!   chain) becomes `FrameChecksum::Partial`; toward the guest `Partial` becomes
 //!   `NEEDS_CSUM` and `Verified` `DATA_VALID` when GUEST_CSUM was negotiated (without
-//!   it the backend's plain `receive`, which completes checksums, is used). Not offered
+//!   it each received frame is made `Complete` first, `RxFrame::complete`). Not offered
 //!   with passt: its socket protocol has no header to carry the state, so the monitor's
 //!   one I/O thread would compute every checksum the guest skipped — moving the work,
 //!   not removing it — and passt's frames would have to be trusted unverified. The
@@ -99,7 +99,7 @@ pub use offload::Offload;
 pub use transport::VirtioNetDevice;
 
 use crate::virtio::queue::QueueError;
-use ebb_net::phy::{FaultCounts, FaultStats};
+use ebb_net_driver::{FaultCounts, FaultStats};
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;

@@ -9,7 +9,7 @@ use ebb_abi::virtio::{
     NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NET_HDR_GSO_NONE, NET_HDR_GSO_TCPV4, NET_HDR_LEN,
     NetHdr,
 };
-use ebb_net::phy::FrameChecksum;
+use ebb_net_driver::FrameChecksum;
 use std::sync::atomic::Ordering;
 
 /// The offloads a device offers, as far as its backend can honour them (see the module

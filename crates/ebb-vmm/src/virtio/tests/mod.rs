@@ -32,10 +32,10 @@ use ebb_abi::virtio::{
     DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, MMIO_BASE, MMIO_SLOT_SIZE, NET_HDR_LEN, features,
     regs, status,
 };
-use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
-use ebb_net::phy::{
+use ebb_core::{IOBuf, Instant as NetInstant};
+use ebb_net_driver::{
     DeviceCapabilities, DeviceCounters, FaultConfig, FaultInjector, FrameChecksum, NetDevice,
-    Probability, complete_checksum,
+    Probability, RxFrame, TxFrame, complete_checksum,
 };
 use std::collections::VecDeque;
 use std::os::fd::AsFd;
@@ -87,51 +87,25 @@ impl NetDevice for WireEnd {
     fn capabilities(&self) -> DeviceCapabilities {
         DeviceCapabilities::ETHERNET
     }
-    fn receive(&mut self, now: NetInstant, out: &mut Vec<IOBuf>, max: usize) -> usize {
-        // Plain receive: complete checksums only, as the trait asks.
-        let mut checksums = Vec::new();
-        let first = out.len();
-        let n = self.receive_with_checksums(now, out, &mut checksums, max);
-        for (frame, checksum) in out[first..].iter_mut().zip(checksums) {
-            if let FrameChecksum::Partial { start, offset } = checksum {
-                let mut bytes = frame.to_vec();
-                complete_checksum(&mut bytes, start, offset);
-                *frame = IOBuf::from_vec(bytes);
-            }
-        }
-        n
-    }
-    fn transmit(&mut self, now: NetInstant, frames: &mut VecDeque<IOBufChain>) -> usize {
-        self.transmit_with_checksums(now, frames, &mut VecDeque::new())
-    }
-    fn receive_with_checksums(
-        &mut self,
-        _now: NetInstant,
-        out: &mut Vec<IOBuf>,
-        checksums: &mut Vec<FrameChecksum>,
-        max: usize,
-    ) -> usize {
+    fn receive(&mut self, _now: NetInstant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         let mut to_guest = self.wire.to_guest.lock().expect("not poisoned");
         let mut states = self.wire.to_guest_checksums.lock().expect("not poisoned");
         let n = max.min(to_guest.len());
-        out.extend(to_guest.drain(..n).map(IOBuf::from_vec));
-        for _ in 0..n {
-            checksums.push(states.pop_front().unwrap_or_default());
+        for buf in to_guest.drain(..n) {
+            out.push(RxFrame {
+                buf: IOBuf::from_vec(buf),
+                checksum: states.pop_front().unwrap_or_default(),
+            });
         }
         n
     }
-    fn transmit_with_checksums(
-        &mut self,
-        _now: NetInstant,
-        frames: &mut VecDeque<IOBufChain>,
-        checksums: &mut VecDeque<FrameChecksum>,
-    ) -> usize {
+    fn transmit(&mut self, _now: NetInstant, frames: &mut VecDeque<TxFrame>) -> usize {
         let n = frames.len();
         let mut from_guest = self.wire.from_guest.lock().expect("not poisoned");
         let mut states = self.wire.from_guest_checksums.lock().expect("not poisoned");
-        from_guest.extend(frames.drain(..).map(|f| f.to_vec()));
-        for _ in 0..n {
-            states.push(checksums.pop_front().unwrap_or_default());
+        for frame in frames.drain(..) {
+            from_guest.push(frame.chain.to_vec());
+            states.push(frame.checksum);
         }
         n
     }
@@ -190,10 +164,10 @@ impl NetDevice for DatagramEnd {
     fn capabilities(&self) -> DeviceCapabilities {
         DeviceCapabilities::default()
     }
-    fn receive(&mut self, _: NetInstant, _: &mut Vec<IOBuf>, _: usize) -> usize {
+    fn receive(&mut self, _: NetInstant, _: &mut Vec<RxFrame>, _: usize) -> usize {
         unreachable!("a direct backend is read with readv")
     }
-    fn transmit(&mut self, _: NetInstant, _: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, _: NetInstant, _: &mut VecDeque<TxFrame>) -> usize {
         unreachable!("a direct backend is written with writev")
     }
     fn counters(&self) -> DeviceCounters {

@@ -27,13 +27,14 @@ use core::cell::RefCell;
 use ebb_core::{IOBuf, IOBufChain, Instant};
 
 use super::{
-    ChecksumCapabilities, DeviceCapabilities, DeviceCounters, DropReason, NetDevice, coalesce,
+    ChecksumCapabilities, DeviceCapabilities, DeviceCounters, DropReason, NetDevice, RxFrame,
+    TxFrame, coalesce,
 };
 
 /// The configuration of an in-memory link; [`connect`](Self::connect) makes its two ends.
 ///
 /// ```
-/// use ebb_net::phy::Link;
+/// use ebb_net_driver::Link;
 /// let (a, b) = Link::new().with_capacity(64).with_mtu(1500).connect();
 /// # let _ = (a, b);
 /// ```
@@ -156,7 +157,7 @@ impl NetDevice for LinkEnd {
         self.link().capabilities()
     }
 
-    fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, _now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         let mut wire = self.wire.borrow_mut();
         let burst = wire.link.capabilities().max_burst;
         let me = &mut wire.ends[self.side.index()];
@@ -167,12 +168,12 @@ impl NetDevice for LinkEnd {
                 break;
             };
             me.counters.record_rx(frame.len());
-            out.push(frame);
+            out.push(RxFrame::new(frame));
         }
         n
     }
 
-    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         let mut wire = self.wire.borrow_mut();
         let Wire { link, ends } = &mut *wire;
         let caps = link.capabilities();
@@ -186,6 +187,9 @@ impl NetDevice for LinkEnd {
             let Some(frame) = frames.pop_front() else {
                 break;
             };
+            // No offload on a wire: a partial checksum is completed here, as the
+            // sender's NIC would.
+            let frame = frame.into_complete();
             if frame.len() > caps.max_frame_len() {
                 me.counters.tx_dropped.record(DropReason::Oversized);
                 continue;
@@ -330,7 +334,7 @@ mod tests {
     }
 
     fn send(end: &mut LinkEnd, frames: impl IntoIterator<Item = IOBufChain>) -> usize {
-        let mut q: VecDeque<IOBufChain> = frames.into_iter().collect();
+        let mut q: VecDeque<TxFrame> = frames.into_iter().map(TxFrame::from).collect();
         let mut taken = 0;
         while !q.is_empty() {
             taken += end.transmit(T0, &mut q);
@@ -341,7 +345,7 @@ mod tests {
     fn recv_all(end: &mut LinkEnd) -> Vec<IOBuf> {
         let mut out = Vec::new();
         while end.receive(T0, &mut out, usize::MAX) > 0 {}
-        out
+        out.into_iter().map(|frame| frame.buf).collect()
     }
 
     #[test]
@@ -402,11 +406,11 @@ mod tests {
     #[test]
     fn transmit_pushes_back_beyond_a_burst() {
         let (mut a, mut b) = Link::new().with_max_burst(3).connect();
-        let mut q: VecDeque<IOBufChain> = (0..7).map(|i| frame(i, 60)).collect();
+        let mut q: VecDeque<TxFrame> = (0..7).map(|i| frame(i, 60).into()).collect();
         assert_eq!(a.transmit(T0, &mut q,), 3);
         assert_eq!(q.len(), 4);
         assert_eq!(
-            q.front().map(|c| c.to_vec()[0]),
+            q.front().map(|c| c.chain.to_vec()[0]),
             Some(3),
             "the rest stays, in order"
         );
@@ -420,7 +424,7 @@ mod tests {
         assert_eq!(b.receive(T0, &mut out, 0), 0);
         assert_eq!(b.receive(T0, &mut out, 100), 2);
         assert_eq!(
-            out.iter().map(|f| f[0]).collect::<Vec<_>>(),
+            out.iter().map(|f| f.buf[0]).collect::<Vec<_>>(),
             [0, 1, 2, 3, 4, 5, 6]
         );
     }

@@ -16,7 +16,7 @@ use alloc::boxed::Box;
 use alloc::rc::Rc;
 use alloc::string::String;
 
-use ebb_net::phy::{FaultInjector, FaultStats, NetDevice};
+use crate::{FaultInjector, FaultStats, NetDevice};
 
 /// What a device reports when it signals.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

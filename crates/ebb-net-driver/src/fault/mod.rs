@@ -38,7 +38,9 @@ use core::time::Duration;
 use ebb_core::{IOBuf, IOBufChain, Instant};
 
 use super::rng::SplitMix64;
-use super::{DeviceCapabilities, DeviceCounters, ETHERNET_HEADER_LEN, NetDevice, coalesce};
+use super::{
+    DeviceCapabilities, DeviceCounters, ETHERNET_HEADER_LEN, NetDevice, RxFrame, TxFrame, coalesce,
+};
 
 /// A probability, in parts per million.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -85,7 +87,7 @@ impl Probability {
 ///
 /// ```
 /// use core::time::Duration;
-/// use ebb_net::phy::{FaultConfig, Probability};
+/// use ebb_net_driver::{FaultConfig, Probability};
 /// let lossy = FaultConfig::NONE
 ///     .with_drop(Probability::from_percent(1))
 ///     .with_delay(Probability::ALWAYS, Duration::from_micros(50), Duration::from_micros(80));
@@ -226,11 +228,11 @@ pub struct FaultStats {
 pub struct FaultInjector<D> {
     inner: D,
     rx: FaultPipe<IOBuf>,
-    tx: FaultPipe<IOBufChain>,
+    tx: FaultPipe<TxFrame>,
     /// Frames delivered to the stack.
     rx_delivered: DeviceCounters,
     /// Receive batch from the inner device, kept to reuse its allocation.
-    scratch: Vec<IOBuf>,
+    scratch: Vec<RxFrame>,
 }
 
 impl<D: NetDevice> FaultInjector<D> {
@@ -336,7 +338,7 @@ impl<D: NetDevice> NetDevice for FaultInjector<D> {
         caps
     }
 
-    fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         self.rx.release_due(now);
         // Read until `max` frames are ready or the inner device is empty: frames this
         // drops or delays must not leave others behind in the inner device with fewer
@@ -345,8 +347,11 @@ impl<D: NetDevice> NetDevice for FaultInjector<D> {
         while want > 0 {
             self.scratch.clear();
             let got = self.inner.receive(now, &mut self.scratch, want);
-            for frame in self.scratch.drain(..) {
-                self.rx.push(now, frame);
+            for mut frame in self.scratch.drain(..) {
+                // Frames leave with complete checksums that the stack verifies, so a
+                // corruption stays detectable (see the crate docs).
+                frame.complete();
+                self.rx.push(now, frame.buf);
             }
             if got < want {
                 break;
@@ -356,12 +361,12 @@ impl<D: NetDevice> NetDevice for FaultInjector<D> {
         let n = self.rx.ready.len().min(max);
         for frame in self.rx.ready.drain(..n) {
             self.rx_delivered.record_rx(frame.len());
-            out.push(frame);
+            out.push(RxFrame::new(frame));
         }
         n
     }
 
-    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         self.tx.release_due(now);
         self.flush_tx(now);
         if !self.tx.ready.is_empty() {
@@ -370,7 +375,9 @@ impl<D: NetDevice> NetDevice for FaultInjector<D> {
         }
         let burst = self.inner.capabilities().max_burst.max(1);
         let n = frames.len().min(burst);
-        for frame in frames.drain(..n) {
+        for mut frame in frames.drain(..n) {
+            // Completed before any fault, so a corrupted frame's checksum is wrong.
+            frame.complete();
             self.tx.push(now, frame);
         }
         self.flush_tx(now);
@@ -431,15 +438,15 @@ impl Frame for IOBuf {
     }
 }
 
-impl Frame for IOBufChain {
+impl Frame for TxFrame {
     fn byte_len(&self) -> usize {
-        self.len()
+        self.chain.len()
     }
 
     fn flip_bit(&mut self, index: usize, bit: u32) -> bool {
-        let mut buf = coalesce(core::mem::take(self));
+        let mut buf = coalesce(core::mem::take(&mut self.chain));
         let flipped = buf.flip_bit(index, bit);
-        *self = IOBufChain::from(buf);
+        self.chain = IOBufChain::from(buf);
         flipped
     }
 }

@@ -9,7 +9,7 @@ use core::net::Ipv4Addr;
 use ebb_core::{IOBuf, IOBufChain};
 
 use super::{ETHERNET_HEADER_LEN, Segmentation};
-use crate::wire::checksum;
+use crate::checksum;
 
 /// TCP flags cleared on every segment but the last (FIN, PSH) and but the first (CWR).
 const FIN: u8 = 0x01;
@@ -73,7 +73,6 @@ pub fn segment_tcp_frame(frame: &IOBufChain, segmentation: Segmentation) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{Ipv4Packet, TcpPacket};
     use alloc::vec;
 
     const SRC: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -98,6 +97,10 @@ mod tests {
         f[47] = FIN | PSH | 0x10 | CWR;
         f.extend((0..payload).map(|i| i as u8));
         f
+    }
+
+    fn be16(bytes: &[u8]) -> u16 {
+        u16::from_be_bytes([bytes[0], bytes[1]])
     }
 
     #[test]
@@ -127,18 +130,21 @@ mod tests {
         for (i, segment) in segments.iter().enumerate() {
             let bytes = segment.as_slice();
             assert!(bytes.len() <= 1514, "segment {i} is {} bytes", bytes.len());
-            let ip = Ipv4Packet::new_checked(&bytes[14..]).expect("IPv4");
-            assert!(ip.verify_checksum(), "segment {i}: IPv4 checksum");
-            assert_eq!(usize::from(ip.total_len()), bytes.len() - 14);
-            assert_eq!(ip.ident(), 7 + i as u16);
-            let tcp = TcpPacket::new_checked(&bytes[34..]).expect("TCP");
-            assert!(tcp.verify_checksum(SRC, DST), "segment {i}: TCP checksum");
-            assert_eq!(tcp.seq_number().0, 1000 + (i * 1448) as u32);
-            let last = i == segments.len() - 1;
-            assert_eq!(tcp.fin(), last);
-            assert_eq!(tcp.psh(), last);
-            assert_eq!(tcp.cwr(), i == 0);
-            assert!(tcp.ack());
+            // Read field by field: the stack's `wire` views live above this crate.
+            let (ip, tcp) = (&bytes[14..34], &bytes[34..]);
+            assert_eq!(checksum::data(ip), 0xffff, "segment {i}: IPv4 checksum");
+            assert_eq!(usize::from(be16(&ip[2..4])), bytes.len() - 14);
+            assert_eq!(be16(&ip[4..6]), 7 + i as u16);
+            let pseudo = checksum::pseudo_header(SRC, DST, 6, tcp.len() as u16);
+            let tcp_sum = checksum::combine(&[pseudo, checksum::data(tcp)]);
+            assert_eq!(tcp_sum, 0xffff, "segment {i}: TCP checksum");
+            let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+            assert_eq!(seq, 1000 + (i * 1448) as u32);
+            let (flags, last) = (tcp[13], i == segments.len() - 1);
+            assert_eq!(flags & FIN != 0, last);
+            assert_eq!(flags & PSH != 0, last);
+            assert_eq!(flags & CWR != 0, i == 0);
+            assert!(flags & 0x10 != 0, "ACK");
             payload.extend_from_slice(&bytes[66..]);
         }
         assert_eq!(payload, original[66..]);

@@ -1,5 +1,17 @@
-//! Devices: the [`NetDevice`] trait drivers implement, an in-memory [`Link`] joining two
-//! stacks in one process, and a seeded [`FaultInjector`] that wraps any device.
+//! # ebb-net-driver — what a network device is to Ebbflow
+//!
+//! The seam between network devices and everything above them, after embassy's
+//! `embassy-net-driver`: the [`NetDevice`] trait a driver implements (one queue pair,
+//! sans-IO), its readiness signal ([`PlatformDevice`], [`DeviceReady`]), the offload a
+//! device offers ([`DeviceCapabilities`]), and two devices every platform can use: an
+//! in-memory [`Link`] joining two stacks in one process, and a seeded [`FaultInjector`]
+//! that wraps any device. Frames are `ebb-core` [`IOBuf`]s; the internet checksum a
+//! device completes or a segmenter fixes up is [`checksum`]'s, the one copy of it.
+//!
+//! Each device is its own crate that depends on this one and `ebb-core` only (`ebb-tap`
+//! for a Linux TAP, the guest's virtio-net driver in `ebb-native`); the stack (`ebb-net`)
+//! and its runtime (`ebb-netstack`) depend on it from above; the monitor (`ebb-vmm`) uses
+//! it without depending on either. The crate is `no_std` + `alloc`.
 //!
 //! # Design
 //!
@@ -8,18 +20,19 @@
 //!   [`NetDevice::receive`] appends up to `max` received frames to a caller-owned `Vec`
 //!   (reused from poll to poll, so the steady state allocates nothing), and
 //!   [`NetDevice::transmit`] takes frames off the front of a caller-owned `VecDeque`.
+//!   The trait is these two and three small queries, so a wrapper forwards five methods.
 //!   Owned batches rather than callbacks or smoltcp-style tokens: the stack holds no
 //!   borrow of the device while it processes what it received, so it may transmit
 //!   replies on the same device at once, and frames are owned `IOBuf`s it can hand to the
 //!   application without a copy.
-//! * **Received frames are [`IOBuf`]s.** A NIC writes each frame into one receive buffer,
-//!   and the `wire` views parse contiguous bytes.
-//! * **Transmitted frames are [`IOBufChain`]s.** The stack prepends its headers into the
-//!   headroom of one buffer when it can (a one-segment chain), but the payload of a TCP
-//!   segment is the application's own data, often several IOBufs it may still hold for
-//!   retransmission: a chain sends header + payload without copying, as a gather list
-//!   for virtio-net descriptors or a `writev` on a TAP device. A device that needs one
-//!   contiguous frame copies only multi-segment chains.
+//! * **Received frames are [`IOBuf`]s** ([`RxFrame`]). A NIC writes each frame into one
+//!   receive buffer, and the `wire` views parse contiguous bytes.
+//! * **Transmitted frames are [`IOBufChain`]s** ([`TxFrame`]). The stack prepends its
+//!   headers into the headroom of one buffer when it can (a one-segment chain), but the
+//!   payload of a TCP segment is the application's own data, often several IOBufs it may
+//!   still hold for retransmission: a chain sends header + payload without copying, as a
+//!   gather list for virtio-net descriptors or a `writev` on a TAP device. A device that
+//!   needs one contiguous frame copies only multi-segment chains.
 //! * **Back-pressure, never silent drops.** `transmit` takes only what the device can
 //!   accept now and leaves the rest in the queue for the next call. A frame the device
 //!   does take and then cannot deliver (an oversized frame, a full receive ring at the far
@@ -29,18 +42,17 @@
 //!   (the fault injector's delays) reports its earliest deadline from
 //!   [`NetDevice::poll_at`]; the stack then calls `receive` and `transmit` (with an empty
 //!   queue if it has nothing to send) at or after that instant.
-//! * **Per-frame checksum offload beside the batches.** A device whose offload is
-//!   decided frame by frame (virtio-net: `DATA_VALID` says this frame's TCP/UDP checksum
-//!   was verified, `NEEDS_CSUM` asks for a partial checksum to be completed) reports it
-//!   through [`NetDevice::receive_with_checksums`] and takes it through
-//!   [`NetDevice::transmit_with_checksums`]: a [`FrameChecksum`] per frame, in a vector
-//!   beside the frames (Linux keeps the same state in `skb->ip_summed`). The plain
-//!   [`receive`](NetDevice::receive) and [`transmit`](NetDevice::transmit) always carry
-//!   *complete* checksums, and the provided `*_with_checksums` methods bridge to them by
-//!   completing partial checksums in software: a device or wrapper that knows nothing
-//!   of offload (a [`Link`], the [`FaultInjector`], a TAP without a virtio-net header)
-//!   never sees a partial checksum, and the injector corrupts only frames whose
-//!   checksums are complete, so its corruption stays detectable.
+//! * **A frame carries its checksum state.** Offload is decided frame by frame
+//!   (virtio-net: `DATA_VALID` says this frame's TCP/UDP checksum was verified,
+//!   `NEEDS_CSUM` asks for a partial checksum to be completed), so every [`RxFrame`] and
+//!   [`TxFrame`] carries a [`FrameChecksum`] beside its bytes, as Linux keeps the same
+//!   state in `skb->ip_summed`; wherever a frame goes (another core, a wrapper, a queue
+//!   held for later) its state goes with it. A device that does not offload reports
+//!   every received frame [`FrameChecksum::Complete`] and completes a partial checksum
+//!   it is handed with one call ([`TxFrame::into_complete`]): a device or wrapper that
+//!   knows nothing of offload (a [`Link`], the [`FaultInjector`], a TAP without a
+//!   virtio-net header) never passes a partial checksum on, and the injector corrupts
+//!   only frames whose checksums are complete, so its corruption stays detectable.
 //! * **One `NetDevice` is one queue pair.** A multi-queue NIC gives each core its own
 //!   `NetDevice` for its queue; [`DeviceCapabilities::queues`] says how many there are.
 //!
@@ -57,9 +69,19 @@
 //! * Given the same seed and the same calls (frames and instants), a [`FaultInjector`]
 //!   makes the same faults.
 
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+pub mod checksum;
 mod counters;
 mod fault;
 mod link;
+mod readiness;
 mod rng;
 mod rx_buffers;
 mod segment;
@@ -75,8 +97,121 @@ pub use fault::{
     FaultConfig, FaultCounts, FaultInjector, FaultStats, Probability, parse_fault_spec,
 };
 pub use link::{Link, LinkEnd};
+pub use readiness::{DeviceError, DeviceReady, PlatformDevice, Readiness};
 pub use rx_buffers::{ReceiveBufferCounts, ReceiveBuffers};
 pub use segment::segment_tcp_frame;
+
+/// A received frame: its bytes and what the device knows of its TCP/UDP checksum.
+///
+/// Small (a buffer handle and a few bytes of state) and moved, never copied, on the
+/// receive path.
+#[derive(Clone, Debug, Default)]
+pub struct RxFrame {
+    /// The whole Ethernet frame, without the frame check sequence.
+    pub buf: IOBuf,
+    /// What the device knows of the frame's TCP/UDP checksum.
+    pub checksum: FrameChecksum,
+}
+
+impl RxFrame {
+    /// A frame whose checksums are for the stack to verify ([`FrameChecksum::Complete`]):
+    /// what a device without receive offload reports.
+    #[inline]
+    pub fn new(buf: IOBuf) -> Self {
+        Self {
+            buf,
+            checksum: FrameChecksum::Complete,
+        }
+    }
+}
+
+impl RxFrame {
+    /// Makes the frame's checksum state [`FrameChecksum::Complete`]: a partial checksum
+    /// is completed in software (in place, copying the buffer first only if another
+    /// `IOBuf` shares it), a verified mark forgotten so the stack verifies the checksum
+    /// itself. What a wrapper that may change the bytes (the [`FaultInjector`]) does.
+    #[inline]
+    pub fn complete(&mut self) {
+        if let FrameChecksum::Partial { start, offset } = self.checksum {
+            self.buf.make_unique();
+            if let Ok(bytes) = self.buf.as_mut_slice() {
+                complete_checksum(bytes, start, offset);
+            }
+        }
+        self.checksum = FrameChecksum::Complete;
+    }
+}
+
+impl From<IOBuf> for RxFrame {
+    #[inline]
+    fn from(buf: IOBuf) -> Self {
+        Self::new(buf)
+    }
+}
+
+/// A frame to transmit: its bytes (a gather list) and the state of its TCP/UDP checksum
+/// ([`FrameChecksum::Complete`] or [`FrameChecksum::Partial`], for the device to
+/// complete).
+#[derive(Clone, Debug, Default)]
+pub struct TxFrame {
+    /// The whole Ethernet frame: headers in the first segment, payload after.
+    pub chain: IOBufChain,
+    /// [`FrameChecksum::Partial`]: the device completes the checksum.
+    pub checksum: FrameChecksum,
+}
+
+impl TxFrame {
+    /// A frame whose checksums are complete.
+    #[inline]
+    pub fn new(chain: IOBufChain) -> Self {
+        Self {
+            chain,
+            checksum: FrameChecksum::Complete,
+        }
+    }
+
+    /// The frame's bytes with a partial checksum completed in software: what a device
+    /// that does not complete checksums itself sends (see [`completed`]).
+    #[inline]
+    pub fn into_complete(self) -> IOBufChain {
+        completed(self.chain, self.checksum)
+    }
+
+    /// Completes a partial checksum in software, in place, and marks the frame complete.
+    #[inline]
+    pub fn complete(&mut self) {
+        if matches!(self.checksum, FrameChecksum::Partial { .. }) {
+            self.chain = completed(core::mem::take(&mut self.chain), self.checksum);
+            self.checksum = FrameChecksum::Complete;
+        }
+    }
+
+    /// Bytes in the frame.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.chain.len()
+    }
+
+    /// Whether the frame has no bytes.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.chain.is_empty()
+    }
+}
+
+impl From<IOBufChain> for TxFrame {
+    #[inline]
+    fn from(chain: IOBufChain) -> Self {
+        Self::new(chain)
+    }
+}
+
+impl From<IOBuf> for TxFrame {
+    #[inline]
+    fn from(buf: IOBuf) -> Self {
+        Self::new(IOBufChain::from(buf))
+    }
+}
 
 /// Length of an Ethernet II header (destination, source, EtherType), which frames carry
 /// on top of the [MTU](DeviceCapabilities::mtu). Frames carry no frame check sequence.
@@ -91,21 +226,25 @@ pub trait NetDevice {
     fn capabilities(&self) -> DeviceCapabilities;
 
     /// Appends up to `max` received frames to `out`, oldest first, and returns how many.
+    /// Each says what the device knows of its TCP/UDP checksum; a device without
+    /// receive offload reports [`FrameChecksum::Complete`].
     ///
     /// Fewer than `max` means the device has nothing more to hand over now: a caller that
     /// sleeps on an edge-triggered descriptor (the monitor's I/O thread) must not be left
     /// with frames that no new arrival will announce.
     ///
     /// `out` is not cleared: the caller owns it and reuses its allocation.
-    fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize;
+    fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize;
 
     /// Takes frames from the front of `frames`, as many as the device can accept now, and
     /// returns how many it took. Frames it could not take stay in `frames`, in order, for
     /// a later call (back-pressure).
     ///
     /// A frame taken is sent, held (to be sent later, see [`poll_at`](Self::poll_at)), or
-    /// dropped and counted in [`counters`](Self::counters) — never dropped silently.
-    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize;
+    /// dropped and counted in [`counters`](Self::counters) — never dropped silently. A
+    /// frame marked [`FrameChecksum::Partial`] is the device's to complete: in hardware,
+    /// or in software ([`TxFrame::into_complete`]) if it offers no such offload.
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<TxFrame>) -> usize;
 
     /// The earliest instant at which the device has work of its own to do (a held frame
     /// to release), or `None` if it has none. An instant in the past means "now".
@@ -118,44 +257,6 @@ pub trait NetDevice {
 
     /// What the device has done so far: frames and bytes each way, drops by reason.
     fn counters(&self) -> DeviceCounters;
-
-    /// [`receive`](Self::receive), and for every frame appended to `out` one
-    /// [`FrameChecksum`] appended to `checksums`: what the device knows of that frame's
-    /// TCP/UDP checksum. A frame may then carry a partial checksum
-    /// ([`FrameChecksum::Partial`]), which plain `receive` never returns.
-    ///
-    /// Provided: `receive`, every frame [`FrameChecksum::Complete`].
-    fn receive_with_checksums(
-        &mut self,
-        now: Instant,
-        out: &mut Vec<IOBuf>,
-        checksums: &mut Vec<FrameChecksum>,
-        max: usize,
-    ) -> usize {
-        let n = self.receive(now, out, max);
-        checksums.extend(core::iter::repeat_n(FrameChecksum::Complete, n));
-        n
-    }
-
-    /// [`transmit`](Self::transmit) where `checksums[i]` says what `frames[i]`'s
-    /// TCP/UDP checksum is (a missing entry is [`FrameChecksum::Complete`]): a
-    /// [`FrameChecksum::Partial`] one is for the device to complete. Removes one entry
-    /// of `checksums` per frame taken.
-    ///
-    /// Provided: completes every partial checksum in software (the frame is copied into
-    /// one buffer if it has several segments), then `transmit`. A device that completes
-    /// checksums itself overrides this.
-    fn transmit_with_checksums(
-        &mut self,
-        now: Instant,
-        frames: &mut VecDeque<IOBufChain>,
-        checksums: &mut VecDeque<FrameChecksum>,
-    ) -> usize {
-        complete_partial_frames(frames, checksums);
-        let n = self.transmit(now, frames);
-        checksums.drain(..n.min(checksums.len()));
-        n
-    }
 }
 
 /// What a device knows of one frame's TCP or UDP checksum (see the module docs). Other
@@ -183,6 +284,7 @@ pub enum FrameChecksum {
 
 impl FrameChecksum {
     /// Whether the stack may skip verifying the frame's TCP/UDP checksum.
+    #[inline]
     pub const fn l4_trusted(self) -> bool {
         matches!(
             self,
@@ -194,6 +296,7 @@ impl FrameChecksum {
     /// [`FrameChecksum::Partial`]: `None` for other frames (not IPv4, not TCP or UDP, a
     /// fragment, or too short). What the stack sends under
     /// [`ChecksumOffload::tx_partial`] for every TCP/UDP frame.
+    #[inline]
     pub fn partial_of(frame: &[u8]) -> Option<FrameChecksum> {
         let ip = frame.get(ETHERNET_HEADER_LEN..)?;
         if frame.get(12..14)? != [0x08, 0x00] || ip.first()? >> 4 != 4 {
@@ -266,7 +369,7 @@ pub fn complete_checksum(frame: &mut [u8], start: u16, offset: u16) -> bool {
     if at + 2 > frame.len() {
         return false;
     }
-    let sum = !crate::wire::checksum::data(&frame[start..]);
+    let sum = !checksum::data(&frame[start..]);
     let value = if sum == 0 { 0xffff } else { sum };
     frame[at..at + 2].copy_from_slice(&value.to_be_bytes());
     true
@@ -275,6 +378,7 @@ pub fn complete_checksum(frame: &mut [u8], start: u16, offset: u16) -> bool {
 /// `frame` with its checksum completed in software if `checksum` is partial (copied into
 /// one fresh buffer: the original may be a retransmission copy or shared); `frame` itself
 /// otherwise. A partial checksum outside the frame leaves the frame as it is.
+#[inline]
 pub fn completed(frame: IOBufChain, checksum: FrameChecksum) -> IOBufChain {
     let FrameChecksum::Partial { start, offset } = checksum else {
         return frame;
@@ -286,28 +390,14 @@ pub fn completed(frame: IOBufChain, checksum: FrameChecksum) -> IOBufChain {
     IOBufChain::from(IOBuf::from_vec(bytes))
 }
 
-/// Completes in software the partial checksum of every frame in `frames` whose entry in
-/// `checksums` is [`FrameChecksum::Partial`], and marks it complete.
-pub fn complete_partial_frames(
-    frames: &mut VecDeque<IOBufChain>,
-    checksums: &mut VecDeque<FrameChecksum>,
-) {
-    for (frame, checksum) in frames.iter_mut().zip(checksums.iter_mut()) {
-        if matches!(checksum, FrameChecksum::Partial { .. }) {
-            *frame = completed(core::mem::take(frame), *checksum);
-            *checksum = FrameChecksum::Complete;
-        }
-    }
-}
-
 impl<D: NetDevice + ?Sized> NetDevice for &mut D {
     fn capabilities(&self) -> DeviceCapabilities {
         (**self).capabilities()
     }
-    fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         (**self).receive(now, out, max)
     }
-    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         (**self).transmit(now, frames)
     }
     fn poll_at(&self) -> Option<Instant> {
@@ -315,23 +405,6 @@ impl<D: NetDevice + ?Sized> NetDevice for &mut D {
     }
     fn counters(&self) -> DeviceCounters {
         (**self).counters()
-    }
-    fn receive_with_checksums(
-        &mut self,
-        now: Instant,
-        out: &mut Vec<IOBuf>,
-        checksums: &mut Vec<FrameChecksum>,
-        max: usize,
-    ) -> usize {
-        (**self).receive_with_checksums(now, out, checksums, max)
-    }
-    fn transmit_with_checksums(
-        &mut self,
-        now: Instant,
-        frames: &mut VecDeque<IOBufChain>,
-        checksums: &mut VecDeque<FrameChecksum>,
-    ) -> usize {
-        (**self).transmit_with_checksums(now, frames, checksums)
     }
 }
 
@@ -339,10 +412,10 @@ impl<D: NetDevice + ?Sized> NetDevice for Box<D> {
     fn capabilities(&self) -> DeviceCapabilities {
         (**self).capabilities()
     }
-    fn receive(&mut self, now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
+    fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         (**self).receive(now, out, max)
     }
-    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         (**self).transmit(now, frames)
     }
     fn poll_at(&self) -> Option<Instant> {
@@ -350,23 +423,6 @@ impl<D: NetDevice + ?Sized> NetDevice for Box<D> {
     }
     fn counters(&self) -> DeviceCounters {
         (**self).counters()
-    }
-    fn receive_with_checksums(
-        &mut self,
-        now: Instant,
-        out: &mut Vec<IOBuf>,
-        checksums: &mut Vec<FrameChecksum>,
-        max: usize,
-    ) -> usize {
-        (**self).receive_with_checksums(now, out, checksums, max)
-    }
-    fn transmit_with_checksums(
-        &mut self,
-        now: Instant,
-        frames: &mut VecDeque<IOBufChain>,
-        checksums: &mut VecDeque<FrameChecksum>,
-    ) -> usize {
-        (**self).transmit_with_checksums(now, frames, checksums)
     }
 }
 
@@ -405,6 +461,7 @@ impl DeviceCapabilities {
     };
 
     /// The largest frame, header included: `mtu + ETHERNET_HEADER_LEN` (saturating).
+    #[inline]
     pub const fn max_frame_len(&self) -> usize {
         self.mtu.saturating_add(ETHERNET_HEADER_LEN)
     }
@@ -425,7 +482,10 @@ pub(crate) fn coalesce(mut frame: IOBufChain) -> IOBuf {
     IOBuf::from_vec(frame.to_vec())
 }
 
-/// Checksum offload, per protocol.
+/// Checksum offload, per protocol: what the device does with each checksum, and so what
+/// the stack does (the rest; see [`ChecksumOffload::software_verifies`] and its
+/// siblings). The one capability type of the network path: the stack's `wire` parsers
+/// and emitters take it too. The default is [`NONE`](Self::NONE): software does it all.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ChecksumCapabilities {
     /// The IPv4 header checksum.
@@ -487,7 +547,7 @@ pub struct ChecksumOffload {
     pub tx_filled: bool,
     /// TCP and UDP only, when `tx_filled` is not set: the device completes a partial
     /// checksum, so the stack writes only the pseudo-header sum and hands the frame over
-    /// [`NetDevice::transmit_with_checksums`] marked [`FrameChecksum::Partial`]
+    /// marked [`FrameChecksum::Partial`]
     /// (virtio-net's `VIRTIO_NET_F_CSUM`).
     pub tx_partial: bool,
 }
@@ -513,6 +573,28 @@ impl ChecksumOffload {
         tx_partial: true,
     };
 
+    /// Whether software verifies this checksum on received frames (unless a frame is
+    /// marked verified or partial, see [`FrameChecksum::l4_trusted`]): the device does
+    /// not.
+    #[inline]
+    pub const fn software_verifies(self) -> bool {
+        !self.rx_verified
+    }
+
+    /// Whether software fills this checksum on transmitted frames: the device neither
+    /// fills it nor completes a partial one.
+    #[inline]
+    pub const fn software_fills(self) -> bool {
+        !self.tx_filled && !self.tx_partial
+    }
+
+    /// Whether software writes only the pseudo-header sum into the checksum field, for
+    /// the device to complete (TCP and UDP, see [`FrameChecksum::Partial`]).
+    #[inline]
+    pub const fn software_leaves_partial(self) -> bool {
+        self.tx_partial && !self.tx_filled
+    }
+
     const fn without_rx(self) -> Self {
         Self {
             rx_verified: false,
@@ -527,5 +609,39 @@ impl ChecksumOffload {
             tx_filled: false,
             tx_partial: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What software does with a checksum, for each offload: verify on receive, fill
+    /// on transmit, or leave it partial for the device.
+    #[test]
+    fn software_does_what_the_device_does_not() {
+        let duties = |o: ChecksumOffload| {
+            (
+                o.software_verifies(),
+                o.software_fills(),
+                o.software_leaves_partial(),
+            )
+        };
+        assert_eq!(duties(ChecksumOffload::NONE), (true, true, false));
+        assert_eq!(duties(ChecksumOffload::BOTH), (false, false, false));
+        assert_eq!(duties(ChecksumOffload::PARTIAL), (true, false, true));
+        let fills_only = ChecksumOffload {
+            tx_filled: true,
+            ..ChecksumOffload::NONE
+        };
+        assert_eq!(duties(fills_only), (true, false, false));
+        let verifies_only = ChecksumOffload {
+            rx_verified: true,
+            ..ChecksumOffload::NONE
+        };
+        assert_eq!(duties(verifies_only), (false, true, false));
+        assert_eq!(ChecksumCapabilities::default(), ChecksumCapabilities::NONE);
+        assert_eq!(ChecksumCapabilities::default().tcp, ChecksumOffload::NONE);
+        assert_eq!(ChecksumCapabilities::ALL.udp, ChecksumOffload::BOTH);
     }
 }

@@ -3,7 +3,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::*;
-use crate::phy::{ChecksumCapabilities, Link, LinkEnd};
+use crate::{ChecksumCapabilities, Link, LinkEnd};
 
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
@@ -28,7 +28,7 @@ fn number(frame: &[u8]) -> u32 {
 }
 
 fn send(end: &mut impl NetDevice, now: Instant, frames: impl IntoIterator<Item = IOBuf>) {
-    let mut q: VecDeque<IOBufChain> = frames.into_iter().map(IOBufChain::from).collect();
+    let mut q: VecDeque<TxFrame> = frames.into_iter().map(TxFrame::from).collect();
     // At least one call, even with nothing to send: it releases held frames.
     end.transmit(now, &mut q);
     while !q.is_empty() {
@@ -42,7 +42,7 @@ fn send(end: &mut impl NetDevice, now: Instant, frames: impl IntoIterator<Item =
 fn receive_all(dev: &mut impl NetDevice, now: Instant) -> Vec<IOBuf> {
     let mut out = Vec::new();
     while dev.receive(now, &mut out, 16) > 0 {}
-    out
+    out.into_iter().map(|frame| frame.buf).collect()
 }
 
 /// A link whose receiving end is wrapped in an injector with `rx` faults.
@@ -289,7 +289,7 @@ fn corrupting_a_transmitted_chain_leaves_its_segments_alone() {
     let payload = IOBuf::from_vec(vec![0x55; 200]);
     let mut chain = IOBufChain::from(header.clone());
     chain.push_back(payload.clone());
-    let mut q = VecDeque::from([chain.clone()]);
+    let mut q = VecDeque::from([TxFrame::from(chain.clone())]);
     assert_eq!(a.transmit(Instant::ZERO, &mut q), 1);
     let got = receive_all(&mut b, Instant::ZERO);
     assert_eq!(
@@ -420,9 +420,7 @@ fn transmit_faults_and_back_pressure() {
     let (a, mut b) = Link::new().with_max_burst(2).with_capacity(8).connect();
     let drop_half = FaultConfig::NONE.with_drop(Probability::from_percent(50));
     let mut a = FaultInjector::new(a, 11).with_tx_faults(drop_half);
-    let mut q: VecDeque<IOBufChain> = (0..1000)
-        .map(|i| IOBufChain::from(numbered(i, 60)))
-        .collect();
+    let mut q: VecDeque<TxFrame> = (0..1000).map(|i| TxFrame::from(numbered(i, 60))).collect();
     let mut got = Vec::new();
     let mut calls = 0;
     while !q.is_empty() {
@@ -448,7 +446,7 @@ fn refused_frames_wait_in_the_injector() {
     let (a, mut b) = Link::new().with_max_burst(2).connect();
     let mut a = FaultInjector::new(a, 12)
         .with_tx_faults(FaultConfig::NONE.with_duplicate(Probability::ALWAYS));
-    let mut q: VecDeque<IOBufChain> = (0..4).map(|i| IOBufChain::from(numbered(i, 60))).collect();
+    let mut q: VecDeque<TxFrame> = (0..4).map(|i| TxFrame::from(numbered(i, 60))).collect();
     assert_eq!(
         a.transmit(Instant::ZERO, &mut q),
         2,

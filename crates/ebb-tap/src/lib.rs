@@ -1,6 +1,9 @@
-//! [`TapDevice`]: a Linux TAP device as an `ebb_net` [`NetDevice`], so the ebb-net stack
-//! runs in a hosted process and talks to the host (or a network namespace) over a
-//! virtual Ethernet link.
+//! # ebb-tap — a Linux TAP device as a network device
+//!
+//! [`TapDevice`]: a Linux TAP device as an `ebb-net-driver` [`NetDevice`], so the ebb-net
+//! stack runs in a hosted process (`ebb-hosted` registers the descriptor with its
+//! reactor) and the monitor (`ebb-vmm`) backs a guest's virtio-net device with it; either
+//! way it talks to the host (or a network namespace) over a virtual Ethernet link.
 //!
 //! The device is opened from `/dev/net/tun` with `IFF_TAP | IFF_NO_PI` (plain Ethernet
 //! frames, no packet-info header) and is **non-blocking**: `receive` reads frames until
@@ -18,15 +21,15 @@
 //! `IFF_VNET_HDR` (a 12-byte `virtio_net_hdr` in front of every frame, `TUNSETVNETHDRSZ`)
 //! and `TUNSETOFFLOAD(TUN_F_CSUM)`, so the kernel may hand us frames with partial
 //! checksums (`NEEDS_CSUM`, from a local sender) or verified ones (`DATA_VALID`), and
-//! completes the partial checksums we send. Per frame this is an `ebb_net`
-//! [`FrameChecksum`]: [`NetDevice::receive_with_checksums`] reports it,
-//! [`NetDevice::transmit_with_checksums`] passes partial checksums on; the plain
-//! `receive` completes a partial checksum before handing the frame over.
+//! completes the partial checksums we send. Per frame this is an `ebb-net-driver`
+//! [`FrameChecksum`], carried by the frame: [`NetDevice::receive`] reports it,
+//! [`NetDevice::transmit`] passes partial checksums on (without the header it completes
+//! them itself).
 //!
 //! **Segmentation offload** comes with the header, on transmit: the device reports
 //! [`DeviceCapabilities::tso_max_len`] 65,535, so TCP may hand it frames up to a whole
 //! IPv4 packet long, and a frame longer than the MTU goes to the kernel as one write
-//! with a `GSO_TCPV4` header ([`ebb_net::phy::Segmentation`] gives its segment size).
+//! with a `GSO_TCPV4` header ([`ebb_net_driver::Segmentation`] gives its segment size).
 //! The kernel takes it as one packet and cuts it only if it must: delivered to a local
 //! socket, it never is.
 //!
@@ -36,25 +39,28 @@
 //! buffers; one that fits the MTU is copied out into a frame-sized buffer and the large
 //! one read into again (a small frame never pins 64 KiB), a larger one is handed over as
 //! it is, and its buffer read into again once the stack and the application have dropped
-//! it ([`ebb_net::phy::ReceiveBuffers`]: a fresh one would be zeroed whole first).
+//! it ([`ebb_net_driver::ReceiveBuffers`]: a fresh one would be zeroed whole first).
 //!
 //! Frame-sized buffers — what frames are read into without large receive, and copied
 //! into with it — come from a second such pool, so a steady stream of small frames (a
 //! request-response protocol) allocates nothing per frame once warm.
 //!
-//! The one `unsafe` call — the `TUNSETIFF` ioctl, which `rustix` does not wrap — is
-//! fenced in the private `sys` module below.
+//! The crate's only `unsafe` code — the `TUNSETIFF`, `TUNSETVNETHDRSZ` and
+//! `TUNSETOFFLOAD` ioctls, which `rustix` does not wrap — is fenced in the private `sys`
+//! module below (`deny(unsafe_code)` everywhere else).
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use ebb_abi::virtio::{NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NET_HDR_LEN, NetHdr};
-use ebb_core::{IOBuf, IOBufChain, Instant};
-use ebb_net::phy::{
+use ebb_core::{IOBuf, Instant};
+use ebb_net_driver::{
     ChecksumOffload, DeviceCapabilities, DeviceCounters, DropReason, ETHERNET_HEADER_LEN,
-    FrameChecksum, NetDevice, ReceiveBufferCounts, ReceiveBuffers, Segmentation, complete_checksum,
-    completed,
+    FrameChecksum, NetDevice, ReceiveBufferCounts, ReceiveBuffers, RxFrame, Segmentation, TxFrame,
 };
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -338,47 +344,9 @@ impl NetDevice for TapDevice {
         self.caps
     }
 
-    fn receive(&mut self, _now: Instant, out: &mut Vec<IOBuf>, max: usize) -> usize {
-        self.receive_frames(out, None, max)
-    }
-
-    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<IOBufChain>) -> usize {
-        self.transmit_frames(frames, None)
-    }
-
-    fn receive_with_checksums(
-        &mut self,
-        _now: Instant,
-        out: &mut Vec<IOBuf>,
-        checksums: &mut Vec<FrameChecksum>,
-        max: usize,
-    ) -> usize {
-        self.receive_frames(out, Some(checksums), max)
-    }
-
-    fn transmit_with_checksums(
-        &mut self,
-        _now: Instant,
-        frames: &mut VecDeque<IOBufChain>,
-        checksums: &mut VecDeque<FrameChecksum>,
-    ) -> usize {
-        self.transmit_frames(frames, Some(checksums))
-    }
-
-    fn counters(&self) -> DeviceCounters {
-        self.counters
-    }
-}
-
-impl TapDevice {
-    /// `receive`; with `checksums`, what each frame's header said (without, a partial
-    /// checksum is completed first).
-    fn receive_frames(
-        &mut self,
-        out: &mut Vec<IOBuf>,
-        mut checksums: Option<&mut Vec<FrameChecksum>>,
-        max: usize,
-    ) -> usize {
+    /// Each frame with what its virtio-net header said of its checksum (without a
+    /// header, every frame is `Complete`).
+    fn receive(&mut self, _now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         let max_frame = self.caps.max_frame_len();
         let header = if self.vnet_hdr { VNET_HDR_LEN } else { 0 };
         // With large receive a frame may be a whole IPv4 packet.
@@ -432,24 +400,13 @@ impl TapDevice {
                             break;
                         }
                     }
-                    match checksums.as_deref_mut() {
-                        Some(list) => list.push(checksum),
-                        None => {
-                            if let FrameChecksum::Partial { start, offset } = checksum
-                                && let Ok(bytes) = buf.as_mut_slice()
-                            {
-                                complete_checksum(bytes, start, offset);
-                            }
-                        }
-                    }
                     self.counters.record_rx(len - header);
-                    // Lent last: completing a checksum above needs the only view.
                     if large {
                         self.large_buffers.lend(&buf);
                     } else {
                         self.frame_buffers.lend(&buf);
                     }
-                    out.push(buf);
+                    out.push(RxFrame { buf, checksum });
                     received += 1;
                 }
                 Err(Errno::INTR) => self.spare = Some(buf),
@@ -467,34 +424,22 @@ impl TapDevice {
         received
     }
 
-    /// `transmit`; with `checksums` and a virtio-net header, partial checksums go to the
-    /// kernel as `NEEDS_CSUM`; without a header they are completed here.
-    fn transmit_frames(
-        &mut self,
-        frames: &mut VecDeque<IOBufChain>,
-        mut checksums: Option<&mut VecDeque<FrameChecksum>>,
-    ) -> usize {
+    /// With a virtio-net header, partial checksums go to the kernel as `NEEDS_CSUM`;
+    /// without one they are completed here.
+    fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         let max_frame = self.caps.max_frame_len();
         let mut taken = 0;
-        while !frames.is_empty() {
-            let mut checksum = checksums
-                .as_deref()
-                .and_then(|c| c.front().copied())
-                .unwrap_or_default();
-            if !self.vnet_hdr
-                && matches!(checksum, FrameChecksum::Partial { .. })
-                && let Some(frame) = frames.front_mut()
-            {
-                *frame = completed(core::mem::take(frame), checksum);
-                checksum = FrameChecksum::Complete;
-                // Left in the queue (the kernel pushes back), it must not be completed
-                // again.
-                if let Some(entry) = checksums.as_deref_mut().and_then(|c| c.front_mut()) {
-                    *entry = FrameChecksum::Complete;
-                }
+        while let Some(front) = frames.front_mut() {
+            if !self.vnet_hdr {
+                // Completed in place: left in the queue (the kernel pushes back), it is
+                // not completed again.
+                front.complete();
             }
-            let Some(frame) = frames.front() else { break };
-            let len = frame.len();
+            let TxFrame {
+                chain: frame,
+                checksum,
+            } = &*front;
+            let (len, checksum) = (frame.len(), *checksum);
             // A TCP frame longer than the MTU is for the kernel to cut (only with a
             // header to say so, and its checksum left partial as GSO needs).
             let segmentation = match (self.vnet_hdr, checksum) {
@@ -510,9 +455,6 @@ impl TapDevice {
             };
             if len > max_len {
                 frames.pop_front();
-                if let Some(c) = checksums.as_deref_mut() {
-                    c.pop_front();
-                }
                 self.counters.tx_dropped.record(DropReason::Oversized);
                 taken += 1;
                 continue;
@@ -542,12 +484,13 @@ impl TapDevice {
                 }
             }
             frames.pop_front();
-            if let Some(c) = checksums.as_deref_mut() {
-                c.pop_front();
-            }
             taken += 1;
         }
         taken
+    }
+
+    fn counters(&self) -> DeviceCounters {
+        self.counters
     }
 }
 
