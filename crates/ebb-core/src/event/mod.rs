@@ -18,18 +18,18 @@
 
 mod idle;
 mod runtime;
+mod sleep;
 mod task;
 #[cfg(feature = "std")]
 mod threads;
-mod time;
 mod timer;
 
 pub use idle::{IdleId, IdleStatus};
 pub use runtime::Runtime;
+pub use sleep::{Elapsed, Sleep, Timeout, sleep, sleep_until, timeout};
 pub use task::JoinHandle;
 #[cfg(feature = "std")]
 pub use threads::{RunError, run_on_threads};
-pub use time::{Elapsed, Sleep, Timeout, sleep, sleep_until, timeout};
 
 use crate::CoreId;
 use crate::future::{PromiseFuture, promise};
