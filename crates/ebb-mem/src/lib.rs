@@ -52,7 +52,7 @@ extern crate std;
 
 pub mod ebbs;
 mod error;
-mod gpa;
+mod general;
 #[cfg(feature = "std")]
 mod mmap;
 pub mod page;
@@ -61,7 +61,7 @@ mod source;
 pub mod vmem;
 
 pub use error::{AllocError, FreeError, RegionError};
-pub use gpa::{GeneralPurposeAllocator, MAX_SMALL, MemReport, SIZE_CLASSES, allocation_size};
+pub use general::{GeneralPurposeAllocator, MAX_SMALL, MemReport, SIZE_CLASSES, allocation_size};
 #[cfg(feature = "std")]
 pub use mmap::MmapSource;
 pub use page::{MAX_BLOCK, MAX_ORDER, PAGE_SIZE, PageAllocator, PageBlock, PageStats};
@@ -70,4 +70,4 @@ pub use source::{FixedMemory, PageSource};
 pub use vmem::{VMemAllocator, VMemError};
 
 #[cfg(test)]
-mod testutil;
+mod testing;
