@@ -15,6 +15,7 @@
 //! * [`stack`] — the driver a runtime polls: device, interface and TCP, one `poll(now)`.
 //! * [`steering`] — multi-core: which core owns each connection, and where each received
 //!   frame is processed.
+//! * [`testing`] — frames for tests of this crate and of the crates above it.
 //!
 //! The crate is `no_std` + `alloc`.
 
@@ -30,5 +31,6 @@ pub mod phy;
 pub mod stack;
 pub mod steering;
 pub mod tcp;
+pub mod testing;
 pub mod transport;
 pub mod wire;
