@@ -36,10 +36,16 @@
 //! network. The hosted-only [`run`] with a [`Config`] stays for programs that set up the
 //! hosted runtime themselves.
 //!
+//! Memory is [`mem`]: the general-purpose allocator a native image always runs on, which a
+//! hosted app may install as its global allocator, and its rounding (`allocation_size`).
+//!
 //! ## Invariants
 //!
 //! * Exactly one runtime is linked: `ebb-hosted` when `target_os != "none"`, `ebb-native`
 //!   when `target_os = "none"`. The crate is `no_std` + `alloc` in the second case.
+//! * Everything that differs between the two is in `platform/hosted/` or
+//!   `platform/native/`, which define the same names; one `cfg` picks one (below) and the
+//!   rest of the crate is written once.
 //! * [`main!`] runs the app's `async fn() -> i32` as core 0's first task on every core's
 //!   event loop, and the process (hosted) or VM (native) exits with its result.
 //! * No `unsafe` here.
