@@ -3,7 +3,8 @@
 //!
 //! T threads each run `iterations` rounds of: allocate an array of N/T pointers, allocate
 //! N/T 8-byte objects into it (writing each), then free them all in order and free the
-//! array — exactly the loop of Hoard's `threadtest.cpp`. Each thread declares itself an
+//! array — exactly the loop of Hoard's `threadtest.cpp`, in `ebb-threadtest` (the native
+//! guest runs the same copy). Each thread declares itself an
 //! Ebbflow core (`percore::set_current_core`), so Ebbflow's allocator uses its per-core
 //! caches (the other allocators ignore it), and is pinned to CPU `t % ncpus`.
 //!
@@ -32,29 +33,6 @@ struct Args {
     no_pin: bool,
 }
 
-/// Hoard's `Foo`: two ints, 8 bytes.
-struct Foo {
-    x: i32,
-    y: i32,
-}
-
-fn worker(per_thread: usize, iterations: usize) -> i64 {
-    let mut sum = 0i64;
-    for _ in 0..iterations {
-        let mut objects: Vec<Box<Foo>> = Vec::with_capacity(per_thread);
-        for j in 0..per_thread {
-            objects.push(Box::new(Foo {
-                x: black_box(14),
-                y: j as i32,
-            }));
-        }
-        let objects = black_box(objects);
-        sum += objects.first().map_or(0, |f| f.x as i64 + f.y as i64);
-        drop(objects); // frees every object in order, then the array
-    }
-    sum
-}
-
 pub fn run(allocator: &str) {
     let args = Args::parse();
     let threads = args.threads.max(1);
@@ -71,7 +49,7 @@ pub fn run(allocator: &str) {
                 }
                 percore::set_current_core(Some(CoreId(t as u32)));
                 barrier.wait();
-                let sum = worker(per_thread, iterations);
+                let sum = ebb_threadtest::worker(per_thread, iterations);
                 percore::set_current_core(None);
                 sum
             })

@@ -28,10 +28,8 @@ use memcached::server::{Server, Settings, TOO_MANY_CONNECTIONS};
 
 #[cfg(all(not(target_os = "none"), feature = "ebb-allocator"))]
 #[global_allocator]
-static GLOBAL: memcached::alloc_cap::Capped<ebb_mem::GeneralPurposeAllocator<ebb_mem::MmapSource>> =
-    memcached::alloc_cap::Capped::new(ebb_mem::GeneralPurposeAllocator::new(
-        ebb_mem::MmapSource::new(),
-    ));
+static GLOBAL: memcached::alloc_cap::Capped<ebb::mem::HostedAllocator> =
+    memcached::alloc_cap::Capped::new(ebb::mem::HostedAllocator::new(ebb::mem::MmapSource::new()));
 
 const USAGE: &str = "usage: memcached [-p PORT] [-l ADDR] [-U 0] [-m MB] [-c CONNS] [-I SIZE] [-M] [-t N] [-v] [--fail-value-memory PPM] [--fail-allocations-over BYTES] [network options]";
 

@@ -1,11 +1,10 @@
 //! The store's throughput with ebb-mem's per-core slab allocator as the process's
 //! global allocator (what a native image uses); see `common/store_bench.rs`.
 
-use ebb_mem::{GeneralPurposeAllocator, MmapSource};
+use ebb::mem::{HostedAllocator, MmapSource};
 
 #[global_allocator]
-static GLOBAL: GeneralPurposeAllocator<MmapSource> =
-    GeneralPurposeAllocator::new(MmapSource::new());
+static GLOBAL: HostedAllocator = HostedAllocator::new(MmapSource::new());
 
 mod common {
     pub mod store_bench;

@@ -29,7 +29,7 @@ pub fn create_page_allocator_ebb(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::Arena;
+    use crate::testing::Arena;
     use ebb_core::percore;
 
     #[test]

@@ -37,9 +37,9 @@
 //!   allocator can be the global allocator.
 //! * **`unsafe` stays in small modules** — `page/buddy.rs` (free lists and page metadata),
 //!   `page/mod.rs` (handing regions and raw blocks in and out), `slab/raw.rs` (slab
-//!   headers and objects), `slab/mod.rs` (the per-core cell), `gpa.rs` (the
+//!   headers and objects), `slab/mod.rs` (the per-core cell), `general.rs` (the
 //!   `GlobalAlloc` implementation), `source.rs` (the `PageSource` contract), `ebbs.rs`
-//!   (giving a node its arena), `mmap.rs` (Linux) and the tests' `testutil.rs` — each
+//!   (giving a node its arena), `mmap.rs` (Linux) and the tests' `testing.rs` — each
 //!   block with a `// SAFETY:` comment, denied in every other module; pointers keep
 //!   provenance over their region (strict-provenance APIs), so the pure tests run under
 //!   Miri.
@@ -59,7 +59,7 @@ extern crate std;
 pub mod ebbs;
 mod error;
 #[allow(unsafe_code)] // listed above
-mod gpa;
+mod general;
 #[cfg(feature = "std")]
 #[allow(unsafe_code)] // listed above
 mod mmap;
@@ -72,7 +72,7 @@ mod source;
 pub mod vmem;
 
 pub use error::{AllocError, FreeError, RegionError};
-pub use gpa::{GeneralPurposeAllocator, MAX_SMALL, MemReport, SIZE_CLASSES, allocation_size};
+pub use general::{GeneralPurposeAllocator, MAX_SMALL, MemReport, SIZE_CLASSES, allocation_size};
 #[cfg(feature = "std")]
 pub use mmap::MmapSource;
 pub use page::{MAX_BLOCK, MAX_ORDER, PAGE_SIZE, PageAllocator, PageBlock, PageStats};
@@ -82,4 +82,4 @@ pub use vmem::{VMemAllocator, VMemError};
 
 #[cfg(test)]
 #[allow(unsafe_code)] // listed above
-mod testutil;
+mod testing;

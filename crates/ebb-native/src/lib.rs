@@ -38,8 +38,9 @@
 //!   enter `_start` at CPL 3; then the console is the serial port, EXIT is QEMU's
 //!   `isa-debug-exit`, WAIT polls the TSC (one vCPU).
 //!
-//! Everything but [`abi`] exists only when building for `target_os = "none"`; on the host
-//! this crate is the ABI alone, so `cargo test --workspace` builds it harmlessly (ebb-core
+//! Everything but [`abi`] (and the macros, which expand to nothing usable there) exists
+//! only when building for `target_os = "none"` — one `guest_only!` block in this file; on
+//! the host this crate is the ABI alone, so `cargo test --workspace` builds it harmlessly (ebb-core
 //! is a dependency only for that target, without its `std` feature, which selects its
 //! GS-based per-core backend).
 //!
@@ -75,46 +76,43 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-#[cfg(target_os = "none")]
+// On the host `alloc` goes unused (the crate is the ABI alone there).
 extern crate alloc;
 
 /// The boot protocol and hypercall ABI, from the crate both sides share.
 pub use ebb_abi as abi;
 
-#[cfg(target_os = "none")]
-#[allow(unsafe_code)] // see the crate docs
-pub mod arch;
-#[cfg(target_os = "none")]
-#[allow(unsafe_code)] // see the crate docs
-pub mod console;
-#[cfg(target_os = "none")]
-#[allow(unsafe_code)] // see the crate docs
-mod entry;
-#[cfg(target_os = "none")]
-#[allow(unsafe_code)] // see the crate docs
-pub mod heap;
-#[cfg(target_os = "none")]
-pub mod hypercall;
-#[cfg(target_os = "none")]
-pub mod netstack;
-#[cfg(target_os = "none")]
-mod panic;
-#[cfg(target_os = "none")]
-pub mod platform;
-#[cfg(target_os = "none")]
-pub mod poll;
-#[cfg(target_os = "none")]
-#[allow(unsafe_code)] // see the crate docs
-pub mod pvh;
-#[cfg(target_os = "none")]
-pub mod runtime;
-#[cfg(target_os = "none")]
-pub mod virtio;
+/// The one platform switch: what the block holds exists only in the guest build
+/// (`target_os = "none"`); on the host this crate is [`abi`] alone. Like `cfg_if!`, the
+/// macro puts the one `cfg` on every item of the block.
+macro_rules! guest_only {
+    ($($item:item)*) => {
+        $( #[cfg(target_os = "none")] $item )*
+    };
+}
 
-#[cfg(target_os = "none")]
-pub use ebb_core;
-#[cfg(target_os = "none")]
-pub use entry::{boot_info, cmdline, core_id, park};
+guest_only! {
+    #[allow(unsafe_code)] // see the crate docs
+    pub mod arch;
+    #[allow(unsafe_code)] // see the crate docs
+    pub mod console;
+    #[allow(unsafe_code)] // see the crate docs
+    mod entry;
+    #[allow(unsafe_code)] // see the crate docs
+    pub mod heap;
+    pub mod hypercall;
+    pub mod netstack;
+    mod panic;
+    pub mod platform;
+    pub mod poll;
+    #[allow(unsafe_code)] // see the crate docs
+    pub mod pvh;
+    pub mod runtime;
+    pub mod virtio;
+
+    pub use ebb_core;
+    pub use entry::{boot_info, cmdline, core_id, park};
+}
 
 /// Declares the image's entry functions: `entry!(main)` runs `fn main() -> i32` on core 0
 /// and exits with its result; `entry!(main, secondary)` also runs `fn secondary(core: u32)`
@@ -156,14 +154,12 @@ macro_rules! runtime_entry {
 pub fn park_secondary(_core: u32) {}
 
 /// Prints to this core's console ring.
-#[cfg(target_os = "none")]
 #[macro_export]
 macro_rules! print {
     ($($arg:tt)*) => { $crate::console::_print(format_args!($($arg)*)) };
 }
 
 /// Prints a line to this core's console ring.
-#[cfg(target_os = "none")]
 #[macro_export]
 macro_rules! println {
     () => { $crate::print!("\n") };

@@ -13,6 +13,7 @@
 //! * [`stack`] — the driver a runtime polls: device, interface and TCP, one `poll(now)`.
 //! * [`steering`] — multi-core: which core owns each connection, and where each received
 //!   frame is processed.
+//! * [`testing`] — frames for tests of this crate and of the crates above it.
 //!
 //! Devices are `ebb-net-driver`'s: the `NetDevice` trait drivers implement, frames that
 //! carry their checksum state, an in-memory link joining two stacks, and a seeded
@@ -32,5 +33,6 @@ pub mod iface;
 pub mod stack;
 pub mod steering;
 pub mod tcp;
+pub mod testing;
 pub mod transport;
 pub mod wire;

@@ -21,10 +21,7 @@ use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
 use ebb_net::stack::Stack;
 use ebb_net::steering::FlowDirectory;
 use ebb_net::tcp::{ConnectionDirectory, FourTuple, TcpConfig, TcpLayer};
-use ebb_net::wire::{
-    ChecksumCapabilities, EtherType, EthernetAddress, EthernetRepr, TcpControl, TcpRepr,
-    TcpSeqNumber, emit_tcp_frame,
-};
+use ebb_net::wire::EthernetAddress;
 use ebb_net_driver::{Link, RxFrame};
 
 const US: Ipv4Addr = Ipv4Addr::new(10, 9, 1, 1);
@@ -87,27 +84,10 @@ fn a_syn_for_a_connection_another_core_holds_is_dropped_not_doubled() {
 
 /// A SYN from the peer's port `port` to our port, as the peer's stack would send it.
 fn syn_frame(port: u16) -> IOBuf {
-    let syn = TcpRepr {
-        max_seg_size: Some(1460),
-        ..TcpRepr::plain(
-            port,
-            OUR_PORT,
-            TcpControl::Syn,
-            TcpSeqNumber(1234),
-            None,
-            65535,
-        )
-    };
-    let eth = EthernetRepr {
-        src_addr: mac(2),
-        dst_addr: mac(1),
-        ethertype: EtherType::Ipv4,
-    };
-    IOBuf::from_vec(emit_tcp_frame(
-        eth,
-        PEER,
-        US,
-        &syn,
-        &ChecksumCapabilities::default(),
-    ))
+    ebb_net::testing::syn_frame(
+        mac(2),
+        mac(1),
+        SocketAddrV4::new(PEER, port),
+        SocketAddrV4::new(US, OUR_PORT),
+    )
 }

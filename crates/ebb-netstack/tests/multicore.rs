@@ -27,10 +27,6 @@ use ebb_core::testing::TestPlatform;
 use ebb_core::{CoreId, IOBuf, event};
 use ebb_net::steering::FlowDirectory;
 use ebb_net::tcp::FourTuple;
-use ebb_net::wire::{
-    ChecksumCapabilities, EtherType, EthernetRepr, TcpControl, TcpRepr, TcpSeqNumber,
-    emit_tcp_frame,
-};
 use ebb_net_driver::Link;
 use ebb_netstack::{MAX_STEERED_WAITING, NetStack, NetStackCounters, Placement};
 
@@ -362,27 +358,10 @@ fn the_steering_inbox_is_bounded_and_counts_what_overflows() {
 
 /// A SYN from the peer's port `port` to our port, as the peer's stack would send it.
 fn syn_frame(port: u16) -> IOBuf {
-    let syn = TcpRepr {
-        max_seg_size: Some(1460),
-        ..TcpRepr::plain(
-            port,
-            OUR_PORT,
-            TcpControl::Syn,
-            TcpSeqNumber(1234),
-            None,
-            65535,
-        )
-    };
-    let eth = EthernetRepr {
-        src_addr: mac(2),
-        dst_addr: mac(1),
-        ethertype: EtherType::Ipv4,
-    };
-    IOBuf::from_vec(emit_tcp_frame(
-        eth,
-        PEER,
-        US,
-        &syn,
-        &ChecksumCapabilities::default(),
-    ))
+    ebb_net::testing::syn_frame(
+        mac(2),
+        mac(1),
+        SocketAddrV4::new(PEER, port),
+        SocketAddrV4::new(US, OUR_PORT),
+    )
 }

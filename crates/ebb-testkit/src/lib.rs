@@ -19,6 +19,23 @@
 //!   be configured) is a failure, and the callers are written that way.
 //! * The decisions are pure functions of their inputs ([`is_required`], [`skip_line`]), so
 //!   they are unit-tested without touching the process environment.
+//!
+//! ## Where test helpers live
+//!
+//! One rule for the whole tree, so a helper is found where its subject is:
+//!
+//! * **A crate's own helpers** — what its tests need of its private items, and what other
+//!   crates' tests use to drive it — are in that crate's module named `testing`
+//!   (`src/testing.rs`; `#[cfg(test)]` when only its own unit tests use it): ebb-core's
+//!   `TestPlatform`, ebb-mem's arenas and allocation model, ebb-net's hand-built frames,
+//!   ebb-vmm's fake guest memory.
+//! * **Helpers shared by one package's integration tests** are in its `tests/common/`.
+//! * **What a test needs from the machine** — capabilities and skips, network namespaces,
+//!   the native guest images, log lines, reachability checks — is here, in ebb-testkit,
+//!   which depends on no runtime, stack or app crate.
+//! * **Tests of several crates together** (a runtime with the stack and the apps) are in
+//!   the top-level `tests/` package, so no runtime or library dev-depends on an app or on
+//!   another runtime.
 
 pub mod guests;
 pub mod lines;

@@ -36,10 +36,16 @@
 //! network. The hosted-only [`run`] with a [`Config`] stays for programs that set up the
 //! hosted runtime themselves.
 //!
+//! Memory is [`mem`]: the general-purpose allocator a native image always runs on, which a
+//! hosted app may install as its global allocator, and its rounding (`allocation_size`).
+//!
 //! ## Invariants
 //!
 //! * Exactly one runtime is linked: `ebb-hosted` when `target_os != "none"`, `ebb-native`
 //!   when `target_os = "none"`. The crate is `no_std` + `alloc` in the second case.
+//! * Everything that differs between the two is in `platform/hosted/` or
+//!   `platform/native/`, which define the same names; one `cfg` picks one (below) and the
+//!   rest of the crate is written once.
 //! * [`main!`] runs the app's `async fn() -> i32` as core 0's first task on every core's
 //!   event loop, and the process (hosted) or VM (native) exits with its result.
 //! * No `unsafe` here.
@@ -50,11 +56,20 @@
 
 extern crate alloc;
 
-mod app;
+// The one platform switch (Hubris' `arch` module): `platform/hosted/` and
+// `platform/native/` define the same names — `args`, `print`, `eprint`, `memory_total`,
+// `memory_free`, `unix_time`, the `__entry!` macro, and the modules `network` (what `net`
+// needs) and `memory` (what `mem` adds) — and the hosted side adds its runtime's options
+// and `run`. Everything outside `platform/` is written once.
+#[cfg_attr(not(target_os = "none"), path = "platform/hosted/mod.rs")]
+#[cfg_attr(target_os = "none", path = "platform/native/mod.rs")]
+mod platform;
 
-#[cfg(not(target_os = "none"))]
-pub use app::{CPUS_ENV, CoresError, IDLE_POLL_ENV, hosted_cores};
-pub use app::{args, memory_free, memory_total, unix_time};
+mod cmdline;
+pub mod mem;
+pub mod net;
+
+pub use platform::*;
 
 pub use ebb_core::ebb::{EbbError, EbbId, MulticoreEbb, SharedEbb};
 pub use ebb_core::event::{
@@ -64,19 +79,12 @@ pub use ebb_core::event::{
 };
 pub use ebb_core::iobuf::{self, Cursor, IOBuf, IOBufChain};
 pub use ebb_core::{CoreId, Ebb, EbbRef, Instant, future, rcu};
-#[cfg(not(target_os = "none"))]
-pub use ebb_hosted::{Config, ConfigError as RunError, run};
-
-pub mod net;
 
 /// What the macros expand to; not part of the API.
 #[doc(hidden)]
 pub mod __private {
-    #[cfg(not(target_os = "none"))]
-    pub use crate::app::run_main;
-    pub use crate::app::{eprint, print};
-    #[cfg(target_os = "none")]
-    pub use ebb_native;
+    pub use crate::platform::entry::*;
+    pub use crate::platform::{eprint, print};
 }
 
 /// Declares the app's entry point: `ebb::main!(app_main);` with `async fn app_main() -> i32`
@@ -95,26 +103,6 @@ pub mod __private {
 macro_rules! main {
     ($main:path) => {
         $crate::__entry!($main);
-    };
-}
-
-#[cfg(not(target_os = "none"))]
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __entry {
-    ($main:path) => {
-        fn main() {
-            $crate::__private::run_main($main)
-        }
-    };
-}
-
-#[cfg(target_os = "none")]
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __entry {
-    ($main:path) => {
-        $crate::__private::ebb_native::runtime_entry!($main);
     };
 }
 

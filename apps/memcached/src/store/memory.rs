@@ -37,7 +37,7 @@ const SMALL_PIECE: usize = 2048 - REGION_OVERHEAD;
 /// glibc's otherwise.
 pub fn allocation_size(size: usize) -> usize {
     match Layout::from_size_align(size, 8) {
-        Ok(layout) => ebb_mem::allocation_size(layout),
+        Ok(layout) => ebb::mem::allocation_size(layout),
         Err(_) => size,
     }
 }

@@ -19,19 +19,19 @@
 mod idle;
 #[allow(unsafe_code)] // listed in the crate root
 mod runtime;
+mod sleep;
 #[allow(unsafe_code)] // listed in the crate root
 mod task;
 #[cfg(feature = "std")]
 mod threads;
-mod time;
 mod timer;
 
 pub use idle::{IdleId, IdleStatus};
 pub use runtime::Runtime;
+pub use sleep::{Elapsed, Sleep, Timeout, sleep, sleep_until, timeout};
 pub use task::JoinHandle;
 #[cfg(feature = "std")]
 pub use threads::{RunError, run_on_threads};
-pub use time::{Elapsed, Sleep, Timeout, sleep, sleep_until, timeout};
 
 use crate::CoreId;
 use crate::future::{PromiseFuture, promise};

@@ -1,5 +1,5 @@
 use super::*;
-use crate::testutil::{Arena, Live, Model, check, fill};
+use crate::testing::{Arena, Live, Model, check, fill};
 use proptest::prelude::*;
 use std::vec::Vec;
 

@@ -1,6 +1,6 @@
 use super::*;
 use crate::MAX_BLOCK;
-use crate::testutil::{Arena, Live, Model, check, fill};
+use crate::testing::{Arena, Live, Model, check, fill};
 use ebb_core::{CoreId, percore};
 use proptest::prelude::*;
 use std::boxed::Box;

@@ -5,7 +5,7 @@
 //!
 //! T = number of vCPUs; each core runs `i` rounds of: allocate an array of N/T pointers,
 //! allocate N/T 8-byte objects into it (writing each), free them all in order, free the
-//! array — the loop of `bench/src/threadtest.rs` (keep the two identical). The workers start
+//! array — `ebb_threadtest::worker`, the loop the hosted `threadtest-*` binaries run too. The workers start
 //! together behind a spin barrier; the time is from the earliest start to the latest end,
 //! on the TSC.
 //!
@@ -17,38 +17,12 @@
 
 extern crate alloc;
 
-use alloc::boxed::Box;
 use alloc::sync::Arc;
-use alloc::vec::Vec;
 use core::hint::black_box;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use ebb_native::ebb_core::future::join_all;
 use ebb_native::ebb_core::{CoreId, event};
 use ebb_native::{arch, println};
-
-/// Hoard's `Foo`: two ints, 8 bytes.
-struct Foo {
-    x: i32,
-    y: i32,
-}
-
-/// One thread's work, as in `bench/src/threadtest.rs`.
-fn worker(per_thread: usize, iterations: usize) -> i64 {
-    let mut sum = 0i64;
-    for _ in 0..iterations {
-        let mut objects: Vec<Box<Foo>> = Vec::with_capacity(per_thread);
-        for j in 0..per_thread {
-            objects.push(Box::new(Foo {
-                x: black_box(14),
-                y: j as i32,
-            }));
-        }
-        let objects = black_box(objects);
-        sum += objects.first().map_or(0, |f| f.x as i64 + f.y as i64);
-        drop(objects); // frees every object in order, then the array
-    }
-    sum
-}
 
 /// `name=value` from the command line.
 fn arg(name: &str) -> Option<usize> {
@@ -72,7 +46,7 @@ async fn main() -> i32 {
                 core::hint::spin_loop();
             }
             let start = arch::rdtsc();
-            let sum = worker(per_thread, iterations);
+            let sum = ebb_threadtest::worker(per_thread, iterations);
             (start, arch::rdtsc(), sum)
         })
     });

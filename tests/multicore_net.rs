@@ -22,7 +22,7 @@
 //!
 //! Needs root, `/dev/net/tun`, `ip`, `python3` (and `dnsmasq` for the third); otherwise
 //! prints
-//! `SKIPPED: <test>: <reason>`. Run: `cargo test -p ebb-hosted --test multicore_net --
+//! `SKIPPED: <test>: <reason>`. Run: `cargo test -p ebbflow-tests --test multicore_net --
 //! --nocapture` (as root).
 
 use std::net::{Ipv4Addr, SocketAddrV4};

@@ -8,7 +8,7 @@
 //! `dnsmasq` (dnsmasq-base), the TCP echo test (Linux's TCP against ebb-net's
 //! `TcpLayer`) `python3`. Without them a test prints `SKIPPED: <test>: <reason>`.
 //!
-//! Run: `sudo -E cargo test -p ebb-hosted --test tap -- --nocapture`.
+//! Run: `sudo -E cargo test -p ebbflow-tests --test tap -- --nocapture`.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::{Child, Command, Stdio};

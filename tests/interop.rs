@@ -27,7 +27,7 @@
 //! test `ping`, `curl`, `nc` (netcat-openbsd), `python3` (counts and hashes the Linux
 //! side's stream), `dnsmasq`; without them a test prints `SKIPPED: <test>: <reason>`.
 //!
-//! Run: `cargo test -p ebb-hosted --test interop -- --nocapture` (as root).
+//! Run: `cargo test -p ebbflow-tests --test interop -- --nocapture` (as root).
 
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddrV4};

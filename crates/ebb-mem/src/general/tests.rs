@@ -1,5 +1,5 @@
 use super::*;
-use crate::testutil::{Arena, Live, Model, check, fill};
+use crate::testing::{Arena, Live, Model, check, fill};
 use crate::{MAX_BLOCK, MAX_ORDER};
 use ebb_core::{CoreId, percore};
 use proptest::prelude::*;
