@@ -23,7 +23,7 @@ use core::net::Ipv4Addr;
 
 use ebb_core::{IOBuf, IOBufChain, Instant};
 
-use super::arp::ArpCache;
+use super::arp_cache::ArpCache;
 use super::config::{ArpConfig, Ipv4Cidr, Limits};
 use super::counters::{InterfaceCounters, TxDropReason, bump};
 use crate::transport::{OutputError, TcpOutput, TcpSegment};
