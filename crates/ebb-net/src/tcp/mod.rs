@@ -1,8 +1,8 @@
 //! TCP (RFC 9293): connections, listeners and the EbbRT-style application interface.
 //!
-//! [`TcpLayer`] is one core's TCP: it implements [`TcpInput`] for the IP layer, which hands
-//! it every received segment and calls [`TcpInput::poll`] when [`TcpInput::poll_at`] is due;
-//! segments leave through the [`TcpOutput`] lent to those calls. Nothing here reads a clock
+//! [`TcpLayer`] is one core's TCP: it implements [`TcpInput`](crate::transport::TcpInput) for the IP layer, which hands
+//! it every received segment and calls [`TcpInput::poll`](crate::transport::TcpInput::poll) when [`TcpInput::poll_at`](crate::transport::TcpInput::poll_at) is due;
+//! segments leave through the [`TcpOutput`](crate::transport::TcpOutput) lent to those calls. Nothing here reads a clock
 //! or owns a device (sans-IO), so tests drive time and inspect every segment.
 //!
 //! # Layout
@@ -41,8 +41,8 @@
 //! **Borrow invariant.** Layer state (`layer::Inner::state`, `layer::Inner::counters`) and each TCB are
 //! borrowed only inside the layer's own calls (`receive`, `poll`, `listen`, `connect`) and
 //! inside connection methods, and never while application code runs. Segment processing
-//! only *queues* application events on the TCB; [`TcpInput::receive`] and
-//! [`TcpInput::poll`] deliver them at their end, after every borrow is released, one event
+//! only *queues* application events on the TCB; [`TcpInput::receive`](crate::transport::TcpInput::receive) and
+//! [`TcpInput::poll`](crate::transport::TcpInput::poll) deliver them at their end, after every borrow is released, one event
 //! at a time with the handler taken out of its slot. Hence:
 //!
 //! * connection methods (send, close, abort, set_receive_window_open, set_handler) and
@@ -51,25 +51,25 @@
 //! * callbacks never nest: delivery is guarded by a flag, and events caused by a callback
 //!   (for example `closed(Aborted)` after `abort()`) are queued and delivered after it
 //!   returns, by the same delivery loop;
-//! * methods never send segments themselves (they have no [`TcpOutput`]): they mark the
+//! * methods never send segments themselves (they have no [`TcpOutput`](crate::transport::TcpOutput)): they mark the
 //!   layer as needing a poll.
 //!
 //! **Polling contract.** After the application acted on a connection outside the stack's
-//! own calls, [`TcpInput::poll_at`] returns `Some(Instant::ZERO)` (and
-//! [`TcpLayer::needs_poll`] is true) until the driver calls [`TcpInput::poll`]; events
+//! own calls, [`TcpInput::poll_at`](crate::transport::TcpInput::poll_at) returns `Some(Instant::ZERO)` (and
+//! [`TcpLayer::needs_poll`] is true) until the driver calls [`TcpInput::poll`](crate::transport::TcpInput::poll); events
 //! caused outside callbacks are delivered by that poll too.
 //!
 //! **ACKs after delivery.** In-order data handed to a handler is acknowledged on the
-//! [`TcpInput::poll`] the driver runs after the batch of received segments (the stack
+//! [`TcpInput::poll`](crate::transport::TcpInput::poll) the driver runs after the batch of received segments (the stack
 //! always does), not inside `receive`: what the application sends from its `receive`
 //! callback then carries the ACK (ping-pong: two segments per round trip, not four), and
 //! a batch of segments costs fewer ACKs. At most two full segments wait so (RFC 5681
 //! §4.2); out-of-order data, FINs and data nobody can take yet are acknowledged at once.
 //!
 //! **Transmit back-pressure.** Before each segment TCP asks the output for room
-//! ([`TcpOutput::transmit_room`]); when the interface's queue is full it stops (nothing is
+//! ([`TcpOutput::transmit_room`](crate::transport::TcpOutput::transmit_room)); when the interface's queue is full it stops (nothing is
 //! lost or counted as an error), files the connection on a blocked list, and
-//! [`TcpInput::transmit_blocked`] tells the driver to poll again once the device has
+//! [`TcpInput::transmit_blocked`](crate::transport::TcpInput::transmit_blocked) tells the driver to poll again once the device has
 //! taken frames.
 //!
 //! **Batching.** Nagle is off by default (every `send` goes out as soon as the windows
@@ -83,7 +83,7 @@
 //! header bytes (`wire::tcp::PlainHeader`) and processed by `Tcb::on_predicted`, which
 //! does what the general path does for it, minus the branches the prediction decided.
 //! Segments without options go out the same way: the header is a template filled with
-//! sequence, ACK, window and flags ([`TcpOutput::send_tcp_plain`]). Anything else takes
+//! sequence, ACK, window and flags ([`TcpOutput::send_tcp_plain`](crate::transport::TcpOutput::send_tcp_plain)). Anything else takes
 //! the general path. `tcp/tests/fast_path.rs` checks that a layer with the fast path and one
 //! without ([`TcpLayer::set_fast_path`]) send the same segments and events.
 //!
