@@ -313,10 +313,10 @@ impl IpOutput {
         if known.is_some() {
             return self.enqueue_tx(payload);
         }
-        self.dispatch(route.next_hop, payload)
+        self.send_to_next_hop(route.next_hop, payload)
     }
 
-    /// Writes an Ethernet header (destination left zero for [`dispatch`](Self::dispatch)
+    /// Writes an Ethernet header (destination left zero for [`send_to_next_hop`](Self::send_to_next_hop)
     /// to fill) and an IPv4 header into the first [`ETH_IPV4_LEN`] bytes of `buf`.
     fn write_eth_ipv4(
         &mut self,
@@ -350,7 +350,7 @@ impl IpOutput {
 
     /// Sends a frame whose Ethernet destination is still to be filled: broadcast at
     /// once, unicast once ARP knows the next hop (waiting in ARP's queue until then).
-    pub(super) fn dispatch(
+    pub(super) fn send_to_next_hop(
         &mut self,
         next_hop: NextHop,
         mut frame: IOBufChain,
