@@ -27,9 +27,10 @@ mod multicore;
 mod reference;
 mod shared;
 
+pub use crate::MAX_CORES;
 pub use id::{EbbId, EbbIdAllocator, FIRST_DYNAMIC_ID};
 pub use local_id_map::{LocalIdMap, local_id_map};
-pub use multicore::{MAX_CORES, MulticoreEbb};
+pub use multicore::MulticoreEbb;
 pub use reference::{Ebb, EbbRef};
 pub use shared::SharedEbb;
 
