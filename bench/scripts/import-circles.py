@@ -216,7 +216,7 @@ def crate_graph(src):
             if pub and dst[: len(modpath)] == modpath:
                 continue
             graph[modpath].add(dst)
-            names.setdefault((modpath, dst), set()).add("::".join(target[len(dst):]) or "*")
+            names.setdefault((modpath, dst), set()).add("::".join(target) or "crate")
     return mods, graph, names
 
 
