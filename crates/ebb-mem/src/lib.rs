@@ -36,8 +36,8 @@
 //!   slab headers at the start of slabs) or in fixed-size arrays, so the general-purpose
 //!   allocator can be the global allocator.
 //! * **`unsafe` stays in small modules** — `page/buddy.rs` (free lists and page metadata),
-//!   `slab/raw.rs` (slab headers and objects), `slab/mod.rs` (the per-core cell), `mmap.rs`
-//!   (Linux) — each block with a `// SAFETY:` comment; pointers keep provenance over their
+//!   `slab/raw.rs` (slab headers and objects), `slab/mod.rs` (the per-core cell),
+//!   `slab/provider.rs` (a slab's pages given back), `mmap.rs` (Linux) — each block with a `// SAFETY:` comment; pointers keep provenance over their
 //!   region (strict-provenance APIs), so the pure tests run under Miri.
 //!
 //! The crate is `no_std`; `alloc` is used only by [`VMemAllocator`]. The `std` feature
