@@ -83,6 +83,7 @@ def expand_use(toks, i):
 
     def tree(i, prefix):
         cur = list(prefix)
+        alias = None
         while i < len(toks):
             t = toks[i]
             if t == "{":
@@ -93,9 +94,10 @@ def expand_use(toks, i):
                         i += 1
                 return i + 1
             if t in (",", "}", ";"):
-                paths.append(cur)
+                paths.append((cur, alias))
                 return i
             if t == "as":
+                alias = toks[i + 1] if i + 1 < len(toks) else None
                 i += 2
                 continue
             if t == "::":
@@ -109,8 +111,9 @@ def expand_use(toks, i):
     return paths, i
 
 
-def edges_of(mods, modpath, text):
-    """Module paths that the file of `modpath` names, as (target, via_pub_use)."""
+def edges_of(mods, modpath, text, externs):
+    """Module paths that the file of `modpath` names, as (target, via_pub_use, from);
+    adds to `externs` the names it gives other crates' items."""
     toks = tokens(text)
     out = []
     # Stack of inline modules: (name, brace depth at which it closes).
@@ -156,12 +159,21 @@ def edges_of(mods, modpath, text):
         elif t == "use":
             pub = i > 0 and (toks[i - 1] == "pub" or toks[i - 1] == ")")
             paths, i = expand_use(toks, i + 1)
-            for segs in paths:
+            for segs, alias in paths:
                 target = absolute(segs, here)
                 if target is not None:
                     out.append((tuple(target), pub, tuple(here)))
+                elif segs and not inline:
+                    # Another crate's item (or the crate itself) under a local name.
+                    externs.add(alias or segs[-1])
             continue
-        elif t in ("crate", "super", "self") and i + 1 < len(toks) and toks[i + 1] == "::":
+        elif (
+            t in ("crate", "super", "self")
+            and i + 1 < len(toks)
+            and toks[i + 1] == "::"
+            and (i == 0 or toks[i - 1] != "$")
+        ):
+            # (`$crate::` in a macro names the caller's dependency, not this file's.)
             segs = [t]
             j = i + 1
             while j + 1 < len(toks) and toks[j] == "::" and re.match(r"[A-Za-z_]", toks[j + 1]):
@@ -183,9 +195,10 @@ def crate_graph(src):
     # Names a module re-exports (`pub use a::b::Name`): Name -> full path, so
     # that `use super::Name` leads to the file that defines Name.
     reexports = {m: {} for m in mods}
+    externs = {m: set() for m in mods}
     for modpath, f in mods.items():
         with open(f, encoding="utf-8") as fh:
-            edges[modpath] = edges_of(mods, modpath, fh.read())
+            edges[modpath] = edges_of(mods, modpath, fh.read(), externs[modpath])
         for target, pub, here in edges[modpath]:
             if pub and here == modpath and target:
                 reexports[modpath][target[-1]] = target
@@ -209,7 +222,10 @@ def crate_graph(src):
         for target, pub, here in edges[modpath]:
             if is_test_module(here):
                 continue
-            dst = resolve(mods, target) if pub else through_reexports(target)
+            owner = resolve(mods, target)
+            if len(target) > len(owner) and target[len(owner)] in externs[owner]:
+                continue  # another crate's item re-exported there
+            dst = owner if pub else through_reexports(target)
             if dst == modpath or is_test_module(dst):
                 continue
             # A parent presenting a descendant's names is not a dependency.
@@ -278,7 +294,7 @@ def main():
                 for b in comp:
                     if b in graph[a]:
                         used = ", ".join(sorted(names[(a, b)]))
-                        print(f"    {mods[a]} uses {mods[b]}: {used}")
+                        print(f"    {os.path.relpath(mods[a], ROOT)} uses {os.path.relpath(mods[b], ROOT)}: {used}")
     if found:
         print(f"{found} import circle(s)")
         return 1
