@@ -11,7 +11,8 @@ because they are not dependencies in that sense:
 * a test module (`tests.rs`, `tests/`, an inline `mod tests`) using what it
   tests.
 
-Usage: bench/scripts/import-circles.py [crate-or-app-dir ...]
+Usage: bench/scripts/import-circles.py [crate-or-app-dir ...]   (paths printed relative to
+the current directory; with no argument, every crate and app of this repository)
 Exits 1 and lists every circle (strongly connected set of files) if any.
 """
 
@@ -288,13 +289,13 @@ def main():
         mods, graph, names = crate_graph(src)
         for comp in circles(graph):
             found += 1
-            files = [os.path.relpath(mods[m], ROOT) for m in comp]
+            files = [os.path.relpath(mods[m]) for m in comp]
             print("circle: " + " <-> ".join(files))
             for a in comp:
                 for b in comp:
                     if b in graph[a]:
                         used = ", ".join(sorted(names[(a, b)]))
-                        print(f"    {os.path.relpath(mods[a], ROOT)} uses {os.path.relpath(mods[b], ROOT)}: {used}")
+                        print(f"    {os.path.relpath(mods[a])} uses {os.path.relpath(mods[b])}: {used}")
     if found:
         print(f"{found} import circle(s)")
         return 1
