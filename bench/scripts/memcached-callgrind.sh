@@ -363,7 +363,7 @@ RUST = [
     (r"memcached::protocol|apps/memcached/src/protocol/|memchr", "protocol"),
     (r"memcached::store|apps/memcached/src/store/|foldhash|ebb_core::rcu::hashmap|ebb-core/src/rcu/hashmap",
      "store"),
-    (r"memcached::server|apps/memcached/src/(server|main|lib)\.rs|^memcached::|ebb/src/net", "server / connection"),
+    (r"memcached::server|apps/memcached/src/(server/\w+|server|main|lib)\.rs|^memcached::|ebb/src/net", "server / connection"),
     (r"ebb_core::iobuf|ebb-core/src/iobuf/|ebb_core::buf", "buffers (IOBuf)"),
     (r"ebb_hosted::tcp|ebb-hosted/src/tcp|rustix::net|rustix::io", "socket calls (user side)"),
     # ebb-net (ebb-tap): the TAP driver and the device seam; the rustix system calls it

@@ -3,7 +3,6 @@
 //! crosses a fence fails here, with the edge named.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::process::Command;
 
 /// The workspace's own crates and, for each, the workspace crates it depends on

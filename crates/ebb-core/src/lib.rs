@@ -56,6 +56,9 @@ pub use ebb::{Ebb, EbbId, EbbRef};
 pub use iobuf::{IOBuf, IOBufChain};
 pub use platform::{Instant, Platform};
 
+/// The most cores a node (and so a multicore Ebb) may have.
+pub const MAX_CORES: usize = 256;
+
 /// Index of a core (an event loop) within one node, `0..num_cores`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CoreId(pub u32);

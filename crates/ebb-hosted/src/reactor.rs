@@ -4,14 +4,11 @@
 //! token; when the loop's device-event step sees readiness for a token, the reactor calls
 //! that source. All of it is thread-local to the core.
 
-use crate::platform::HostedPlatform;
-use ebb_core::CoreId;
 use rustix::event::epoll::{self, Event, EventData, EventFlags};
 use rustix::fd::{AsFd, OwnedFd};
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::rc::Rc;
-use std::sync::Arc;
 
 /// Something that reacts to readiness on a file descriptor.
 pub trait Source {
@@ -35,9 +32,10 @@ thread_local! {
     static REGISTERED: Cell<usize> = const { Cell::new(0) };
 }
 
-/// Attaches the calling thread to `core`'s epoll instance (the runtime does this).
-pub(crate) fn enter(platform: &Arc<HostedPlatform>, core: CoreId) -> io::Result<()> {
-    let epoll = platform.epoll(core).try_clone()?;
+/// Attaches the calling thread to its core's epoll instance `epoll` (the runtime does
+/// this, with the platform's instance for the core).
+pub(crate) fn enter(epoll: &OwnedFd) -> io::Result<()> {
+    let epoll = epoll.try_clone()?;
     REACTOR.with(|r| {
         *r.borrow_mut() = Some(CoreReactor {
             epoll,

@@ -93,7 +93,7 @@ where
                 );
             }
         }
-        if let Err(e) = reactor::enter(&platform, core) {
+        if let Err(e) = reactor::enter(platform.epoll(core)) {
             panic!("{core}: cannot attach to its epoll instance: {e}");
         }
         // Sockets and their handlers are dropped on the core, while it is still one.

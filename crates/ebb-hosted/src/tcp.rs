@@ -43,7 +43,7 @@ const READS_PER_EVENT: usize = 16;
 const MIN_READ: usize = 2 * 1024;
 const MAX_READ: usize = 64 * 1024;
 /// The largest receive buffer a connection keeps between reads for reuse (see
-/// `Conn::receive_buffer`): bounds what an idle connection holds.
+/// `SocketRecord::receive_buffer`): bounds what an idle connection holds.
 const MAX_KEPT_READ: usize = 8 * 1024;
 /// Segments handed to one `sendmsg`.
 const MAX_IOVECS: usize = 64;
@@ -61,7 +61,10 @@ enum State {
     ConnectFailed(TcpErrorKind),
 }
 
-struct Conn {
+/// One socket connection as its core keeps it: the socket, its reactor registration
+/// (it is the [`Source`] readiness goes to), its send queue and its handler.
+/// [`SocketConn`] is the application's handle on it.
+struct SocketRecord {
     fd: RefCell<Option<OwnedFd>>,
     token: Cell<Option<Token>>,
     local: SocketAddr,
@@ -92,7 +95,7 @@ struct Conn {
 
 /// A TCP connection, owned by one core. Cheap to clone (a reference count); not `Send`.
 #[derive(Clone)]
-pub struct SocketConn(Rc<Conn>);
+pub struct SocketConn(Rc<SocketRecord>);
 
 fn error_kind(e: Errno) -> TcpErrorKind {
     match e {
@@ -150,8 +153,8 @@ fn sock_addr(addr: rustix::io::Result<rnet::SocketAddrAny>) -> Option<SocketAddr
     addr.ok().and_then(|a| SocketAddr::try_from(a).ok())
 }
 
-impl Conn {
-    fn new(fd: OwnedFd, state: State, peer: Option<SocketAddr>) -> Rc<Conn> {
+impl SocketRecord {
+    fn new(fd: OwnedFd, state: State, peer: Option<SocketAddr>) -> Rc<SocketRecord> {
         let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
         let local = sock_addr(rnet::getsockname(&fd)).unwrap_or(unspecified);
         let peer = peer
@@ -165,7 +168,7 @@ impl Conn {
         let send_buffer = rnet::sockopt::socket_send_buffer_size(&fd).unwrap_or(16 * 1024);
         // Latency first: no Nagle. Batching is the application's choice (send a chain).
         let _ = rnet::sockopt::set_tcp_nodelay(&fd, true);
-        Rc::new(Conn {
+        Rc::new(SocketRecord {
             fd: RefCell::new(Some(fd)),
             token: Cell::new(None),
             local,
@@ -408,7 +411,7 @@ impl Conn {
     }
 }
 
-impl Source for Conn {
+impl Source for SocketRecord {
     fn ready(self: Rc<Self>, flags: EventFlags) {
         if self.state.get() == State::Connecting {
             if !flags.intersects(EventFlags::OUT | EventFlags::ERR | EventFlags::HUP) {
@@ -617,7 +620,7 @@ pub async fn connect(addr: SocketAddr) -> Result<SocketConn, TcpErrorKind> {
         Err(Errno::INPROGRESS) => State::Connecting,
         Err(e) => return Err(error_kind(e)),
     };
-    let conn = Conn::new(fd, state, Some(addr));
+    let conn = SocketRecord::new(fd, state, Some(addr));
     conn.register()?;
     std::future::poll_fn(|cx| match conn.state.get() {
         State::Connecting => {
@@ -657,7 +660,7 @@ impl Source for ListenSource {
             }
             match rnet::accept_with(&self.fd, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC) {
                 Ok(fd) => {
-                    let conn = Conn::new(fd, State::Open, None);
+                    let conn = SocketRecord::new(fd, State::Open, None);
                     match conn.register() {
                         Ok(()) => (self.on_accept)(SocketConn(conn)),
                         Err(kind) => log::warn!("dropping an accepted connection: {kind}"),

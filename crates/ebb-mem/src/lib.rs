@@ -37,12 +37,12 @@
 //!   allocator can be the global allocator.
 //! * **`unsafe` stays in small modules** — `page/buddy.rs` (free lists and page metadata),
 //!   `page/mod.rs` (handing regions and raw blocks in and out), `slab/raw.rs` (slab
-//!   headers and objects), `slab/mod.rs` (the per-core cell), `general.rs` (the
-//!   `GlobalAlloc` implementation), `source.rs` (the `PageSource` contract), `ebbs.rs`
-//!   (giving a node its arena), `mmap.rs` (Linux) and the tests' `testing.rs` — each
-//!   block with a `// SAFETY:` comment, denied in every other module; pointers keep
-//!   provenance over their region (strict-provenance APIs), so the pure tests run under
-//!   Miri.
+//!   headers and objects), `slab/mod.rs` (the per-core cell), `slab/provider.rs` (a
+//!   slab's pages given back), `general.rs` (the `GlobalAlloc` implementation),
+//!   `source.rs` (the `PageSource` contract), `ebbs.rs` (giving a node its arena),
+//!   `mmap.rs` (Linux) and the tests' `testing.rs` — each block with a `// SAFETY:`
+//!   comment, denied in every other module; pointers keep provenance over their region
+//!   (strict-provenance APIs), so the pure tests run under Miri.
 //!
 //! The crate is `no_std`; `alloc` is used only by [`VMemAllocator`]. The `std` feature
 //! enables ebb-core's thread-local per-core backend and [`MmapSource`].

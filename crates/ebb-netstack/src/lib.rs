@@ -5,7 +5,7 @@
 //! queue pairs natively (`ebb-native`), or `ebb_net_driver::Link` ends in tests. The
 //! platform supplies each queue pair as a [`PlatformDevice`] (from `ebb-net-driver`): a
 //! `NetDevice` that can report its readiness on its core. Everything else — the poll policy,
-//! the deadline timer, the idle handler, steering between cores, DHCP lease sharing,
+//! the deadline timer, the idle handler, forwarding frames between cores, DHCP lease sharing,
 //! listening on every core — is here, once, on top of `ebb_core::event`, like embassy-net's
 //! `Stack::run` apart from its device drivers.
 //!
@@ -98,8 +98,9 @@
 extern crate alloc;
 
 pub mod counters;
+mod error;
+mod forwarding;
 mod runner;
-mod steering;
 
 use alloc::boxed::Box;
 use alloc::rc::Rc;
@@ -109,7 +110,6 @@ use alloc::vec::Vec;
 use core::cell::RefCell;
 use core::future::Future;
 use core::net::{Ipv4Addr, SocketAddrV4};
-use core::time::Duration;
 
 use ebb_core::ebb::MulticoreEbb;
 use ebb_core::event;
@@ -120,25 +120,17 @@ use ebb_net::iface::{Interface, InterfaceConfig, Ipv4Cidr};
 use ebb_net::steering::FlowDirectory;
 use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::wire::EthernetAddress;
-use ebb_net_driver::{DeviceError, PlatformDevice};
+use ebb_net_driver::PlatformDevice;
 use ebb_net_driver::{FaultConfig, FaultInjector};
 
 pub use counters::{NetStackCounters, RunnerCounters};
 pub use ebb_net::steering::Placement;
 pub use ebb_net::tcp::TcpConn;
 
+pub use error::NetStackError;
+pub use runner::{MAX_ROUNDS, MAX_STEERED_WAITING};
+
 use runner::{CorePart, CoreRunner, MultiCore, NO_PART_HERE, StackParts, local_runner};
-
-/// Frames steered from other cores that may wait for this core's next poll.
-pub const MAX_STEERED_WAITING: usize = 4096;
-
-/// Back-to-back `Stack::poll` rounds in one runner's poll before yielding to the loop.
-pub const MAX_ROUNDS: usize = 8;
-
-/// While transmission is blocked, poll again after this long even without a writable
-/// report: the push-back may come from the fault injector holding frames rather than from
-/// the device, and then no report would come.
-const TX_BLOCKED_RETRY: Duration = Duration::from_millis(1);
 
 /// Connections that may wait for a handler per listener (the `backlog` of
 /// `TcpLayer::listen`).
@@ -201,37 +193,6 @@ impl NetStackConfig {
             },
         }
     }
-}
-
-/// Why the network stack could not start or answer.
-#[derive(Debug, thiserror::Error)]
-pub enum NetStackError {
-    /// A device could not be watched.
-    #[error("cannot watch the network device: {0}")]
-    Device(#[source] DeviceError),
-    /// No device was given.
-    #[error("no network device to run on")]
-    NoDevice,
-    /// Called from inside a connection callback, while the stack is being polled.
-    #[error("the stack is being polled (called from inside a callback)")]
-    Busy,
-    /// The stack was shut down before the address was configured.
-    #[error("the network stack was shut down")]
-    ShutDown,
-    /// More queues than the runtime has cores.
-    #[error("{queues} queues given, but the runtime has {cores} cores (one queue per core)")]
-    TooManyQueues {
-        /// Queues given.
-        queues: usize,
-        /// Cores of the runtime.
-        cores: usize,
-    },
-    /// The calling core runs no queue of this stack.
-    #[error("core {0} runs no queue of this network stack")]
-    NotOnThisCore(u32),
-    /// The stack's per-core Ebb could not be created (no Ebb id left on this node).
-    #[error("cannot create the stack's per-core Ebb: {0}")]
-    Ebb(#[source] ebb_core::ebb::EbbError),
 }
 
 /// A listening port on the ebb-net stack.

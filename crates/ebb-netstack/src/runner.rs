@@ -4,13 +4,13 @@
 use alloc::boxed::Box;
 use alloc::rc::Rc;
 use alloc::sync::Arc;
-use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
 use core::future::Future;
 use core::net::{Ipv4Addr, SocketAddrV4};
 use core::pin::Pin;
 use core::task::{Context, Poll, Waker};
+use core::time::Duration;
 
 use ebb_core::ebb::{EbbRef, MulticoreEbb};
 use ebb_core::event::{self, IdleId, IdleStatus, Sleep};
@@ -23,9 +23,20 @@ use ebb_net::steering::FlowDirectory;
 use ebb_net::tcp::{TcpConfig, TcpConn, TcpLayer};
 
 use crate::counters::{NetStackCounters, RunnerCounters};
-use crate::steering::{CoreSteering, admit};
-use crate::{MAX_ROUNDS, MAX_STEERED_WAITING, NetStackError, TX_BLOCKED_RETRY};
+use crate::error::NetStackError;
+use crate::forwarding::{CoreForwarder, admit};
 use ebb_net_driver::{DeviceReady, PlatformDevice, Readiness, RxFrame};
+
+/// Frames steered from other cores that may wait for this core's next poll.
+pub const MAX_STEERED_WAITING: usize = 4096;
+
+/// Back-to-back `Stack::poll` rounds in one runner's poll before yielding to the loop.
+pub const MAX_ROUNDS: usize = 8;
+
+/// While transmission is blocked, poll again after this long even without a writable
+/// report: the push-back may come from the fault injector holding frames rather than from
+/// the device, and then no report would come.
+pub(crate) const TX_BLOCKED_RETRY: Duration = Duration::from_millis(1);
 
 /// An interface's address and gateway, or none: what a multi-core stack's home core
 /// hands the others when its DHCP lease changes.
@@ -249,12 +260,22 @@ impl CoreRunner {
         let counters = Rc::new(Cell::new(RunnerCounters::default()));
         if let Some(multi) = &multi {
             tcp.set_directory(Rc::new(multi.directory.claims_for(core)));
-            stack.set_steering(Box::new(CoreSteering {
-                here: core,
-                multi: multi.clone(),
-                outboxes: vec![Vec::new(); multi.directory.cores().len()],
-                counters: counters.clone(),
-            }));
+            // A batch for another core runs there as an event: that core's runner of
+            // this stack (if it still has one) takes it as if its own queue had.
+            let send_batch = move |to: CoreId, batch: Vec<RxFrame>| {
+                event::spawn_on(to, move || {
+                    if let Some(runner) = local_runner(id) {
+                        runner.receive_steered(batch);
+                    }
+                })
+                .is_ok()
+            };
+            stack.set_steering(Box::new(CoreForwarder::new(
+                core,
+                multi.directory.clone(),
+                counters.clone(),
+                send_batch,
+            )));
         }
         let runner = Rc::new(CoreRunner {
             id,

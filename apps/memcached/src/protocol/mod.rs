@@ -31,9 +31,9 @@
 //!
 //! # Meta commands
 //!
-//! `mg`, `ms`, `md`, `ma` and `mn` follow memcached **1.6.18** (`meta`), not 1.6.45: the
-//! same checks in the same order with the same error lines, the returned flags echoed in
-//! request order, the same quiet rules. Flags:
+//! `mg`, `ms`, `md`, `ma` and `mn` follow memcached **1.6.18** (`meta`, `meta_parse`),
+//! not 1.6.45: the same checks in the same order with the same error lines, the returned
+//! flags echoed in request order, the same quiet rules. Flags:
 //!
 //! | cmd | flags                                                                       |
 //! |-----|-----------------------------------------------------------------------------|
@@ -86,7 +86,9 @@
 //!   split of the same byte stream yields the same sequence of results.
 
 mod binary;
+mod line;
 mod meta;
+mod meta_parse;
 mod reply;
 #[cfg(test)]
 mod tests;

@@ -2115,7 +2115,7 @@ proptest::proptest! {
     #[test]
     fn split_spaces_is_slice_split(bytes in proptest::collection::vec(
         proptest::prop_oneof![proptest::strategy::Just(b' '), proptest::prelude::any::<u8>()], 0..40)) {
-        let ours: Vec<&[u8]> = super::text::split_spaces(&bytes).collect();
+        let ours: Vec<&[u8]> = super::line::split_spaces(&bytes).collect();
         let std: Vec<&[u8]> = bytes.split(|&b| b == b' ').collect();
         proptest::prop_assert_eq!(ours, std);
     }

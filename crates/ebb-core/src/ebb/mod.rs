@@ -30,9 +30,10 @@ mod reference;
 #[allow(unsafe_code)] // listed in the crate root
 mod shared;
 
+pub use crate::MAX_CORES;
 pub use id::{EbbId, EbbIdAllocator, FIRST_DYNAMIC_ID};
 pub use local_id_map::{LocalIdMap, local_id_map};
-pub use multicore::{MAX_CORES, MulticoreEbb};
+pub use multicore::MulticoreEbb;
 pub use reference::{Ebb, EbbRef};
 pub use shared::SharedEbb;
 

@@ -2,13 +2,10 @@
 
 use super::{Ebb, EbbError, EbbId, EbbRef, id::NODE_IDS, local_id_map};
 use crate::event::{self, SpawnError};
-use crate::{CoreId, percore};
+use crate::{CoreId, MAX_CORES, percore};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::marker::PhantomData;
-
-/// The most cores a node (and so a multicore Ebb) may have.
-pub const MAX_CORES: usize = 256;
 
 /// An Ebb with one representative, an `R`, per core.
 ///

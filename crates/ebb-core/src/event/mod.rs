@@ -16,20 +16,21 @@
 //! down, returns a [`SpawnError`]. Functions documented as "on a core" panic when called from
 //! a thread that runs no event loop, since that is a programming error, not an input.
 
+mod error;
 mod idle;
+mod join;
 #[allow(unsafe_code)] // listed in the crate root
 mod runtime;
 mod sleep;
-#[allow(unsafe_code)] // listed in the crate root
-mod task;
 #[cfg(feature = "std")]
 mod threads;
 mod timer;
 
+pub use error::SpawnError;
 pub use idle::{IdleId, IdleStatus};
+pub use join::JoinHandle;
 pub use runtime::Runtime;
 pub use sleep::{Elapsed, Sleep, Timeout, sleep, sleep_until, timeout};
-pub use task::JoinHandle;
 #[cfg(feature = "std")]
 pub use threads::{RunError, run_on_threads};
 
@@ -43,39 +44,6 @@ use core::fmt;
 use core::future::Future;
 use runtime::{CoreContext, RuntimeShared};
 
-/// Why work could not be sent to a core.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SpawnError {
-    /// The runtime has no such core.
-    NoSuchCore(CoreId),
-    /// The runtime is shutting down and accepts no new work.
-    ShuttingDown,
-    /// Called from a thread that is not an Ebbflow core (use a [`Handle`]).
-    NotOnCore,
-    /// The work was dropped before it ran (the target core stopped).
-    Dropped,
-    /// A runtime was asked for zero cores or more than the supported maximum.
-    BadCoreCount(usize),
-}
-
-impl fmt::Display for SpawnError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SpawnError::NoSuchCore(core) => write!(f, "there is no {core} in this runtime"),
-            SpawnError::ShuttingDown => write!(f, "the runtime is shutting down"),
-            SpawnError::NotOnCore => write!(f, "not called on an Ebbflow core"),
-            SpawnError::Dropped => write!(f, "the work was dropped before it ran"),
-            SpawnError::BadCoreCount(n) => write!(
-                f,
-                "a runtime needs between 1 and {} cores, not {n}",
-                crate::ebb::MAX_CORES
-            ),
-        }
-    }
-}
-
-impl core::error::Error for SpawnError {}
-
 fn context() -> &'static CoreContext {
     match CoreContext::current() {
         Some(ctx) => ctx,
@@ -88,7 +56,7 @@ pub fn spawn_local<F>(future: F) -> JoinHandle<F::Output>
 where
     F: Future + 'static,
 {
-    let (task, handle) = task::with_join_handle(future);
+    let (task, handle) = join::with_join_handle(future);
     context().spawn(task);
     handle
 }
@@ -249,6 +217,13 @@ impl Handle {
     /// Platform wakes sent to `core` so far.
     pub fn kicks(&self, core: CoreId) -> u64 {
         self.shared.kicks(core)
+    }
+}
+
+impl Runtime {
+    /// A handle for reaching this runtime from any thread.
+    pub fn handle(&self) -> Handle {
+        Handle::from_shared(self.shared().clone())
     }
 }
 

@@ -1,8 +1,15 @@
-//! The per-core event loop and the node-wide state the loops share.
+//! The per-core event loop, its tasks, and the node-wide state the loops share.
+//!
+//! A task is polled only on its owner core, so its future need not be `Send`. Its waker,
+//! which Rust requires to be `Send + Sync`, may be called from anywhere: on the owner core
+//! it pushes the task onto the local ready queue (no atomics beyond the `queued` flag);
+//! elsewhere it pushes onto the owner's remote queue and kicks the owner if it sleeps.
+//! Tasks, the queues they wait in and the loop that runs them refer to each other, so
+//! they are defined together here.
 
-use super::SpawnError;
+use super::error::SpawnError;
 use super::idle::IdleHandlers;
-use super::task::Task;
+use super::join::LocalFuture;
 use super::timer::TimerQueue;
 use crate::platform::{Instant, Platform};
 use crate::rcu::RcuDomain;
@@ -11,9 +18,11 @@ use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::cell::{Cell, RefCell};
+use core::cell::{Cell, RefCell, UnsafeCell};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use core::task::Context;
 use crossbeam_queue::SegQueue;
+use futures_util::task::{ArcWake, waker_ref};
 
 /// While a core has ready work, it still polls its devices (without waiting) every this
 /// many iterations, so a stream of synthetic events cannot starve the network.
@@ -345,7 +354,7 @@ pub struct Runtime {
 
 impl Runtime {
     /// A runtime of `num_cores` cores (at least one, at most
-    /// [`MAX_CORES`](crate::ebb::MAX_CORES)).
+    /// [`MAX_CORES`](crate::MAX_CORES)).
     pub fn new(platform: Arc<dyn Platform>, num_cores: usize) -> Result<Runtime, SpawnError> {
         Self::with_idle_poll(platform, num_cores, core::time::Duration::ZERO)
     }
@@ -358,7 +367,7 @@ impl Runtime {
         num_cores: usize,
         idle_poll: core::time::Duration,
     ) -> Result<Runtime, SpawnError> {
-        if num_cores == 0 || num_cores > crate::ebb::MAX_CORES {
+        if num_cores == 0 || num_cores > crate::MAX_CORES {
             return Err(SpawnError::BadCoreCount(num_cores));
         }
         let inboxes = (0..num_cores)
@@ -380,9 +389,9 @@ impl Runtime {
         Ok(Runtime { shared })
     }
 
-    /// A handle for reaching this runtime from any thread.
-    pub fn handle(&self) -> super::Handle {
-        super::Handle::from_shared(self.shared.clone())
+    /// The node-wide state, for [`Handle`](super::Handle)s.
+    pub(crate) fn shared(&self) -> &Arc<RuntimeShared> {
+        &self.shared
     }
 
     /// Runs core `core`'s event loop on the calling thread until the runtime shuts down.
@@ -438,5 +447,141 @@ impl Runtime {
     /// Platform wakes sent to `core` so far (a running core is never kicked).
     pub fn kicks(&self, core: CoreId) -> u64 {
         self.shared.kicks(core)
+    }
+}
+
+/// A future that lives and runs on one core (see the module docs).
+pub(crate) struct Task {
+    owner: CoreId,
+    runtime: Arc<RuntimeShared>,
+    /// Set while the task sits in a ready queue, so a burst of wakes queues it once.
+    queued: AtomicBool,
+    /// Index in the owner's task list. Owner core only.
+    slot: Cell<usize>,
+    /// `None` once the task has completed or was cancelled. Owner core only.
+    future: UnsafeCell<Option<LocalFuture>>,
+}
+
+// SAFETY: `slot` and `future` are touched only on the owner core: by `run`, which the owner's
+// event loop calls for tasks popped from its own ready queue, and by `cancel`/`set_slot`,
+// called by the owner when it spawns or stops. A task is dropped off the owner core only
+// after its future is `None` (the owner's task list holds a reference until then). The
+// other fields are immutable or atomic.
+unsafe impl Send for Task {}
+// SAFETY: as for `Send`: shared access from other cores reads only `owner`, `runtime` and
+// the atomic `queued` flag.
+unsafe impl Sync for Task {}
+
+impl Task {
+    pub(crate) fn new(
+        owner: CoreId,
+        runtime: Arc<RuntimeShared>,
+        future: LocalFuture,
+    ) -> Arc<Task> {
+        Arc::new(Task {
+            owner,
+            runtime,
+            queued: AtomicBool::new(true),
+            slot: Cell::new(usize::MAX),
+            future: UnsafeCell::new(Some(future)),
+        })
+    }
+
+    pub(crate) fn set_slot(&self, ctx: &CoreContext, slot: usize) {
+        debug_assert_eq!(ctx.id(), self.owner);
+        self.slot.set(slot);
+    }
+
+    /// Polls the task once. Returns true if it completed. Owner core only (`ctx` proves it).
+    pub(crate) fn run(self: &Arc<Self>, ctx: &CoreContext) -> bool {
+        assert_eq!(ctx.id(), self.owner, "a task ran off its owner core");
+        // Clear before polling: a wake during the poll must queue the task again.
+        self.queued.store(false, Ordering::Release);
+        let waker = waker_ref(self);
+        let mut cx = Context::from_waker(&waker);
+        // SAFETY: we are on the owner core (asserted above), the only place `future` is
+        // touched, and no other borrow of it is live: a future's poll cannot re-enter the
+        // event loop, so the task cannot be polled recursively.
+        let future = unsafe { &mut *self.future.get() };
+        let Some(fut) = future.as_mut() else {
+            return false;
+        };
+        if fut.as_mut().poll(&mut cx).is_ready() {
+            *future = None;
+            ctx.forget_task(self.slot.get());
+            return true;
+        }
+        false
+    }
+
+    /// Drops the future without completing it (the core is stopping). Owner core only.
+    pub(crate) fn cancel(&self, ctx: &CoreContext) {
+        assert_eq!(
+            ctx.id(),
+            self.owner,
+            "a task was cancelled off its owner core"
+        );
+        // SAFETY: owner core, and not inside this task's poll (called only by the loop's
+        // shutdown path), so no other borrow of `future` exists.
+        let future = unsafe { (*self.future.get()).take() };
+        drop(future);
+    }
+}
+
+impl ArcWake for Task {
+    fn wake(self: Arc<Self>) {
+        Task::schedule(WakeRef::Owned(self));
+    }
+
+    fn wake_by_ref(task: &Arc<Self>) {
+        Task::schedule(WakeRef::Borrowed(task));
+    }
+}
+
+/// A waking reference: by value (no reference-count traffic) or borrowed (cloned if queued).
+enum WakeRef<'a> {
+    Owned(Arc<Task>),
+    Borrowed(&'a Arc<Task>),
+}
+
+impl WakeRef<'_> {
+    fn task(&self) -> &Arc<Task> {
+        match self {
+            WakeRef::Owned(task) => task,
+            WakeRef::Borrowed(task) => task,
+        }
+    }
+
+    fn into_arc(self) -> Arc<Task> {
+        match self {
+            WakeRef::Owned(task) => task,
+            WakeRef::Borrowed(task) => task.clone(),
+        }
+    }
+}
+
+impl Task {
+    fn schedule(waking: WakeRef<'_>) {
+        let task = waking.task();
+        match CoreContext::current() {
+            Some(ctx) if ctx.id() == task.owner && ctx.belongs_to(&task.runtime) => {
+                // On the owner core a plain load and store suffice: if another core sets
+                // the flag at the same moment, the task is queued twice and polled once
+                // more than needed, which futures must tolerate anyway.
+                if task.queued.load(Ordering::Relaxed) {
+                    return;
+                }
+                task.queued.store(true, Ordering::Relaxed);
+                ctx.push_ready(waking.into_arc());
+            }
+            _ => {
+                if task.queued.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+                let owner = task.owner;
+                let runtime = task.runtime.clone();
+                runtime.push_remote_wake(owner, waking.into_arc());
+            }
+        }
     }
 }

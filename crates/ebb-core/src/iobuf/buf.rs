@@ -5,7 +5,7 @@ use core::fmt;
 use core::ops::Deref;
 
 use super::region::{Region, RegionMut};
-use super::{Cursor, IOBufError, Result, check_range};
+use super::{IOBufError, Result, check_range};
 
 /// The region a buffer views.
 #[derive(Clone)]
@@ -495,11 +495,6 @@ impl IOBuf {
         self.start = 0;
         self.len = 0;
         true
-    }
-
-    /// A cursor reading this buffer's view from the start.
-    pub fn cursor(&self) -> Cursor<'_> {
-        Cursor::new(core::slice::from_ref(self), &[])
     }
 
     /// The offset just past the view.

@@ -250,6 +250,13 @@ impl<'a> Cursor<'a> {
     }
 }
 
+impl IOBuf {
+    /// A cursor reading this buffer's view from the start.
+    pub fn cursor(&self) -> Cursor<'_> {
+        Cursor::new(core::slice::from_ref(self), &[])
+    }
+}
+
 impl fmt::Debug for Cursor<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Cursor")

@@ -21,7 +21,8 @@
 //!    the program never asks for stays untouched — a guest whose host backs it lazily,
 //!    with huge pages or not, is not charged for all of it at boot.
 
-use super::{MAX_BLOCK, MAX_ORDER, MAX_REGIONS, ORDERS, PAGE_SIZE, PageStats};
+use super::geometry::{MAX_BLOCK, MAX_ORDER, MAX_REGIONS, ORDERS, PAGE_SIZE};
+use super::stats::PageStats;
 use crate::error::{FreeError, RegionError};
 use core::ptr::{self, NonNull};
 

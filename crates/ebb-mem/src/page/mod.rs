@@ -18,37 +18,16 @@
 //! allocators in a multicore Ebb whose representative on each core is its node's allocator.
 
 mod buddy;
+mod geometry;
+mod stats;
+
+pub use geometry::{MAX_BLOCK, MAX_ORDER, MAX_REGIONS, ORDERS, PAGE_SIZE, order_for};
+pub use stats::PageStats;
 
 use crate::error::{AllocError, FreeError, RegionError};
 use buddy::BuddyState;
 use core::fmt;
 use core::ptr::NonNull;
-
-/// Size of a page, the unit of the page allocator.
-pub const PAGE_SIZE: usize = 4096;
-/// Largest block order: blocks go up to `PAGE_SIZE << MAX_ORDER` (4 MiB).
-pub const MAX_ORDER: usize = 10;
-/// Bytes in the largest block.
-pub const MAX_BLOCK: usize = PAGE_SIZE << MAX_ORDER;
-/// Number of orders, `0..=MAX_ORDER`.
-pub const ORDERS: usize = MAX_ORDER + 1;
-/// How many separate ranges one page allocator can manage.
-pub const MAX_REGIONS: usize = 64;
-
-/// The smallest order whose blocks hold `bytes` bytes (`None` beyond [`MAX_ORDER`]).
-pub const fn order_for(bytes: usize) -> Option<usize> {
-    let pages = bytes.div_ceil(PAGE_SIZE);
-    let order = if pages <= 1 {
-        0
-    } else {
-        (usize::BITS - (pages - 1).leading_zeros()) as usize
-    };
-    if order <= MAX_ORDER {
-        Some(order)
-    } else {
-        None
-    }
-}
 
 /// A buddy allocator for one node's memory.
 pub struct PageAllocator {
@@ -191,44 +170,6 @@ impl PageBlock {
             ptr,
             order: order as u8,
         }
-    }
-}
-
-/// A snapshot of a page allocator's occupancy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PageStats {
-    /// Pages managed (excluding metadata pages).
-    pub total_pages: usize,
-    /// Pages currently free.
-    pub free_pages: usize,
-    /// Number of free blocks of each order.
-    pub free_blocks: [usize; ORDERS],
-    /// Number of regions added.
-    pub regions: usize,
-}
-
-impl PageStats {
-    /// The largest order with a free block, if any.
-    pub fn largest_free_order(&self) -> Option<usize> {
-        self.free_blocks.iter().rposition(|&n| n > 0)
-    }
-}
-
-impl fmt::Display for PageStats {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} of {} pages free ({} KiB of {} KiB) in {} region(s); free blocks by order:",
-            self.free_pages,
-            self.total_pages,
-            self.free_pages * PAGE_SIZE / 1024,
-            self.total_pages * PAGE_SIZE / 1024,
-            self.regions
-        )?;
-        for (order, n) in self.free_blocks.iter().enumerate() {
-            write!(f, " {order}:{n}")?;
-        }
-        Ok(())
     }
 }
 

@@ -17,7 +17,10 @@
 //! general-purpose allocator is built on the same machinery and is the global allocator,
 //! so it cannot use an Ebb whose miss handler allocates.
 
+mod provider;
 mod raw;
+
+pub(crate) use provider::PageProvider;
 
 pub(crate) use raw::{ClassParams, MAX_SLAB_ALIGN};
 
@@ -30,28 +33,6 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use ebb_core::ebb::MAX_CORES;
 use raw::{ClassCache, ClassCtx, FreeObj};
-
-/// Where slabs come from (the page allocator, possibly growing it).
-pub(crate) trait PageProvider {
-    fn alloc_pages(&self, order: usize) -> Result<NonNull<u8>, AllocError>;
-    /// # Safety
-    ///
-    /// `ptr` is a block of `order` from `alloc_pages` that nothing uses any more.
-    unsafe fn free_pages(&self, ptr: NonNull<u8>, order: usize);
-}
-
-impl PageProvider for PageAllocator {
-    fn alloc_pages(&self, order: usize) -> Result<NonNull<u8>, AllocError> {
-        self.alloc_raw(order)
-    }
-
-    unsafe fn free_pages(&self, ptr: NonNull<u8>, order: usize) {
-        // SAFETY: forwarded caller duty. A refused block (impossible for a block we
-        // allocated) would only be leaked.
-        let result = unsafe { self.free_raw(ptr, order) };
-        debug_assert!(result.is_ok(), "slab block refused: {result:?}");
-    }
-}
 
 /// Slot used by every thread that is not an Ebbflow core.
 pub(crate) const OFF_CORE: usize = MAX_CORES;

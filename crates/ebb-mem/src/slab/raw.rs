@@ -23,7 +23,7 @@
 //! 4. Every object is aligned to the class alignment and at least 8 bytes, so a free
 //!    object can hold a `FreeObj` link.
 
-use super::PageProvider;
+use super::provider::PageProvider;
 use crate::error::AllocError;
 use crate::page::PAGE_SIZE;
 use core::ptr::{self, NonNull};

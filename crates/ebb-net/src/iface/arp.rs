@@ -1,4 +1,4 @@
-//! ARP (RFC 826): the neighbour cache, resolution with retries, the bounded queue of
+//! ARP (RFC 826): resolution with retries through the neighbour cache (`arp_cache`), the bounded queue of
 //! packets waiting for a resolution, replies, and gratuitous announcements.
 //!
 //! An entry is either **resolved** (a MAC, used until `entry_lifetime` after it was last
@@ -16,13 +16,13 @@
 //! refreshes its entry (and releases what waits on it); a sender we do not know is
 //! learnt only if the packet is addressed to us.
 
-use alloc::collections::{BTreeMap, VecDeque};
+use alloc::collections::VecDeque;
 use alloc::vec;
-use core::cell::Cell;
 use core::net::Ipv4Addr;
 
-use ebb_core::{IOBuf, IOBufChain, Instant};
+use ebb_core::{IOBuf, IOBufChain};
 
+use super::arp_cache::Entry;
 use super::counters::{RxDropReason, TxDropReason, bump};
 use super::output::{ETH_LEN, IpOutput, set_dst_mac};
 use crate::transport::OutputError;
@@ -30,82 +30,6 @@ use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr,
     WireError,
 };
-
-/// One neighbour.
-#[derive(Debug)]
-enum Entry {
-    Resolved {
-        mac: EthernetAddress,
-        expires_at: Instant,
-    },
-    Pending {
-        waiting: VecDeque<IOBufChain>,
-        requests_sent: u32,
-        next_request_at: Instant,
-    },
-}
-
-/// The neighbour cache.
-#[derive(Debug, Default)]
-pub(super) struct ArpCache {
-    /// Changed only through [`entries_mut`](Self::entries_mut), which forgets
-    /// `next_deadline`.
-    entries: BTreeMap<Ipv4Addr, Entry>,
-    /// Packets waiting in all pending entries.
-    waiting_total: usize,
-    /// [`poll_at`](Self::poll_at)'s answer while `entries` is unchanged (`None`: not
-    /// known), so polling the interface does not walk the cache every time.
-    next_deadline: Cell<Option<Option<Instant>>>,
-}
-
-impl ArpCache {
-    /// The resolved link address of `ip`.
-    pub(super) fn lookup(&self, ip: Ipv4Addr) -> Option<EthernetAddress> {
-        match self.entries.get(&ip)? {
-            Entry::Resolved { mac, .. } => Some(*mac),
-            Entry::Pending { .. } => None,
-        }
-    }
-
-    /// How many entries there are, resolved or not.
-    pub(super) fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Packets waiting for resolutions.
-    pub(super) fn waiting(&self) -> usize {
-        self.waiting_total
-    }
-
-    /// The entries, for changing them: forgets the cached earliest deadline.
-    fn entries_mut(&mut self) -> &mut BTreeMap<Ipv4Addr, Entry> {
-        self.next_deadline.set(None);
-        &mut self.entries
-    }
-
-    /// The earliest retry or expiry.
-    pub(super) fn poll_at(&self) -> Option<Instant> {
-        if let Some(known) = self.next_deadline.get() {
-            return known;
-        }
-        let next = self.earliest_deadline();
-        self.next_deadline.set(Some(next));
-        next
-    }
-
-    /// The earliest retry or expiry, from the entries themselves.
-    fn earliest_deadline(&self) -> Option<Instant> {
-        self.entries
-            .values()
-            .map(|e| match e {
-                Entry::Resolved { expires_at, .. } => *expires_at,
-                Entry::Pending {
-                    next_request_at, ..
-                } => *next_request_at,
-            })
-            .min()
-    }
-}
 
 impl IpOutput {
     /// Sends `frame` to `ip` once its link address is known: at once if it is cached,

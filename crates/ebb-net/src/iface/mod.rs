@@ -42,6 +42,7 @@
 //!   nothing is fragmented (a packet over the MTU fails with `TooLarge`).
 
 mod arp;
+mod arp_cache;
 mod config;
 mod counters;
 mod dhcp;

@@ -24,7 +24,7 @@ use core::net::Ipv4Addr;
 use ebb_core::{IOBuf, IOBufChain, Instant};
 use ebb_net_driver::{FrameChecksum, TxFrame};
 
-use super::arp::ArpCache;
+use super::arp_cache::ArpCache;
 use super::config::{ArpConfig, Ipv4Cidr, Limits};
 use super::counters::{InterfaceCounters, TxDropReason, bump};
 use crate::transport::{OutputError, TcpOutput, TcpSegment};
@@ -315,10 +315,10 @@ impl IpOutput {
         if known.is_some() {
             return self.enqueue_tx(payload);
         }
-        self.dispatch(route.next_hop, payload)
+        self.send_to_next_hop(route.next_hop, payload)
     }
 
-    /// Writes an Ethernet header (destination left zero for [`dispatch`](Self::dispatch)
+    /// Writes an Ethernet header (destination left zero for [`send_to_next_hop`](Self::send_to_next_hop)
     /// to fill) and an IPv4 header into the first [`ETH_IPV4_LEN`] bytes of `buf`.
     fn write_eth_ipv4(
         &mut self,
@@ -352,7 +352,7 @@ impl IpOutput {
 
     /// Sends a frame whose Ethernet destination is still to be filled: broadcast at
     /// once, unicast once ARP knows the next hop (waiting in ARP's queue until then).
-    pub(super) fn dispatch(
+    pub(super) fn send_to_next_hop(
         &mut self,
         next_hop: NextHop,
         mut frame: IOBufChain,

@@ -4,7 +4,7 @@
 //! An indexed binary min-heap ordered by `(deadline, FourTuple)`, the order the former
 //! `BTreeSet<(Instant, FourTuple)>` had, so connections due at the same instant are still
 //! visited in four-tuple order. Each connection records where it sits
-//! (`Conn::heap_slot`) and under which deadline (`Conn::deadline`), so moving its deadline
+//! ([`Filed::heap_slot`]) and under which deadline ([`Filed::deadline`]), so moving its deadline
 //! is one sift from its own slot: no search, no allocation once the heap's `Vec` has grown,
 //! and with one connection per layer no comparison at all. Refiling happens on every change
 //! of a connection's earliest deadline (twice per request/response exchange), which made
@@ -16,56 +16,73 @@
 
 use alloc::rc::Rc;
 use alloc::vec::Vec;
+use core::cell::Cell;
 
 use ebb_core::Instant;
 
-use super::{Conn, FourTuple};
+use super::conn_table::{FourTuple, Keyed};
 
-/// `Conn::heap_slot` of a connection that is not in the heap.
-pub(super) const NOT_FILED: usize = usize::MAX;
-
-struct Entry {
-    at: Instant,
-    tuple: FourTuple,
-    conn: Rc<Conn>,
+/// What the heap needs of a connection: its four-tuple (the tie-break) and the two cells
+/// where it records its place, which only the heap writes.
+pub(super) trait Filed: Keyed {
+    /// The deadline it is filed under (`None`: not in the heap).
+    fn deadline(&self) -> &Cell<Option<Instant>>;
+    /// Its index in the heap (`NOT_FILED` when not there).
+    fn heap_slot(&self) -> &Cell<usize>;
 }
 
-impl Entry {
+/// [`Filed::heap_slot`] of a connection that is not in the heap.
+pub(super) const NOT_FILED: usize = usize::MAX;
+
+struct Entry<C> {
+    at: Instant,
+    tuple: FourTuple,
+    conn: Rc<C>,
+}
+
+impl<C> Entry<C> {
     /// Whether `self` sorts before `other` by `(at, tuple)`: the four-tuple is compared
     /// only on a tie.
     #[inline]
-    fn before(&self, other: &Entry) -> bool {
+    fn before(&self, other: &Entry<C>) -> bool {
         self.at < other.at || (self.at == other.at && self.tuple < other.tuple)
     }
 }
 
 /// The layer's connections with an armed timer, earliest deadline first.
-#[derive(Default)]
-pub(super) struct DeadlineHeap {
-    entries: Vec<Entry>,
+pub(super) struct DeadlineHeap<C> {
+    entries: Vec<Entry<C>>,
 }
 
-impl DeadlineHeap {
+impl<C> Default for DeadlineHeap<C> {
+    fn default() -> Self {
+        DeadlineHeap {
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl<C: Filed> DeadlineHeap<C> {
     /// The earliest deadline of any connection.
     pub(super) fn first(&self) -> Option<Instant> {
         self.entries.first().map(|e| e.at)
     }
 
     /// Files `conn` under `next` (`None`: takes it out). A no-op when already filed so.
-    pub(super) fn set(&mut self, conn: &Rc<Conn>, next: Option<Instant>) {
-        if conn.deadline.get() == next {
+    pub(super) fn set(&mut self, conn: &Rc<C>, next: Option<Instant>) {
+        if conn.deadline().get() == next {
             return;
         }
-        conn.deadline.set(next);
-        let slot = conn.heap_slot.get();
+        conn.deadline().set(next);
+        let slot = conn.heap_slot().get();
         match (slot == NOT_FILED, next) {
             (true, None) => {}
             (true, Some(at)) => {
                 let slot = self.entries.len();
-                conn.heap_slot.set(slot);
+                conn.heap_slot().set(slot);
                 self.entries.push(Entry {
                     at,
-                    tuple: conn.tuple,
+                    tuple: *conn.tuple(),
                     conn: conn.clone(),
                 });
                 self.sift_up(slot);
@@ -86,25 +103,25 @@ impl DeadlineHeap {
     }
 
     /// Takes out the earliest connection if its deadline is at or before `now`.
-    pub(super) fn pop_due(&mut self, now: Instant) -> Option<Rc<Conn>> {
+    pub(super) fn pop_due(&mut self, now: Instant) -> Option<Rc<C>> {
         if self.entries.first()?.at > now {
             return None;
         }
         let conn = self.remove_at(0);
-        conn.deadline.set(None);
+        conn.deadline().set(None);
         Some(conn)
     }
 
     /// Removes the entry at `slot`, restoring the heap order; returns its connection with
     /// its slot cleared.
-    fn remove_at(&mut self, slot: usize) -> Rc<Conn> {
+    fn remove_at(&mut self, slot: usize) -> Rc<C> {
         let last = self.entries.len() - 1;
         self.swap(slot, last);
         let removed = match self.entries.pop() {
             Some(entry) => entry.conn,
             None => unreachable!("slot {slot} was filed, so the heap is not empty"),
         };
-        removed.heap_slot.set(NOT_FILED);
+        removed.heap_slot().set(NOT_FILED);
         if slot < self.entries.len() {
             // The entry moved into `slot` came from the bottom: it may belong above or
             // below.
@@ -122,8 +139,8 @@ impl DeadlineHeap {
             return;
         }
         self.entries.swap(a, b);
-        self.entries[a].conn.heap_slot.set(a);
-        self.entries[b].conn.heap_slot.set(b);
+        self.entries[a].conn.heap_slot().set(a);
+        self.entries[b].conn.heap_slot().set(b);
     }
 
     /// Moves the entry at `slot` up to its place. Only the entries passed over get their
@@ -135,10 +152,10 @@ impl DeadlineHeap {
                 break;
             }
             self.entries.swap(parent, slot);
-            self.entries[slot].conn.heap_slot.set(slot);
+            self.entries[slot].conn.heap_slot().set(slot);
             slot = parent;
         }
-        self.entries[slot].conn.heap_slot.set(slot);
+        self.entries[slot].conn.heap_slot().set(slot);
     }
 
     /// Moves the entry at `slot` down to its place, bottom-up (Floyd): first down the
@@ -165,7 +182,7 @@ impl DeadlineHeap {
                 left
             };
             self.entries.swap(slot, child);
-            self.entries[slot].conn.heap_slot.set(slot);
+            self.entries[slot].conn.heap_slot().set(slot);
             slot = child;
         }
         self.sift_up(slot);
@@ -178,14 +195,15 @@ mod tests {
     use core::net::{Ipv4Addr, SocketAddrV4};
 
     use super::*;
+    use crate::tcp::layer::{ConnRecord, detached_conn};
 
-    fn conn(port: u16) -> Rc<Conn> {
+    fn conn(port: u16) -> Rc<ConnRecord> {
         let local = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), port);
         let remote = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
-        crate::tcp::detached_conn(FourTuple { local, remote })
+        detached_conn(FourTuple { local, remote })
     }
 
-    fn check_invariants(heap: &DeadlineHeap) {
+    fn check_invariants(heap: &DeadlineHeap<ConnRecord>) {
         for (slot, entry) in heap.entries.iter().enumerate() {
             assert_eq!(entry.conn.heap_slot.get(), slot);
             assert_eq!(entry.conn.deadline.get(), Some(entry.at));
@@ -199,7 +217,7 @@ mod tests {
     /// replaced: same first deadline, and due connections popped in the same order.
     #[test]
     fn agrees_with_an_ordered_set() {
-        let conns: Vec<Rc<Conn>> = (0..12).map(|i| conn(1000 + i)).collect();
+        let conns: Vec<Rc<ConnRecord>> = (0..12).map(|i| conn(1000 + i)).collect();
         let mut heap = DeadlineHeap::default();
         let mut reference: BTreeSet<(Instant, FourTuple)> = BTreeSet::new();
         let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
@@ -244,7 +262,7 @@ mod tests {
     /// time and not before.
     #[test]
     fn many_connections_fire_in_order() {
-        let conns: Vec<Rc<Conn>> = (0..64).map(|i| conn(2000 + i)).collect();
+        let conns: Vec<Rc<ConnRecord>> = (0..64).map(|i| conn(2000 + i)).collect();
         let mut heap = DeadlineHeap::default();
         let mut seed = 0x853c_49e6_748f_ea9b_u64;
         let mut next_random = move || {

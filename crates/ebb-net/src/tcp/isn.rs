@@ -15,7 +15,7 @@ use core::hash::{Hash, Hasher, SipHasher};
 
 use ebb_core::Instant;
 
-use super::FourTuple;
+use super::conn_table::FourTuple;
 use crate::wire::tcp::SeqNumber;
 
 /// The per-layer ISN generator.

@@ -24,11 +24,12 @@ use ebb_core::Instant;
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{CloseReason, TcpErrorKind};
 
+use super::config::{Keepalive, TcpConfig};
 use super::congestion::Congestion;
+use super::counters::TcpCounters;
 use super::recv::{self, Reassembly};
-use super::send::QueueCursor;
+use super::send_queue::QueueCursor;
 use super::timers::{self, RttEstimator, Timers};
-use super::{Keepalive, TcpConfig, TcpCounters};
 use crate::transport::TcpOutput;
 use crate::wire::tcp::{Control, PlainHeader, Repr, SeqNumber};
 
@@ -221,7 +222,7 @@ pub(crate) struct Tcb {
     /// the layer files the connection to be polled again and clears this.
     pub(crate) tx_blocked: bool,
     /// `output` was held back until the application has seen the data just received
-    /// (see `on_segment_synchronized`); the layer runs it after dispatching.
+    /// (see `on_segment_synchronized`); the layer runs it after delivering events.
     pub(crate) output_after_delivery: bool,
 }
 

@@ -292,7 +292,7 @@ proptest! {
         lens in proptest::collection::vec(0usize..200, 1..6),
         cuts in proptest::collection::vec((0usize..600, 1usize..300), 1..8),
     ) {
-        use crate::tcp::send::{QueueCursor, slice_chain, slice_chain_from};
+        use crate::tcp::send_queue::{QueueCursor, slice_chain, slice_chain_from};
         let mut chain = IOBufChain::new();
         let mut all = Vec::new();
         for (i, len) in lens.iter().enumerate() {

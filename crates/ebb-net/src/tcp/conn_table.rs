@@ -1,5 +1,13 @@
-//! The demux table's hashing: a four-tuple key hashed as two words by a seeded folded
-//! multiply (foldhash's / wyhash's mixing step), for `ConnTable`'s `hashbrown` map.
+//! The demux table: [`FourTuple`] → connection ([`ConnTable`]), the multi-core
+//! [`ConnectionDirectory`] it mirrors its claims in, and its hashing.
+//!
+//! The table does not know what a connection is beyond the four-tuple it is filed under
+//! ([`Keyed`]); the layer stores its connection records in it.
+//!
+//! # Hashing
+//!
+//! A four-tuple key is hashed as two words by a seeded folded multiply (foldhash's /
+//! wyhash's mixing step), for the table's `hashbrown` map.
 //!
 //! Trade-off: the peer chooses the remote address and port, so an unkeyed fast hash
 //! (FxHash) would let it pick tuples that all land in one bucket chain and make every
@@ -9,9 +17,113 @@
 //! come from the layer's secret (`TcpConfig::isn_seed`), so a peer cannot compute
 //! colliding tuples offline; what it could learn is only through timing.
 
+use alloc::rc::Rc;
 use core::hash::{BuildHasher, Hash, Hasher};
+use core::net::SocketAddrV4;
 
-use super::FourTuple;
+use hashbrown::HashMap;
+
+/// A connection's identity: our address and the peer's. The demux key, and the key a
+/// multi-core steering maps to the owning core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FourTuple {
+    /// Our address and port.
+    pub local: SocketAddrV4,
+    /// The peer's address and port.
+    pub remote: SocketAddrV4,
+}
+
+/// Where a multi-core stack records which core owns each connection (see
+/// [`crate::steering`]). A layer claims a four-tuple before the connection's first segment
+/// leaves (so a peer's answer, arriving on any core, finds the owner) and releases it when
+/// the connection leaves the table.
+pub trait ConnectionDirectory {
+    /// Records that this layer holds `tuple`. False if another core holds it: then this
+    /// layer does not create the connection (a passive open drops the SYN, counted in
+    /// [`TcpCounters::dropped_owned_elsewhere`](super::TcpCounters::dropped_owned_elsewhere); an active open tries another port or
+    /// fails with `AddressInUse`).
+    fn claim(&self, tuple: &FourTuple) -> bool;
+    /// This layer no longer holds `tuple`.
+    fn release(&self, tuple: &FourTuple);
+}
+
+/// What the table needs of a connection: the four-tuple it is filed under.
+pub(super) trait Keyed {
+    /// The connection's four-tuple (never changes while it is in a table).
+    fn tuple(&self) -> &FourTuple;
+}
+
+/// The demux table: four-tuple to connection, mirrored in the multi-core directory when
+/// there is one (`claim` before a connection's first segment, `remove` releases).
+///
+/// A `hashbrown` map under a seeded hash (see the module's doc for the choice of hash); nothing
+/// iterates it, so its lack of order loses nothing. `last` caches the connection the
+/// previous lookup found (a burst of segments usually belongs to one connection, and with
+/// one connection the cache answers every lookup without hashing). Invariant: when set,
+/// it is the entry `map` holds for its tuple — `insert` and `remove`, the only writers of
+/// `map`, clear it for their tuple.
+pub(super) struct ConnTable<C> {
+    map: HashMap<TupleKey, Rc<C>, TupleHashBuilder>,
+    last: Option<Rc<C>>,
+    pub(super) directory: Option<Rc<dyn ConnectionDirectory>>,
+}
+
+impl<C: Keyed> ConnTable<C> {
+    /// An empty table hashing with constants drawn from `secret`.
+    pub(super) fn new(secret: [u64; 2]) -> ConnTable<C> {
+        ConnTable {
+            map: HashMap::with_hasher(TupleHashBuilder::new(secret)),
+            last: None,
+            directory: None,
+        }
+    }
+    pub(super) fn get(&self, tuple: &FourTuple) -> Option<&Rc<C>> {
+        self.map.get(&TupleKey(*tuple))
+    }
+    /// [`get`](Self::get) through the one-entry cache, which it updates.
+    #[inline]
+    pub(super) fn lookup(&mut self, tuple: &FourTuple) -> Option<Rc<C>> {
+        if let Some(last) = &self.last
+            && last.tuple() == tuple
+        {
+            return Some(last.clone());
+        }
+        let conn = self.map.get(&TupleKey(*tuple))?.clone();
+        self.last = Some(conn.clone());
+        Some(conn)
+    }
+    /// Forgets the cached connection if it is `tuple`'s.
+    pub(super) fn uncache(&mut self, tuple: &FourTuple) {
+        if self.last.as_ref().is_some_and(|c| c.tuple() == tuple) {
+            self.last = None;
+        }
+    }
+    /// Whether `tuple` may become a connection here: free in this table and claimed in
+    /// the directory (if any).
+    pub(super) fn claim(&self, tuple: &FourTuple) -> bool {
+        !self.map.contains_key(&TupleKey(*tuple))
+            && self.directory.as_ref().is_none_or(|d| d.claim(tuple))
+    }
+    /// Inserts a connection whose tuple was claimed.
+    pub(super) fn insert(&mut self, conn: Rc<C>) {
+        let tuple = *conn.tuple();
+        self.uncache(&tuple);
+        self.map.insert(TupleKey(tuple), conn);
+    }
+    pub(super) fn remove(&mut self, tuple: &FourTuple) -> Option<Rc<C>> {
+        self.uncache(tuple);
+        let removed = self.map.remove(&TupleKey(*tuple));
+        if removed.is_some()
+            && let Some(directory) = &self.directory
+        {
+            directory.release(tuple);
+        }
+        removed
+    }
+    pub(super) fn len(&self) -> usize {
+        self.map.len()
+    }
+}
 
 /// `a * b` as 128 bits, its halves xor-ed.
 #[inline]
@@ -105,15 +217,14 @@ impl Hasher for TupleHasher {
 #[cfg(test)]
 mod tests {
     use alloc::collections::BTreeMap;
-    use alloc::rc::Rc;
     use alloc::vec::Vec;
     use core::net::{Ipv4Addr, SocketAddrV4};
 
     use super::*;
-    use crate::tcp::{Conn, ConnTable};
+    use crate::tcp::layer::{ConnRecord, detached_conn};
 
-    fn conn(tuple: FourTuple) -> Rc<Conn> {
-        crate::tcp::detached_conn(tuple)
+    fn conn(tuple: FourTuple) -> Rc<ConnRecord> {
+        detached_conn(tuple)
     }
 
     fn tuple(i: u32) -> FourTuple {
@@ -129,7 +240,7 @@ mod tests {
     #[test]
     fn many_connections_find_their_own() {
         let mut table = ConnTable::new([1, 2]);
-        let mut reference: BTreeMap<FourTuple, Rc<Conn>> = BTreeMap::new();
+        let mut reference: BTreeMap<FourTuple, Rc<ConnRecord>> = BTreeMap::new();
         let mut seed = 0x2545_f491_4f6c_dd1d_u64;
         let mut next_random = move || {
             seed ^= seed << 13;

@@ -1,17 +1,20 @@
-//! Several cores: which core processes each received frame (see the crate docs,
-//! "Several cores").
+//! Several cores: forwarding each received frame that another core owns to that core
+//! (see the crate docs, "Several cores"). Which core owns a frame is the
+//! [`FlowDirectory`]'s answer; how a batch reaches the other core is the runner's
+//! (`send_batch`), so this module knows nothing of runners.
 
 use alloc::rc::Rc;
+use alloc::sync::Arc;
+use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::Cell;
 
-use ebb_core::{CoreId, event};
+use ebb_core::CoreId;
 use ebb_net::stack::FrameSteering;
-use ebb_net::steering::Steer;
+use ebb_net::steering::{FlowDirectory, Steer};
 use ebb_net_driver::RxFrame;
 
 use crate::counters::RunnerCounters;
-use crate::runner::{MultiCore, local_runner};
 
 /// Appends `frames` to `inbox` up to `limit` frames in all; returns how many were
 /// dropped for want of room (the newest, as a full device ring drops arrivals).
@@ -23,25 +26,39 @@ pub(crate) fn admit(inbox: &mut Vec<RxFrame>, mut frames: Vec<RxFrame>, limit: u
     dropped as u64
 }
 
-/// One core's steering (see the module docs, "Several cores"): asks the directory about
+/// One core's forwarder (see the crate docs, "Several cores"): asks the directory about
 /// every received frame and sends other cores theirs, one message per core per batch.
-pub(crate) struct CoreSteering {
-    pub(crate) here: CoreId,
-    pub(crate) multi: MultiCore,
+pub(crate) struct CoreForwarder<F> {
+    here: CoreId,
+    directory: Arc<FlowDirectory>,
     /// Frames for each core of the stack (by position in `directory.cores()`), reused;
     /// each keeps what the device said of its checksum.
-    pub(crate) outboxes: Vec<Vec<RxFrame>>,
-    pub(crate) counters: Rc<Cell<RunnerCounters>>,
+    outboxes: Vec<Vec<RxFrame>>,
+    counters: Rc<Cell<RunnerCounters>>,
+    /// Sends a batch to a core's runner; false if it could not be sent.
+    send_batch: F,
 }
 
-impl CoreSteering {
+impl<F: FnMut(CoreId, Vec<RxFrame>) -> bool> CoreForwarder<F> {
+    /// The forwarder of core `here` of the stack whose directory is `directory`, counting
+    /// in `counters`, sending batches with `send_batch`.
+    pub(crate) fn new(
+        here: CoreId,
+        directory: Arc<FlowDirectory>,
+        counters: Rc<Cell<RunnerCounters>>,
+        send_batch: F,
+    ) -> Self {
+        CoreForwarder {
+            here,
+            outboxes: vec![Vec::new(); directory.cores().len()],
+            directory,
+            counters,
+            send_batch,
+        }
+    }
+
     fn outbox(&mut self, core: CoreId) -> Option<&mut Vec<RxFrame>> {
-        let index = self
-            .multi
-            .directory
-            .cores()
-            .iter()
-            .position(|&c| c == core)?;
+        let index = self.directory.cores().iter().position(|&c| c == core)?;
         self.outboxes.get_mut(index)
     }
 
@@ -52,9 +69,9 @@ impl CoreSteering {
     }
 }
 
-impl FrameSteering for CoreSteering {
+impl<F: FnMut(CoreId, Vec<RxFrame>) -> bool> FrameSteering for CoreForwarder<F> {
     fn steer(&mut self, frames: &mut Vec<RxFrame>) {
-        let directory = self.multi.directory.clone();
+        let directory = self.directory.clone();
         let (mut out, mut everywhere) = (0, 0);
         frames.retain(
             |frame| match directory.steer(self.here, frame.buf.as_slice()) {
@@ -93,13 +110,7 @@ impl FrameSteering for CoreSteering {
             }
             let batch = core::mem::take(outbox);
             let n = batch.len() as u64;
-            let id = self.multi.id;
-            let sent = event::spawn_on(core, move || {
-                if let Some(runner) = local_runner(id) {
-                    runner.receive_steered(batch);
-                }
-            });
-            if sent.is_err() {
+            if !(self.send_batch)(core, batch) {
                 self.count(|c| c.steer_failures += n);
             }
         }

@@ -1,0 +1,320 @@
+//! A text command line's pieces, shared by the classic commands (`text`) and the meta
+//! commands (`meta_parse`): what a line asks for ([`Line`]), its tokens as memcached's
+//! `mcmc` tokenizer splits them ([`Tokens`]), and memcached's number parsers, quirks
+//! included.
+//!
+//! Every byte offset used here is within the line given: tokens are computed from it,
+//! and slices are taken with `get`.
+
+use alloc::boxed::Box;
+
+use super::meta::MetaFlags;
+use super::{ErrorKind, Key, ReplyTo, Request, StoreMode};
+
+/// The tokenizer's limit (`MCMC_PARSER_MAX_TOKENS - 1`): later tokens are not split off
+/// (so a `noreply` beyond the 23rd token is not seen, as in memcached).
+pub(super) const MAX_TOKENS: usize = 23;
+/// The tokenizer only looks at this many bytes of a line (`TOKENIZER_MAXLEN`).
+const TOKENIZER_MAXLEN: usize = u16::MAX as usize - 1;
+
+/// What a command line asks for, before its data block (if any) is read.
+pub(super) enum Line {
+    /// A complete request.
+    Request(Request, ReplyTo),
+    /// A storage command whose data block (`vlen` bytes + `"\r\n"`) follows.
+    Store {
+        mode: StoreMode,
+        key: Key,
+        flags: u32,
+        exptime: i64,
+        cas: u64,
+        vlen: usize,
+        noreply: bool,
+        /// `ms`: its flags (the request is a [`Request::MetaSet`]).
+        meta: Option<Box<MetaFlags>>,
+    },
+    /// A refused line.
+    Refused {
+        kind: ErrorKind,
+        /// The reply; `None` to close without one.
+        reply: Option<&'static [u8]>,
+        noreply: bool,
+        /// Bytes after the line to swallow (a storage command's data block).
+        swallow: usize,
+        unlink: Option<Key>,
+    },
+}
+
+impl Line {
+    pub(super) fn refused(kind: ErrorKind, reply: &'static [u8], noreply: bool) -> Self {
+        Line::Refused {
+            kind,
+            reply: Some(reply),
+            noreply,
+            swallow: 0,
+            unlink: None,
+        }
+    }
+}
+
+/// The tokens of a line: `(start, end)` offsets of up to [`MAX_TOKENS`] space-separated
+/// words, as memcached's `mcmc_tokenize`.
+pub(super) struct Tokens<'a> {
+    line: &'a [u8],
+    spans: [(usize, usize); MAX_TOKENS],
+    count: usize,
+}
+
+impl<'a> Tokens<'a> {
+    /// Tokenizes `line` (which ends with `"\n"`).
+    pub(super) fn new(line: &'a [u8]) -> Self {
+        let len = line.len().min(TOKENIZER_MAXLEN);
+        let end = body_end(line.get(..len).unwrap_or_default());
+        let mut spans = [(0, 0); MAX_TOKENS];
+        let mut count = 0;
+        let body = line.get(..end).unwrap_or_default();
+        let mut i = 0;
+        while i < end && count < MAX_TOKENS {
+            if body.get(i) == Some(&b' ') {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            // The token runs to the next space or the end of the body.
+            i = body
+                .get(i..)
+                .and_then(|rest| memchr::memchr(b' ', rest))
+                .map_or(end, |j| i + j);
+            if let Some(span) = spans.get_mut(count) {
+                *span = (start, i);
+            }
+            count += 1;
+        }
+        Self { line, spans, count }
+    }
+
+    /// Where slot `i` of the spans starts (`(0, 0)` past the last token, as the
+    /// tokenizer leaves unused slots).
+    #[inline]
+    pub(super) fn span_start(&self, i: usize) -> Option<usize> {
+        self.spans.get(i).map(|s| s.0)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.count
+    }
+
+    pub(super) fn get(&self, i: usize) -> Option<&'a [u8]> {
+        if i >= self.count {
+            return None;
+        }
+        let &(s, e) = self.spans.get(i)?;
+        self.line.get(s..e)
+    }
+
+    /// The line from token `i`'s start to the end of its body: what memcached's
+    /// `strtol`-based parsers read from.
+    pub(super) fn from(&self, i: usize) -> Option<&'a [u8]> {
+        if i >= self.count {
+            return None;
+        }
+        let &(s, _) = self.spans.get(i)?;
+        self.line.get(s..body_end(self.line))
+    }
+
+    /// The last token is `noreply` (`_process_request_noreply`).
+    pub(super) fn noreply(&self) -> bool {
+        self.count > 0 && self.get(self.count - 1) == Some(b"noreply".as_slice())
+    }
+}
+
+/// The pieces of `bytes` between spaces, exactly as `bytes.split(|&b| b == b' ')` gives
+/// them (empty pieces included), found with `memchr`.
+pub(super) fn split_spaces(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(bytes);
+    core::iter::from_fn(move || {
+        let r = rest?;
+        match memchr::memchr(b' ', r) {
+            Some(i) => {
+                rest = r.get(i + 1..);
+                r.get(..i)
+            }
+            None => {
+                rest = None;
+                Some(r)
+            }
+        }
+    })
+}
+
+/// Where a line's body ends: before its `"\r\n"`, or before a bare `"\n"`.
+pub(super) fn body_end(line: &[u8]) -> usize {
+    let len = line.len();
+    if len >= 2 && line.get(len - 2) == Some(&b'\r') {
+        len - 2
+    } else {
+        len.saturating_sub(1)
+    }
+}
+
+// Numbers. memcached parses most arguments with mcmc's strict converters (digits only,
+// a bounded length, overflow refused) and flags/exptime of storage commands with
+// strtoul/strtol (leading whitespace and a sign allowed, the result truncated to 32
+// bits). Both are reproduced exactly, quirks included.
+
+/// `mcmc_toktou32`: at most 11 digits, no sign, no overflow.
+pub(super) fn mcmc_u32(tok: &[u8]) -> Option<u32> {
+    if tok.len() > 11 {
+        return None;
+    }
+    tok.iter().try_fold(0u32, |sum, &c| {
+        let d = u32::from(c.checked_sub(b'0').filter(|d| *d < 10)?);
+        sum.checked_mul(10)?.checked_add(d)
+    })
+}
+
+/// `mcmc_toktou64`: at most 22 digits, no sign, no overflow.
+pub(super) fn mcmc_u64(tok: &[u8]) -> Option<u64> {
+    if tok.len() > 22 {
+        return None;
+    }
+    tok.iter().try_fold(0u64, |sum, &c| {
+        let d = u64::from(c.checked_sub(b'0').filter(|d| *d < 10)?);
+        sum.checked_mul(10)?.checked_add(d)
+    })
+}
+
+/// `mcmc_tokto32`: at most 11 bytes, an optional `-`, digits (a lone `-` is 0).
+pub(super) fn mcmc_i32(tok: &[u8]) -> Option<i32> {
+    if tok.len() > 11 {
+        return None;
+    }
+    let (neg, digits) = match tok.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, tok),
+    };
+    digits.iter().try_fold(0i32, |sum, &c| {
+        let d = i32::from(c.checked_sub(b'0').filter(|d| *d < 10)?);
+        let sum = sum.checked_mul(10)?;
+        if neg {
+            sum.checked_sub(d)
+        } else {
+            sum.checked_add(d)
+        }
+    })
+}
+
+/// C's `isspace` in the C locale.
+fn is_c_space(c: u8) -> bool {
+    c == b' ' || (b'\t'..=b'\r').contains(&c)
+}
+
+/// `strtoull(s, &end, 10)` followed by memcached's `safe_strto*` checks: whitespace,
+/// an optional sign, at least one digit, no overflow, and then whitespace, NUL or the end
+/// of the line. Returns the value (negated modulo 2^64 if signed `-`) and whether a `-`
+/// was seen; for `strtol` semantics also the unreduced magnitude.
+fn c_strtou(s: &[u8]) -> Option<(u64, bool, u128)> {
+    let mut i = s.iter().take_while(|&&c| is_c_space(c)).count();
+    let mut neg = false;
+    match s.get(i) {
+        Some(b'-') => {
+            neg = true;
+            i += 1;
+        }
+        Some(b'+') => i += 1,
+        _ => {}
+    }
+    let digits = s.get(i..).unwrap_or_default();
+    let n = digits.iter().take_while(|c| c.is_ascii_digit()).count();
+    if n == 0 {
+        return None;
+    }
+    let mut mag: u128 = 0;
+    for &c in digits.get(..n).unwrap_or_default() {
+        mag = mag * 10 + u128::from(c - b'0');
+        if mag > u128::from(u64::MAX) + 1 {
+            // Already out of every range checked below; stop before u128 overflows.
+            mag = u128::from(u64::MAX) + 2;
+        }
+    }
+    match digits.get(n) {
+        None => {}
+        Some(&c) if is_c_space(c) || c == 0 => {}
+        Some(_) => return None,
+    }
+    let m = u64::try_from(mag).ok()?;
+    Some((if neg { m.wrapping_neg() } else { m }, neg, mag))
+}
+
+/// memcached's `safe_strtoul` into a 32-bit flags field: ERANGE beyond 2^64, a negative
+/// number refused only when it reads as negative as a signed long, the result
+/// truncated to 32 bits (`*out = l`).
+pub(super) fn c_strtoul_u32(s: &[u8]) -> Option<u32> {
+    let (v, neg, _) = c_strtou(s)?;
+    if neg && (v as i64) < 0 {
+        return None;
+    }
+    Some(v as u32)
+}
+
+/// memcached's `safe_strtoull`: ERANGE beyond 2^64, a negative number refused only
+/// when it reads as negative as a signed long long.
+pub(super) fn c_strtoull_u64(s: &[u8]) -> Option<u64> {
+    let (v, neg, _) = c_strtou(s)?;
+    if neg && (v as i64) < 0 {
+        return None;
+    }
+    Some(v)
+}
+
+/// memcached's `safe_strtol`: `strtol` (a 64-bit long: ERANGE outside it) stored into
+/// an `int32_t` (truncated).
+pub(super) fn c_strtol_i32(s: &[u8]) -> Option<i32> {
+    let (_, neg, mag) = c_strtou(s)?;
+    let v: i64 = if neg {
+        if mag > 1u128 << 63 {
+            return None;
+        }
+        (mag as u64).wrapping_neg() as i64
+    } else {
+        i64::try_from(mag).ok()?
+    };
+    Some(v as i32)
+}
+
+#[cfg(test)]
+mod number_tests {
+    use super::*;
+
+    #[test]
+    fn mcmc_numbers() {
+        assert_eq!(mcmc_u32(b"4294967295"), Some(u32::MAX));
+        assert_eq!(mcmc_u32(b"4294967296"), None);
+        assert_eq!(mcmc_u32(b"000000000001"), None, "longer than 11");
+        assert_eq!(mcmc_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(mcmc_u64(b"18446744073709551616"), None);
+        assert_eq!(mcmc_u64(b"-1"), None);
+        assert_eq!(mcmc_i32(b"-2147483648"), Some(i32::MIN));
+        assert_eq!(mcmc_i32(b"2147483648"), None);
+        assert_eq!(mcmc_i32(b"-"), Some(0));
+        assert_eq!(mcmc_i32(b"1x"), None);
+    }
+
+    #[test]
+    fn strto_numbers() {
+        assert_eq!(c_strtoul_u32(b"5 0 1"), Some(5));
+        assert_eq!(c_strtoul_u32(b"+5"), Some(5));
+        assert_eq!(c_strtoul_u32(b"4294967296"), Some(0), "truncated");
+        assert_eq!(c_strtoul_u32(b"-1"), None);
+        assert_eq!(c_strtoul_u32(b"-0"), Some(0));
+        assert_eq!(c_strtoul_u32(b"18446744073709551616"), None, "ERANGE");
+        assert_eq!(c_strtoul_u32(b"5x"), None);
+        assert_eq!(c_strtoul_u32(b"\t5"), Some(5));
+        assert_eq!(c_strtoul_u32(b"x"), None);
+        assert_eq!(c_strtol_i32(b"-1"), Some(-1));
+        assert_eq!(c_strtol_i32(b"4294967297"), Some(1), "truncated");
+        assert_eq!(c_strtol_i32(b"9223372036854775808"), None, "ERANGE");
+        assert_eq!(c_strtol_i32(b"-9223372036854775808"), Some(0));
+        assert_eq!(c_strtol_i32(b"-9223372036854775809"), None);
+    }
+}
