@@ -189,10 +189,11 @@ fn without_test_items(tokens: &[String]) -> (Vec<String>, Vec<String>) {
                     i += 1;
                 }
             }
-            if let Some(k) = tokens[i..].iter().position(|t| t == "mod") {
-                if tokens.get(i + k + 2).is_some_and(|t| t == ";") && k <= 4 {
-                    test_modules.push(tokens[i + k + 1].clone());
-                }
+            if let Some(k) = tokens[i..].iter().position(|t| t == "mod")
+                && k <= 4
+                && tokens.get(i + k + 2).is_some_and(|t| t == ";")
+            {
+                test_modules.push(tokens[i + k + 1].clone());
             }
             let mut depth = 0;
             while i < tokens.len() {
@@ -232,7 +233,7 @@ fn named_paths(tokens: &[String]) -> Vec<Vec<String>> {
                 .iter()
                 .position(|t| t == ";")
                 .map_or(tokens.len(), |p| i + p);
-            use_tree(&tokens[i + 1..end], &mut Vec::new(), &mut paths);
+            use_tree(&tokens[i + 1..end], &[], &mut paths);
             i = end + 1;
         } else if matches!(tokens[i].as_str(), "crate" | "super" | "self")
             && tokens.get(i + 1).is_some_and(|t| t == "::")
@@ -256,7 +257,7 @@ fn named_paths(tokens: &[String]) -> Vec<Vec<String>> {
 }
 
 /// Expands one `use` tree (the tokens between `use` and `;`) under `prefix`.
-fn use_tree(tokens: &[String], prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+fn use_tree(tokens: &[String], prefix: &[String], out: &mut Vec<Vec<String>>) {
     // Split at top-level commas when the tree is a group's contents.
     let mut depth = 0;
     let mut start = 0;
@@ -274,13 +275,13 @@ fn use_tree(tokens: &[String], prefix: &mut Vec<String>, out: &mut Vec<Vec<Strin
     }
     parts.push(&tokens[start..]);
     for part in parts {
-        let mut path = prefix.clone();
+        let mut path = prefix.to_vec();
         let mut k = 0;
         while k < part.len() {
             let t = part[k].as_str();
             if t == "{" {
                 let close = part.len() - 1 - part.iter().rev().position(|t| t == "}").unwrap_or(0);
-                use_tree(&part[k + 1..close.max(k + 1)], &mut path.clone(), out);
+                use_tree(&part[k + 1..close.max(k + 1)], &path, out);
                 path.clear();
                 break;
             } else if t == "as" {
@@ -292,12 +293,63 @@ fn use_tree(tokens: &[String], prefix: &mut Vec<String>, out: &mut Vec<Vec<Strin
             }
             k += 1;
         }
-        if !path.is_empty() && path.len() > prefix.len() {
-            out.push(path);
-        } else if !path.is_empty() && path.len() == prefix.len() && part.iter().any(|t| t == "*") {
+        // A leaf, or a glob (`a::*`) naming the module itself.
+        let glob = part.iter().any(|t| t == "*");
+        if !path.is_empty() && (path.len() > prefix.len() || glob) {
             out.push(path);
         }
     }
+}
+
+/// `path` as named in the file of module `here`, made absolute (from the crate root);
+/// `None` for a path into another crate or std.
+fn absolute(
+    here: &[String],
+    path: &[String],
+    by_module: &BTreeMap<&[String], usize>,
+) -> Option<Vec<String>> {
+    Some(match path[0].as_str() {
+        "crate" => path[1..].to_vec(),
+        "self" => here.iter().chain(&path[1..]).cloned().collect(),
+        "super" => {
+            // A `foo.rs` or `foo/mod.rs` file is module `foo`; its `super` is foo's parent.
+            let ups = path.iter().take_while(|s| *s == "super").count();
+            if ups > here.len() {
+                return None;
+            }
+            here[..here.len() - ups]
+                .iter()
+                .chain(&path[ups..])
+                .cloned()
+                .collect()
+        }
+        first => {
+            let child: Vec<String> = here.iter().cloned().chain([first.to_string()]).collect();
+            if !by_module.contains_key(child.as_slice()) {
+                return None; // another crate, std, or an item of this module
+            }
+            here.iter().chain(path).cloned().collect()
+        }
+    })
+}
+
+/// The leaves of a file's `pub use` (and `pub(crate) use`, …) trees.
+fn reexported_paths(tokens: &[String]) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        let public = i > 0
+            && (tokens[i - 1] == "pub"
+                || (tokens[i - 1] == ")"
+                    && tokens[..i].iter().rev().nth(3).is_some_and(|t| t == "pub")));
+        if t == "use" && public {
+            let end = tokens[i..]
+                .iter()
+                .position(|t| t == ";")
+                .map_or(tokens.len(), |p| i + p);
+            use_tree(&tokens[i + 1..end], &[], &mut paths);
+        }
+    }
+    paths
 }
 
 /// The circles of one crate: groups of two or more files that reach each other, each
@@ -328,41 +380,53 @@ fn circles(src: &Path) -> Vec<Vec<(String, String)>> {
         .enumerate()
         .map(|(i, f)| (f.module.as_slice(), i))
         .collect();
+    // What each file re-exports (`pub use a::b::Name;`): Name → the absolute path, so a
+    // path through a re-export (`crate::boot_info`, re-exported from `entry`) is an
+    // arrow to the file that defines it, not to the module that re-exports it.
+    let reexports: Vec<BTreeMap<String, Vec<String>>> = files
+        .iter()
+        .enumerate()
+        .map(|(i, file)| {
+            reexported_paths(&texts[i])
+                .into_iter()
+                .filter_map(|p| {
+                    let name = p.last()?.clone();
+                    Some((name, absolute(&file.module, &p, &by_module)?))
+                })
+                .collect()
+        })
+        .collect();
     let mut arrows: BTreeSet<(usize, usize)> = BTreeSet::new();
     for (from, file) in files.iter().enumerate() {
+        let here = &file.module;
         for path in named_paths(&texts[from]) {
-            // The module a file's own paths are relative to: a `foo.rs` or `foo/mod.rs`
-            // file is module `foo`, its `super` is foo's parent.
-            let here = &file.module;
-            let absolute: Vec<String> = match path[0].as_str() {
-                "crate" => path[1..].to_vec(),
-                "self" => here.iter().chain(&path[1..]).cloned().collect(),
-                "super" => {
-                    let ups = path.iter().take_while(|s| *s == "super").count();
-                    if ups > here.len() {
-                        continue;
-                    }
-                    here[..here.len() - ups]
-                        .iter()
-                        .chain(&path[ups..])
-                        .cloned()
-                        .collect()
-                }
-                first => {
-                    let child: Vec<String> =
-                        here.iter().cloned().chain([first.to_string()]).collect();
-                    if !by_module.contains_key(child.as_slice()) {
-                        continue; // another crate, std, or an item of this module
-                    }
-                    here.iter().chain(&path).cloned().collect()
-                }
-            };
-            let Some(to) = (0..=absolute.len())
-                .rev()
-                .find_map(|n| by_module.get(&absolute[..n]).copied())
-            else {
+            let Some(mut target_path) = absolute(here, &path, &by_module) else {
                 continue;
             };
+            let mut to = None;
+            for _ in 0..8 {
+                let Some((n, file)) = (0..=target_path.len())
+                    .rev()
+                    .find_map(|n| Some((n, *by_module.get(&target_path[..n])?)))
+                else {
+                    break;
+                };
+                to = Some(file);
+                match target_path
+                    .get(n)
+                    .and_then(|name| reexports[file].get(name))
+                {
+                    Some(origin) if origin.as_slice() != &target_path[..=n] => {
+                        target_path = origin
+                            .iter()
+                            .chain(&target_path[n + 1..])
+                            .cloned()
+                            .collect();
+                    }
+                    _ => break,
+                }
+            }
+            let Some(to) = to else { continue };
             let target = &files[to].module;
             if to != from && !here.starts_with(target) {
                 arrows.insert((from, to));

@@ -38,7 +38,7 @@ extern "C" fn native_entry(boot_info: *mut BootInfo, core: u64) -> ! {
     }
     BOOT_INFO.store(boot_info, Ordering::Release);
     if core == 0 {
-        crate::pvh::init(info.host);
+        crate::pvh::init(info.host, info.tsc_khz);
         // SAFETY: `entry!` defines this symbol with exactly this signature; an image
         // without `entry!` does not link.
         let code = unsafe { __ebb_native_main() };

@@ -35,6 +35,9 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// The TSC when the PVH stub started (written at ring 0 before `_start`): the zero of the
 /// monotonic clock.
 static BOOT_TSC: AtomicU64 = AtomicU64::new(0);
+/// The TSC's frequency from the boot info, kept here so the clock needs nothing of the
+/// entry module (which calls [`init`]).
+static TSC_KHZ: AtomicU64 = AtomicU64::new(1);
 
 /// The 16550's line status register and its "transmit holding register empty" bit.
 const SERIAL_LINE_STATUS: u16 = PVH_SERIAL_PORT + 5;
@@ -52,8 +55,10 @@ pub fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed)
 }
 
-/// Called by `_start` on core 0 with the validated boot info's `host` field.
-pub(crate) fn init(host: u32) {
+/// Called by `_start` on core 0 with the validated boot info's `host` and `tsc_khz`
+/// fields, before any other core runs.
+pub(crate) fn init(host: u32, tsc_khz: u64) {
+    TSC_KHZ.store(tsc_khz.max(1), Ordering::Relaxed);
     ACTIVE.store(host == HOST_PVH, Ordering::Relaxed);
 }
 
@@ -80,7 +85,7 @@ pub fn exit(code: u32) -> ! {
 
 /// Nanoseconds since the PVH stub started, from the TSC and the boot info's frequency.
 pub fn monotonic_ns() -> u64 {
-    let khz = crate::boot_info().tsc_khz.max(1);
+    let khz = TSC_KHZ.load(Ordering::Relaxed);
     let ticks = arch::rdtsc().saturating_sub(BOOT_TSC.load(Ordering::Relaxed));
     (u128::from(ticks) * 1_000_000 / u128::from(khz)) as u64
 }
