@@ -20,7 +20,7 @@
 //!   and writes guest memory only through [`guest::GuestMem`], which checks every range
 //!   (with overflow checks) against the guest's size; a malformed hypercall, a bad pointer
 //!   or length, an unexpected port or MMIO access ends *that VM* with an
-//!   [`hypercall::AbiError`] naming the hypercall and value. No guest input panics the
+//!   [`abi_error::AbiError`] naming the hypercall and value. No guest input panics the
 //!   monitor.
 //! * **The monitor never hangs.** Every vCPU thread leaves `KVM_RUN` and its wait when the
 //!   VM ends (stop flag plus a repeated signal); `--timeout` bounds a runaway guest; the
@@ -35,6 +35,7 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod abi_error;
 pub mod console;
 pub mod cpu;
 pub mod guest;

@@ -4,7 +4,8 @@
 //! Exits are copied out of `kvm_run` into [`Exit`] before anything else touches the vCPU,
 //! so handling never holds a borrow of the shared run page.
 
-use crate::hypercall::{self, AbiError, Caller, Step};
+use crate::abi_error::AbiError;
+use crate::hypercall::{self, Caller, Step};
 use crate::report::{Outcome, VcpuState};
 use crate::virtio::VirtioNetDevice;
 use crate::vm::Shared;

@@ -4,6 +4,7 @@
 
 use super::network::net_summary;
 use super::{Vm, VmError};
+use crate::abi_error::AbiError;
 use crate::console::Console;
 use crate::guest::GuestMem;
 use crate::report::{Outcome, VcpuState};
@@ -306,7 +307,7 @@ impl Vm {
             }
             if let Err(error) = shared.console.drain_all(&shared.mem) {
                 let core = match &error {
-                    crate::hypercall::AbiError::ConsoleCorrupt { core, .. } => *core,
+                    AbiError::ConsoleCorrupt { core, .. } => *core,
                     _ => 0,
                 };
                 shared.finish(Outcome::AbiViolation {
