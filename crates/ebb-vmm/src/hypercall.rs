@@ -9,7 +9,7 @@
 
 use crate::abi_error::AbiError;
 use crate::report::Outcome;
-use crate::vm::Shared;
+use crate::shared::Shared;
 use ebb_abi::{
     HC_CLOCK, HC_CONSOLE_FLUSH, HC_EXIT, HC_PANIC, HC_WAIT, HcClock, HcExit, HcPanic, HcWait,
     HypercallHeader, PANIC_FRAMES_MAX, PANIC_MESSAGE_MAX, WAIT_KICKED, WAIT_TIMED_OUT,

@@ -45,6 +45,7 @@ pub mod net_options;
 pub mod option_values;
 pub mod paging;
 pub mod report;
+pub mod shared;
 #[allow(unsafe_code)] // the one module with `unsafe`: see its docs
 mod sys;
 #[cfg(test)]

@@ -8,7 +8,7 @@ use crate::console::Console;
 use crate::guest::GuestMem;
 use crate::hypercall::{self, Caller, Step};
 use crate::layout::Layout;
-use crate::vm::Shared;
+use crate::shared::Shared;
 use ebb_abi::IMAGE_BASE;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
