@@ -14,6 +14,23 @@
 //! runs one thread per vCPU ([`vcpu`]), serving [`hypercall`]s and draining the
 //! [`console`], until an [`Outcome`] ends it.
 //!
+//! ## Layers
+//!
+//! A file names only files of its own layer or those below, and no two files name each
+//! other, however indirectly (`tests/architecture` checks the circles):
+//!
+//! 1. Guest memory and what goes into it: [`guest`], [`layout`], [`paging`], [`cpu`],
+//!    [`image`], `sys`; the error a hostile guest ends its VM with, [`abi_error`]; and
+//!    [`option_values`].
+//! 2. What a running VM's threads share: [`report`] (how a VM ends), [`console`], and
+//!    [`shared`] (guest memory, console, stop flag and outcome, in one
+//!    [`Shared`](shared::Shared)).
+//! 3. The device, the hypercalls and the vCPUs: [`virtio`] (queues, host links and the
+//!    virtio-net device with its I/O thread), [`hypercall`], then `vcpu`, which serves
+//!    both.
+//! 4. On top, [`vm`], which builds a VM and wires its threads, and [`net_options`] (the
+//!    command line's network options, made into a [`vm::VmNetwork`]).
+//!
 //! ## Invariants
 //!
 //! * **Trust boundary.** Everything in guest memory is hostile input. The monitor reads

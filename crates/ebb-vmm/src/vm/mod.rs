@@ -18,9 +18,9 @@
 //! [`network`] opens the backends of its network device.
 //!
 //! What the threads share — guest memory, the console, the stop flag and the outcome — is
-//! a [`Shared`](crate::shared::Shared), defined in [`shared`](crate::shared) below the
-//! vCPU, hypercall and device code that use it (this module builds it); each vCPU thread
-//! gets the virtio-net device beside it.
+//! a [`Shared`], defined in [`shared`](crate::shared) below the vCPU, hypercall and
+//! device code that use it (this module builds it); each vCPU thread gets the virtio-net
+//! device beside it.
 
 mod boot_info;
 mod build;
