@@ -442,7 +442,7 @@ mod tests {
         );
         let abi = Outcome::AbiViolation {
             core: 0,
-            error: ebb_vmm::hypercall::AbiError::Unknown {
+            error: ebb_vmm::abi_error::AbiError::Unknown {
                 nr: 99,
                 addr: 0x1000,
             },

@@ -8,8 +8,8 @@
 //! that scribbles on its ring can only garble its own output or, when `head` runs more
 //! than a ring's capacity ahead, end its VM with [`AbiError::ConsoleCorrupt`].
 
+use crate::abi_error::AbiError;
 use crate::guest::GuestMem;
-use crate::hypercall::AbiError;
 use crate::layout::Layout;
 use ebb_abi::{CONSOLE_CAPACITY, ConsoleRing};
 use std::io::Write;

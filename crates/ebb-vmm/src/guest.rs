@@ -3,7 +3,7 @@
 //! Every read or write the monitor makes on the guest's behalf goes through [`GuestMem`],
 //! which checks the whole range `[addr, addr + len)` against the guest's size (with
 //! overflow checks) before vm-memory's own checked accessors touch it. A failed check is a
-//! `None`, which callers turn into an [`AbiError`](crate::hypercall::AbiError) naming the
+//! `None`, which callers turn into an [`AbiError`](crate::abi_error::AbiError) naming the
 //! hypercall and the value.
 
 use std::sync::atomic::Ordering;

@@ -14,13 +14,30 @@
 //! runs one thread per vCPU ([`vcpu`]), serving [`hypercall`]s and draining the
 //! [`console`], until an [`Outcome`] ends it.
 //!
+//! ## Layers
+//!
+//! A file names only files of its own layer or those below, and no two files name each
+//! other, however indirectly (`tests/architecture` checks the circles):
+//!
+//! 1. Guest memory and what goes into it: [`guest`], [`layout`], [`paging`], [`cpu`],
+//!    [`image`], `sys`; the error a hostile guest ends its VM with, [`abi_error`]; and
+//!    [`option_values`].
+//! 2. What a running VM's threads share: [`report`] (how a VM ends), [`console`], and
+//!    [`shared`] (guest memory, console, stop flag and outcome, in one
+//!    [`Shared`](shared::Shared)).
+//! 3. The device, the hypercalls and the vCPUs: [`virtio`] (queues, host links and the
+//!    virtio-net device with its I/O thread), [`hypercall`], then `vcpu`, which serves
+//!    both.
+//! 4. On top, [`vm`], which builds a VM and wires its threads, and [`net_options`] (the
+//!    command line's network options, made into a [`vm::VmNetwork`]).
+//!
 //! ## Invariants
 //!
 //! * **Trust boundary.** Everything in guest memory is hostile input. The monitor reads
 //!   and writes guest memory only through [`guest::GuestMem`], which checks every range
 //!   (with overflow checks) against the guest's size; a malformed hypercall, a bad pointer
 //!   or length, an unexpected port or MMIO access ends *that VM* with an
-//!   [`hypercall::AbiError`] naming the hypercall and value. No guest input panics the
+//!   [`abi_error::AbiError`] naming the hypercall and value. No guest input panics the
 //!   monitor.
 //! * **The monitor never hangs.** Every vCPU thread leaves `KVM_RUN` and its wait when the
 //!   VM ends (stop flag plus a repeated signal); `--timeout` bounds a runaway guest; the
@@ -35,6 +52,7 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod abi_error;
 pub mod console;
 pub mod cpu;
 pub mod guest;
@@ -44,6 +62,7 @@ pub mod net_options;
 pub mod option_values;
 pub mod paging;
 pub mod report;
+pub mod shared;
 #[allow(unsafe_code)] // the one module with `unsafe`: see its docs
 mod sys;
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! [`Outcome::exit_code`] is the monitor's process exit code; [`Outcome::report`] is what it
 //! prints on stderr, with guest addresses symbolized from the image.
 
-use crate::hypercall::AbiError;
+use crate::abi_error::AbiError;
 use crate::image::Symbolizer;
 use kvm_bindings::{kvm_regs, kvm_sregs};
 use std::fmt::Write;

@@ -3,11 +3,12 @@
 //! kick eventfd — everything the hypercall handler and the console drainer touch, which a
 //! test then fills with whatever a hostile guest could write.
 
+use crate::abi_error::AbiError;
 use crate::console::Console;
 use crate::guest::GuestMem;
-use crate::hypercall::{self, AbiError, Caller, Step};
+use crate::hypercall::{self, Caller, Step};
 use crate::layout::Layout;
-use crate::vm::Shared;
+use crate::shared::Shared;
 use ebb_abi::IMAGE_BASE;
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -4,10 +4,11 @@
 //! Exits are copied out of `kvm_run` into [`Exit`] before anything else touches the vCPU,
 //! so handling never holds a borrow of the shared run page.
 
-use crate::hypercall::{self, AbiError, Caller, Step};
+use crate::abi_error::AbiError;
+use crate::hypercall::{self, Caller, Step};
 use crate::report::{Outcome, VcpuState};
+use crate::shared::Shared;
 use crate::virtio::VirtioNetDevice;
-use crate::vm::Shared;
 use ebb_abi::{HYPERCALL_PORT, KICK_PORT};
 use kvm_ioctls::{VcpuExit, VcpuFd};
 use std::sync::Arc;
@@ -33,7 +34,7 @@ fn value(data: &[u8]) -> u64 {
     u64::from_le_bytes(b)
 }
 
-fn next_exit(vcpu: &mut VcpuFd, shared: &Shared) -> Exit {
+fn next_exit(vcpu: &mut VcpuFd, shared: &Shared, net: Option<&VirtioNetDevice>) -> Exit {
     let exit = vcpu.run();
     if exit.is_ok() {
         shared
@@ -41,18 +42,14 @@ fn next_exit(vcpu: &mut VcpuFd, shared: &Shared) -> Exit {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     match exit {
-        Ok(VcpuExit::MmioRead(addr, data))
-            if VirtioNetDevice::claims(addr) && shared.net.get().is_some() =>
-        {
-            if let Some(net) = shared.net.get() {
+        Ok(VcpuExit::MmioRead(addr, data)) if VirtioNetDevice::claims(addr) && net.is_some() => {
+            if let Some(net) = net {
                 net.mmio_read(addr, data);
             }
             Exit::Interrupted
         }
-        Ok(VcpuExit::MmioWrite(addr, data))
-            if VirtioNetDevice::claims(addr) && shared.net.get().is_some() =>
-        {
-            if let Some(net) = shared.net.get() {
+        Ok(VcpuExit::MmioWrite(addr, data)) if VirtioNetDevice::claims(addr) && net.is_some() => {
+            if let Some(net) = net {
                 net.mmio_write(addr, data);
             }
             Exit::Interrupted
@@ -87,8 +84,15 @@ fn state(vcpu: &VcpuFd) -> Option<VcpuState> {
     })
 }
 
-/// Runs core `core` until the VM ends, then records its registers.
-pub fn run(shared: Arc<Shared>, mut vcpu: VcpuFd, core: u32, kick: EventFd) {
+/// Runs core `core` until the VM ends, then records its registers. The virtio-net
+/// device's register accesses go to `net`, when the VM has one.
+pub fn run(
+    shared: Arc<Shared>,
+    net: Option<Arc<VirtioNetDevice>>,
+    mut vcpu: VcpuFd,
+    core: u32,
+    kick: EventFd,
+) {
     let caller = Caller {
         shared: &shared,
         core,
@@ -101,7 +105,7 @@ pub fn run(shared: Arc<Shared>, mut vcpu: VcpuFd, core: u32, kick: EventFd) {
     };
     log::debug!("vcpu{core}: first KVM_RUN");
     while !shared.stopping() {
-        let outcome = match next_exit(&mut vcpu, &shared) {
+        let outcome = match next_exit(&mut vcpu, &shared, net.as_deref()) {
             Exit::Hypercall(v) => match hypercall::handle(&caller, v) {
                 Ok(Step::Continue) => continue,
                 Ok(Step::End(outcome)) => *outcome,

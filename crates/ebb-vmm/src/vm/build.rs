@@ -3,7 +3,7 @@
 
 use super::boot_info::{boot_flags, write_boot_info, write_descriptor_tables, write_percore};
 use super::network::open_backends;
-use super::threads::{Shared, spawn_vcpu_threads};
+use super::threads::spawn_vcpu_threads;
 use super::{Vm, VmConfig, VmError, kvm_err};
 use crate::console::{Console, Sink};
 use crate::cpu;
@@ -11,6 +11,7 @@ use crate::guest::GuestMem;
 use crate::image::Image;
 use crate::layout::{Layout, LayoutError};
 use crate::paging::PageTables;
+use crate::shared::Shared;
 use crate::sys;
 use ebb_abi::{BOOT_INFO_ADDR, BootInfo, CMDLINE_ADDR, KICK_PORT};
 use kvm_bindings::KVM_MAX_CPUID_ENTRIES;
@@ -142,7 +143,6 @@ impl Vm {
                 for (_, kick) in &vcpus {
                     vcpu_wakes.push(kick.try_clone().map_err(os("cloning a kick eventfd"))?);
                 }
-                let _ = shared.net.set(device.clone());
                 Some(crate::virtio::IoThread {
                     device,
                     shared: shared.clone(),
@@ -154,6 +154,7 @@ impl Vm {
             }
             _ => None,
         };
+        let net = net_io.as_ref().map(|io| Arc::clone(&io.device));
         Ok(Vm {
             _kvm: kvm,
             _vm: vm,
@@ -161,6 +162,7 @@ impl Vm {
             vcpus,
             vcpu_threads,
             config,
+            net,
             net_io,
             cpus_shared,
         })

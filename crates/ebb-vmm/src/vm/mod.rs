@@ -16,6 +16,11 @@
 //! Files: [`build`] makes the VM ([`Vm::new`]), [`threads`] starts, stops and joins its
 //! threads ([`Vm::run`]), [`boot_info`] writes the boot info and per-core blocks, and
 //! [`network`] opens the backends of its network device.
+//!
+//! What the threads share — guest memory, the console, the stop flag and the outcome — is
+//! a [`Shared`], defined in [`shared`](crate::shared) below the vCPU, hypercall and
+//! device code that use it (this module builds it); each vCPU thread gets the virtio-net
+//! device beside it.
 
 mod boot_info;
 mod build;
@@ -24,11 +29,13 @@ mod threads;
 
 pub use network::{HostLinkConfig, VmNetwork, net_summary};
 use threads::VcpuThread;
-pub use threads::{DRAIN_INTERVAL, Remains, Shared, VCPU_NICE_ON_SHARED_CPUS};
+pub use threads::{DRAIN_INTERVAL, Remains, VCPU_NICE_ON_SHARED_CPUS};
 
 use crate::image::ImageError;
 use crate::layout::LayoutError;
 use crate::paging::PagingError;
+use crate::shared::Shared;
+use crate::virtio::{IoThread, VirtioNetDevice};
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,7 +149,10 @@ pub struct Vm {
     vcpus: Vec<(VcpuFd, EventFd)>,
     vcpu_threads: Vec<VcpuThread>,
     config: VmConfig,
-    net_io: Option<crate::virtio::IoThread>,
+    /// The virtio-net device, when the VM has one: its MMIO exits go there, and its
+    /// counters make [`net_summary`].
+    net: Option<Arc<VirtioNetDevice>>,
+    net_io: Option<IoThread>,
     /// Whether the vCPUs share their host CPUs with the device thread (decided once, in
     /// [`Vm::new`]); they then run below it ([`VCPU_NICE_ON_SHARED_CPUS`]).
     cpus_shared: bool,

@@ -2,7 +2,8 @@
 //! the backends opened for it, and the counters line it prints.
 
 use super::VmError;
-use super::threads::Shared;
+use crate::shared::Shared;
+use crate::virtio::VirtioNetDevice;
 use std::sync::atomic::Ordering;
 
 /// The VM's network device: where its frames go.
@@ -55,10 +56,9 @@ pub enum HostLinkConfig {
     User(Vec<crate::virtio::PortForward>),
 }
 
-/// One line of network and exit counters, printed at the VM's end and on SIGUSR1 (so a
-/// benchmark or test can take the difference over a steady phase).
-pub fn net_summary(shared: &Shared) -> Option<String> {
-    let net = shared.net.get()?;
+/// One line of the counters of `net` and of the VM's exits, printed at the VM's end and
+/// on SIGUSR1 (so a benchmark or test can take the difference over a steady phase).
+pub fn net_summary(net: &VirtioNetDevice, shared: &Shared) -> String {
     let s = &net.stats;
     let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     // With `--net-faults`: what the injector did, `rx_` toward the guest, `tx_` from it.
@@ -100,7 +100,7 @@ pub fn net_summary(shared: &Shared) -> Option<String> {
         get(&s.rx_csum_partial),
         get(&s.rx_csum_valid),
     );
-    Some(format!(
+    format!(
         "ebb-vmm: virtio-net: tx_frames={} rx_frames={} rx_dropped={} tx_dropped={} exits={} \
          mmio_exits={} kicks={} wakeups={}{csum}{faults}{}",
         get(&s.tx_frames),
@@ -114,7 +114,7 @@ pub fn net_summary(shared: &Shared) -> Option<String> {
         net.broken()
             .map(|b| format!(" broken: {b}"))
             .unwrap_or_default(),
-    ))
+    )
 }
 
 /// The faults of `--net-faults` that passt survives, as (toward the guest, toward passt).

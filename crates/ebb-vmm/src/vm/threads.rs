@@ -4,13 +4,14 @@
 
 use super::network::net_summary;
 use super::{Vm, VmError};
-use crate::console::Console;
-use crate::guest::GuestMem;
-use crate::report::{Outcome, VcpuState};
+use crate::abi_error::AbiError;
+use crate::report::Outcome;
+use crate::shared::Shared;
 use crate::sys;
+use crate::virtio::VirtioNetDevice;
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Once, mpsc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Once, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use vmm_sys_util::eventfd::EventFd;
@@ -22,108 +23,6 @@ pub const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 const STOP_GRACE: Duration = Duration::from_secs(1);
 /// How often a vCPU thread that has not stopped yet is signalled again.
 const STOP_SIGNAL_INTERVAL: Duration = Duration::from_micros(200);
-
-/// VM-wide state shared by the vCPU threads and the main thread.
-pub struct Shared {
-    /// Guest memory.
-    pub mem: GuestMem,
-    /// The console rings.
-    pub console: Console,
-    /// When the VM was started (the monotonic clock's zero).
-    pub started: Instant,
-    stop: AtomicBool,
-    outcome: Mutex<Option<Outcome>>,
-    changed: Condvar,
-    states: Mutex<Vec<Option<VcpuState>>>,
-    stopped: AtomicU32,
-    /// Exits to this process (every `KVM_RUN` return but errors), all vCPUs.
-    pub exits: std::sync::atomic::AtomicU64,
-    /// The virtio-net device, when the VM has one (its MMIO exits go there).
-    pub net: std::sync::OnceLock<Arc<crate::virtio::VirtioNetDevice>>,
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared").finish_non_exhaustive()
-    }
-}
-
-impl Shared {
-    /// The state of a VM with `cpus` vCPUs over `mem`, its clock starting now. Needs no
-    /// KVM: the hypercall and console tests build one over plain host memory.
-    pub(crate) fn new(mem: GuestMem, console: Console, cpus: u32) -> Shared {
-        Shared {
-            mem,
-            console,
-            started: Instant::now(),
-            stop: AtomicBool::new(false),
-            outcome: Mutex::new(None),
-            changed: Condvar::new(),
-            states: Mutex::new(vec![None; cpus as usize]),
-            stopped: AtomicU32::new(0),
-            exits: std::sync::atomic::AtomicU64::new(0),
-            net: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// Ends the VM with `outcome`, unless another outcome came first.
-    pub fn finish(&self, outcome: Outcome) {
-        let mut slot = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
-            *slot = Some(outcome);
-        }
-        self.stop.store(true, Ordering::SeqCst);
-        self.changed.notify_all();
-    }
-
-    /// Whether the VM is ending.
-    pub fn stopping(&self) -> bool {
-        self.stop.load(Ordering::SeqCst)
-    }
-
-    /// Records that core `core`'s thread stopped, with its registers.
-    pub fn vcpu_stopped(&self, core: u32, state: Option<VcpuState>) {
-        let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = states.get_mut(core as usize) {
-            *s = state;
-        }
-        drop(states);
-        // Under the outcome lock, so the main thread cannot miss the notification between
-        // its check of `stopped` and its wait.
-        let _slot = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
-        self.stopped.fetch_add(1, Ordering::SeqCst);
-        self.changed.notify_all();
-    }
-
-    /// Sleeps until `kick` is signalled (true) or `timeout` passes (false); returns early,
-    /// as a timeout, when the VM is ending.
-    pub fn wait(&self, kick: &EventFd, timeout: Option<Duration>) -> bool {
-        use rustix::event::{PollFd, PollFlags, Timespec, poll};
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        loop {
-            if self.stopping() {
-                return false;
-            }
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let ts = left.map(|l| Timespec {
-                tv_sec: l.as_secs() as i64,
-                tv_nsec: i64::from(l.subsec_nanos()),
-            });
-            let fd = sys::borrow_eventfd(kick);
-            let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-            match poll(&mut fds, ts.as_ref()) {
-                Ok(0) => return false,
-                Ok(_) => {
-                    // Consume every pending kick: one wake-up serves them all.
-                    let _ = kick.read();
-                    return true;
-                }
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(_) => return false,
-            }
-        }
-    }
-}
 
 extern "C" fn on_stop_signal(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
     // Nothing to do: the signal's only job is to make KVM_RUN or poll return EINTR.
@@ -168,6 +67,8 @@ pub const VCPU_NICE_ON_SHARED_CPUS: i32 = 10;
 /// What a vCPU thread needs to run its vCPU.
 struct VcpuStart {
     shared: Arc<Shared>,
+    /// The virtio-net device, when the VM has one (its MMIO exits go there).
+    net: Option<Arc<VirtioNetDevice>>,
     vcpu: VcpuFd,
     kick: EventFd,
     /// Take [`VCPU_NICE_ON_SHARED_CPUS`] before running.
@@ -219,7 +120,7 @@ pub(super) fn spawn_vcpu_threads(cpus: u32, pin: bool) -> Result<Vec<VcpuThread>
                             log::warn!("vcpu{core}: cannot lower its priority: {e}");
                         }
                     }
-                    crate::vcpu::run(start.shared, start.vcpu, core, start.kick);
+                    crate::vcpu::run(start.shared, start.net, start.vcpu, core, start.kick);
                 }
             })
             .map_err(|source| VmError::Os {
@@ -253,6 +154,7 @@ impl Vm {
             vcpus,
             vcpu_threads,
             config,
+            net,
             net_io,
             cpus_shared,
         } = self;
@@ -273,6 +175,7 @@ impl Vm {
         for (core, (thread, (vcpu, kick))) in vcpu_threads.into_iter().zip(vcpus).enumerate() {
             let start = VcpuStart {
                 shared: Arc::clone(&shared),
+                net: net.clone(),
                 vcpu,
                 kick,
                 below_device: cpus_shared,
@@ -294,19 +197,12 @@ impl Vm {
         }
         let deadline = config.timeout.and_then(|t| shared.started.checked_add(t));
         loop {
-            {
-                let slot = shared.outcome.lock().unwrap_or_else(|e| e.into_inner());
-                if slot.is_some() {
-                    break;
-                }
-                let _ = shared
-                    .changed
-                    .wait_timeout(slot, DRAIN_INTERVAL)
-                    .unwrap_or_else(|e| e.into_inner());
+            if shared.wait_for_outcome(DRAIN_INTERVAL) {
+                break;
             }
             if let Err(error) = shared.console.drain_all(&shared.mem) {
                 let core = match &error {
-                    crate::hypercall::AbiError::ConsoleCorrupt { core, .. } => *core,
+                    AbiError::ConsoleCorrupt { core, .. } => *core,
                     _ => 0,
                 };
                 shared.finish(Outcome::AbiViolation {
@@ -320,9 +216,9 @@ impl Vm {
                 shared.finish(Outcome::Stopped { signal });
             }
             if STATS_REQUESTED.swap(false, Ordering::SeqCst)
-                && let Some(line) = net_summary(&shared)
+                && let Some(net) = &net
             {
-                eprintln!("{line}");
+                eprintln!("{}", net_summary(net, &shared));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 shared.finish(Outcome::Timeout {
@@ -337,46 +233,27 @@ impl Vm {
         // just before KVM_RUN is lost, hence the repetition). The thread that ended the VM
         // usually stops on its own at once: wait for `changed` (vcpu_stopped notifies it)
         // rather than sleep a fixed interval.
-        shared.stop.store(true, Ordering::SeqCst);
+        shared.stop();
         let give_up = Instant::now() + STOP_GRACE;
-        loop {
-            let slot = shared.outcome.lock().unwrap_or_else(|e| e.into_inner());
-            if shared.stopped.load(Ordering::SeqCst) as usize >= threads.len()
-                || Instant::now() >= give_up
-            {
-                break;
-            }
+        shared.wait_for_vcpus(threads.len(), give_up, STOP_SIGNAL_INTERVAL, || {
             for t in &threads {
                 if !t.is_finished() {
                     let _ = t.kill(SIGRTMIN());
                 }
             }
-            let _ = shared
-                .changed
-                .wait_timeout(slot, STOP_SIGNAL_INTERVAL)
-                .unwrap_or_else(|e| e.into_inner());
-        }
+        });
         log::debug!("vCPU threads stopped");
-        if let Some(line) = net_summary(&shared) {
-            eprintln!("{line}");
+        if let Some(net) = &net {
+            eprintln!("{}", net_summary(net, &shared));
         }
         // The guest is stopped (or lost): what is left in the rings is final.
         let _ = shared.console.drain_all(&shared.mem);
-        let mut outcome = shared
-            .outcome
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .unwrap_or(Outcome::MonitorError {
-                core: 0,
-                message: "the VM ended without an outcome".into(),
-            });
+        let mut outcome = shared.take_outcome().unwrap_or(Outcome::MonitorError {
+            core: 0,
+            message: "the VM ended without an outcome".into(),
+        });
         if let Outcome::Timeout { states, .. } = &mut outcome {
-            *states = shared
-                .states
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
+            *states = shared.vcpu_states();
         }
         Ok((
             outcome,
@@ -384,6 +261,7 @@ impl Vm {
                 _kvm: kvm,
                 vm,
                 _shared: shared,
+                _net: net,
             },
         ))
     }
@@ -395,6 +273,7 @@ pub struct Remains {
     _kvm: Kvm,
     vm: VmFd,
     _shared: Arc<Shared>,
+    _net: Option<Arc<VirtioNetDevice>>,
 }
 
 impl std::fmt::Debug for Remains {
