@@ -28,7 +28,7 @@
 #   ebb-tap     (not by default) apps/memcached as `ebb`, but on ebb-net, Ebbflow's own
 #               TCP/IP stack, over a TAP device (`--tap NAME --ip 10.0.2.15/24`, port
 #               11211): the protocol, store, TCP and IP code the native image runs, with
-#               the TAP driver (ebb-hosted's tap.rs, read/writev) where native has
+#               the TAP driver (crates/ebb-tap, read/writev) where native has
 #               virtio-net, and software checksums (no offload on the TAP). The TAP's
 #               kernel end goes into a network namespace as 10.0.2.2/24, where mc-load
 #               (CPU 1) and the `stats` requests run. Needs root, /dev/net/tun and
@@ -46,11 +46,12 @@
 # inlined) code when it is ours or memcached's, else by the enclosing function's name or
 # object — so the layers sum to the total. The table is in layer() below. With ebb-tap,
 # ebb-net's code splits into TCP (crates/ebb-net/src/tcp, the TCP header code in
-# wire/tcp), the internet checksum (wire/checksum.rs), IP / ARP / Ethernet (iface,
+# wire/tcp), the internet checksum (ebb-net-driver's checksum.rs), IP / ARP / Ethernet (iface,
 # transport.rs and the other wire formats), the stack driver and its connections
-# (ebb-net's stack.rs and steering.rs, crates/ebb-netstack) and the device (ebb-hosted's
-# tap.rs and netstack.rs, ebb-net's phy; rustix's read and writev, the system calls'
-# user side, are inlined into tap.rs's functions and go with them).
+# (ebb-net's stack.rs and steering.rs, crates/ebb-netstack) and the device (crates/ebb-tap,
+# ebb-hosted's netstack.rs, crates/ebb-net-driver; rustix's read and writev, the system
+# calls' user side, are inlined into ebb-tap's functions and go with them). The old paths
+# (ebb-hosted's tap.rs, ebb-net's phy) stay in the patterns for runs of older commits.
 #
 # Usage: bench/scripts/memcached-callgrind.sh   (env: RUNS=2 CONNS="1 32" KEYS=100000
 #        SHORT=1s LONG=8s SERVERS="ebb memcached memcached-deb" MEMCACHED_G=
@@ -368,9 +369,11 @@ RUST = [
     (r"ebb_hosted::tcp|ebb-hosted/src/tcp|rustix::net|rustix::io", "socket calls (user side)"),
     # ebb-net (ebb-tap): the TAP driver and the device seam; the rustix system calls it
     # makes are inlined into it (so they go by its name)
-    (r"ebb_hosted::(tap|netstack)|ebb-hosted/src/(tap|netstack)\.rs|ebb_net::phy|ebb-net/src/phy/|"
+    (r"ebb_net::wire::checksum|ebb-net/src/wire/checksum|ebb_net_driver::checksum|"
+     r"ebb-net-driver/src/checksum", CSUM),
+    (r"ebb_tap|ebb-tap/src/|ebb_hosted::netstack|ebb-hosted/src/netstack\.rs|ebb_net_driver|"
+     r"ebb-net-driver/src/|ebb_hosted::tap|ebb-hosted/src/tap\.rs|ebb_net::phy|ebb-net/src/phy/|"
      r"ebb_netstack::device|ebb-netstack/src/device\.rs", DEVICE),
-    (r"ebb_net::wire::checksum|ebb-net/src/wire/checksum", CSUM),
     (r"ebb_net::(wire::)?tcp|ebb-net/src/(wire/)?tcp", TCP),
     (r"ebb_net::(iface|wire|transport)|ebb-net/src/(iface/|wire/|transport\.rs)", IP),
     (r"ebb_netstack|ebb-netstack/src/|ebb_net::|ebb-net/src/", DRIVER),
