@@ -123,9 +123,7 @@ impl RxFrame {
             checksum: FrameChecksum::Complete,
         }
     }
-}
 
-impl RxFrame {
     /// Makes the frame's checksum state [`FrameChecksum::Complete`]: a partial checksum
     /// is completed in software (in place, copying the buffer first only if another
     /// `IOBuf` shares it), a verified mark forgotten so the stack verifies the checksum
