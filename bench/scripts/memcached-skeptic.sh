@@ -58,9 +58,10 @@
 # softirq is the whole CPU's, other work on the machine included.
 #
 # System calls per request (SYSCALLS=1): after the grid, one more window at CPU_LOAD per
-# server and round with the first client, under `perf stat -e raw_syscalls:sys_enter -p
-# PID` (every server process), divided by the requests the server counted. It is a
-# window of its own as perf's counting costs the server a little.
+# server and round with the first client in CLIENTS that takes a load (memtier, else
+# mc-load), under `perf stat -e raw_syscalls:sys_enter -p PID` (every server process, all
+# threads), divided by the requests the server counted. It is a window of its own as
+# perf's counting costs the server a little.
 #
 # Throughput at SLO (per server, client and round): the highest offered load whose point
 # AND EVERY LOWER ONE has p99 <= SLO_US and reached 95 % of its offered load; 0 when the
