@@ -511,12 +511,20 @@ def passes(r):
     return f(r["p99_us"]) <= slo and f(r["achieved_rps"]) >= 0.95 * f(r["offered_rps"])
 
 def at_slo(points):
-    best = 0.0
+    """(highest passing load with every lower one passing, mark): mark "+" when every
+    point passed (the grid ended before the server did), "c" when the first failing
+    point, or a passing one, had a client-bound client (the client, not the server, may
+    have set the limit)."""
+    best, mark = 0.0, "+"
     for r in sorted(points, key=lambda r: f(r["offered_rps"])):
+        bound = "client-bound" in r["label"].split()
         if not passes(r):
+            mark = "c" if bound else ""
             break
+        if bound:
+            mark = "c"
         best = f(r["offered_rps"])
-    return best
+    return best, mark
 
 print("# memcached-skeptic summary\n")
 if note:
@@ -547,17 +555,19 @@ for client in clients:
     elif has_p99:
         print("| server | throughput at SLO, per round | median [min–max] | ÷ memcached per round | median [min–max] | verdict |")
         print("|---|---|---|---|---|---|")
-        base = [at_slo(by[(client, "memcached", i)]) for i in rounds]
+        base = [at_slo(by[(client, "memcached", i)])[0] for i in rounds]
         for s in servers:
-            v = [at_slo(by[(client, s, i)]) for i in rounds]
-            row = f"| {s} | {' '.join(f'{x:.0f}' for x in v)} | {mmm(v)} |"
+            vm = [at_slo(by[(client, s, i)]) for i in rounds]
+            v = [x for x, _ in vm]
+            row = f"| {s} | {' '.join(f'{x:.0f}{m}' for x, m in vm)} | {mmm(v)} |"
             if s == "memcached":
                 row += " | | |"
             else:
                 per, med, verdict = compare(v, base)
                 row += f" {per} | {med} | {verdict} |"
             print(row)
-        print()
+        print("\n(per round: `+` every point of the grid passed, so the server's limit lies above it; "
+              "`c` a client-bound client up to or at the first failing point, so the client may have set the limit)\n")
     else:
         print("(no percentiles from this client)\n")
     print("| offered req/s | server | achieved req/s | p50 µs | p99 µs | client CPU % | server user µs/req | server sys µs/req | softirq CPU0 / CPU1 µs/req | labels (rounds) |")
