@@ -406,7 +406,7 @@ echo "round,client,load_kind,server,offered_rps,achieved_rps,p50_us,p99_us,clien
 echo "round,client,server,offered_rps,server_requests,syscalls,syscalls_per_req" >"$syscalls_csv"
 
 busy() { echo "load average $(cut -d' ' -f1-3 /proc/loadavg)$(sed -n 's/^some avg10=\([^ ]*\) avg60=\([^ ]*\).*/, CPU pressure avg10 \1 % avg60 \2 %/p' /proc/pressure/cpu 2>/dev/null)"; }
-header="$(git rev-parse --short HEAD) $(date -u +%FT%TZ); servers ${servers[*]}; clients ${clients[*]}; $ROUNDS rounds; loads $LOADS; $CONNS connections; ${DURATION}s a point; NET=$NET; server CPU $SERVER_CPU, client CPU $CLIENT_CPU"
+header="$(git describe --always --dirty --abbrev=7) $(date -u +%FT%TZ); servers ${servers[*]}; clients ${clients[*]}; $ROUNDS rounds; loads $LOADS; $CONNS connections; ${DURATION}s a point; NET=$NET; server CPU $SERVER_CPU, client CPU $CLIENT_CPU"
 echo "# $me: $header"
 echo "# before: $(busy)"
 before_busy=$(busy)
