@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Hosted Ebbflow memcached (apps/memcached, Linux sockets, one core) against memcached
-# 1.6 (Debian's, `-t 1`), in the same run, driven by bench's mc-load:
+# 1.6 (Debian's, `-t 1`), in the same run, driven by bench's mc-load in closed loop:
+# CONNS connections, one request in flight each, ETC workload (keys 20-70 B, values
+# 1-1024 B, 30:1 gets to sets, Zipf 0.99) over KEYS keys, preloaded; req/s, p50/p99, and
+# the server's CPU time per request (/proc/PID/stat over the measured window).
 #
-#   closed loop: CONNS connections, one request in flight each, ETC workload (keys
-#                20-70 B, values 1-1024 B, 30:1 gets to sets, Zipf 0.99) over KEYS keys,
-#                preloaded; req/s, p50/p99, and the server's CPU time per request
-#                (/proc/PID/stat over the measured window);
-#   sweep:       open-loop Poisson sweep of offered load (SWEEP_POINTS points up to the
-#                closed-loop peak and beyond), p99 against achieved throughput for both
-#                servers on one plot (PLOT), and the highest throughput with p99 <= SLO_US.
+# Throughput within a p99 objective is memcached-skeptic.sh's: one offered-load grid for
+# both servers, several rounds, three clients. The open-loop sweep this script had
+# (SWEEP=1: one sweep per server, each on its own grid from its own closed-loop peak,
+# credited with its best passing point even above failing ones) is gone with issue 23.
 #
 # Each server runs pinned to CPU 0 (taskset), started fresh for each run and alternated
 # run by run (ROUNDS); mc-load runs pinned to CPU 1. Both servers: 1024 MB, 1024
@@ -16,19 +16,15 @@
 # verdict "parity" when the ranges overlap. Raw output in OUT_DIR.
 #
 # Usage: bench/scripts/memcached-compare.sh   (env: ROUNDS=3 CONNS=32 KEYS=100000
-#        DURATION=3s SWEEP=1 SWEEP_POINTS=8 SLO_US=500 OUT_DIR=/tmp/memcached-compare
-#        PLOT=OUT_DIR/sweep.svg CARGO_TARGET_DIR=...)
+#        DURATION=3s OUT_DIR=/tmp/memcached-compare CARGO_TARGET_DIR=...)
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-32}
 KEYS=${KEYS:-100000}
 DURATION=${DURATION:-3s}
-SWEEP=${SWEEP:-1}
-SWEEP_POINTS=${SWEEP_POINTS:-8}
-SLO_US=${SLO_US:-500}
 OUT_DIR=${OUT_DIR:-/tmp/memcached-compare}
-PLOT=${PLOT:-$OUT_DIR/sweep.svg}
+[[ ${SWEEP:-0} == 0 ]] || { echo "memcached-compare: SWEEP is gone: use bench/scripts/memcached-skeptic.sh" >&2; exit 2; }
 
 die() { echo "memcached-compare: error: $*" >&2; exit 1; }
 for t in memcached taskset; do
@@ -90,18 +86,3 @@ done
 
 mc_summary ebb memcached "server CPU µs/req"
 
-if [[ $SWEEP == 1 ]]; then
-  for name in ebb memcached; do
-    RUN_ID="sweep-$name"
-    serve "$name"
-    "$load" --addr "127.0.0.1:$PORT" "${common[@]}" --preload --sweep-auto \
-      --sweep-points "$SWEEP_POINTS" --warmup 1s --duration "$DURATION" --label "$name" \
-      --slo-us "$SLO_US" --csv "$OUT_DIR/sweep-$name.csv" 2>&1 | tee "$OUT_DIR/sweep-$name.txt" |
-      grep -i "slo\|highest" || true
-    stop
-  done
-  "$load" --plot "$PLOT" --plot-input "$OUT_DIR/sweep-ebb.csv" \
-    --plot-input "$OUT_DIR/sweep-memcached.csv" >/dev/null 2>&1 ||
-    echo "(plot not drawn: see mc-load --help for --plot)"
-  echo "sweep CSVs and plot: $OUT_DIR"
-fi
