@@ -349,6 +349,47 @@ fn adaptive_polling_catches_an_event_without_sleeping() {
 }
 
 #[test]
+fn polling_that_finds_nothing_stops() {
+    // Every idle period: the clock passes the 1 ms window while the core polls (nothing
+    // comes), then the next event arrives 2 ms into its sleep — polling never pays, so
+    // the budget halves each time until the core sleeps as soon as it is idle.
+    const EVENTS: usize = 10;
+    let platform = TestPlatform::new(1);
+    let runtime = Runtime::with_idle_poll(platform.clone(), 1, Duration::from_millis(1)).unwrap();
+    let (promises, arrivals): (Vec<_>, Vec<_>) = (0..EVENTS)
+        .map(|_| ebb_core::future::promise::<()>())
+        .unzip();
+    let p = platform.clone();
+    let injector = std::thread::spawn(move || {
+        for promise in promises {
+            std::thread::sleep(Duration::from_millis(10));
+            p.advance(Duration::from_millis(2));
+            std::thread::sleep(Duration::from_millis(10));
+            p.advance(Duration::from_millis(2));
+            p.inject_device_event(CoreId(0), move || promise.set(()).unwrap());
+        }
+    });
+    run_on_threads(
+        runtime,
+        |_| {},
+        move || async move {
+            for arrived in arrivals {
+                arrived.await.unwrap();
+            }
+        },
+    )
+    .unwrap();
+    injector.join().unwrap();
+    let waits = platform.waits(CoreId(0));
+    let ms = |at: Instant| at.as_nanos() / 1_000_000;
+    // The first sleep came after a poll that ran out, 2 ms into the idle period; the
+    // last ones at once, at its start (every 4 ms).
+    assert_eq!(ms(waits[0].0), 2, "{waits:?}");
+    let last = waits.last().unwrap().0;
+    assert_eq!(ms(last) % 4, 0, "still polling at the end: {waits:?}");
+}
+
+#[test]
 fn without_adaptive_polling_an_idle_core_sleeps_at_once() {
     let platform = TestPlatform::new(1);
     let runtime = Runtime::new(platform.clone(), 1).unwrap();

@@ -56,20 +56,26 @@ impl Platform for HostedPlatform {
 
     fn poll_events(&self, core: CoreId, deadline: Instant) -> usize {
         let fds = &self.cores[core.index()];
-        let now = self.now();
-        let timeout = if deadline <= now {
-            Some(Timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            })
+        const NO_WAIT: Timespec = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // A poll (`ZERO`) or a wait without a deadline needs no clock reading.
+        let timeout = if deadline == Instant::ZERO {
+            Some(NO_WAIT)
         } else if deadline == Instant::FAR_FUTURE {
             None
         } else {
-            let wait = deadline - now;
-            Some(Timespec {
-                tv_sec: wait.as_secs() as i64,
-                tv_nsec: i64::from(wait.subsec_nanos()),
-            })
+            let now = self.now();
+            if deadline <= now {
+                Some(NO_WAIT)
+            } else {
+                let wait = deadline - now;
+                Some(Timespec {
+                    tv_sec: wait.as_secs() as i64,
+                    tv_nsec: i64::from(wait.subsec_nanos()),
+                })
+            }
         };
         reactor::with_event_buffer(|events| {
             events.clear();

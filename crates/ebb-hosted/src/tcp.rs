@@ -118,9 +118,16 @@ fn close_reason(e: Errno) -> CloseReason {
     }
 }
 
-/// One `sendmsg` of the chain's first segments, gathered on the stack (no allocation);
+/// One `send` of a one-segment chain, else one `sendmsg` of the chain's first segments,
+/// gathered on the stack (no allocation);
 /// `MSG_NOSIGNAL` turns a closed peer into `EPIPE` instead of a process-killing `SIGPIPE`.
 fn send_segments(fd: &OwnedFd, chain: &IOBufChain) -> rustix::io::Result<usize> {
+    // A reply built in one buffer: a plain `send`, no iovec array or message header.
+    if chain.segment_count() == 1
+        && let Some(only) = chain.front()
+    {
+        return rnet::send(fd, only, SendFlags::NOSIGNAL);
+    }
     // A reply is a few segments: an iovec array that fits them is cheaper to set up than
     // the whole `MAX_IOVECS` one (a kilobyte of stores on every send).
     if chain.segment_count() <= FEW_IOVECS {
@@ -284,6 +291,8 @@ impl SocketRecord {
         let Some(fd) = fd.as_ref() else { return Ok(()) };
         while !chain.is_empty() {
             match send_segments(fd, chain) {
+                // All of it (the usual case): the chain is dropped whole, no trimming.
+                Ok(n) if n == chain.len() => *chain = IOBufChain::new(),
                 // `n` never exceeds the chain's length, so trimming cannot fail.
                 Ok(n) => drop(chain.trim_front(n)),
                 Err(Errno::AGAIN) => {

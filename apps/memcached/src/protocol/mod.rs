@@ -105,7 +105,7 @@ pub use binary::{Opcode, Status};
 pub use meta::{
     MetaCmd, MetaFlags, MetaItem, MetaOutcome, MetaToken, base64_decode, base64_encode, encode_meta,
 };
-pub use reply::{Response, encode};
+pub use reply::{COPY_VALUE_MAX, REPLY_BUFFER, Response, encode, encode_reusing};
 
 /// The longest key memcached accepts (`KEY_MAX_LENGTH`).
 pub const KEY_MAX_LENGTH: usize = 250;

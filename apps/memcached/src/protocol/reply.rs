@@ -4,7 +4,9 @@
 //! # Invariants
 //!
 //! * A value's own buffers are pushed onto the output (sharing their storage: a
-//!   reference-count bump each), never copied; fixed strings are pushed as static
+//!   reference-count bump each), never copied — except a text get's value of at most
+//!   [`COPY_VALUE_MAX`] bytes, copied with its `VALUE` line and terminator into one
+//!   buffer, where the `END` follows in place. Fixed strings are pushed as static
 //!   buffers; only the small variable parts (a `VALUE` line, a binary header, a number)
 //!   are written into a fresh buffer.
 //! * Text `noreply` suppresses every reply of the request (memcached's `out_string`);
@@ -102,19 +104,49 @@ pub enum Response<'a> {
 
 /// Appends the reply to `to` for `resp` onto `out`.
 pub fn encode(to: &ReplyTo, resp: &Response<'_>, out: &mut IOBufChain) {
+    encode_reusing(to, resp, out, &mut IOBuf::new());
+}
+
+/// [`encode`], taking the buffer a copied reply starts in from `spare` when that is a
+/// buffer of [`REPLY_BUFFER`] bytes no one else holds any more (see
+/// [`IOBuf::recycle`]) — a connection keeps a clone of the one its last reply went out
+/// in — instead of allocating one. `spare` is left empty when taken.
+pub fn encode_reusing(to: &ReplyTo, resp: &Response<'_>, out: &mut IOBufChain, spare: &mut IOBuf) {
     match to {
         ReplyTo::Text { noreply, cas } => {
             if !*noreply {
-                text(*cas, resp, out);
+                text(*cas, resp, out, spare);
             }
         }
         ReplyTo::Binary(meta) => binary(meta, resp, out),
     }
 }
 
+/// The buffer a copied reply of `total` bytes starts in: `spare` recycled, or a new one
+/// of [`REPLY_BUFFER`] bytes (more for a larger reply).
+fn reply_buffer(spare: &mut IOBuf, total: usize) -> IOBuf {
+    let mut buf = core::mem::take(spare);
+    if buf.recycle() && buf.tailroom() >= total {
+        buf
+    } else {
+        IOBuf::with_capacity(total.max(REPLY_BUFFER))
+    }
+}
+
 fn push_static(out: &mut IOBufChain, s: &'static [u8]) {
     out.push_back(IOBuf::from_static(s));
 }
+
+/// Text values up to this size are copied into the reply; larger ones go out from the
+/// stored buffers themselves. Copying a value this small costs less than sending it as
+/// a segment of its own (a reference count taken and dropped, a chain slot, an iovec,
+/// and a header line in a buffer of its own), and the reply leaves as one buffer.
+pub const COPY_VALUE_MAX: usize = 2048;
+
+/// The bytes a reply buffer is made with when a copied value starts one: a 4 KiB
+/// allocation with the region's header, so the next replies of a pipeline (or a
+/// multi-get's next hits) follow in it.
+pub const REPLY_BUFFER: usize = 4096 - ebb::iobuf::REGION_OVERHEAD;
 
 /// A text value's terminator, and the end of a get. Statics, not consts: `push_end`
 /// recognises the terminator by its address, which a const does not promise to keep.
@@ -128,6 +160,14 @@ static VALUE_END_END: &[u8] = b"\r\nEND\r\n";
 /// `\r\nEND\r\n`) instead of four: with ebb-net's header in front, four, which a chain
 /// holds without allocating.
 fn push_end(out: &mut IOBufChain) {
+    // After a copied value: in place, behind it (one buffer for the whole reply).
+    if out
+        .back()
+        .is_some_and(|b| b.tailroom() >= END.len() && b.is_unique())
+    {
+        out.extend_from_slices(&[END], IOBuf::with_capacity);
+        return;
+    }
     let terminator = IOBuf::from_static(VALUE_END);
     if out
         .back()
@@ -190,7 +230,7 @@ fn push_value(out: &mut IOBufChain, data: &IOBufChain) {
     }
 }
 
-fn text(show_cas: bool, resp: &Response<'_>, out: &mut IOBufChain) {
+fn text(show_cas: bool, resp: &Response<'_>, out: &mut IOBufChain, spare: &mut IOBuf) {
     match resp {
         Response::Value {
             key,
@@ -204,9 +244,29 @@ fn text(show_cas: bool, resp: &Response<'_>, out: &mut IOBufChain) {
             let numbers = numbers.get(..if show_cas { 3 } else { 2 });
             let mut end = [0; 2 + 3 * 21];
             let end = numbers_line_end(&mut end, numbers.unwrap_or_default());
-            out.push_back(IOBuf::copy_from_slices(&[b"VALUE ", key, end]));
-            push_value(out, data);
-            push_static(out, VALUE_END);
+            if data.len() > COPY_VALUE_MAX {
+                out.push_back(IOBuf::copy_from_slices(&[b"VALUE ", key, end]));
+                push_value(out, data);
+                push_static(out, VALUE_END);
+                return;
+            }
+            // Header line, value and terminator copied into one buffer, with room for
+            // the `END` (or the next hit) behind them.
+            let total = 6 + key.len() + end.len() + data.len() + VALUE_END_END.len();
+            let fresh = |_| reply_buffer(spare, total);
+            match data.front() {
+                Some(only) if data.segment_count() == 1 => {
+                    let parts = [b"VALUE ", *key, end, only.as_slice(), VALUE_END];
+                    out.extend_from_slices(&parts, fresh);
+                }
+                _ => {
+                    out.extend_from_slices(&[b"VALUE ", key, end], fresh);
+                    for segment in data.segments() {
+                        out.extend_from_slices(&[segment], IOBuf::with_capacity);
+                    }
+                    out.extend_from_slices(&[VALUE_END], IOBuf::with_capacity);
+                }
+            }
         }
         Response::Miss { .. } | Response::Quit => {}
         Response::End => push_end(out),

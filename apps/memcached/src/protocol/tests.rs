@@ -1333,10 +1333,8 @@ fn encoded(to: ReplyTo, responses: &[Response<'_>]) -> Vec<u8> {
 }
 
 #[test]
-fn one_key_hit_fits_a_chain_without_spilling() {
-    // Header line, the value's one buffer, "\r\nEND\r\n": three buffers, so that with
-    // the header buffer ebb-net puts in front the frame is four, which a chain holds in
-    // place (a fifth would move them to the heap, once per request).
+fn one_key_hit_of_a_small_value_is_one_buffer() {
+    // Header line, the copied value, "\r\nEND\r\n": one buffer, one iovec.
     let data = chain(b"hello");
     let value = Response::Value {
         key: b"k",
@@ -1347,8 +1345,41 @@ fn one_key_hit_fits_a_chain_without_spilling() {
     let mut out = IOBufChain::new();
     encode(&text_to(false), &value, &mut out);
     encode(&text_to(false), &Response::End, &mut out);
-    assert_eq!(out.segment_count(), 3);
+    assert_eq!(out.segment_count(), 1);
     assert_eq!(out.to_vec(), b"VALUE k 0 5\r\nhello\r\nEND\r\n");
+    // Two hits and the end: still one.
+    let mut out = IOBufChain::new();
+    for r in [&value, &value, &Response::End] {
+        encode(&text_to(false), r, &mut out);
+    }
+    assert_eq!(out.segment_count(), 1);
+    assert_eq!(
+        out.to_vec(),
+        b"VALUE k 0 5\r\nhello\r\nVALUE k 0 5\r\nhello\r\nEND\r\n"
+    );
+}
+
+#[test]
+fn one_key_hit_of_a_large_value_fits_a_chain_without_spilling() {
+    // Header line, the value's one buffer, "\r\nEND\r\n": three buffers, so that with
+    // the header buffer ebb-net puts in front the frame is four, which a chain holds in
+    // place (a fifth would move them to the heap, once per request).
+    let big = vec![b'v'; COPY_VALUE_MAX + 1];
+    let data = chain(&big);
+    let value = Response::Value {
+        key: b"k",
+        flags: 0,
+        cas: 0,
+        data: &data,
+    };
+    let mut out = IOBufChain::new();
+    encode(&text_to(false), &value, &mut out);
+    encode(&text_to(false), &Response::End, &mut out);
+    assert_eq!(out.segment_count(), 3);
+    let mut want = b"VALUE k 0 2049\r\n".to_vec();
+    want.extend_from_slice(&big);
+    want.extend_from_slice(b"\r\nEND\r\n");
+    assert_eq!(out.to_vec(), want);
     // A miss alone, and two hits, still end the same way.
     let mut out = IOBufChain::new();
     encode(&text_to(false), &Response::End, &mut out);
@@ -1357,10 +1388,7 @@ fn one_key_hit_fits_a_chain_without_spilling() {
     for r in [&value, &value, &Response::End] {
         encode(&text_to(false), r, &mut out);
     }
-    assert_eq!(
-        out.to_vec(),
-        b"VALUE k 0 5\r\nhello\r\nVALUE k 0 5\r\nhello\r\nEND\r\n"
-    );
+    assert_eq!(out.len(), 2 * (16 + big.len() + 2) + 5);
 }
 
 #[test]
@@ -1445,28 +1473,39 @@ fn text_replies() {
 }
 
 #[test]
-fn text_value_reply_is_zero_copy() {
-    let stored = IOBuf::copy_from_slice(b"0123456789");
-    let mut data = IOBufChain::from(stored.clone());
-    let second = data.split_off(4).unwrap();
-    data.append(&mut second.clone());
-    let mut out = IOBufChain::new();
-    encode(
-        &text_to(false),
-        &Response::Value {
-            key: b"k",
-            flags: 0,
-            cas: 0,
-            data: &data,
-        },
-        &mut out,
-    );
-    assert_eq!(out.to_vec(), b"VALUE k 0 10\r\n0123456789\r\n");
-    let shared = out
-        .iter()
-        .filter(|s| s.shares_storage_with(&stored))
-        .count();
-    assert_eq!(shared, 2, "both value segments pushed as they are");
+fn text_value_reply_is_zero_copy_above_the_copy_limit() {
+    // A value of two segments: copied (in order) up to the limit, shared beyond it.
+    for size in [10, COPY_VALUE_MAX + 10] {
+        let bytes: Vec<u8> = (0..size).map(|i| b'0' + (i % 10) as u8).collect();
+        let stored = IOBuf::copy_from_slice(&bytes);
+        let mut data = IOBufChain::from(stored.clone());
+        let second = data.split_off(4).unwrap();
+        data.append(&mut second.clone());
+        let mut out = IOBufChain::new();
+        encode(
+            &text_to(false),
+            &Response::Value {
+                key: b"k",
+                flags: 0,
+                cas: 0,
+                data: &data,
+            },
+            &mut out,
+        );
+        let mut want = alloc::format!("VALUE k 0 {size}\r\n").into_bytes();
+        want.extend_from_slice(&bytes);
+        want.extend_from_slice(b"\r\n");
+        assert_eq!(out.to_vec(), want);
+        let shared = out
+            .iter()
+            .filter(|s| s.shares_storage_with(&stored))
+            .count();
+        if size <= COPY_VALUE_MAX {
+            assert_eq!(out.segment_count(), 1, "copied into one buffer");
+        } else {
+            assert_eq!(shared, 2, "both value segments pushed as they are");
+        }
+    }
 }
 
 #[test]

@@ -11,7 +11,9 @@ use super::input::{
     COMPACT_SLACK, INPUT_ALLOWANCE, OUT_OF_MEMORY_READING, compact, footprint, occupied,
 };
 use super::{Server, core_index, now_unix};
-use crate::protocol::{Keys, Limits, Parsed, Parser, Protocol, ReplyTo, Response, encode};
+use crate::protocol::{
+    Keys, Limits, Parsed, Parser, Protocol, REPLY_BUFFER, ReplyTo, Response, encode, encode_reusing,
+};
 use crate::store::Ctx;
 
 /// Reply bytes queued on a connection beyond which it stops reading (after a refused
@@ -46,6 +48,7 @@ impl Server {
             closing: false,
             counted: true,
             pending_get: None,
+            reply_buffer: IOBuf::new(),
         })
     }
 }
@@ -72,6 +75,10 @@ pub struct McConnection {
     pub(super) counted: bool,
     /// A `get` answered in part: the rest goes out as the connection takes it.
     pub(super) pending_get: Option<PendingGet>,
+    /// A clone of the buffer the last reply was copied into (see `encode_reusing`): once
+    /// the connection has sent it and let go, the next reply is copied into the same
+    /// region — no allocation — as the socket layer does with its receive buffers.
+    pub(super) reply_buffer: IOBuf,
 }
 
 /// A `get` whose reply is being built: its keys, and the next one to answer.
@@ -146,7 +153,7 @@ impl McConnection {
                 },
                 None => Response::Miss { key },
             };
-            encode(&get.reply_to, &response, out);
+            encode_reusing(&get.reply_to, &response, out, &mut self.reply_buffer);
             if out.len() >= FLUSH_AT && get.next < get.keys.len() {
                 return true;
             }
@@ -253,6 +260,13 @@ impl McConnection {
         }
         let data = core::mem::take(out);
         let len = data.len();
+        // A reply buffer of ours (no one else holds it yet): kept, to be recycled.
+        if let Some(front) = data.front()
+            && front.headroom() + front.len() + front.tailroom() == REPLY_BUFFER
+            && front.is_unique()
+        {
+            self.reply_buffer = front.clone();
+        }
         let refused = len > conn.send_window();
         if conn.send(data).is_err() {
             self.closing = true;

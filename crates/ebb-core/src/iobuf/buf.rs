@@ -339,6 +339,27 @@ impl IOBuf {
         Ok(())
     }
 
+    /// Copies `parts`, one after another, into the tailroom and grows the view over
+    /// them: [`extend_from_slice`](Self::extend_from_slice) of each, with one
+    /// uniqueness and one bounds check for all of them.
+    ///
+    /// # Errors
+    ///
+    /// As `extend_from_slice`, for the parts' total length; nothing is copied then.
+    pub fn extend_from_slices(&mut self, parts: &[&[u8]]) -> Result<()> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        self.check_tailroom(total)?;
+        let mut at = self.end();
+        let mut region = self.storage.unique_mut()?;
+        for part in parts {
+            region.write(at, part);
+            at += part.len();
+        }
+        // Within the region's capacity (checked above), so within 32 bits.
+        self.len += offset(total);
+        Ok(())
+    }
+
     /// The whole tailroom, writable, so a driver or `read()` can fill it; follow with
     /// [`commit`](Self::commit) to grow the view over the bytes written.
     ///

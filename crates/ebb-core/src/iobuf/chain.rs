@@ -103,6 +103,41 @@ impl IOBufChain {
         }
     }
 
+    /// Appends a copy of `parts`, one after another: into the last segment's tailroom
+    /// when that segment's storage is unique (not shared, not static) and has room for
+    /// all of them, else into the buffer `fresh(total)` returns — a unique, empty buffer
+    /// with room for at least `total` bytes (a new one, or one the caller recycles),
+    /// with more room if what is copied next should follow in place. Should it return
+    /// one without that room, a buffer of exactly `total` bytes is made instead.
+    ///
+    /// For a reply built from small pieces (a header line, a short value, a trailer):
+    /// copying a few hundred bytes costs less than a segment each — a reference count
+    /// taken and dropped, a slot in the chain, an iovec in the write — and the reply goes
+    /// out as one contiguous buffer.
+    ///
+    /// # Panics
+    ///
+    /// If the parts add up to more than [`MAX_REGION`](super::MAX_REGION) bytes.
+    pub fn extend_from_slices(&mut self, parts: &[&[u8]], fresh: impl FnOnce(usize) -> IOBuf) {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if total == 0 {
+            return;
+        }
+        if let Some(back) = self.bufs.back_mut()
+            && back.tailroom() >= total
+            && back.extend_from_slices(parts).is_ok()
+        {
+            self.len += total;
+            return;
+        }
+        let mut buf = fresh(total);
+        if buf.extend_from_slices(parts).is_err() {
+            buf = IOBuf::copy_from_slices(parts);
+        }
+        self.len += total;
+        self.bufs.push_back(buf);
+    }
+
     /// Inserts `buf` as the first segment; an empty `buf` is dropped.
     pub fn push_front(&mut self, buf: IOBuf) {
         if !buf.is_empty() {

@@ -1278,3 +1278,63 @@ fn a_region_past_four_gib_is_refused_before_it_is_allocated() {
 fn an_overflowing_region_size_is_refused() {
     let _ = IOBuf::with_headroom(usize::MAX, 1);
 }
+
+#[test]
+fn extend_from_slices_fills_a_writable_last_segment_then_a_fresh_one() {
+    let mut chain = IOBufChain::new();
+    chain.extend_from_slices(&[], |_| unreachable!("nothing to copy"));
+    assert!(chain.is_empty());
+    chain.extend_from_slices(&[b"VALUE k ", b"0 5\r\n"], |_| IOBuf::with_capacity(64));
+    chain.extend_from_slices(&[b"hello", b"\r\n"], |_| unreachable!("fits"));
+    // Both in the one fresh segment, which had room for 64.
+    assert_eq!(chain.segment_count(), 1);
+    assert_eq!(chain.to_vec(), b"VALUE k 0 5\r\nhello\r\n");
+    check_chain(&chain);
+    // Too long for what is left: a fresh segment; one too small is replaced by one of
+    // exactly the size.
+    let long = [7u8; 60];
+    chain.extend_from_slices(&[&long], |_| IOBuf::with_capacity(8));
+    assert_eq!(chain.segment_count(), 2);
+    assert_eq!(chain.back().unwrap().tailroom(), 0);
+    assert_eq!(chain.len(), 20 + 60);
+    check_chain(&chain);
+}
+
+#[test]
+fn extend_from_slices_never_writes_into_shared_or_static_storage() {
+    let shared = {
+        let mut b = IOBuf::with_capacity(64);
+        b.extend_from_slice(b"abc").unwrap();
+        b
+    };
+    let mut chain = IOBufChain::from(shared.clone());
+    chain.extend_from_slices(&[b"def"], IOBuf::with_capacity);
+    assert_eq!(chain.segment_count(), 2);
+    assert_eq!(&shared[..], b"abc");
+    let mut chain = IOBufChain::from(IOBuf::from_static(b"END\r\n"));
+    chain.extend_from_slices(&[b"x"], IOBuf::with_capacity);
+    assert_eq!(chain.segment_count(), 2);
+    assert_eq!(chain.to_vec(), b"END\r\nx");
+    check_chain(&chain);
+}
+
+#[test]
+fn buf_extend_from_slices_copies_all_or_nothing() {
+    let mut b = IOBuf::with_capacity(8);
+    b.extend_from_slices(&[b"ab", b"", b"cd"]).unwrap();
+    assert_eq!(&b[..], b"abcd");
+    assert_eq!(
+        b.extend_from_slices(&[b"ef", b"ghi"]),
+        Err(IOBufError::NoTailroom {
+            requested: 5,
+            available: 4
+        })
+    );
+    assert_eq!(&b[..], b"abcd");
+    let shared = b.clone();
+    assert_eq!(b.extend_from_slices(&[b"e"]), Err(IOBufError::Shared));
+    drop(shared);
+    assert!(b.recycle());
+    b.extend_from_slices(&[b"xy"]).unwrap();
+    assert_eq!(&b[..], b"xy");
+}
