@@ -6,6 +6,9 @@
 //! delayed ACK, its response the tail loss probe or retransmission timer, the next
 //! request's ACK disarms them. The heap paid a sift (a few levels of comparisons and slot
 //! writes) for each move; the wheel pays an unlink and a link in a doubly linked list.
+//! A connection keeps its node while disarmed (disarming is an unlink, re-arming a link,
+//! no allocation or reference count); [`DeadlineWheel::forget`] frees it when the
+//! connection leaves the layer.
 //!
 //! * The near future, ticks `[base, base + SLOTS)` of [`SLOT_NANOS`] each (about 268 ms:
 //!   delayed ACKs, tail loss probes, the first retransmission timeouts), is a ring of
@@ -25,9 +28,11 @@
 //! Connections due at the same instant are visited in four-tuple order, as with the
 //! heap (and the `BTreeSet<(Instant, FourTuple)>` before it).
 //!
-//! Invariants: a connection with `deadline == None` is in neither store; with
-//! `wheel_node != NO_NODE` it is in the wheel at that node, whose `at` equals its
-//! `deadline`, and not in the heap; otherwise, with a deadline, it is in the heap. Every
+//! Invariants: a connection with `deadline == None` is in no slot and not in the heap
+//! (it may own a node, unlinked); with a deadline and `wheel_node != NO_NODE` it is
+//! linked in the ring at that node, whose `at` equals its `deadline`, and not in the
+//! heap; otherwise, with a deadline, it is in the heap. A node in use holds its
+//! connection (`conn`); `len` counts the linked ones. Every
 //! wheel node's effective tick (`max(tick(at), base)`) is in `[base, base + SLOTS)` and
 //! the node is in that tick's slot; every heap deadline's tick is `>= base + SLOTS`. A
 //! slot's bit is set exactly when its list is not empty. When `earliest_known`,
@@ -125,27 +130,74 @@ impl<C: InWheel> DeadlineWheel<C> {
         earliest
     }
 
-    /// Files `conn` under `next` (`None`: takes it out). A no-op when already filed so.
+    /// Files `conn` under `next` (`None`: disarms it). A no-op when already filed so.
+    #[inline]
     pub(super) fn set(&mut self, conn: &Rc<C>, next: Option<Instant>) {
+        if conn.deadline().get() != next {
+            self.refile(conn, next);
+        }
+    }
+
+    /// Takes `conn` out for good (it leaves the layer): frees its node.
+    pub(super) fn forget(&mut self, conn: &Rc<C>) {
         let old = conn.deadline().get();
-        if old == next {
+        let node = conn.wheel_node().get();
+        if node == NO_NODE {
+            self.far.set(conn, None);
+            self.note_removed(old);
             return;
         }
+        if old.is_some() {
+            self.unlink(node);
+            self.len -= 1;
+        }
+        self.free_node(node);
+        conn.wheel_node().set(NO_NODE);
+        conn.deadline().set(None);
+        self.note_removed(old);
+    }
+
+    /// [`set`](Self::set) when the deadline changes.
+    fn refile(&mut self, conn: &Rc<C>, next: Option<Instant>) {
+        let old = conn.deadline().get();
         let node = conn.wheel_node().get();
         if node != NO_NODE {
-            if let Some(at) = next
-                && self.fits(at)
-            {
-                // The common move: from one slot of the ring to another (or the same).
-                conn.deadline().set(next);
-                self.move_node(node, at);
-                self.note_removed(old);
-                self.note_added(at);
-                return;
+            match next {
+                Some(at) if self.fits(at) => {
+                    // The common move: from one slot of the ring to another (or the same),
+                    // or back into it (a disarmed connection keeps its node).
+                    conn.deadline().set(next);
+                    let slot = self.slot_of(at);
+                    self.nodes[node as usize].at = at;
+                    if old.is_none() {
+                        self.link(node, slot);
+                        self.len += 1;
+                    } else if self.nodes[node as usize].slot != slot {
+                        self.unlink(node);
+                        self.link(node, slot);
+                    }
+                    self.note_moved(old, at);
+                    return;
+                }
+                None => {
+                    // Disarmed: out of its slot, but the node stays the connection's.
+                    self.unlink(node);
+                    self.len -= 1;
+                    conn.deadline().set(None);
+                    self.note_removed(old);
+                    return;
+                }
+                Some(_) => {
+                    // Beyond the ring: the node goes, the heap takes it.
+                    if old.is_some() {
+                        self.unlink(node);
+                        self.len -= 1;
+                    }
+                    self.free_node(node);
+                    conn.wheel_node().set(NO_NODE);
+                    conn.deadline().set(None);
+                }
             }
-            self.release(node);
-            conn.wheel_node().set(NO_NODE);
-            conn.deadline().set(None);
         } else if old.is_some() {
             self.far.set(conn, None);
         }
@@ -172,8 +224,12 @@ impl<C: InWheel> DeadlineWheel<C> {
                 continue;
             }
             let node = self.earliest_node();
-            let conn = self.release(node);
-            conn.wheel_node().set(NO_NODE);
+            self.unlink(node);
+            self.len -= 1;
+            let Some(conn) = self.nodes[node as usize].conn.clone() else {
+                unreachable!("node {node} is linked, so in use")
+            };
+            // It keeps its node: it is usually re-armed at once.
             conn.deadline().set(None);
             self.note_removed(Some(earliest));
             return Some(conn);
@@ -240,28 +296,12 @@ impl<C: InWheel> DeadlineWheel<C> {
         moved
     }
 
-    /// Gives node `node`'s deadline `at` (which fits), relinking it if its slot changes.
-    fn move_node(&mut self, node: u32, at: Instant) {
-        let slot = self.slot_of(at);
-        self.nodes[node as usize].at = at;
-        if self.nodes[node as usize].slot != slot {
-            self.unlink(node);
-            self.link(node, slot);
-        }
-    }
-
-    /// Takes node `node` out of its slot and frees it; returns its connection (whose
-    /// cells the caller clears).
-    fn release(&mut self, node: u32) -> Rc<C> {
-        self.unlink(node);
-        self.len -= 1;
+    /// Frees node `node` (not linked), dropping its hold on its connection.
+    fn free_node(&mut self, node: u32) {
         let entry = &mut self.nodes[node as usize];
+        entry.conn = None;
         entry.next = self.free;
         self.free = node;
-        match entry.conn.take() {
-            Some(conn) => conn,
-            None => unreachable!("node {node} is in use"),
-        }
     }
 
     fn link(&mut self, node: u32, slot: u16) {
@@ -342,6 +382,18 @@ impl<C: InWheel> DeadlineWheel<C> {
         }
     }
 
+    /// A connection's deadline moved from `old` to `at` (in the ring).
+    fn note_moved(&self, old: Option<Instant>, at: Instant) {
+        if self.len == 1 {
+            // Alone in the ring, so before everything in the heap.
+            self.earliest.set(Some(at));
+            self.earliest_known.set(true);
+        } else {
+            self.note_removed(old);
+            self.note_added(at);
+        }
+    }
+
     /// A deadline `at` was filed: the earliest, if known, is it or earlier.
     fn note_added(&self, at: Instant) {
         if self.earliest_known.get() && self.earliest.get().is_none_or(|e| at < e) {
@@ -397,8 +449,16 @@ mod tests {
         }
         assert_eq!(in_ring, wheel.len);
         for c in conns {
-            match (c.deadline.get(), c.wheel_node.get(), c.heap_slot.get()) {
-                (None, NO_NODE, NOT_FILED) => {}
+            let node = c.wheel_node.get();
+            if node != NO_NODE {
+                let owner = wheel.nodes[node as usize].conn.as_ref();
+                assert!(
+                    owner.is_some_and(|o| Rc::ptr_eq(o, c)),
+                    "node not the connection's"
+                );
+            }
+            match (c.deadline.get(), node, c.heap_slot.get()) {
+                (None, _, NOT_FILED) => {}
                 (Some(_), node, NOT_FILED) if node != NO_NODE => {}
                 (Some(d), NO_NODE, slot) if slot != NOT_FILED => {
                     assert!(tick(d) >= wheel.base + SLOTS, "a near deadline in the heap")
@@ -438,7 +498,6 @@ mod tests {
             let expected = reference.pop_first().map(|(_, tuple)| tuple);
             assert_eq!(Some(c.tuple), expected, "pop order at {now:?}");
             assert_eq!(c.deadline.get(), None);
-            assert_eq!(c.wheel_node.get(), NO_NODE);
             popped += 1;
         }
         assert!(
@@ -495,6 +554,35 @@ mod tests {
         assert!(wheel.pop_due(at(last)).is_some());
         assert_eq!(wheel.first(), None);
         check_invariants(&wheel, &[c]);
+    }
+
+    /// Disarming keeps the node (re-arming reuses it); `forget` frees it for the next
+    /// connection and drops the wheel's hold on the connection.
+    #[test]
+    fn disarmed_connection_keeps_its_node_until_forgotten() {
+        let (a, b) = (conn(1), conn(2));
+        let mut wheel = DeadlineWheel::default();
+        wheel.set(&a, Some(at(5_000_000)));
+        let node = a.wheel_node.get();
+        wheel.set(&a, None);
+        assert_eq!(
+            (a.wheel_node.get(), wheel.len, wheel.first()),
+            (node, 0, None)
+        );
+        wheel.set(&a, Some(at(9_000_000)));
+        assert_eq!(a.wheel_node.get(), node, "re-armed on its own node");
+        assert_eq!(wheel.first(), Some(at(9_000_000)));
+        let held = Rc::strong_count(&a);
+        wheel.forget(&a);
+        assert_eq!(Rc::strong_count(&a), held - 1);
+        assert_eq!(
+            (a.wheel_node.get(), a.deadline.get(), wheel.first()),
+            (NO_NODE, None, None)
+        );
+        wheel.set(&b, Some(at(1)));
+        assert_eq!(b.wheel_node.get(), node, "the freed node is reused");
+        assert_eq!(wheel.nodes.len(), 1);
+        check_invariants(&wheel, &[a, b]);
     }
 
     /// Deadlines beyond the ring wait in the heap and come into the ring as time
@@ -563,6 +651,8 @@ mod tests {
         Set(usize, Option<u64>),
         /// Moves time on by `.0` nanoseconds and pops what is due.
         Advance(u64),
+        /// Connection `.0` leaves the layer.
+        Forget(usize),
     }
 
     fn step() -> impl Strategy<Value = Step> {
@@ -575,8 +665,9 @@ mod tests {
             0..1_000_000_000_000u64,
         ];
         prop_oneof![
-            4 => (0usize..10, proptest::option::weighted(0.85, offset)).prop_map(|(c, o)| Step::Set(c, o)),
-            1 => prop_oneof![0u64..2 * SLOT_NANOS, 0..600 * SLOT_NANOS, 0..2_000_000_000_000u64]
+            1 => (0usize..10).prop_map(Step::Forget),
+            8 => (0usize..10, proptest::option::weighted(0.85, offset)).prop_map(|(c, o)| Step::Set(c, o)),
+            2 => prop_oneof![0u64..2 * SLOT_NANOS, 0..600 * SLOT_NANOS, 0..2_000_000_000_000u64]
                 .prop_map(Step::Advance),
         ]
     }
@@ -599,6 +690,15 @@ mod tests {
                     Step::Advance(by) => {
                         now = now.saturating_add(by);
                         pop_all(&mut wheel, &mut reference, at(now));
+                    }
+                    Step::Forget(c) => {
+                        let c = &conns[c];
+                        if let Some(old) = c.deadline.get() {
+                            reference.remove(&(old, c.tuple));
+                        }
+                        wheel.forget(c);
+                        prop_assert_eq!(c.wheel_node.get(), NO_NODE);
+                        prop_assert_eq!(c.heap_slot.get(), NOT_FILED);
                     }
                 }
                 prop_assert_eq!(wheel.first(), reference.first().map(|&(d, _)| d));

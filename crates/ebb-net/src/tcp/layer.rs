@@ -344,7 +344,7 @@ impl TcpLayer {
             conn.accounting.set(accounting);
         }
         if tcb_state == State::Closed && !rst_pending {
-            state.deadlines.set(conn, None);
+            state.deadlines.forget(conn);
             if state
                 .conns
                 .get(&conn.tuple)
