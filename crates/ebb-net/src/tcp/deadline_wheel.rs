@@ -12,15 +12,21 @@
 //!
 //! * The near future, ticks `[base, base + SLOTS)` of [`SLOT_NANOS`] each (about 268 ms:
 //!   delayed ACKs, tail loss probes, the first retransmission timeouts), is a ring of
-//!   `SLOTS` lists of nodes, with a bitmap of the non-empty ones. A deadline's slot is
-//!   its tick (or `base`'s, if earlier) modulo `SLOTS`; the node keeps the exact
+//!   `SLOTS` lists of nodes, with a bitmap of the non-empty ones. A deadline's own slot
+//!   is its tick (or `base`'s, if earlier) modulo `SLOTS`; the node keeps the exact
 //!   deadline, so nothing fires early or late — the slot only finds it.
+//! * A deadline moved later stays in the slot it is in (filed early): no unlink, no
+//!   link. Only a move earlier than its slot relinks it. A scan for the earliest node
+//!   moves the early nodes it passes to their own slots, and so does `base` moving past
+//!   their slot; as TCP moves a deadline later on every exchange, a connection is
+//!   relinked about once per its delayed-ACK time (40 ms), not twice per request.
 //! * Later deadlines (keepalive, TIME-WAIT, backed-off timeouts) go to the heap. Every
 //!   one of them is later than every deadline in the wheel; they move into the wheel
 //!   when `base` reaches them.
 //! * The earliest deadline is cached: arming can only lower it (one comparison), and it
-//!   is recomputed — the first non-empty slot from `base`, the earliest node in it —
-//!   only after the earliest connection was disarmed or moved.
+//!   is recomputed — the first slot from `base` holding a node filed in its own slot,
+//!   the earliest such node — only after the earliest connection was disarmed or moved
+//!   (with one connection in the ring, its deadline is the earliest: no scan).
 //! * `base` moves to the tick of `now` when `pop_due` finds nothing due, so the ring
 //!   never holds a node whose tick is below `base` — except one filed while `base` was
 //!   ahead of it, which sits in `base`'s slot and is due as soon as time reaches `base`.
@@ -34,7 +40,8 @@
 //! heap; otherwise, with a deadline, it is in the heap. A node in use holds its
 //! connection (`conn`); `len` counts the linked ones. Every
 //! wheel node's effective tick (`max(tick(at), base)`) is in `[base, base + SLOTS)` and
-//! the node is in that tick's slot; every heap deadline's tick is `>= base + SLOTS`. A
+//! the node is in that tick's slot or an earlier one (counting from `base`'s); every heap
+//! deadline's tick is `>= base + SLOTS`. A
 //! slot's bit is set exactly when its list is not empty. When `earliest_known`,
 //! `earliest` is the earliest deadline of both stores.
 
@@ -116,12 +123,13 @@ impl<C> Default for DeadlineWheel<C> {
 
 impl<C: InWheel> DeadlineWheel<C> {
     /// The earliest deadline of any connection.
-    pub(super) fn first(&self) -> Option<Instant> {
+    pub(super) fn first(&mut self) -> Option<Instant> {
         if self.earliest_known.get() {
             return self.earliest.get();
         }
         let earliest = if self.len > 0 {
-            Some(self.nodes[self.earliest_node() as usize].at)
+            let node = self.earliest_node();
+            Some(self.nodes[node as usize].at)
         } else {
             self.far.first()
         };
@@ -167,14 +175,18 @@ impl<C: InWheel> DeadlineWheel<C> {
                     // The common move: from one slot of the ring to another (or the same),
                     // or back into it (a disarmed connection keeps its node).
                     conn.deadline().set(next);
-                    let slot = self.slot_of(at);
                     self.nodes[node as usize].at = at;
                     if old.is_none() {
-                        self.link(node, slot);
+                        self.link(node, self.slot_of(at));
                         self.len += 1;
-                    } else if self.nodes[node as usize].slot != slot {
-                        self.unlink(node);
-                        self.link(node, slot);
+                    } else {
+                        let place = self.offset(self.nodes[node as usize].slot);
+                        if tick(at).max(self.base) - self.base < place {
+                            // Earlier than its slot: it must move. Later, it stays where
+                            // it is until a scan reaches that slot.
+                            self.unlink(node);
+                            self.link(node, self.slot_of(at));
+                        }
                     }
                     self.note_moved(old, at);
                     return;
@@ -214,10 +226,10 @@ impl<C: InWheel> DeadlineWheel<C> {
         loop {
             let earliest = self.first()?;
             if earliest > now || self.len == 0 {
-                // Nothing in the ring is due, so no node's tick is below `now`'s: the
-                // ring can start there. The heap's deadlines that now fit move in (and
-                // may be due, if time jumped).
-                self.base = self.base.max(tick(now));
+                // Nothing in the ring is due, so no node's deadline is below `now`'s
+                // tick: the ring can start there. The heap's deadlines that now fit move
+                // in (and may be due, if time jumped).
+                self.advance(tick(now));
                 if !self.migrate() || earliest > now {
                     return None;
                 }
@@ -239,6 +251,43 @@ impl<C: InWheel> DeadlineWheel<C> {
     /// Whether a deadline at `at` belongs in the ring.
     fn fits(&self, at: Instant) -> bool {
         tick(at) < self.base.saturating_add(SLOTS)
+    }
+
+    /// How many slots after `base`'s `slot` is.
+    fn offset(&self, slot: u16) -> u64 {
+        (u64::from(slot) + SLOTS - self.base % SLOTS) % SLOTS
+    }
+
+    /// Starts the ring at tick `to` (if later than `base`): the nodes of the slots it
+    /// leaves behind, all filed early (nothing is due), go to their own slots.
+    fn advance(&mut self, to: u64) {
+        if to <= self.base {
+            return;
+        }
+        let mut detached = NO_NODE;
+        if self.len > 0 {
+            for step in 0..(to - self.base).min(SLOTS) {
+                let slot = ((self.base + step) % SLOTS) as usize;
+                if self.occupied[slot / 64] & (1 << (slot % 64)) == 0 {
+                    continue;
+                }
+                let mut node = self.heads[slot];
+                while node != NO_NODE {
+                    let next = self.nodes[node as usize].next;
+                    self.nodes[node as usize].next = detached;
+                    detached = node;
+                    node = next;
+                }
+                self.heads[slot] = NO_NODE;
+                self.occupied[slot / 64] &= !(1 << (slot % 64));
+            }
+        }
+        self.base = to;
+        while detached != NO_NODE {
+            let next = self.nodes[detached as usize].next;
+            self.link(detached, self.slot_of(self.nodes[detached as usize].at));
+            detached = next;
+        }
     }
 
     /// The ring slot of a deadline that fits.
@@ -334,22 +383,35 @@ impl<C: InWheel> DeadlineWheel<C> {
         }
     }
 
-    /// The ring's node with the earliest `(deadline, four-tuple)`: the earliest in the
-    /// first non-empty slot from `base`'s. The ring must not be empty.
-    fn earliest_node(&self) -> u32 {
-        let slot = self.first_occupied_slot();
-        let mut best = self.heads[slot];
-        let mut node = self.nodes[best as usize].next;
-        while node != NO_NODE {
-            let (candidate, current) = (&self.nodes[node as usize], &self.nodes[best as usize]);
-            if candidate.at < current.at
-                || (candidate.at == current.at && candidate.tuple < current.tuple)
-            {
-                best = node;
+    /// The ring's node with the earliest `(deadline, four-tuple)`: the earliest of the
+    /// nodes filed in their own slot in the first slot from `base`'s that has any. The
+    /// nodes filed early that it passes move to their own slots. The ring must not be
+    /// empty.
+    fn earliest_node(&mut self) -> u32 {
+        loop {
+            let slot = self.first_occupied_slot();
+            let mut best = NO_NODE;
+            let mut node = self.heads[slot];
+            while node != NO_NODE {
+                let (next, at) = (self.nodes[node as usize].next, self.nodes[node as usize].at);
+                let own = self.slot_of(at);
+                if usize::from(own) != slot {
+                    self.unlink(node);
+                    self.link(node, own);
+                } else if best == NO_NODE || {
+                    let (candidate, current) =
+                        (&self.nodes[node as usize], &self.nodes[best as usize]);
+                    candidate.at < current.at
+                        || (candidate.at == current.at && candidate.tuple < current.tuple)
+                } {
+                    best = node;
+                }
+                node = next;
             }
-            node = candidate.next;
+            if best != NO_NODE {
+                return best;
+            }
         }
-        best
     }
 
     /// The first slot with nodes, going round from `base`'s.
@@ -424,7 +486,7 @@ mod tests {
     }
 
     /// The module's invariants, checked from scratch.
-    fn check_invariants(wheel: &DeadlineWheel<ConnRecord>, conns: &[Rc<ConnRecord>]) {
+    fn check_invariants(wheel: &mut DeadlineWheel<ConnRecord>, conns: &[Rc<ConnRecord>]) {
         let mut in_ring = 0;
         for slot in 0..SLOTS as usize {
             let occupied = wheel.occupied[slot / 64] & (1 << (slot % 64)) != 0;
@@ -437,7 +499,11 @@ mod tests {
                 assert_eq!(usize::from(entry.slot), slot);
                 let effective = tick(entry.at).max(wheel.base);
                 assert!(effective < wheel.base + SLOTS, "node beyond the ring");
-                assert_eq!((effective % SLOTS) as usize, slot, "node in the wrong slot");
+                let place = wheel.offset(slot as u16);
+                assert!(
+                    place <= effective - wheel.base,
+                    "node filed after its deadline"
+                );
                 let c = entry.conn.as_ref().expect("a linked node is in use");
                 assert_eq!(c.wheel_node.get(), node);
                 assert_eq!(c.deadline.get(), Some(entry.at));
@@ -524,15 +590,15 @@ mod tests {
         for (c, &t) in conns.iter().zip(&plan).rev() {
             file(&mut wheel, &mut reference, c, Some(at(t)));
         }
-        check_invariants(&wheel, &conns);
+        check_invariants(&mut wheel, &conns);
         assert_eq!(wheel.first(), Some(at(0)));
         assert_eq!(pop_all(&mut wheel, &mut reference, at(3_000_000)), 3);
-        check_invariants(&wheel, &conns);
+        check_invariants(&mut wheel, &conns);
         assert_eq!(wheel.first(), Some(at(3_000_100)));
         assert_eq!(wheel.pop_due(at(3_000_099)).map(|c| c.tuple), None);
         assert_eq!(pop_all(&mut wheel, &mut reference, at(u64::MAX)), 3);
         assert_eq!(wheel.first(), None);
-        check_invariants(&wheel, &conns);
+        check_invariants(&mut wheel, &conns);
     }
 
     /// A deadline re-armed later on every exchange, as TCP's are, stays in the ring
@@ -553,7 +619,59 @@ mod tests {
         assert!(wheel.pop_due(at(last - 1)).is_none());
         assert!(wheel.pop_due(at(last)).is_some());
         assert_eq!(wheel.first(), None);
-        check_invariants(&wheel, &[c]);
+        check_invariants(&mut wheel, &[c]);
+    }
+
+    /// Moving a deadline later leaves its node where it is (filed early); a scan, or the
+    /// ring moving past that slot, puts it in its own slot, and it fires at its new
+    /// value, not the old.
+    #[test]
+    fn later_deadline_stays_filed_early_until_reached() {
+        let (a, b) = (conn(1), conn(2));
+        let mut wheel = DeadlineWheel::default();
+        // Alone in the ring: moved on by `advance`.
+        wheel.set(&a, Some(at(3 * SLOT_NANOS)));
+        let slot = wheel.nodes[a.wheel_node.get() as usize].slot;
+        wheel.set(&a, Some(at(100 * SLOT_NANOS)));
+        assert_eq!(
+            wheel.nodes[a.wheel_node.get() as usize].slot,
+            slot,
+            "not moved"
+        );
+        assert!(wheel.pop_due(at(10 * SLOT_NANOS)).is_none());
+        assert_eq!(wheel.base, 10);
+        assert_eq!(
+            wheel.nodes[a.wheel_node.get() as usize].slot,
+            100,
+            "in its own slot"
+        );
+        check_invariants(&mut wheel, &[a.clone(), b.clone()]);
+        // With another: moved on by the scan for the earliest.
+        wheel.set(&b, Some(at(20 * SLOT_NANOS)));
+        wheel.set(&a, Some(at(15 * SLOT_NANOS)));
+        wheel.set(&a, Some(at(90 * SLOT_NANOS)));
+        assert_eq!(
+            wheel.nodes[a.wheel_node.get() as usize].slot,
+            15,
+            "not moved"
+        );
+        assert_eq!(wheel.first(), Some(at(20 * SLOT_NANOS)));
+        assert_eq!(
+            wheel.nodes[a.wheel_node.get() as usize].slot,
+            90,
+            "in its own slot"
+        );
+        assert!(wheel.pop_due(at(20 * SLOT_NANOS - 1)).is_none());
+        assert_eq!(
+            wheel.pop_due(at(20 * SLOT_NANOS)).map(|c| c.tuple),
+            Some(b.tuple)
+        );
+        assert!(wheel.pop_due(at(90 * SLOT_NANOS - 1)).is_none());
+        assert_eq!(
+            wheel.pop_due(at(90 * SLOT_NANOS)).map(|c| c.tuple),
+            Some(a.tuple)
+        );
+        check_invariants(&mut wheel, &[a, b]);
     }
 
     /// Disarming keeps the node (re-arming reuses it); `forget` frees it for the next
@@ -582,7 +700,7 @@ mod tests {
         wheel.set(&b, Some(at(1)));
         assert_eq!(b.wheel_node.get(), node, "the freed node is reused");
         assert_eq!(wheel.nodes.len(), 1);
-        check_invariants(&wheel, &[a, b]);
+        check_invariants(&mut wheel, &[a, b]);
     }
 
     /// Deadlines beyond the ring wait in the heap and come into the ring as time
@@ -601,11 +719,11 @@ mod tests {
             &conns[2],
             Some(at(60_000_000_000)),
         );
-        check_invariants(&wheel, &conns);
+        check_invariants(&mut wheel, &conns);
         assert_eq!(wheel.len, 0, "all far");
         // Walk to within the ring's reach of the second: it moves in.
         assert_eq!(pop_all(&mut wheel, &mut reference, at(59_900_000_000)), 0);
-        check_invariants(&wheel, &conns);
+        check_invariants(&mut wheel, &conns);
         assert_eq!(wheel.len, 1);
         assert_eq!(pop_all(&mut wheel, &mut reference, at(60_000_000_000)), 1);
         // A jump past both remaining deadlines: both fire, in order.
@@ -616,7 +734,7 @@ mod tests {
             Some(at(60_000_000_001)),
         );
         assert_eq!(pop_all(&mut wheel, &mut reference, at(3 * hour)), 3);
-        check_invariants(&wheel, &conns);
+        check_invariants(&mut wheel, &conns);
     }
 
     /// The ring goes round many times: slots are reused modulo `SLOTS`, and a deadline
@@ -639,7 +757,7 @@ mod tests {
                 file(&mut wheel, &mut reference, &conns[7], Some(at(behind)));
             }
             fired += pop_all(&mut wheel, &mut reference, at(now));
-            check_invariants(&wheel, &conns);
+            check_invariants(&mut wheel, &conns);
         }
         assert!(wheel.base > 10 * SLOTS, "went round: base {}", wheel.base);
         assert!(fired > 100, "fired {fired}");
@@ -702,7 +820,7 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(wheel.first(), reference.first().map(|&(d, _)| d));
-                check_invariants(&wheel, &conns);
+                check_invariants(&mut wheel, &conns);
             }
             pop_all(&mut wheel, &mut reference, at(u64::MAX));
             prop_assert_eq!(wheel.first(), None);
