@@ -10,7 +10,7 @@
 //! no allocation or reference count); [`DeadlineWheel::forget`] frees it when the
 //! connection leaves the layer.
 //!
-//! * The near future, ticks `[base, base + SLOTS)` of [`SLOT_NANOS`] each (about 268 ms:
+//! * The near future, ticks `[base, base + SLOTS)` of [`SLOT_NANOS`] each (about 1.07 s:
 //!   delayed ACKs, tail loss probes, the first retransmission timeouts), is a ring of
 //!   `SLOTS` lists of nodes, with a bitmap of the non-empty ones. A deadline's own slot
 //!   is its tick (or `base`'s, if earlier) modulo `SLOTS`; the node keeps the exact
@@ -70,8 +70,11 @@ const SLOT_SHIFT: u32 = 20;
 /// A slot's span in nanoseconds.
 #[cfg(test)]
 const SLOT_NANOS: u64 = 1 << SLOT_SHIFT;
-/// Slots in the ring: 256 × 1.05 ms ≈ 268 ms, past the 200 ms minimum RTO.
-const SLOTS: u64 = 256;
+/// Slots in the ring: 1024 × 1.05 ms ≈ 1.07 s, past the 200 ms minimum RTO and the 1 s
+/// RTO of a connection without a round-trip sample (a SYN's, a request/response
+/// exchange's whose ACKs are never timed), which would otherwise hop between the ring
+/// and the heap on every exchange.
+const SLOTS: u64 = 1024;
 const WORDS: usize = (SLOTS / 64) as usize;
 
 fn tick(at: Instant) -> u64 {
