@@ -99,6 +99,9 @@ pub(super) struct DeadlineWheel<C> {
     free: u32,
     heads: [u32; SLOTS as usize],
     occupied: [u64; WORDS],
+    /// Bit `w` set when `occupied[w]` is not zero: finding the next non-empty slot looks
+    /// at two words, not up to `WORDS`.
+    words_used: u64,
     /// The tick of the ring's first slot.
     base: u64,
     /// Nodes in the ring.
@@ -115,6 +118,7 @@ impl<C> Default for DeadlineWheel<C> {
             free: NO_NODE,
             heads: [NO_NODE; SLOTS as usize],
             occupied: [0; WORDS],
+            words_used: 0,
             base: 0,
             len: 0,
             far: DeadlineHeap::default(),
@@ -282,7 +286,7 @@ impl<C: InWheel> DeadlineWheel<C> {
                     node = next;
                 }
                 self.heads[slot] = NO_NODE;
-                self.occupied[slot / 64] &= !(1 << (slot % 64));
+                self.clear_bit(slot);
             }
         }
         self.base = to;
@@ -367,6 +371,16 @@ impl<C: InWheel> DeadlineWheel<C> {
         entry.slot = slot;
         self.heads[usize::from(slot)] = node;
         self.occupied[usize::from(slot / 64)] |= 1 << (slot % 64);
+        self.words_used |= 1 << (slot / 64);
+    }
+
+    /// Marks `slot` empty.
+    fn clear_bit(&mut self, slot: usize) {
+        let word = slot / 64;
+        self.occupied[word] &= !(1 << (slot % 64));
+        if self.occupied[word] == 0 {
+            self.words_used &= !(1 << word);
+        }
     }
 
     fn unlink(&mut self, node: u32) {
@@ -381,7 +395,7 @@ impl<C: InWheel> DeadlineWheel<C> {
         } else {
             self.heads[usize::from(slot)] = next;
             if next == NO_NODE {
-                self.occupied[usize::from(slot / 64)] &= !(1 << (slot % 64));
+                self.clear_bit(usize::from(slot));
             }
         }
     }
@@ -421,21 +435,21 @@ impl<C: InWheel> DeadlineWheel<C> {
     fn first_occupied_slot(&self) -> usize {
         let start = (self.base % SLOTS) as usize;
         let (word, bit) = (start / 64, start % 64);
-        // `base`'s word from its bit on, the other words, then `base`'s word below its bit.
+        // `base`'s word from its bit on, the words after it, those before it, then
+        // `base`'s word below its bit.
         let at_or_after = self.occupied[word] & (!0u64 << bit);
         if at_or_after != 0 {
             return word * 64 + at_or_after.trailing_zeros() as usize;
         }
-        for step in 1..=WORDS {
-            let w = (word + step) % WORDS;
-            let bits = if w == word {
-                self.occupied[w] & !(!0u64 << bit)
-            } else {
-                self.occupied[w]
-            };
-            if bits != 0 {
-                return w * 64 + bits.trailing_zeros() as usize;
-            }
+        let others = self.words_used & !(1u64 << word);
+        if others != 0 {
+            let after = others & (!0u64 << word);
+            let w = if after != 0 { after } else { others }.trailing_zeros() as usize;
+            return w * 64 + self.occupied[w].trailing_zeros() as usize;
+        }
+        let below = self.occupied[word] & !(!0u64 << bit);
+        if below != 0 {
+            return word * 64 + below.trailing_zeros() as usize;
         }
         unreachable!("the ring is not empty")
     }
@@ -517,6 +531,13 @@ mod tests {
             }
         }
         assert_eq!(in_ring, wheel.len);
+        for (w, bits) in wheel.occupied.iter().enumerate() {
+            assert_eq!(
+                *bits != 0,
+                wheel.words_used & (1 << w) != 0,
+                "word {w}'s bit"
+            );
+        }
         for c in conns {
             let node = c.wheel_node.get();
             if node != NO_NODE {

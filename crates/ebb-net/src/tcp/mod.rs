@@ -17,7 +17,7 @@
 //! * `conn_table` — the demux table keyed by [`FourTuple`], with its seeded hash, and the
 //!   multi-core [`ConnectionDirectory`];
 //! * `deadline_wheel` — every connection's next timer deadline, earliest first: a hashed
-//!   timer wheel for the next ~268 ms, `deadlines` (an indexed heap) beyond;
+//!   timer wheel for the next ~1.07 s, `deadlines` (an indexed heap) beyond;
 //! * `state` — the TCB and the per-state segment processing (RFC 9293 §3.10.7);
 //! * `send` — segmentation, ACK processing, limited transmit, fast and early retransmit,
 //!   NewReno recovery guided by the peer's SACK blocks, retransmission, tail-loss-probe and
@@ -123,8 +123,9 @@
 //!
 //! `poll` visits only the connections the application touched since the last poll (a
 //! dirty list), those blocked on a full transmit queue, and those whose earliest timer is
-//! due (`deadline_wheel::DeadlineWheel`: re-arming a timer is an unlink and a link in a
-//! ring of per-millisecond lists, far deadlines wait in `deadlines::DeadlineHeap`; due
+//! due (`deadline_wheel::DeadlineWheel`: a ring of per-millisecond lists where a timer
+//! re-armed later stays put and one re-armed earlier is relinked; far deadlines wait in
+//! `deadlines::DeadlineHeap`; due
 //! connections come out in `(deadline, FourTuple)` order); `poll_at` reads its cached
 //! earliest deadline, recomputed only after the earliest connection moved. Demux is a hash-map lookup
 //! (seeded hash, see `conn_table`) behind a one-entry cache of the last connection found. The lists are reused from
