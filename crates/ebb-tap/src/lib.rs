@@ -72,6 +72,10 @@ pub const MAX_NAME_LEN: usize = 15;
 /// header and a 64 KiB offloaded frame of MSS-sized received buffers (an echo's).
 const MAX_IOVECS: usize = 64;
 
+/// Gather entries of the common frame (a header and a few payload pieces): a frame that
+/// fits gathers into an array this long, so the 64-entry one is not filled per frame.
+const FEW_IOVECS: usize = 8;
+
 /// The largest IPv4 packet a TCP frame may carry with segmentation offload, either way.
 const TSO_MAX_LEN: usize = u16::MAX as usize;
 
@@ -461,13 +465,11 @@ impl NetDevice for TapDevice {
             }
             let header = vnet_header(checksum, segmentation);
             let header: &[u8] = if self.vnet_hdr { &header } else { &[] };
-            let result = if frame.segment_count() < MAX_IOVECS {
-                let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
-                slices[0] = IoSlice::new(header);
-                for (slot, segment) in slices[1..].iter_mut().zip(frame.segments()) {
-                    *slot = IoSlice::new(segment);
-                }
-                rustix::io::writev(&self.fd, &slices[..1 + frame.segment_count()])
+            let segments = frame.segment_count();
+            let result = if segments < FEW_IOVECS {
+                writev_gathered::<FEW_IOVECS>(&self.fd, header, frame)
+            } else if segments < MAX_IOVECS {
+                writev_gathered::<MAX_IOVECS>(&self.fd, header, frame)
             } else {
                 let mut bytes = header.to_vec();
                 bytes.extend_from_slice(&frame.to_vec());
@@ -492,6 +494,23 @@ impl NetDevice for TapDevice {
     fn counters(&self) -> DeviceCounters {
         self.counters
     }
+}
+
+/// Writes `header` and `frame`'s segments (fewer than `N`) with one `writev`.
+#[inline]
+fn writev_gathered<const N: usize>(
+    fd: &OwnedFd,
+    header: &[u8],
+    frame: &ebb_core::IOBufChain,
+) -> rustix::io::Result<usize> {
+    let mut slices = [IoSlice::new(&[]); N];
+    slices[0] = IoSlice::new(header);
+    let mut used = 1;
+    for (slot, segment) in slices[1..].iter_mut().zip(frame.segments()) {
+        *slot = IoSlice::new(segment);
+        used += 1;
+    }
+    rustix::io::writev(fd, &slices[..used])
 }
 
 /// The `TUNSETIFF`, `TUNSETVNETHDRSZ` and `TUNSETOFFLOAD` ioctls: the only `unsafe` code

@@ -1,5 +1,6 @@
-//! `DeadlineHeap`: every connection's next timer deadline, earliest first — what `poll`
-//! pops when timers are due and what `poll_at` reads.
+//! `DeadlineHeap`: connections' timer deadlines, earliest first — the far ones (beyond
+//! the ring of [`DeadlineWheel`](super::deadline_wheel::DeadlineWheel), which holds the
+//! near ones and asks this heap for the rest).
 //!
 //! An indexed binary min-heap ordered by `(deadline, FourTuple)`, the order the former
 //! `BTreeSet<(Instant, FourTuple)>` had, so connections due at the same instant are still

@@ -375,7 +375,7 @@ impl TcpInput for TcpLayer {
         if inner.needs_poll.get() || !inner.ready.borrow().is_empty() {
             return Some(Instant::ZERO);
         }
-        inner.state.borrow().deadlines.first()
+        inner.state.borrow_mut().deadlines.first()
     }
 
     fn transmit_blocked(&self) -> bool {

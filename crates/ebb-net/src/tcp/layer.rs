@@ -21,7 +21,8 @@ use ebb_core::net::{TcpErrorKind, TcpHandler};
 use super::config::TcpConfig;
 use super::conn_table::{ConnTable, ConnectionDirectory, FourTuple, Keyed};
 use super::counters::TcpCounters;
-use super::deadlines::{self, DeadlineHeap, Filed};
+use super::deadline_wheel::{self, DeadlineWheel, InWheel};
+use super::deadlines::{self, Filed};
 use super::isn::IsnGenerator;
 use super::state::{State, Tcb};
 #[cfg(test)]
@@ -53,7 +54,7 @@ pub(super) enum Accounting {
 pub(super) struct LayerState {
     pub(super) conns: ConnTable<ConnRecord>,
     /// Every connection's next timer deadline, earliest first.
-    pub(super) deadlines: DeadlineHeap<ConnRecord>,
+    pub(super) deadlines: DeadlineWheel<ConnRecord>,
     pub(super) listeners: BTreeMap<SocketAddrV4, Listener>,
     pub(super) isn: IsnGenerator,
     /// RFC 6056 algorithm 3's counter: ports tried so far.
@@ -103,8 +104,12 @@ pub(super) struct ConnRecord {
     pub(super) in_blocked: Cell<bool>,
     /// The deadline this connection is filed under in `LayerState::deadlines`.
     pub(super) deadline: Cell<Option<Instant>>,
-    /// Its index in `LayerState::deadlines` (`deadlines::NOT_FILED` when not there).
+    /// Its index in the far deadlines' heap of `LayerState::deadlines`
+    /// (`deadlines::NOT_FILED` when not there).
     pub(super) heap_slot: Cell<usize>,
+    /// Its node in the ring of `LayerState::deadlines` (`deadline_wheel::NO_NODE` when
+    /// not there).
+    pub(super) wheel_node: Cell<u32>,
 }
 
 /// A connection of no layer, established, with default settings: for the tests of the
@@ -151,7 +156,7 @@ impl TcpLayer {
             config,
             state: RefCell::new(LayerState {
                 conns,
-                deadlines: DeadlineHeap::default(),
+                deadlines: DeadlineWheel::default(),
                 listeners: BTreeMap::new(),
                 isn,
                 next_port: 0,
@@ -339,7 +344,7 @@ impl TcpLayer {
             conn.accounting.set(accounting);
         }
         if tcb_state == State::Closed && !rst_pending {
-            state.deadlines.set(conn, None);
+            state.deadlines.forget(conn);
             if state
                 .conns
                 .get(&conn.tuple)
@@ -354,7 +359,7 @@ impl TcpLayer {
     }
 
     /// Files `conn` under its TCB's next deadline (or none).
-    pub(super) fn file_deadline(deadlines: &mut DeadlineHeap<ConnRecord>, conn: &Rc<ConnRecord>) {
+    pub(super) fn file_deadline(deadlines: &mut DeadlineWheel<ConnRecord>, conn: &Rc<ConnRecord>) {
         let next = {
             let tcb = conn.tcb.borrow();
             if tcb.state == State::Closed {
@@ -440,6 +445,7 @@ impl ConnRecord {
             in_blocked: Cell::new(false),
             deadline: Cell::new(None),
             heap_slot: Cell::new(deadlines::NOT_FILED),
+            wheel_node: Cell::new(deadline_wheel::NO_NODE),
         }
     }
 
@@ -492,5 +498,12 @@ impl Filed for ConnRecord {
     #[inline]
     fn heap_slot(&self) -> &Cell<usize> {
         &self.heap_slot
+    }
+}
+
+impl InWheel for ConnRecord {
+    #[inline]
+    fn wheel_node(&self) -> &Cell<u32> {
+        &self.wheel_node
     }
 }

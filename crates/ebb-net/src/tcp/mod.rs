@@ -16,7 +16,8 @@
 //! * `config` and `counters` — [`TcpConfig`], [`Keepalive`] and [`TcpCounters`];
 //! * `conn_table` — the demux table keyed by [`FourTuple`], with its seeded hash, and the
 //!   multi-core [`ConnectionDirectory`];
-//! * `deadlines` — every connection's next timer deadline, earliest first;
+//! * `deadline_wheel` — every connection's next timer deadline, earliest first: a hashed
+//!   timer wheel for the next ~1.07 s, `deadlines` (an indexed heap) beyond;
 //! * `state` — the TCB and the per-state segment processing (RFC 9293 §3.10.7);
 //! * `send` — segmentation, ACK processing, limited transmit, fast and early retransmit,
 //!   NewReno recovery guided by the peer's SACK blocks, retransmission, tail-loss-probe and
@@ -122,8 +123,11 @@
 //!
 //! `poll` visits only the connections the application touched since the last poll (a
 //! dirty list), those blocked on a full transmit queue, and those whose earliest timer is
-//! due (`deadlines::DeadlineHeap`, an indexed min-heap ordered by `(deadline, FourTuple)`,
-//! updated in place after every change); `poll_at` reads the heap's first entry. Demux is a hash-map lookup
+//! due (`deadline_wheel::DeadlineWheel`: a ring of per-millisecond lists where a timer
+//! re-armed later stays put and one re-armed earlier is relinked; far deadlines wait in
+//! `deadlines::DeadlineHeap`; due
+//! connections come out in `(deadline, FourTuple)` order); `poll_at` reads its cached
+//! earliest deadline, recomputed only after the earliest connection moved. Demux is a hash-map lookup
 //! (seeded hash, see `conn_table`) behind a one-entry cache of the last connection found. The lists are reused from
 //! poll to poll (no allocation); segmenting the send queue resumes from a cursor
 //! (`send_queue::QueueCursor`) instead of walking the queue from its front for every segment.
@@ -133,6 +137,7 @@ mod congestion;
 mod conn;
 mod conn_table;
 mod counters;
+mod deadline_wheel;
 mod deadlines;
 mod events;
 mod input;
