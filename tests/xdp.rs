@@ -64,16 +64,13 @@ fn drive_until_exit<T: TcpInput>(
             std::thread::sleep(Duration::from_micros(100));
         }
     };
+    use std::io::Read;
     let mut output = String::new();
-    for pipe in [
-        child.0.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read>),
-        child.0.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read>),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        let mut pipe = pipe;
-        let _ = pipe.read_to_string(&mut output);
+    if let Some(mut out) = child.0.stdout.take() {
+        let _ = out.read_to_string(&mut output);
+    }
+    if let Some(mut err) = child.0.stderr.take() {
+        let _ = err.read_to_string(&mut output);
     }
     (status.is_some_and(|s| s.success()), output)
 }
@@ -108,8 +105,7 @@ fn linux_pings_ebb_net_over_af_xdp() {
         .ns
         .exec(&["ping", "-c", "20", "-i", "0.05", "-W", "2", "10.198.1.2"]);
     ping.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let (ok, output) =
-        drive_until_exit(&mut stack, ping.spawn().unwrap(), Duration::from_secs(20));
+    let (ok, output) = drive_until_exit(&mut stack, ping.spawn().unwrap(), Duration::from_secs(20));
     println!("{output}");
     let stats = stack.device_mut().stats();
     println!("xdp: {stats:?}");
