@@ -179,3 +179,47 @@ fn a_multi_queue_interface_is_refused_with_the_reason() {
         "{err}"
     );
 }
+
+/// Without CAP_NET_ADMIN / CAP_BPF the error says what is missing. Run as root, the test
+/// runs itself again as `nobody` (`setpriv`); run as a user, it checks directly.
+#[test]
+fn without_privilege_the_error_names_the_capabilities() {
+    let test = "ebb-xdp::without_privilege_the_error_names_the_capabilities";
+    let child = std::env::var_os("EBB_XDP_UNPRIVILEGED_CHILD").is_some();
+    if child || !ebb_testkit::is_root() {
+        // `lo` exists everywhere and has one queue: only the privilege is missing.
+        let err = XdpDevice::open(&XdpConfig::new("lo")).unwrap_err();
+        assert!(matches!(err, XdpError::NeedsPrivilege { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("CAP_NET_ADMIN") && text.contains("CAP_BPF"),
+            "{text}"
+        );
+        return;
+    }
+    if ebb_testkit::need_tools(test, &["setpriv"]).is_none() {
+        return;
+    }
+    let exe = std::env::current_exe().expect("test binary");
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(&exe)
+        .args([
+            "--exact",
+            "without_privilege_the_error_names_the_capabilities",
+        ])
+        .env("EBB_XDP_UNPRIVILEGED_CHILD", "1")
+        .output()
+        .expect("run setpriv");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{test}: as nobody: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
