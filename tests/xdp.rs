@@ -32,8 +32,10 @@ const EBB_MAC: EthernetAddress = EthernetAddress([0x02, 0xeb, 0xb0, 0, 0, 2]);
 fn setup(test: &str, net: u8, tools: &[&str]) -> Option<(VethPair, XdpDevice)> {
     need_veth(test, tools)?;
     let veth = VethPair::create(test, "ex", &format!("10.198.{net}.1/24"));
-    let device = XdpDevice::open(&XdpConfig::new(veth.device.clone()))
-        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let mut config = XdpConfig::new(veth.device.clone());
+    // EBB_XDP_COPY=1: received frames copied, not lent (to compare the two).
+    config.lend_received = std::env::var_os("EBB_XDP_COPY").is_none();
+    let device = XdpDevice::open(&config).unwrap_or_else(|e| panic!("{test}: {e}"));
     Some((veth, device))
 }
 
@@ -112,6 +114,9 @@ fn linux_pings_ebb_net_over_af_xdp() {
     assert!(ok, "{test}: ping failed:\n{output}");
     assert!(output.contains("20 received"), "{output}");
     assert_eq!(stats.bad_descriptors, 0);
+    if std::env::var_os("EBB_XDP_COPY").is_none() {
+        assert!(stats.rx_lent > 0, "{stats:?}");
+    }
 }
 
 /// Echoes every byte back on the same connection.
@@ -175,4 +180,7 @@ fn tcp_echo_with_linux_over_af_xdp() {
         "{output}"
     );
     assert_eq!(stats.bad_descriptors, 0);
+    if std::env::var_os("EBB_XDP_COPY").is_none() {
+        assert!(stats.rx_lent > 0, "{stats:?}");
+    }
 }

@@ -35,9 +35,15 @@
 //! * No checksum offload through XDP: partial checksums are completed before sending,
 //!   and received frames are [`FrameChecksum::Complete`] (not verified).
 //!
-//! **Receive copies** each frame into a frame-sized `IOBuf` (from a
-//! [`ReceiveBuffers`] pool, so a warm device allocates nothing) and gives the chunk
-//! straight back to the kernel.
+//! **Receive lends** each frame to the stack as an `IOBuf` viewing its UMEM chunk in
+//! place ([`XdpConfig::lend_received`]; ebb-core's lent-memory region, which keeps the
+//! UMEM mapped while any view lives): the device keeps its own handle on every receive
+//! chunk, and a chunk goes back on the fill ring once that handle is unique again (every
+//! view dropped), checked oldest first at each `receive`. While the stack holds half
+//! the receive chunks, frames are copied instead into frame-sized `IOBuf`s (from a
+//! [`ReceiveBuffers`] pool) and their chunks go straight back, so a slow application
+//! cannot empty the fill ring. [`receive_with`](XdpDevice::receive_with) always lends a
+//! borrowed slice and takes the chunk back when the closure returns.
 //!
 //! **Privilege**: opening needs `CAP_NET_ADMIN` and `CAP_BPF` (in practice root);
 //! without them [`XdpError::NeedsPrivilege`] says so.
@@ -53,7 +59,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-use ebb_core::Instant;
+use ebb_core::{IOBuf, Instant};
 use ebb_net_driver::{
     DeviceCapabilities, DeviceCounters, DropReason, FrameChecksum, NetDevice, ReceiveBuffers,
     RxFrame, TxFrame,
@@ -73,6 +79,9 @@ pub const CHUNK_SIZE: u32 = 2048;
 /// Frame-sized receive buffers handed over and kept to come back.
 const FRAME_BUFFERS_LENT: usize = 256;
 
+/// Lent receive chunks checked for return per `receive` call.
+const LENT_SCAN: usize = 64;
+
 /// What interface queue to take over.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct XdpConfig {
@@ -89,6 +98,10 @@ pub struct XdpConfig {
     /// Try zero-copy mode first (falls back to copy mode if the driver has none).
     /// Default on.
     pub zero_copy: bool,
+    /// [`NetDevice::receive`] hands the stack frames that view their UMEM chunk in place
+    /// (the chunk goes back to the kernel once every view is dropped) instead of copies,
+    /// while at least half the receive chunks are not held by the stack. Default on.
+    pub lend_received: bool,
 }
 
 impl XdpConfig {
@@ -100,6 +113,7 @@ impl XdpConfig {
             chunks: 4096,
             mtu: 1500,
             zero_copy: true,
+            lend_received: true,
         }
     }
 }
@@ -189,6 +203,10 @@ pub struct XdpStats {
     pub bad_descriptors: u64,
     /// Wake-ups (`sendto`) made for the TX ring.
     pub kicks: u64,
+    /// Frames handed to the stack as views of their chunk (no copy).
+    pub rx_lent: u64,
+    /// Frames handed to the stack as copies.
+    pub rx_copied: u64,
     /// The socket was bound in zero-copy mode.
     pub zero_copy: bool,
     /// The program runs in driver (native) mode, not generic.
@@ -212,6 +230,13 @@ pub struct XdpDevice {
     rx_lent: Vec<bool>,
     /// Receive chunks we hold, to go back on the fill ring.
     rx_free: Vec<u32>,
+    /// The device's own handle on each receive chunk (with `lend_received`): a view of
+    /// the whole chunk whose clones are lent to the stack; unique again = no view left.
+    rx_views: Vec<IOBuf>,
+    /// Receive chunks whose views the stack may still hold, oldest first.
+    rx_with_stack: VecDeque<u32>,
+    /// Validated RX descriptors of the current batch: (chunk, UMEM address, length).
+    rx_batch: Vec<(u32, u64, u32)>,
     /// `tx_sent[i]`: transmit chunk `i` (counted from the first) is the kernel's.
     tx_sent: Vec<bool>,
     /// Transmit chunks free to fill (indices among the transmit chunks).
@@ -316,6 +341,9 @@ impl XdpDevice {
             layout,
             rx_lent: vec![false; layout.rx_chunks as usize],
             rx_free: (0..layout.rx_chunks).rev().collect(),
+            rx_views: Vec::new(),
+            rx_with_stack: VecDeque::new(),
+            rx_batch: Vec::new(),
             tx_sent: vec![false; layout.tx_chunks as usize],
             tx_free: (0..layout.tx_chunks).rev().collect(),
             interface,
@@ -328,6 +356,17 @@ impl XdpDevice {
             io_errors: 0,
             frame_buffers: ReceiveBuffers::new(caps.max_frame_len(), FRAME_BUFFERS_LENT),
         };
+        if config.lend_received {
+            for chunk in 0..layout.rx_chunks {
+                let view = device
+                    .umem
+                    .lend(layout.chunk_addr(chunk), layout.chunk_size as usize)
+                    .ok_or_else(|| {
+                        XdpError::BadConfig("a receive chunk outside the UMEM".into())
+                    })?;
+                device.rx_views.push(view);
+            }
+        }
         device.refill();
         Ok(device)
     }
@@ -425,14 +464,13 @@ impl XdpDevice {
         self.fill.publish();
     }
 
-    /// Takes up to `max` frames off the RX ring, handing each one's bytes to `f`, and
-    /// gives every chunk back to the kernel (the fill ring is refilled once, at the
-    /// end). Returns the frames handed to `f`; a descriptor that fails the checks is
-    /// counted and skipped.
-    pub fn receive_with(&mut self, max: usize, mut f: impl FnMut(&[u8])) -> usize {
+    /// Takes up to `max` descriptors off the RX ring into `rx_batch`, each checked
+    /// (a bad one is counted and its chunk, if it names one the kernel held, taken back);
+    /// the chunks of the batch are ours, on no list yet.
+    fn take_rx_batch(&mut self, max: usize) {
+        self.rx_batch.clear();
         let max = u32::try_from(max).unwrap_or(u32::MAX);
         let ready = self.rx.available(max);
-        let mut received = 0;
         for _ in 0..ready {
             let index = self.rx.take();
             let desc = self.rx.map.read_desc(index);
@@ -443,16 +481,11 @@ impl XdpDevice {
                 Ok(chunk) => {
                     // The chunk came back through the RX ring: ours until refilled.
                     self.rx_lent[chunk as usize] = false;
-                    self.rx_free.push(chunk);
-                    let len = desc.len as usize;
-                    if len > self.caps.max_frame_len() {
+                    if desc.len as usize > self.caps.max_frame_len() {
                         self.counters.rx_dropped.record(DropReason::Oversized);
-                        continue;
-                    }
-                    if let Some(bytes) = self.umem.bytes(desc.addr, len) {
-                        self.counters.record_rx(len);
-                        f(bytes);
-                        received += 1;
+                        self.rx_free.push(chunk);
+                    } else {
+                        self.rx_batch.push((chunk, desc.addr, desc.len));
                     }
                 }
                 Err(_) => {
@@ -464,8 +497,46 @@ impl XdpDevice {
         if ready > 0 {
             self.rx.release();
         }
+    }
+
+    /// Takes up to `max` frames off the RX ring, handing each one's bytes to `f`, and
+    /// gives every chunk back to the kernel (the fill ring is refilled once, at the
+    /// end). Returns the frames handed to `f`; a descriptor that fails the checks is
+    /// counted and skipped.
+    pub fn receive_with(&mut self, max: usize, mut f: impl FnMut(&[u8])) -> usize {
+        self.take_rx_batch(max);
+        let mut received = 0;
+        for i in 0..self.rx_batch.len() {
+            let (chunk, addr, len) = self.rx_batch[i];
+            // The chunk is ours (taken off the RX ring, not yet refilled).
+            if let Some(bytes) = self.umem.bytes(addr, len as usize) {
+                self.counters.record_rx(len as usize);
+                f(bytes);
+                received += 1;
+            }
+            self.rx_free.push(chunk);
+        }
         self.refill();
         received
+    }
+
+    /// Receive chunks whose views the stack dropped go back to the free list (at most
+    /// `LENT_SCAN` looked at per call, oldest first, so a held one costs no rescan of
+    /// the rest every time).
+    fn reclaim_lent(&mut self) {
+        for _ in 0..self.rx_with_stack.len().min(LENT_SCAN) {
+            let Some(chunk) = self.rx_with_stack.pop_front() else {
+                break;
+            };
+            let view = &mut self.rx_views[chunk as usize];
+            // `recycle` checks uniqueness with an acquire fence (the last view's reads
+            // happen before the kernel writes the chunk again) and empties the view.
+            if view.recycle() && view.commit(self.layout.chunk_size as usize).is_ok() {
+                self.rx_free.push(chunk);
+            } else {
+                self.rx_with_stack.push_back(chunk);
+            }
+        }
     }
 
     /// A descriptor failed the checks but names a chunk the kernel held: take the
@@ -596,20 +667,49 @@ impl NetDevice for XdpDevice {
         self.caps
     }
 
-    /// Each frame copied into an `IOBuf`, checksum `Complete`.
+    /// Each frame a view of its chunk (with [`XdpConfig::lend_received`], while the
+    /// stack holds at most half the receive chunks) or a copy; checksum `Complete`.
     fn receive(&mut self, _now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
-        // The pool is moved out while `receive_with` borrows the device (an empty pool
-        // allocates nothing).
-        let mut buffers = std::mem::replace(&mut self.frame_buffers, ReceiveBuffers::new(0, 0));
-        let received = self.receive_with(max, |bytes| {
-            let buf = buffers.take_copy(bytes);
-            buffers.lend(&buf);
+        if !self.rx_views.is_empty() {
+            self.reclaim_lent();
+        }
+        self.take_rx_batch(max);
+        let lend_limit = self.layout.rx_chunks as usize / 2;
+        let mut received = 0;
+        for i in 0..self.rx_batch.len() {
+            let (chunk, addr, len) = self.rx_batch[i];
+            let offset = (addr % u64::from(self.layout.chunk_size)) as usize;
+            let len = len as usize;
+            let buf = if !self.rx_views.is_empty() && self.rx_with_stack.len() < lend_limit {
+                let mut view = self.rx_views[chunk as usize].clone();
+                let tail = self.layout.chunk_size as usize - offset - len;
+                if view.trim_front(offset).is_err() || view.trim_back(tail).is_err() {
+                    // Unreachable: `check_rx` kept the frame inside its chunk.
+                    self.rx_free.push(chunk);
+                    continue;
+                }
+                self.rx_with_stack.push_back(chunk);
+                self.stats.rx_lent += 1;
+                view
+            } else {
+                let Some(bytes) = self.umem.bytes(addr, len) else {
+                    self.rx_free.push(chunk);
+                    continue;
+                };
+                let buf = self.frame_buffers.take_copy(bytes);
+                self.frame_buffers.lend(&buf);
+                self.rx_free.push(chunk);
+                self.stats.rx_copied += 1;
+                buf
+            };
+            self.counters.record_rx(len);
             out.push(RxFrame {
                 buf,
                 checksum: FrameChecksum::Complete,
             });
-        });
-        self.frame_buffers = buffers;
+            received += 1;
+        }
+        self.refill();
         received
     }
 

@@ -18,7 +18,11 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+use ebb_core::IOBuf;
+use ebb_core::iobuf::{Keeper, LentMemory};
 
 /// One descriptor of the RX or TX ring (`struct xdp_desc`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,6 +47,9 @@ pub(crate) struct Mapping {
 // SAFETY: the mapping is plain memory owned by this value; moving it to another thread
 // moves the ownership (no thread-local state).
 unsafe impl Send for Mapping {}
+// SAFETY: `&Mapping` gives only the address and length; the bytes are reached through
+// `Umem` (and the IOBuf regions it lends), under their own rules.
+unsafe impl Sync for Mapping {}
 
 impl Mapping {
     /// A fresh anonymous, private, zeroed and populated area of `len` bytes
@@ -109,21 +116,45 @@ impl Drop for Mapping {
     }
 }
 
-/// The UMEM: the area whose chunks hold every frame received and sent.
+/// The UMEM: the area whose chunks hold every frame received and sent. Shared with the
+/// IOBufs lent over receive chunks ([`lend`](Umem::lend)), which keep it mapped.
 #[derive(Debug)]
 pub(crate) struct Umem {
-    area: Mapping,
+    area: Arc<Mapping>,
 }
 
 impl Umem {
     pub(crate) fn new(len: usize) -> io::Result<Umem> {
         Ok(Umem {
-            area: Mapping::anonymous(len)?,
+            area: Arc::new(Mapping::anonymous(len)?),
         })
+    }
+
+    /// An IOBuf over `offset..offset+len` (a receive chunk), for the device to keep as
+    /// its own handle on the chunk and lend clones of; it keeps the UMEM mapped. None
+    /// outside the area.
+    pub(crate) fn lend(&self, offset: u64, len: usize) -> Option<IOBuf> {
+        let start = self.check(offset, len)?;
+        // In bounds (checked), so inside the allocation and non-null.
+        let data = NonNull::new(self.area.ptr.as_ptr().wrapping_add(start))?;
+        let keeper: Keeper = self.area.clone();
+        // SAFETY: the bytes lie in the UMEM mapping (checked), which the keeper keeps
+        // mapped; an anonymous mapping is zero-filled, so initialized. The kernel writes
+        // a receive chunk only while it is on the fill ring, and the device puts it there
+        // only while its own handle (this IOBuf) is unique (`IOBuf::recycle` succeeded),
+        // never reading through that handle meanwhile, and the device, with its handles,
+        // stays on one thread; nothing else writes receive chunks (`bytes_mut` is used on
+        // transmit chunks only).
+        let lent = unsafe { LentMemory::new(data, len, keeper) };
+        Some(IOBuf::from_lent(lent))
     }
 
     pub(crate) fn mapping(&self) -> &Mapping {
         &self.area
+    }
+
+    fn area_ptr(&self) -> *mut u8 {
+        self.area.ptr.as_ptr()
     }
 
     fn check(&self, offset: u64, len: usize) -> Option<usize> {
@@ -139,7 +170,7 @@ impl Umem {
         // SAFETY: in bounds (checked); the area lives as long as `&self`; no `&mut`
         // into it can exist at the same time (those borrow `&mut self`); the kernel does
         // not write a chunk the device holds (the caller's invariant, see module docs).
-        Some(unsafe { std::slice::from_raw_parts(self.area.ptr.as_ptr().add(start), len) })
+        Some(unsafe { std::slice::from_raw_parts(self.area_ptr().add(start), len) })
     }
 
     /// The bytes `offset..offset+len` to write, or None outside the area. Same caller
@@ -148,7 +179,7 @@ impl Umem {
         let start = self.check(offset, len)?;
         // SAFETY: in bounds (checked); unique through `&mut self`; the kernel neither
         // reads nor writes a chunk the device holds (caller's invariant).
-        Some(unsafe { std::slice::from_raw_parts_mut(self.area.ptr.as_ptr().add(start), len) })
+        Some(unsafe { std::slice::from_raw_parts_mut(self.area_ptr().add(start), len) })
     }
 }
 
