@@ -547,8 +547,10 @@ mod tests {
             }
         }
         let bytes: &mut [u8] = Box::leak(vec![7u8; 64].into_boxed_slice());
-        let mapping = Arc::new(Mapping(NonNull::from(&mut *bytes)));
-        let data = NonNull::from(&mut bytes[16]);
+        let whole = NonNull::from(bytes);
+        // Derived from the whole allocation's pointer (its provenance covers the view).
+        let data = whole.cast::<u8>().map_addr(|a| a.saturating_add(16));
+        let mapping = Arc::new(Mapping(whole));
         let weak = Arc::downgrade(&mapping);
         let keeper: Keeper = mapping;
         // SAFETY: 32 initialized bytes inside the mapping the keeper owns; nothing else
