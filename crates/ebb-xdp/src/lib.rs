@@ -21,7 +21,7 @@
 //! * The UMEM is cut in two pools ([`ring::ChunkLayout`]): receive chunks (fill ring →
 //!   RX ring → us → fill ring) and transmit chunks (free list → TX ring → completion
 //!   ring → free list), so frames held on one side never starve the other.
-//! * A chunk is read or written by us only while no kernel ring holds it: `rx_lent`
+//! * A chunk is read or written by us only while no kernel ring holds it: `rx_with_kernel`
 //!   and `tx_sent` record which chunks the kernel holds; a chunk comes back only through
 //!   a descriptor that [`ring::ChunkLayout::check_rx`] or
 //!   [`check_completion`](ring::ChunkLayout::check_completion) accepted, which also
@@ -146,6 +146,11 @@ pub enum XdpError {
         /// Its receive queues.
         queues: usize,
     },
+    /// The interface is a loopback: taking it over would cut the host off from itself.
+    #[error(
+        "{0:?} is a loopback interface: AF_XDP would take every frame the host sends itself; use a veth or a NIC"
+    )]
+    Loopback(String),
     /// Another AF_XDP socket (another device, another process) has the queue.
     #[error(
         "queue {queue} of {interface:?} already has an AF_XDP socket (another XdpDevice or process): one socket per queue"
@@ -226,8 +231,8 @@ pub struct XdpDevice {
     completion: Consumer,
     umem: sys::Umem,
     layout: ChunkLayout,
-    /// `rx_lent[i]`: receive chunk `i` is on the fill ring or the RX ring (the kernel's).
-    rx_lent: Vec<bool>,
+    /// `rx_with_kernel[i]`: receive chunk `i` is on the fill ring or the RX ring (the kernel's).
+    rx_with_kernel: Vec<bool>,
     /// Receive chunks we hold, to go back on the fill ring.
     rx_free: Vec<u32>,
     /// The device's own handle on each receive chunk (with `lend_received`): a view of
@@ -259,6 +264,14 @@ fn rx_queue_count(interface: &str) -> Option<usize> {
     )
 }
 
+/// Whether `interface` has `IFF_LOOPBACK` set (from sysfs; false if unreadable).
+fn is_loopback(interface: &str) -> bool {
+    std::fs::read_to_string(format!("/sys/class/net/{interface}/flags"))
+        .ok()
+        .and_then(|flags| u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).ok())
+        .is_some_and(|flags| flags & libc::IFF_LOOPBACK as u32 != 0)
+}
+
 impl XdpDevice {
     /// Takes over `config.interface`'s queue: see the module docs.
     pub fn open(config: &XdpConfig) -> Result<Self, XdpError> {
@@ -268,6 +281,9 @@ impl XdpDevice {
             .map_err(|_| XdpError::BadConfig(format!("interface name {interface:?} has a NUL")))?;
         let ifindex =
             sys::if_index(&name).ok_or_else(|| XdpError::NoSuchInterface(interface.clone()))?;
+        if is_loopback(&interface) {
+            return Err(XdpError::Loopback(interface));
+        }
         if let Some(queues) = rx_queue_count(&interface)
             && queues > 1
         {
@@ -339,7 +355,7 @@ impl XdpDevice {
             completion: Consumer::new(rings.completion),
             umem,
             layout,
-            rx_lent: vec![false; layout.rx_chunks as usize],
+            rx_with_kernel: vec![false; layout.rx_chunks as usize],
             rx_free: (0..layout.rx_chunks).rev().collect(),
             rx_views: Vec::new(),
             rx_with_stack: VecDeque::new(),
@@ -458,7 +474,7 @@ impl XdpDevice {
                 break;
             }
             self.rx_free.pop();
-            self.rx_lent[chunk as usize] = true;
+            self.rx_with_kernel[chunk as usize] = true;
             self.fill.push_addr(self.layout.chunk_addr(chunk));
         }
         self.fill.publish();
@@ -476,11 +492,11 @@ impl XdpDevice {
             let desc = self.rx.map.read_desc(index);
             match self
                 .layout
-                .check_rx((desc.addr, desc.len, desc.options), &self.rx_lent)
+                .check_rx((desc.addr, desc.len, desc.options), &self.rx_with_kernel)
             {
                 Ok(chunk) => {
                     // The chunk came back through the RX ring: ours until refilled.
-                    self.rx_lent[chunk as usize] = false;
+                    self.rx_with_kernel[chunk as usize] = false;
                     if desc.len as usize > self.caps.max_frame_len() {
                         self.counters.rx_dropped.record(DropReason::Oversized);
                         self.rx_free.push(chunk);
@@ -543,8 +559,8 @@ impl XdpDevice {
     /// chunk back (not its bytes), so a bad descriptor does not leak receive chunks.
     fn reclaim_rx(&mut self, addr: u64) {
         let chunk = addr / u64::from(self.layout.chunk_size);
-        if chunk < u64::from(self.layout.rx_chunks) && self.rx_lent[chunk as usize] {
-            self.rx_lent[chunk as usize] = false;
+        if chunk < u64::from(self.layout.rx_chunks) && self.rx_with_kernel[chunk as usize] {
+            self.rx_with_kernel[chunk as usize] = false;
             self.rx_free.push(chunk as u32);
         }
     }
@@ -791,6 +807,12 @@ mod tests {
         let err = XdpDevice::open(&XdpConfig::new("ebbnosuch0")).unwrap_err();
         assert!(matches!(err, XdpError::NoSuchInterface(_)), "{err}");
         assert!(err.to_string().contains("ebbnosuch0"));
+    }
+
+    #[test]
+    fn the_loopback_is_refused() {
+        let err = XdpDevice::open(&XdpConfig::new("lo")).unwrap_err();
+        assert!(matches!(err, XdpError::Loopback(_)), "{err}");
     }
 
     #[test]

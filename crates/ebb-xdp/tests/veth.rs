@@ -184,14 +184,25 @@ fn a_multi_queue_interface_is_refused_with_the_reason() {
 }
 
 /// Without CAP_NET_ADMIN / CAP_BPF the error says what is missing. Run as root, the test
-/// runs itself again as `nobody` (`setpriv`); run as a user, it checks directly.
+/// makes a veth and runs itself again as `nobody` (`setpriv`) on it; run as a user, it
+/// tries the first interface that is not a loopback.
 #[test]
 fn without_privilege_the_error_names_the_capabilities() {
     let test = "ebb-xdp::without_privilege_the_error_names_the_capabilities";
-    let child = std::env::var_os("EBB_XDP_UNPRIVILEGED_CHILD").is_some();
-    if child || !ebb_testkit::is_root() {
-        // `lo` exists everywhere and has one queue: only the privilege is missing.
-        let err = XdpDevice::open(&XdpConfig::new("lo")).unwrap_err();
+    let child = std::env::var("EBB_XDP_UNPRIVILEGED_CHILD").ok();
+    if child.is_some() || !ebb_testkit::is_root() {
+        let interface = child.or_else(|| {
+            std::fs::read_dir("/sys/class/net")
+                .ok()?
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .find(|name| name != "lo")
+        });
+        let Some(interface) = interface else {
+            ebb_testkit::skip::<()>(test, ebb_testkit::Capability::Root, "no interface but lo");
+            return;
+        };
+        let err = XdpDevice::open(&XdpConfig::new(interface)).unwrap_err();
         assert!(matches!(err, XdpError::NeedsPrivilege { .. }), "{err}");
         let text = err.to_string();
         assert!(
@@ -200,9 +211,10 @@ fn without_privilege_the_error_names_the_capabilities() {
         );
         return;
     }
-    if ebb_testkit::need_tools(test, &["setpriv"]).is_none() {
+    if need_veth(test, &["setpriv"]).is_none() {
         return;
     }
+    let veth = VethPair::create(test, "xu", "10.80.0.1/24");
     let exe = std::env::current_exe().expect("test binary");
     let out = std::process::Command::new("setpriv")
         .args([
@@ -216,7 +228,7 @@ fn without_privilege_the_error_names_the_capabilities() {
             "--exact",
             "without_privilege_the_error_names_the_capabilities",
         ])
-        .env("EBB_XDP_UNPRIVILEGED_CHILD", "1")
+        .env("EBB_XDP_UNPRIVILEGED_CHILD", &veth.device)
         .output()
         .expect("run setpriv");
     let stdout = String::from_utf8_lossy(&out.stdout);
