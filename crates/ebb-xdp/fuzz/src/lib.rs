@@ -7,9 +7,7 @@
 //! checked as an RX descriptor, its `addr` as a completion, and `(len, options)` as a
 //! ring's producer and consumer indices.
 
-use ebb_xdp::ring::{
-    BadDesc, ChunkLayout, KERNEL_HEADROOM, consumer_available, producer_free,
-};
+use ebb_xdp::ring::{BadDesc, ChunkLayout, KERNEL_HEADROOM, consumer_available, producer_free};
 
 /// What [`check`] saw, for the seeds test (every outcome reached).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

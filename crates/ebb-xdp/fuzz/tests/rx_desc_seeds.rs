@@ -27,14 +27,30 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         bytes
     };
     vec![
-        ("frame", with(&[record(2048 + 256, 60, 0), record(256, 1514, 0)])),
+        (
+            "frame",
+            with(&[record(2048 + 256, 60, 0), record(256, 1514, 0)]),
+        ),
         ("full-chunk", with(&[record(3 * 2048 + 256, 1792, 0)])),
         ("twice", with(&[record(256, 60, 0), record(256, 60, 0)])),
         ("not-lent", with(&[record(2 * 2048 + 256, 60, 0)])),
-        ("outside", with(&[record(4 * 2048 + 256, 60, 0), record(u64::MAX, u32::MAX, 0)])),
-        ("overrun", with(&[record(2048 + 300, 1792, 0), record(2048, 1793, 0)])),
+        (
+            "outside",
+            with(&[record(4 * 2048 + 256, 60, 0), record(u64::MAX, u32::MAX, 0)]),
+        ),
+        (
+            "overrun",
+            with(&[record(2048 + 300, 1792, 0), record(2048, 1793, 0)]),
+        ),
         ("options", with(&[record(256, 60, 1)])),
-        ("completion", with(&[record(4 * 2048, 0, 0), record(5 * 2048, 0, 0), record(6 * 2048, 0, 0)])),
+        (
+            "completion",
+            with(&[
+                record(4 * 2048, 0, 0),
+                record(5 * 2048, 0, 0),
+                record(6 * 2048, 0, 0),
+            ]),
+        ),
         ("indices", with(&[record(0, 2, u32::MAX - 1)])),
     ]
 }
