@@ -109,6 +109,8 @@ fn devices_depend_on_the_driver_crate_not_on_the_stack() {
         "ebb-tap",
         &["ebb-abi", "ebb-core", "ebb-net-driver"],
     );
+    // The AF_XDP device: rings over libc, the program loaded with aya (not ours).
+    only(&edges, "ebb-xdp", &["ebb-core", "ebb-net-driver"]);
     // The boot writers write the boot protocol, whose layout is ebb-abi's.
     only(&edges, "ebb-boot", &["ebb-abi"]);
 }

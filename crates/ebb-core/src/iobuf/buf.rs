@@ -170,6 +170,19 @@ impl IOBuf {
         }
     }
 
+    /// A buffer viewing all of `lent`, memory owned outside the heap (a device's receive
+    /// chunk), without a copy: see [`LentMemory::new`](super::LentMemory::new) for
+    /// what the lender promises. Clones share it; the lender learns that every other
+    /// view is gone when its own handle is unique again ([`recycle`](Self::recycle)).
+    pub fn from_lent(lent: super::LentMemory) -> Self {
+        let len = offset(lent.region.initialized());
+        Self {
+            storage: Storage::Heap(lent.region),
+            start: 0,
+            len,
+        }
+    }
+
     /// A unique buffer holding a copy of `data`, with no headroom or tailroom.
     ///
     /// # Panics

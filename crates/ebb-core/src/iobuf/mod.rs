@@ -69,7 +69,7 @@ use core::fmt;
 pub use buf::{IOBuf, MAX_REGION};
 pub use chain::{IOBufChain, SegmentMut};
 pub use cursor::Cursor;
-pub use region::REGION_OVERHEAD;
+pub use region::{Keeper, LentMemory, REGION_OVERHEAD};
 pub use segments::{IntoIter as ChainIntoIter, Iter as ChainIter};
 
 /// Why an [`IOBuf`], [`IOBufChain`] or [`Cursor`] operation was refused.

@@ -26,6 +26,12 @@
 //! * Adopted bytes (`adopted`) are a `Vec<u8>` buffer of exactly `capacity` bytes at
 //!   `data`, owned by the region; otherwise `data` is the address just past the header
 //!   in the same allocation, derived from the allocation's own pointer.
+//! * **Lent** bytes (`lent`, made by [`LentMemory::new`]) are memory the region does not
+//!   own (a device's shared ring memory): `capacity` initialized bytes at `data`, kept
+//!   alive by a [`Keeper`] stored just past the header (the allocation is
+//!   `layout(size_of::<Keeper>())`), dropped with the region. Their outside writer (a
+//!   kernel) writes them only while the region is unique, and its owner forms no
+//!   reference to them meanwhile: [`LentMemory::new`]'s contract.
 
 use alloc::alloc::{Layout, alloc, dealloc, handle_alloc_error};
 use alloc::vec::Vec;
@@ -50,6 +56,58 @@ struct Header {
     initialized: UnsafeCell<u32>,
     /// Whether `data` is an adopted `Vec`'s buffer (not the bytes after the header).
     adopted: bool,
+    /// Whether `data` is lent memory, kept alive by the [`Keeper`] after the header.
+    lent: bool,
+}
+
+/// What keeps lent memory alive (a device's mapping): dropped with the last handle.
+pub type Keeper = alloc::sync::Arc<dyn core::any::Any + Send + Sync>;
+
+/// Memory an outside owner lends to an [`IOBuf`](super::IOBuf) without a copy: see
+/// [`IOBuf::from_lent`](super::IOBuf::from_lent).
+pub struct LentMemory {
+    pub(super) region: Region,
+}
+
+impl LentMemory {
+    /// A region over `len` bytes at `data`, kept alive by `keeper`; all `len` bytes are
+    /// the region's initialized bytes.
+    ///
+    /// # Safety
+    ///
+    /// * `data..data + len` is valid for reads and writes, and initialized, for as long
+    ///   as `keeper` lives (the region drops its clone of it last);
+    /// * apart from the region's own handles, the bytes are written only while the
+    ///   region is unique (one handle: the owner's), and the owner forms no reference
+    ///   to them through that handle meanwhile (it does not read or write the buffer),
+    ///   nor moves that handle's region to another thread without synchronization.
+    pub unsafe fn new(data: NonNull<u8>, len: usize, keeper: Keeper) -> Self {
+        let cap = u32::try_from(len)
+            .unwrap_or_else(|_| panic!("an IOBuf region is at most 4 GiB - 1 bytes"));
+        let layout = layout(size_of::<Keeper>());
+        // SAFETY: `layout` has a non-zero size (a header and a keeper).
+        let raw = unsafe { alloc(layout) }.cast::<Header>();
+        let Some(ptr) = NonNull::new(raw) else {
+            handle_alloc_error(layout)
+        };
+        // SAFETY: `ptr` is a fresh allocation with room for a `Header` followed by a
+        // `Keeper`; the keeper's offset (32) is a multiple of its alignment (8), which
+        // the header's alignment (8) gives the allocation.
+        unsafe {
+            ptr.as_ptr().add(1).cast::<Keeper>().write(keeper);
+            ptr.as_ptr().write(Header {
+                strong: AtomicUsize::new(1),
+                data: data.as_ptr(),
+                capacity: cap,
+                initialized: UnsafeCell::new(cap),
+                adopted: false,
+                lent: true,
+            });
+        }
+        Self {
+            region: Region { ptr },
+        }
+    }
 }
 
 /// More handles than this aborts (as `Arc` does): a count can then never wrap, even
@@ -134,6 +192,7 @@ impl Region {
                 capacity: cap,
                 initialized: UnsafeCell::new(0),
                 adopted: false,
+                lent: false,
             });
         }
         Some(Self { ptr })
@@ -211,6 +270,7 @@ impl Region {
                 capacity: cap,
                 initialized: UnsafeCell::new(len),
                 adopted: true,
+                lent: false,
             });
         }
         Self { ptr }
@@ -320,7 +380,17 @@ impl Region {
         // region happen before it is freed.
         fence(Ordering::Acquire);
         let (capacity, data) = (self.capacity(), self.data());
-        if !self.header().adopted {
+        if self.header().lent {
+            // SAFETY: the count reached zero: nothing else uses the allocation. The
+            // keeper was written just past the header by `LentMemory::new` (invariant
+            // 6) and is read out once, here; the allocation had `layout(size_of::<Keeper>())`.
+            // The lent bytes are not ours to free: dropping the keeper lets them go.
+            unsafe {
+                let keeper = self.ptr.as_ptr().add(1).cast::<Keeper>().read();
+                dealloc(self.ptr.as_ptr().cast(), layout(size_of::<Keeper>()));
+                drop(keeper);
+            }
+        } else if !self.header().adopted {
             // SAFETY: the count reached zero, so this was the last handle and nothing
             // else uses the allocation; it was allocated with `layout(capacity)`.
             unsafe { dealloc(self.ptr.as_ptr().cast(), layout(capacity)) };
@@ -454,6 +524,52 @@ mod tests {
     // Buffers move between cores, and shared ones are read from several.
     const _: () = send_sync::<Region>();
     const _: () = send_sync::<IOBuf>();
+
+    /// Lent memory: views share it without a copy, the lender sees when they are gone
+    /// (`recycle`), and the keeper lives until the last handle drops.
+    #[test]
+    fn lent_memory_is_viewed_in_place_and_kept_alive_by_its_keeper() {
+        use alloc::boxed::Box;
+        use alloc::sync::Arc;
+        use core::ptr::NonNull;
+
+        use super::{Keeper, LentMemory};
+
+        struct Mapping(NonNull<[u8]>);
+        // SAFETY: (test) the mapping is a leaked box, freed only in `drop`.
+        unsafe impl Send for Mapping {}
+        // SAFETY: (test) as above.
+        unsafe impl Sync for Mapping {}
+        impl Drop for Mapping {
+            fn drop(&mut self) {
+                // SAFETY: (test) made by `Box::leak` below, dropped once.
+                drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+            }
+        }
+        let bytes: &mut [u8] = Box::leak(vec![7u8; 64].into_boxed_slice());
+        let whole = NonNull::from(bytes);
+        // Derived from the whole allocation's pointer (its provenance covers the view).
+        let data = whole.cast::<u8>().map_addr(|a| a.saturating_add(16));
+        let mapping = Arc::new(Mapping(whole));
+        let weak = Arc::downgrade(&mapping);
+        let keeper: Keeper = mapping;
+        // SAFETY: 32 initialized bytes inside the mapping the keeper owns; nothing else
+        // writes them.
+        let mut own = IOBuf::from_lent(unsafe { LentMemory::new(data, 32, keeper) });
+        assert_eq!(own.len(), 32);
+        let mut view = own.clone();
+        view.trim_front(2).unwrap();
+        assert_eq!(view.as_ptr(), data.as_ptr().wrapping_add(2).cast_const());
+        assert_eq!(&view[..3], &[7, 7, 7]);
+        assert!(!own.recycle(), "a view is out");
+        drop(view);
+        assert!(own.recycle(), "every view dropped");
+        drop(own);
+        assert!(
+            weak.upgrade().is_none(),
+            "the keeper went with the last handle"
+        );
+    }
 
     #[test]
     fn a_new_region_is_unique_and_uninitialized() {
