@@ -13,9 +13,13 @@
 //!   checksums crossing both ways), with `--net-offload off` (none), and with offload
 //!   and `--net-faults corrupt=...` (every byte still echoed right: corruption is
 //!   caught, never hidden behind a DATA_VALID or a checksum completed over it).
-//! * Exit count: 2,000 ping-pongs of 64 bytes on one connection after a warm-up; the
-//!   monitor's counters (SIGUSR1) before and after must show no exit to the monitor per
-//!   request.
+//! * Exit count with a guest polling 5 ms while idle (`idle_poll_us=5000`, not the
+//!   default): 2,000 ping-pongs of 64 bytes on one connection after a warm-up; the
+//!   monitor's counters (SIGUSR1) before and after must show no MMIO exit, exits and
+//!   wake-ups only for gaps between requests longer than the window, and at most one
+//!   queue kick (an in-kernel VM exit) per request. The
+//!   default settings' exits per request are asserted for memcached in ebb-cli's
+//!   tests/net_apps.rs.
 //!
 //! Each test skips (SKIPPED line) without what it needs: /dev/kvm, passt, root, TAP. The
 //! tests take one lock so they run one at a time: the exit count measures time on a
@@ -711,9 +715,15 @@ fn ip(args: &[&str]) {
 /// the host's scheduling keeps the core polling between requests.
 const PING_PONG_IDLE_POLL: Duration = Duration::from_millis(5);
 
+/// What a guest that polls longer than the round trip costs: with `idle_poll_us=5000` (not
+/// the default; see [`PING_PONG_IDLE_POLL`]) a request arriving within the window makes no
+/// exit to the monitor and no MMIO exit, beyond those the long gaps explain; queue kicks
+/// (VM exits KVM handles in the kernel) are bounded by one per request. The default
+/// settings' figure (about 2 exits per request) is asserted by ebb-cli's
+/// `memcached_natively_exits_per_request_at_default_poll_settings`.
 #[test]
-fn steady_ping_pong_makes_no_exits() {
-    let test = "steady_ping_pong_makes_no_exits";
+fn ping_pong_within_a_5ms_guest_poll_window_makes_no_exits() {
+    let test = "ping_pong_within_a_5ms_guest_poll_window_makes_no_exits";
     let Some(()) = need_passt(test) else { return };
     let _serial = serial();
     let port = free_port();
@@ -801,6 +811,17 @@ fn steady_ping_pong_makes_no_exits() {
     assert!(
         wakeups <= 3 * slow + 4,
         "{wakeups} wake-ups in {REQUESTS} requests ({slow} gaps over {window:?})\n{output}"
+    );
+    // Kicks are not exits to the monitor but each is a VM exit KVM handles in the host
+    // kernel (an ioeventfd on QueueNotify). The device thread polls 50 µs after its last
+    // frame: on a quiet host that covers the guest's turn-around and kicks stay near zero
+    // (0.0005-0.003 per request); on a loaded one the vCPU is descheduled past it, the
+    // device sleeps and the guest's answer kicks it (0.30 and 0.91 per request measured at 301
+    // and 600 µs round trips). Bound: one kick per request (the answer's), plus the re-armed receive
+    // queue in each long gap and the snapshots.
+    assert!(
+        kicks <= u64::from(REQUESTS) + slow + 4,
+        "{kicks} kicks in {REQUESTS} requests ({slow} gaps over {window:?})\n{output}"
     );
 }
 
