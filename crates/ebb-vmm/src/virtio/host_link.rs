@@ -41,6 +41,13 @@ pub trait HostLink: NetDevice + Send {
         None
     }
 
+    /// The backend as a [`CopyingLink`]: frames copied once each way between guest memory
+    /// and the backend's own buffers (AF_XDP's UMEM chunks), no IOBuf between. `None`
+    /// (the default): [`direct`](Self::direct) or the IOBuf path.
+    fn copying(&mut self) -> Option<&mut dyn CopyingLink> {
+        None
+    }
+
     /// What a fault injector around the backend did (`None`: there is none).
     fn fault_stats(&self) -> Option<ebb_net_driver::FaultStats> {
         None
@@ -63,6 +70,38 @@ pub trait HostLink: NetDevice + Send {
             Ok(())
         }
     }
+}
+
+/// A backend with buffers of its own that the device copies frames into and out of
+/// directly from guest memory: one copy each way, none through an IOBuf (see
+/// [`HostLink::copying`]). Frames are bare Ethernet frames with complete checksums (no
+/// offload is offered with such a backend); what `receive_with` hands over is untrusted
+/// input like any frame.
+pub trait CopyingLink {
+    /// Queues one frame of `len` bytes: `fill` is handed a buffer of exactly `len`
+    /// bytes of the backend's and writes all of them, or returns `false` to abandon the
+    /// frame (the buffer stays free). `Ok(false)`: no buffer free now (back-pressure; the
+    /// caller keeps the frame), or `fill` abandoned it. Sent at the next [`flush`](Self::flush)
+    /// at the latest. An error: this frame cannot be sent (too long, say); dropped.
+    fn transmit_with(
+        &mut self,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> bool,
+    ) -> std::io::Result<bool>;
+
+    /// Hands up to `max` received frames to `take`, one at a time, borrowed from the
+    /// backend's buffers (returned to it after `take` returns). Returns how many.
+    fn receive_with(&mut self, max: usize, take: &mut dyn FnMut(&[u8])) -> usize;
+
+    /// Whether a received frame waits, without a system call: the device asks the
+    /// guest for receive kicks only then (a kick for every re-posted buffer would wake
+    /// it for nothing). When in doubt, `true`. A frame arriving later wakes the device
+    /// through [`HostLink::fd`].
+    fn has_received(&self) -> bool;
+
+    /// Tells the host side about every frame queued since the last flush, with at most
+    /// one system call: the device calls it once per round, not per frame.
+    fn flush(&mut self);
 }
 
 /// See [`HostLink::direct`].
@@ -120,6 +159,9 @@ impl<B: HostLink + ?Sized> HostLink for Box<B> {
     }
     fn direct(&self) -> Option<Direct<'_>> {
         (**self).direct()
+    }
+    fn copying(&mut self) -> Option<&mut dyn CopyingLink> {
+        (**self).copying()
     }
     fn fault_stats(&self) -> Option<ebb_net_driver::FaultStats> {
         (**self).fault_stats()
