@@ -80,6 +80,7 @@ fn the_monitor_depends_on_no_guest_runtime_and_no_stack() {
             "ebb-core",
             "ebb-net-driver",
             "ebb-tap",
+            "ebb-xdp",
             "ebb-testkit",
             "ebb-toolchain",
             "ebb-bytestream",
@@ -95,6 +96,7 @@ fn the_monitor_depends_on_no_guest_runtime_and_no_stack() {
             "ebb-core",
             "ebb-net-driver",
             "ebb-tap",
+            "ebb-xdp",
         ],
     );
 }
@@ -109,6 +111,8 @@ fn devices_depend_on_the_driver_crate_not_on_the_stack() {
         "ebb-tap",
         &["ebb-abi", "ebb-core", "ebb-net-driver"],
     );
+    // AF_XDP carries bare frames: no header layout of ebb-abi's.
+    only(&edges, "ebb-xdp", &["ebb-core", "ebb-net-driver"]);
     // The boot writers write the boot protocol, whose layout is ebb-abi's.
     only(&edges, "ebb-boot", &["ebb-abi"]);
 }

@@ -1,5 +1,6 @@
 //! The host side of the guest's link ([`HostLink`]): where the device's frames go on the
-//! host — a TAP device (`--net tap=NAME`, root) or passt (`--net user`, no root),
+//! host — a TAP device (`--net tap=NAME`, root), an interface through AF_XDP (`--net
+//! xdp=IFACE`, root) or passt (`--net user`, no root),
 //! optionally through ebb-net-driver's seeded fault injector (`--net-faults`). Every host
 //! link is an `ebb-net-driver` `NetDevice` with a descriptor the I/O thread sleeps on.
 //! Which one a VM opens is its [`HostLinkConfig`](crate::vm::HostLinkConfig).
@@ -9,6 +10,7 @@ use ebb_net_driver::{
     DeviceCapabilities, DeviceCounters, FaultInjector, NetDevice, RxFrame, TxFrame,
 };
 use ebb_tap::{TapConfig, TapDevice};
+use ebb_xdp::{XdpConfig, XdpDevice};
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -130,6 +132,35 @@ impl HostLink for TapDevice {
     }
 }
 
+impl HostLink for XdpDevice {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.as_fd()
+    }
+    fn copying(&mut self) -> Option<&mut dyn CopyingLink> {
+        Some(self)
+    }
+}
+
+/// The device's frames straight between guest memory and the UMEM's chunks.
+impl CopyingLink for XdpDevice {
+    fn transmit_with(
+        &mut self,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> bool,
+    ) -> std::io::Result<bool> {
+        XdpDevice::transmit_with(self, len, fill).map_err(std::io::Error::other)
+    }
+    fn receive_with(&mut self, max: usize, take: &mut dyn FnMut(&[u8])) -> usize {
+        XdpDevice::receive_with(self, max, take)
+    }
+    fn has_received(&self) -> bool {
+        XdpDevice::has_received(self)
+    }
+    fn flush(&mut self) {
+        XdpDevice::flush(self)
+    }
+}
+
 impl<B: HostLink> HostLink for FaultInjector<B> {
     fn fd(&self) -> BorrowedFd<'_> {
         self.inner().fd()
@@ -182,6 +213,14 @@ pub enum HostLinkError {
         /// Why.
         source: ebb_tap::TapError,
     },
+    /// An AF_XDP socket could not be opened on the interface.
+    #[error("--net xdp={name}: {source}")]
+    Xdp {
+        /// Interface name.
+        name: String,
+        /// Why.
+        source: ebb_xdp::XdpError,
+    },
     /// passt is not installed.
     #[error(
         "--net user needs passt, which is not installed (Debian/Ubuntu: apt-get install passt)"
@@ -209,6 +248,18 @@ pub fn open_tap(name: &str, queues: usize, offload: bool) -> Result<Vec<TapDevic
     config.queues = queues;
     config.vnet_hdr = offload;
     TapDevice::open_queues(&config).map_err(|source| HostLinkError::Tap {
+        name: name.to_string(),
+        source,
+    })
+}
+
+/// Opens an AF_XDP socket on interface `name`, which must have one queue (ebb-xdp says
+/// how to make one otherwise). One socket serves every vCPU: with one vCPU the device
+/// copies frames straight between guest memory and the socket's UMEM
+/// ([`HostLink::copying`]); with more, frames take the IOBuf path and are spread over
+/// the queue pairs by flow, as with passt.
+pub fn open_xdp(name: &str) -> Result<XdpDevice, HostLinkError> {
+    XdpDevice::open(&XdpConfig::new(name)).map_err(|source| HostLinkError::Xdp {
         name: name.to_string(),
         source,
     })
