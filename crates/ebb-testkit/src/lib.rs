@@ -41,6 +41,7 @@ pub mod guests;
 pub mod lines;
 pub mod netcheck;
 pub mod netns;
+pub mod veth;
 
 use std::fmt;
 use std::io::Write;

@@ -132,6 +132,16 @@ pub enum XdpError {
         /// Its receive queues.
         queues: usize,
     },
+    /// Another AF_XDP socket (another device, another process) has the queue.
+    #[error(
+        "queue {queue} of {interface:?} already has an AF_XDP socket (another XdpDevice or process): one socket per queue"
+    )]
+    QueueBusy {
+        /// The interface asked for.
+        interface: String,
+        /// The queue asked for.
+        queue: u32,
+    },
     /// The configuration is out of range.
     #[error("bad AF_XDP configuration: {0}")]
     BadConfig(String),
@@ -281,7 +291,13 @@ impl XdpDevice {
                 libc::XDP_COPY | libc::XDP_USE_NEED_WAKEUP,
             );
         }
-        bound.map_err(io("binding the socket to the queue"))?;
+        bound.map_err(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) => XdpError::QueueBusy {
+                interface: interface.clone(),
+                queue: config.queue,
+            },
+            _ => io("binding the socket to the queue")(e),
+        })?;
         let mut program = program::AttachedProgram::attach(&interface)
             .map_err(|e| Self::program_error(&interface, e))?;
         program

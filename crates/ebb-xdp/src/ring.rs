@@ -91,7 +91,7 @@ impl ChunkLayout {
     /// transmit chunk `i`, counted from the first one). Returns the transmit chunk's
     /// index among them.
     pub fn check_completion(&self, addr: u64, sent: &[bool]) -> Option<u32> {
-        if addr % u64::from(self.chunk_size) != 0 {
+        if !addr.is_multiple_of(u64::from(self.chunk_size)) {
             return None;
         }
         let chunk = addr / u64::from(self.chunk_size);

@@ -195,13 +195,13 @@ impl RingMap {
         };
         let len = offsets.desc as usize + size as usize * entry;
         let map = Mapping::ring(fd, page, len)?;
-        let in_map = |offset: u64, width: usize| offset as usize + width <= offsets.desc as usize;
-        if !(in_map(offsets.producer, 4) && in_map(offsets.consumer, 4) && in_map(offsets.flags, 4))
-            || offsets.producer % 4 != 0
-            || offsets.consumer % 4 != 0
-            || offsets.flags % 4 != 0
-            || offsets.desc % 8 != 0
-        {
+        // A 4-byte word, aligned, in front of the entries.
+        let word_ok = |offset: u64| offset.is_multiple_of(4) && offset + 4 <= offsets.desc;
+        let sound = word_ok(offsets.producer)
+            && word_ok(offsets.consumer)
+            && word_ok(offsets.flags)
+            && offsets.desc.is_multiple_of(8);
+        if !sound {
             return Err(io::Error::other(
                 "kernel gave ring offsets outside the ring",
             ));
