@@ -88,7 +88,7 @@ pub fn random_seed() -> [u64; 2] {
 
 /// Why [`start`] or [`start_xdp`] failed.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub enum HostedStartError {
     /// The TAP device could not be created.
     #[error(transparent)]
     Tap(#[from] TapError),
@@ -104,7 +104,7 @@ pub enum StartError {
 /// on the calling core, which must be a hosted Ebbflow core, and with several queues on
 /// the next cores (see [`NetStack::start`]). The Linux side of the device still has to
 /// be configured (`ip link set NAME up`, an address, or moved into a namespace).
-pub fn start(config: TapNetStackConfig) -> Result<NetStack, StartError> {
+pub fn start(config: TapNetStackConfig) -> Result<NetStack, HostedStartError> {
     let queues = config.queues;
     let cores = ebb_core::event::num_cores();
     if queues == 0 || queues > cores {
@@ -228,7 +228,7 @@ impl XdpNetStackConfig {
 /// (see [`NetStack::start`]). ebb-net takes the interface's MAC address: Linux's peer
 /// reaches it as it reached the interface. Every frame arriving on the interface goes to
 /// the sockets (ebb-xdp's redirect program), so Linux no longer sees any.
-pub fn start_xdp(config: XdpNetStackConfig) -> Result<NetStack, StartError> {
+pub fn start_xdp(config: XdpNetStackConfig) -> Result<NetStack, HostedStartError> {
     let queues = config.queues;
     let cores = ebb_core::event::num_cores();
     if queues == 0 || queues > cores {

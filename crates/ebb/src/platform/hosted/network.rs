@@ -53,7 +53,7 @@ pub enum Backend {
 }
 
 /// The device could not be opened or the stack not started on it.
-pub type DeviceError = ebb_hosted::netstack::StartError;
+pub type DeviceError = ebb_hosted::netstack::HostedStartError;
 
 /// The backend without options: Linux sockets on 127.0.0.1.
 pub(crate) fn default_backend() -> Backend {
