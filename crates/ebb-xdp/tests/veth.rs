@@ -52,8 +52,11 @@ fn answers_ping_from_linux_through_the_byte_slice_api() {
         return;
     }
     let veth = VethPair::create(test, "xp", "10.77.0.1/24");
+    let opening = Instant::now();
     let mut device = XdpDevice::open(&XdpConfig::new(veth.device.clone()))
         .unwrap_or_else(|e| panic!("{test}: {e}"));
+    // Most of it is aya reading the kernel's BTF (/sys/kernel/btf/vmlinux).
+    println!("{test}: opened in {:?}", opening.elapsed());
     let mut ping = veth
         .ns
         .exec(&["ping", "-c", "5", "-i", "0.2", "-W", "2", "10.77.0.2"])
