@@ -12,6 +12,9 @@
 #               what a second CPU for the device buys (its CPU time is counted);
 #   native-4k (not by default) - as native with `--huge-pages off`: guest memory on 4 KiB
 #               host pages, for comparison;
+#   native-xdp (not by default) - as native with `--net xdp=IFACE`: the monitor's AF_XDP
+#               backend on one end of a veth pair with one queue each way, the other end
+#               in the namespace as 10.0.2.2/24 (transmit checksumming off there);
 #   memcached - memcached -t 1 on the host, pinned to CPU 0, listening on the host end of a
 #               veth pair (10.0.3.1/24) whose other end (10.0.3.2) is in the namespace.
 #
@@ -27,7 +30,8 @@
 # its TPS and the server's host CPU per operation (memcaslap reports no percentiles).
 #
 # Usage: bench/scripts/memcached-native.sh   (root, KVM; env: ROUNDS=3 CONNS=32
-#        KEYS=100000 DURATION=3s SERVERS="native memcached" (add native-split, native-4k)
+#        KEYS=100000 DURATION=3s SERVERS="native memcached" (add native-split, native-4k,
+#        native-xdp)
 #        CLIENT=mc-load|memcaslap OUT_DIR=/tmp/memcached-native CARGO_TARGET_DIR=...)
 set -euo pipefail
 
@@ -45,6 +49,7 @@ skip() { echo "SKIPPED: memcached-native: $1"; exit 0; }
 [[ -w /dev/kvm ]] || skip "needs /dev/kvm"
 [[ $CLIENT == mc-load || $CLIENT == memcaslap ]] || die "CLIENT is mc-load or memcaslap, not $CLIENT"
 for t in memcached ip taskset; do command -v "$t" >/dev/null || skip "$t is not installed"; done
+[[ " $SERVERS " != *" native-xdp "* ]] || command -v ethtool >/dev/null || skip "ethtool is not installed (native-xdp)"
 [[ $CLIENT == mc-load ]] || command -v memcaslap >/dev/null || skip "memcaslap is not installed (libmemcached-tools)"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -63,10 +68,12 @@ source bench/lib.sh
 ns=ebbmcn$$
 tap=ebbmct$$
 veth=ebbmcv$$
+xveth=ebbmcx$$
 SERVER_PID=""
 cleanup() {
   stop
   ip link del "$veth" 2>/dev/null || true
+  ip link del "$xveth" 2>/dev/null || true
   ip netns del "$ns" 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -106,6 +113,24 @@ serve() {
       ip -n "$ns" link set "$tap" up
       ADDR=10.0.2.15:11211
       ;;
+    native-xdp)
+      ip link add "$xveth" numtxqueues 1 numrxqueues 1 type veth peer name "${xveth}p" \
+        numtxqueues 1 numrxqueues 1
+      ip link set "${xveth}p" netns "$ns"
+      ip -n "$ns" addr add 10.0.2.2/24 dev "${xveth}p"
+      ip -n "$ns" link set "${xveth}p" up
+      ip netns exec "$ns" ethtool -K "${xveth}p" tx off >/dev/null
+      ip link set "$xveth" up
+      taskset -c 0 "$vmm" "$image" --cpus 1 --mem 1536M --net "xdp=$xveth" -- -m 1024 -c 1024 >"$log" 2>&1 &
+      SERVER_PID=$!
+      local i
+      for ((i = 0; i < 100; i++)); do
+        grep -q "listening on" "$log" && break
+        sleep 0.1
+      done
+      grep -q "listening on" "$log" || { cat "$log" >&2; die "native memcached over AF_XDP did not start"; }
+      ADDR=10.0.2.15:11211
+      ;;
     memcached)
       taskset -c 0 memcached -l 10.0.3.1 -p 11211 -U 0 -t 1 -m 1024 -c 1024 -u nobody >"$log" 2>&1 &
       SERVER_PID=$!
@@ -137,6 +162,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
         ip netns exec "$ns" taskset -c 1 "$load" --addr "$ADDR" "${common[@]}"
     fi
     stop
+    # The veth goes with its run: the next native run's TAP takes 10.0.2.2 in the namespace.
+    [[ $name != native-xdp ]] || ip link del "$xveth"
   done
 done
 : >"$OUT_DIR/summary.txt"

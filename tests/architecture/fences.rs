@@ -80,6 +80,7 @@ fn the_monitor_depends_on_no_guest_runtime_and_no_stack() {
             "ebb-core",
             "ebb-net-driver",
             "ebb-tap",
+            "ebb-xdp",
             "ebb-testkit",
             "ebb-toolchain",
             "ebb-bytestream",
@@ -95,6 +96,7 @@ fn the_monitor_depends_on_no_guest_runtime_and_no_stack() {
             "ebb-core",
             "ebb-net-driver",
             "ebb-tap",
+            "ebb-xdp",
         ],
     );
 }

@@ -96,11 +96,11 @@ pub enum Started {
 /// Starts a `NetStack` (on a core of a running runtime), telling "cannot run here"
 /// apart from failure.
 pub fn start_netstack(config: ebb_hosted::netstack::TapNetStackConfig) -> Started {
-    use ebb_hosted::netstack::{TapStartError, start};
+    use ebb_hosted::netstack::{HostedStartError, start};
     use ebb_tap::TapError;
     match start(config) {
         Ok(stack) => Started::Running(stack),
-        Err(TapStartError::Tap(
+        Err(HostedStartError::Tap(
             e @ (TapError::NoTunDevice | TapError::PermissionDenied { .. }),
         )) => Started::Skip(Capability::Tap, e.to_string()),
         Err(e) => Started::Failed(format!("start: {e}")),

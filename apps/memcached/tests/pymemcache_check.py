@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A second real client against the server: pymemcache (text protocol).
 
-Usage: pymemcache_check.py PORT [SEED]. Exits 0 when every check passed; on the first
+Usage: pymemcache_check.py PORT [SEED [HOST]] (HOST default 127.0.0.1). Exits 0 when every check passed; on the first
 failed check prints what was expected and what came, and exits 1.
 """
 
@@ -12,6 +12,7 @@ from pymemcache.client.base import Client
 
 PORT = int(sys.argv[1])
 SEED = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+HOST = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
 rng = random.Random(SEED)
 step = "start"
 
@@ -31,7 +32,7 @@ def blob(n):
 
 def connect():
     return Client(
-        ("127.0.0.1", PORT),
+        (HOST, PORT),
         default_noreply=False,
         connect_timeout=10,
         timeout=10,

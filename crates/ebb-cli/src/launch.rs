@@ -58,7 +58,7 @@ pub struct RunOptions {
 /// `--net`, `-p` and `--net-faults` as the user gave them.
 #[derive(Clone, Debug, Default)]
 pub struct NetRequest {
-    /// `--net`: `user`, `tap=NAME` or `none`.
+    /// `--net`: `user`, `tap=NAME`, `xdp=IFACE` or `none`.
     pub backend: Option<String>,
     /// `-p` forwards.
     pub publish: Vec<PortForward>,

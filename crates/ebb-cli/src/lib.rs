@@ -5,13 +5,14 @@
 //! ```text
 //! ebb build [--native|--hosted] APP          # prints the executable's path; default native
 //! ebb run APP|IMAGE [--cpus N] [--mem SIZE] [--timeout S] [--native|--hosted]
-//!         [--net user|tap=NAME|none] [-p [ADDR:]HOST:GUEST]... [--net-faults SPEC] [-- ARGS]
+//!         [--net user|tap=NAME|xdp=IFACE|none] [-p [ADDR:]HOST:GUEST]... [--net-faults SPEC] [-- ARGS]
 //! ```
 //!
 //! A network app (`[package.metadata.ebb] network = true` in its manifest) gets `--net
 //! user` by default — rootless user-mode networking (passt) with the host ports its
 //! manifest publishes forwarded to it; `-p` replaces those, `--net tap=NAME` (root) puts
-//! it on a TAP device instead, `--net none` runs it without a network.
+//! it on a TAP device instead, `--net xdp=IFACE` (root) on an existing interface through
+//! AF_XDP, `--net none` runs it without a network.
 //!
 //! * [`workspace`] finds the workspace (from the current directory upwards, or
 //!   `--manifest-path`) and its apps (the packages under `apps/`);
@@ -97,8 +98,9 @@ pub enum Command {
         #[command(flatten)]
         runtime: RuntimeFlags,
         /// The network, native: `user` (passt, no root; the default for network apps),
-        /// `tap=NAME` (a TAP device, one queue per vCPU; root) or `none`.
-        #[arg(long, value_name = "user|tap=NAME|none")]
+        /// `tap=NAME` (a TAP device, one queue per vCPU; root), `xdp=IFACE` (an existing
+        /// interface of one queue through AF_XDP; root) or `none`.
+        #[arg(long, value_name = "user|tap=NAME|xdp=IFACE|none")]
         net: Option<String>,
         /// With --net user: forward host TCP port HOST (on ADDR, default 127.0.0.1) to the
         /// app's port GUEST. Repeatable; replaces the app's default forwards. Hosted, the

@@ -857,3 +857,106 @@ fn echo_natively_through_user_networking_as_an_unprivileged_user() {
         ));
     }
 }
+
+/// Exits to the monitor per request for memcached natively booted as `ebb run` boots it:
+/// one vCPU, passt, the runtime's and the monitor's default poll settings (no
+/// `idle_poll_us`; on a CPU shared with the device thread the guest polls 1 ms while
+/// idle, `ebb_native::runtime::SHARED_CPUS_IDLE_POLL`). One connection, 500 warm-up then
+/// 2,000 `set`/`get` round trips (1:9), the monitor's counters (SIGUSR1) before and after.
+/// Asserted: no MMIO exit at all, and at most [`MEMCACHED_EXITS_PER_REQUEST`] exits and
+/// [`MEMCACHED_KICKS_PER_REQUEST`] queue kicks per request — the measured figures with a
+/// margin for a loaded host (see docs/10-native-networking.md, "Exits per request").
+#[test]
+fn memcached_natively_exits_per_request_at_default_poll_settings() {
+    let test = "memcached_natively_exits_per_request_at_default_poll_settings";
+    let Some(()) = user_networking(test, &[]) else {
+        return;
+    };
+    image("memcached");
+    let port = free_port();
+    let forward = format!("{port}:11211");
+    let mut served = Served::start("memcached", &["--cpus", "1", "-p", &forward]);
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.set_nodelay(true).expect("TCP_NODELAY");
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let value = [b'v'; 64];
+    // Warm-up: every key set (gets before the first set of their key would miss).
+    for i in 0..100 {
+        let mut r = format!("set key{i} 0 0 {}\r\n", value.len()).into_bytes();
+        r.extend_from_slice(&value);
+        r.extend_from_slice(b"\r\n");
+        let mut stored = [0u8; 8];
+        c.write_all(&r).unwrap();
+        c.read_exact(&mut stored).unwrap();
+        assert_eq!(&stored, b"STORED\r\n");
+    }
+    let mut round_trips = |n: u32| -> Result<(), String> {
+        let mut answer = [0u8; 256];
+        for i in 0..n {
+            let key = format!("key{}", i % 100);
+            let (request, want): (Vec<u8>, Vec<u8>) = if i % 10 == 0 {
+                let mut r = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
+                r.extend_from_slice(&value);
+                r.extend_from_slice(b"\r\n");
+                (r, b"STORED\r\n".to_vec())
+            } else {
+                let mut w = format!("VALUE {key} 0 {}\r\n", value.len()).into_bytes();
+                w.extend_from_slice(&value);
+                w.extend_from_slice(b"\r\nEND\r\n");
+                (format!("get {key}\r\n").into_bytes(), w)
+            };
+            c.write_all(&request)
+                .map_err(|e| format!("request {i}: {e}"))?;
+            let got = &mut answer[..want.len()];
+            c.read_exact(got).map_err(|e| format!("answer {i}: {e}"))?;
+            if *got != *want {
+                return Err(format!("answer {i}: {}", String::from_utf8_lossy(got)));
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = round_trips(500) {
+        served.fail(&format!("warm-up: {e}"));
+    }
+    const REQUESTS: u32 = 2000;
+    let before = served.counters().unwrap_or_else(|e| served.fail(&e));
+    let started = Instant::now();
+    if let Err(e) = round_trips(REQUESTS) {
+        served.fail(&format!("steady phase: {e}"));
+    }
+    let elapsed = started.elapsed();
+    let after = served.counters().unwrap_or_else(|e| served.fail(&e));
+    let delta = |key: &str| counter(&after, key) - counter(&before, key);
+    let (exits, mmio, kicks, wakeups) = (
+        delta("exits"),
+        delta("mmio_exits"),
+        delta("kicks"),
+        delta("wakeups"),
+    );
+    let per = |n: u64| n as f64 / f64::from(REQUESTS);
+    eprintln!(
+        "{REQUESTS} memcached requests of 64-byte values: {:.0} µs per round trip; per \
+         request: {:.4} exits to the monitor ({:.4} MMIO), {:.4} queue kicks, {:.4} vCPU \
+         wake-ups",
+        elapsed.as_secs_f64() * 1e6 / f64::from(REQUESTS),
+        per(exits),
+        per(mmio),
+        per(kicks),
+        per(wakeups),
+    );
+    let output = served.stop();
+    assert_eq!(mmio, 0, "MMIO exits in the steady phase\n{output}");
+    assert!(
+        per(exits) <= MEMCACHED_EXITS_PER_REQUEST,
+        "{exits} exits in {REQUESTS} requests\n{before}\n{after}\n{output}"
+    );
+    assert!(
+        per(kicks) <= MEMCACHED_KICKS_PER_REQUEST,
+        "{kicks} kicks in {REQUESTS} requests\n{before}\n{after}\n{output}"
+    );
+}
+
+/// Bound of [`memcached_natively_exits_per_request_at_default_poll_settings`].
+const MEMCACHED_EXITS_PER_REQUEST: f64 = 2.5;
+/// Bound of [`memcached_natively_exits_per_request_at_default_poll_settings`].
+const MEMCACHED_KICKS_PER_REQUEST: f64 = 1.0;

@@ -1,13 +1,14 @@
-//! ebb-net's own TCP/IP stack in the process, over a TAP device: the hosted platform's
-//! part of [`ebb_netstack`].
+//! ebb-net's own TCP/IP stack in the process, over a TAP device or over an existing
+//! interface through AF_XDP sockets: the hosted platform's part of [`ebb_netstack`].
 //!
 //! Everything about running the stack — the poll policy, timers, steering between cores,
 //! DHCP lease sharing, the [`NetStack`] API — is platform independent and lives in
-//! `ebb-netstack`. What is hosted is here: the TAP queues (crate `ebb-tap`), how a queue
-//! reports readiness (its descriptor registered with the core's epoll [`reactor`],
-//! edge-triggered for reading and writing) and where the TCP initial-sequence-number
-//! secret comes from (the standard library's per-process random keys). [`start`] opens
-//! the queues and starts the stack.
+//! `ebb-netstack`. What is hosted is here: the TAP queues (crate `ebb-tap`) and AF_XDP
+//! sockets (crate `ebb-xdp`), how a queue reports readiness (its descriptor registered
+//! with the core's epoll [`reactor`], edge-triggered for reading and writing) and where
+//! the TCP initial-sequence-number secret comes from (the standard library's per-process
+//! random keys). [`start`] opens the TAP queues and starts the stack, [`start_xdp`] the
+//! AF_XDP sockets.
 //!
 //! The same application code runs over Linux sockets ([`crate::tcp`]) or over ebb-net:
 //! [`NetStack::listen`] and [`NetStack::connect`] have the shape of [`crate::tcp::listen`]
@@ -29,6 +30,7 @@ use rustix::event::epoll::EventFlags;
 
 use crate::reactor::{self, Source, Token};
 use ebb_tap::{TapConfig, TapDevice, TapError};
+use ebb_xdp::{XdpConfig, XdpDevice, XdpError};
 
 pub use ebb_netstack::{
     AddressConfig, CoreNetStack, FaultSetting, MAX_ROUNDS, MAX_STEERED_WAITING, NetListener,
@@ -84,12 +86,15 @@ pub fn random_seed() -> [u64; 2] {
     [a.finish(), b.finish()]
 }
 
-/// Why [`start`] failed.
+/// Why [`start`] or [`start_xdp`] failed.
 #[derive(Debug, thiserror::Error)]
-pub enum TapStartError {
+pub enum HostedStartError {
     /// The TAP device could not be created.
     #[error(transparent)]
     Tap(#[from] TapError),
+    /// An AF_XDP socket could not be opened on the interface.
+    #[error(transparent)]
+    Xdp(#[from] XdpError),
     /// The stack could not start on its devices.
     #[error(transparent)]
     Stack(#[from] NetStackError),
@@ -99,7 +104,7 @@ pub enum TapStartError {
 /// on the calling core, which must be a hosted Ebbflow core, and with several queues on
 /// the next cores (see [`NetStack::start`]). The Linux side of the device still has to
 /// be configured (`ip link set NAME up`, an address, or moved into a namespace).
-pub fn start(config: TapNetStackConfig) -> Result<NetStack, TapStartError> {
+pub fn start(config: TapNetStackConfig) -> Result<NetStack, HostedStartError> {
     let queues = config.queues;
     let cores = ebb_core::event::num_cores();
     if queues == 0 || queues > cores {
@@ -181,5 +186,131 @@ impl NetDevice for TapQueue {
     }
     fn counters(&self) -> DeviceCounters {
         self.tap.counters()
+    }
+}
+
+/// Everything [`start_xdp`] needs: the interface, its queues and the stack's settings.
+#[derive(Clone, Debug)]
+pub struct XdpNetStackConfig {
+    /// The interface (it must exist; a veth end, say).
+    pub interface: String,
+    /// Its queues used, `0..queues`, one AF_XDP socket and one core each. Default 1.
+    pub queues: usize,
+    /// ebb-net's IP MTU on it (at most what a UMEM chunk holds: `XdpDevice::open`
+    /// says). Default 1500.
+    pub mtu: usize,
+    /// Static address or DHCP.
+    pub address: AddressConfig,
+    /// Faults to inject, if any.
+    pub faults: Option<FaultSetting>,
+    /// TCP settings. [`XdpNetStackConfig::new`] puts a fresh random ISN seed in.
+    pub tcp: ebb_net::tcp::TcpConfig,
+}
+
+impl XdpNetStackConfig {
+    /// Interface `interface`, one queue, MTU 1500, `address`, no faults, default TCP
+    /// settings with a random ISN seed.
+    pub fn new(interface: impl Into<String>, address: AddressConfig) -> Self {
+        let stack = ebb_netstack::NetStackConfig::new(address, random_seed());
+        Self {
+            interface: interface.into(),
+            queues: 1,
+            mtu: 1500,
+            address,
+            faults: None,
+            tcp: stack.tcp,
+        }
+    }
+}
+
+/// Opens one AF_XDP socket per queue of the interface and starts the stack on the calling
+/// core, which must be a hosted Ebbflow core, and with several queues on the next cores
+/// (see [`NetStack::start`]). ebb-net takes the interface's MAC address: Linux's peer
+/// reaches it as it reached the interface. Every frame arriving on the interface goes to
+/// the sockets (ebb-xdp's redirect program), so Linux no longer sees any.
+pub fn start_xdp(config: XdpNetStackConfig) -> Result<NetStack, HostedStartError> {
+    let queues = config.queues;
+    let cores = ebb_core::event::num_cores();
+    if queues == 0 || queues > cores {
+        return Err(NetStackError::TooManyQueues { queues, cores }.into());
+    }
+    let mut devices: Vec<ebb_netstack::SendableDevice> = Vec::with_capacity(queues);
+    for queue in 0..queues {
+        let mut xdp = XdpConfig::new(&config.interface);
+        xdp.queue = queue as u32;
+        xdp.mtu = config.mtu;
+        devices.push(Box::new(XdpQueue {
+            xdp: XdpDevice::open(&xdp)?,
+            token: None,
+        }));
+    }
+    let mut stack = ebb_netstack::NetStackConfig::new(config.address, [0, 0]);
+    stack.mac = interface_mac(&config.interface).unwrap_or(stack.mac);
+    stack.faults = config.faults;
+    stack.tcp = config.tcp;
+    Ok(NetStack::start(devices, stack)?)
+}
+
+/// The MAC address of `interface` (from sysfs), if it has one.
+fn interface_mac(interface: &str) -> Option<EthernetAddress> {
+    let text = std::fs::read_to_string(format!("/sys/class/net/{interface}/address")).ok()?;
+    let mut mac = [0u8; 6];
+    let mut parts = text.trim().split(':');
+    for byte in &mut mac {
+        *byte = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    (parts.next().is_none() && mac != [0; 6]).then_some(EthernetAddress(mac))
+}
+
+/// One AF_XDP socket as the runtime drives it: reports readiness through the core's
+/// reactor, as a TAP queue does.
+struct XdpQueue {
+    xdp: XdpDevice,
+    /// The reactor registration while watched.
+    token: Option<Token>,
+}
+
+impl PlatformDevice for XdpQueue {
+    fn watch(&mut self, ready: DeviceReady) -> Result<(), DeviceError> {
+        let token = reactor::register(
+            self.xdp.as_fd(),
+            EventFlags::IN | EventFlags::OUT,
+            Rc::new(TapSource(ready)),
+        )
+        .map_err(|e| DeviceError(format!("cannot watch AF_XDP socket {}: {e}", self.name())))?;
+        self.token = Some(token);
+        Ok(())
+    }
+
+    fn unwatch(&mut self) {
+        if let Some(token) = self.token.take() {
+            let _ = reactor::deregister(self.xdp.as_fd(), token);
+        }
+    }
+
+    fn name(&self) -> String {
+        self.xdp.interface().to_string()
+    }
+
+    fn io_errors(&self) -> u64 {
+        self.xdp.io_errors()
+    }
+}
+
+impl NetDevice for XdpQueue {
+    fn capabilities(&self) -> DeviceCapabilities {
+        self.xdp.capabilities()
+    }
+    fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
+        self.xdp.receive(now, out, max)
+    }
+    fn transmit(&mut self, now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
+        self.xdp.transmit(now, frames)
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        self.xdp.poll_at()
+    }
+    fn counters(&self) -> DeviceCounters {
+        self.xdp.counters()
     }
 }

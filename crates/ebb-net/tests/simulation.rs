@@ -26,7 +26,7 @@ use ebb_net::iface::{InterfaceConfig, Ipv4Cidr};
 use ebb_net::stack::Stack;
 use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::wire::EthernetAddress;
-use ebb_net_driver::{FaultConfig, FaultInjector, Link, LinkEnd, Probability};
+use ebb_net_driver::{FaultConfig, FaultCounts, FaultInjector, Link, LinkEnd, Probability};
 
 const MEGABYTES: usize = 10;
 const A: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
@@ -209,6 +209,25 @@ struct CellResult {
     timeouts: u64,
     /// Segments both sides sent (data and ACKs), retransmissions included.
     segments: u64,
+    /// What both injectors did to the frames they received.
+    faults: FaultCounts,
+}
+
+/// Fails unless every fault `config` asks for happened at least once in `cell`: a cell
+/// whose injector silently stopped would otherwise pass as a clean link.
+fn assert_faults_fired(cell: &str, config: FaultConfig, fired: FaultCounts) {
+    for (kind, asked, count) in [
+        ("drops", config.drop, fired.dropped),
+        ("duplicates", config.duplicate, fired.duplicated),
+        ("corruptions", config.corrupt, fired.corrupted),
+        ("reorders", config.reorder, fired.reordered),
+    ] {
+        assert!(
+            !asked.is_possible() || count > 0,
+            "{cell}: no {kind} made in {} frames: {fired:?}",
+            fired.seen
+        );
+    }
 }
 
 /// Runs one cell: A listens, B connects, both send `MEGABYTES` MB and close.
@@ -324,6 +343,17 @@ fn run_cell(name: &str, faults: FaultConfig, seed: u64) -> CellResult {
         retransmissions: tcp_a.counters().retransmissions + tcp_b.counters().retransmissions,
         timeouts: tcp_a.counters().timeouts + tcp_b.counters().timeouts,
         segments: tcp_a.counters().segments_out + tcp_b.counters().segments_out,
+        faults: {
+            let (fa, fb) = (a.device().stats().rx, b.device().stats().rx);
+            FaultCounts {
+                seen: fa.seen + fb.seen,
+                dropped: fa.dropped + fb.dropped,
+                duplicated: fa.duplicated + fb.duplicated,
+                corrupted: fa.corrupted + fb.corrupted,
+                delayed: fa.delayed + fb.delayed,
+                reordered: fa.reordered + fb.reordered,
+            }
+        },
     }
 }
 
@@ -354,14 +384,16 @@ fn ten_megabytes_each_way_over_a_grid_of_faults() {
             let took = std::time::Instant::now();
             let result = run_cell(&name, faults, seed);
             println!(
-                "{name:>20}: ok, {:>8.2?} simulated, {:>6} retransmissions, {:>4} timeouts, {:>6} segments, {:>7.2?} real",
+                "{name:>20}: ok, {:>8.2?} simulated, {:>6} retransmissions, {:>4} timeouts, {:>6} segments, {:>7.2?} real; faults {:?}",
                 result.simulated,
                 result.retransmissions,
                 result.timeouts,
                 result.segments,
-                took.elapsed()
+                took.elapsed(),
+                result.faults,
             );
             Budget::for_faults(loss, corrupt_percent).check(&name, &result);
+            assert_faults_fired(&name, faults, result.faults);
             cells += 1;
         }
     }

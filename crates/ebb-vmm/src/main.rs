@@ -29,8 +29,9 @@ struct Args {
     /// Pin vCPU i to host CPU i.
     #[arg(long)]
     pin: bool,
-    /// A virtio-net device: `tap=NAME` (a TAP device, one queue per vCPU; root) or `user`
-    /// (passt user-mode networking with `-p` port forwards; no root).
+    /// A virtio-net device: `tap=NAME` (a TAP device, one queue per vCPU; root),
+    /// `xdp=IFACE` (an existing interface of one queue through AF_XDP; root) or
+    /// `user` (passt user-mode networking with `-p` port forwards; no root).
     #[arg(long)]
     net: Option<String>,
     /// With `--net user`: forward host TCP port HOST (on ADDR, default 127.0.0.1) to the

@@ -1,4 +1,4 @@
-//! The network options of a VM as a user writes them — `--net user|tap=NAME`,
+//! The network options of a VM as a user writes them — `--net user|tap=NAME|xdp=IFACE`,
 //! `-p [ADDR:]HOST:GUEST`, `--net-faults SPEC` — turned into a [`VmNetwork`]. Shared by
 //! the `ebb-vmm` binary and the `ebb` command, so both accept and refuse the same things.
 
@@ -11,15 +11,18 @@ pub const GUEST_MAC: [u8; 6] = [0x02, 0xeb, 0xb0, 0, 0, 2];
 /// A bad network option.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NetOptionError {
-    /// `--net` is neither `user` nor `tap=NAME`.
-    #[error("--net {0:?}: expected user or tap=NAME")]
+    /// `--net` is neither `user`, `tap=NAME` nor `xdp=IFACE`.
+    #[error("--net {0:?}: expected user, tap=NAME or xdp=IFACE")]
     UnknownBackend(String),
     /// `tap=` without a name.
     #[error("--net tap= needs a device name (tap=NAME)")]
     NoTapName,
-    /// Port forwards with a TAP device.
+    /// `xdp=` without an interface.
+    #[error("--net xdp= needs an interface name (xdp=IFACE)")]
+    NoXdpInterface,
+    /// Port forwards with a TAP device or an AF_XDP interface.
     #[error(
-        "-p forwards ports of --net user; a TAP device is reached directly at the guest's address"
+        "-p forwards ports of --net user; a TAP device or an AF_XDP interface is reached directly at the guest's address"
     )]
     ForwardsWithTap,
     /// A fault spec that does not parse.
@@ -63,6 +66,16 @@ pub fn net_config(
             }
             HostLinkConfig::Tap(name.to_string())
         }
+        Some(xdp) if xdp.starts_with("xdp=") => {
+            let name = &xdp["xdp=".len()..];
+            if name.is_empty() {
+                return Err(NetOptionError::NoXdpInterface);
+            }
+            if !forwards.is_empty() {
+                return Err(NetOptionError::ForwardsWithTap);
+            }
+            HostLinkConfig::Xdp(name.to_string())
+        }
         Some(other) => return Err(NetOptionError::UnknownBackend(other.to_string())),
     };
     Ok(Some(VmNetwork {
@@ -99,6 +112,21 @@ mod tests {
         assert_eq!(
             net_config(Some("tap="), &[], None).unwrap_err(),
             NetOptionError::NoTapName
+        );
+        let xdp = net_config(Some("xdp=veth1"), &[], None).unwrap().unwrap();
+        assert!(matches!(xdp.link, HostLinkConfig::Xdp(ref n) if n == "veth1"));
+        assert_eq!(
+            (xdp.checksum_offload(), xdp.segmentation_offload()),
+            (false, false),
+            "AF_XDP carries no checksum state"
+        );
+        assert_eq!(
+            net_config(Some("xdp="), &[], None).unwrap_err(),
+            NetOptionError::NoXdpInterface
+        );
+        assert_eq!(
+            net_config(Some("xdp=v"), &[fwd], None).unwrap_err(),
+            NetOptionError::ForwardsWithTap
         );
         assert!(matches!(
             net_config(Some("bridge"), &[], None),

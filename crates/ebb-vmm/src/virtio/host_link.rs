@@ -1,5 +1,6 @@
 //! The host side of the guest's link ([`HostLink`]): where the device's frames go on the
-//! host — a TAP device (`--net tap=NAME`, root) or passt (`--net user`, no root),
+//! host — a TAP device (`--net tap=NAME`, root), an interface through AF_XDP (`--net
+//! xdp=IFACE`, root) or passt (`--net user`, no root),
 //! optionally through ebb-net-driver's seeded fault injector (`--net-faults`). Every host
 //! link is an `ebb-net-driver` `NetDevice` with a descriptor the I/O thread sleeps on.
 //! Which one a VM opens is its [`HostLinkConfig`](crate::vm::HostLinkConfig).
@@ -9,6 +10,7 @@ use ebb_net_driver::{
     DeviceCapabilities, DeviceCounters, FaultInjector, NetDevice, RxFrame, TxFrame,
 };
 use ebb_tap::{TapConfig, TapDevice};
+use ebb_xdp::{XdpConfig, XdpDevice};
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -41,6 +43,13 @@ pub trait HostLink: NetDevice + Send {
         None
     }
 
+    /// The backend as a [`CopyingLink`]: frames copied once each way between guest memory
+    /// and the backend's own buffers (AF_XDP's UMEM chunks), no IOBuf between. `None`
+    /// (the default): [`direct`](Self::direct) or the IOBuf path.
+    fn copying(&mut self) -> Option<&mut dyn CopyingLink> {
+        None
+    }
+
     /// What a fault injector around the backend did (`None`: there is none).
     fn fault_stats(&self) -> Option<ebb_net_driver::FaultStats> {
         None
@@ -63,6 +72,38 @@ pub trait HostLink: NetDevice + Send {
             Ok(())
         }
     }
+}
+
+/// A backend with buffers of its own that the device copies frames into and out of
+/// directly from guest memory: one copy each way, none through an IOBuf (see
+/// [`HostLink::copying`]). Frames are bare Ethernet frames with complete checksums (no
+/// offload is offered with such a backend); what `receive_with` hands over is untrusted
+/// input like any frame.
+pub trait CopyingLink {
+    /// Queues one frame of `len` bytes: `fill` is handed a buffer of exactly `len`
+    /// bytes of the backend's and writes all of them, or returns `false` to abandon the
+    /// frame (the buffer stays free). `Ok(false)`: no buffer free now (back-pressure; the
+    /// caller keeps the frame), or `fill` abandoned it. Sent at the next [`flush`](Self::flush)
+    /// at the latest. An error: this frame cannot be sent (too long, say); dropped.
+    fn transmit_with(
+        &mut self,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> bool,
+    ) -> std::io::Result<bool>;
+
+    /// Hands up to `max` received frames to `take`, one at a time, borrowed from the
+    /// backend's buffers (returned to it after `take` returns). Returns how many.
+    fn receive_with(&mut self, max: usize, take: &mut dyn FnMut(&[u8])) -> usize;
+
+    /// Whether a received frame waits, without a system call: the device asks the
+    /// guest for receive kicks only then (a kick for every re-posted buffer would wake
+    /// it for nothing). When in doubt, `true`. A frame arriving later wakes the device
+    /// through [`HostLink::fd`].
+    fn has_received(&self) -> bool;
+
+    /// Tells the host side about every frame queued since the last flush, with at most
+    /// one system call: the device calls it once per round, not per frame.
+    fn flush(&mut self);
 }
 
 /// See [`HostLink::direct`].
@@ -88,6 +129,35 @@ impl HostLink for TapDevice {
     fn set_large_receive(&mut self, on: bool) -> std::io::Result<()> {
         // `TUNSETOFFLOAD` with or without TUN_F_TSO4: for the whole device, every queue.
         TapDevice::set_large_receive(self, on)
+    }
+}
+
+impl HostLink for XdpDevice {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.as_fd()
+    }
+    fn copying(&mut self) -> Option<&mut dyn CopyingLink> {
+        Some(self)
+    }
+}
+
+/// The device's frames straight between guest memory and the UMEM's chunks.
+impl CopyingLink for XdpDevice {
+    fn transmit_with(
+        &mut self,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> bool,
+    ) -> std::io::Result<bool> {
+        XdpDevice::transmit_with(self, len, fill).map_err(std::io::Error::other)
+    }
+    fn receive_with(&mut self, max: usize, take: &mut dyn FnMut(&[u8])) -> usize {
+        XdpDevice::receive_with(self, max, take)
+    }
+    fn has_received(&self) -> bool {
+        XdpDevice::has_received(self)
+    }
+    fn flush(&mut self) {
+        XdpDevice::flush(self)
     }
 }
 
@@ -121,6 +191,9 @@ impl<B: HostLink + ?Sized> HostLink for Box<B> {
     fn direct(&self) -> Option<Direct<'_>> {
         (**self).direct()
     }
+    fn copying(&mut self) -> Option<&mut dyn CopyingLink> {
+        (**self).copying()
+    }
     fn fault_stats(&self) -> Option<ebb_net_driver::FaultStats> {
         (**self).fault_stats()
     }
@@ -139,6 +212,14 @@ pub enum HostLinkError {
         name: String,
         /// Why.
         source: ebb_tap::TapError,
+    },
+    /// An AF_XDP socket could not be opened on the interface.
+    #[error("--net xdp={name}: {source}")]
+    Xdp {
+        /// Interface name.
+        name: String,
+        /// Why.
+        source: ebb_xdp::XdpError,
     },
     /// passt is not installed.
     #[error(
@@ -167,6 +248,18 @@ pub fn open_tap(name: &str, queues: usize, offload: bool) -> Result<Vec<TapDevic
     config.queues = queues;
     config.vnet_hdr = offload;
     TapDevice::open_queues(&config).map_err(|source| HostLinkError::Tap {
+        name: name.to_string(),
+        source,
+    })
+}
+
+/// Opens an AF_XDP socket on interface `name`, which must have one queue (ebb-xdp says
+/// how to make one otherwise). One socket serves every vCPU: with one vCPU the device
+/// copies frames straight between guest memory and the socket's UMEM
+/// ([`HostLink::copying`]); with more, frames take the IOBuf path and are spread over
+/// the queue pairs by flow, as with passt.
+pub fn open_xdp(name: &str) -> Result<XdpDevice, HostLinkError> {
+    XdpDevice::open(&XdpConfig::new(name)).map_err(|source| HostLinkError::Xdp {
         name: name.to_string(),
         source,
     })

@@ -6,7 +6,7 @@ pub mod host_link;
 pub mod net;
 pub mod queue;
 
-pub use host_link::{HostLink, HostLinkError, PortForward};
+pub use host_link::{CopyingLink, HostLink, HostLinkError, PortForward};
 pub use net::{IoThread, NetStats, Offload, VirtioNetDevice};
 
 #[cfg(test)]

@@ -54,6 +54,11 @@ pub enum HostLinkConfig {
     Tap(String),
     /// passt user-mode networking with TCP port forwards; no root.
     User(Vec<crate::virtio::PortForward>),
+    /// An existing interface of one queue through AF_XDP (`ebb_xdp`), one socket for
+    /// every vCPU (see `virtio::host_link::open_xdp`); needs root (CAP_NET_ADMIN and
+    /// CAP_BPF). Linux no longer sees what arrives on the interface: the guest owns its
+    /// traffic.
+    Xdp(String),
 }
 
 /// One line of the counters of `net` and of the VM's exits, printed at the VM's end and
@@ -145,22 +150,23 @@ fn passt_faults(
     (rx, tx)
 }
 
-/// Opens the backends of `net`: one TAP queue per vCPU, or one passt.
+/// Opens the backends of `net`: one TAP queue per vCPU, one AF_XDP socket, or one passt.
 pub(super) fn open_backends(
     net: &VmNetwork,
     cpus: u32,
 ) -> Result<Vec<Box<dyn crate::virtio::HostLink>>, VmError> {
-    use crate::virtio::host_link::{Passt, open_tap};
+    use crate::virtio::host_link::{Passt, open_tap, open_xdp};
     let mut backends: Vec<Box<dyn crate::virtio::HostLink>> = match &net.link {
         HostLinkConfig::Tap(name) => open_tap(name, cpus as usize, net.checksum_offload())?
             .into_iter()
             .map(|tap| Box::new(tap) as Box<dyn crate::virtio::HostLink>)
             .collect(),
         HostLinkConfig::User(forwards) => vec![Box::new(Passt::start(forwards, net.mac)?)],
+        HostLinkConfig::Xdp(interface) => vec![Box::new(open_xdp(interface)?)],
     };
     if let Some((faults, seed)) = net.faults {
         let (rx_faults, tx_faults) = match &net.link {
-            HostLinkConfig::Tap(_) => (faults, faults),
+            HostLinkConfig::Tap(_) | HostLinkConfig::Xdp(_) => (faults, faults),
             HostLinkConfig::User(_) => passt_faults(faults),
         };
         backends = backends

@@ -19,9 +19,21 @@ pub enum NetConfigError {
         /// What was expected.
         expected: &'static str,
     },
-    /// An ebb-net option without ebb-net (hosted, without `--tap`).
-    #[error("{0} applies to ebb-net: add --tap NAME")]
+    /// An ebb-net option without ebb-net (hosted, without `--tap` or `--xdp`).
+    #[error("{0} applies to ebb-net: add --tap NAME or --xdp IFACE")]
     NeedsEbbNet(&'static str),
+    /// `--tap` and `--xdp` together.
+    #[error("--tap and --xdp are two devices for ebb-net: give one")]
+    TapAndXdp,
+    /// A TAP-only option with `--xdp`.
+    #[error("{0} applies to --tap only")]
+    TapOnly(&'static str),
+    /// A Linux-sockets option with ebb-net.
+    #[error("{0} applies to Linux sockets only (ebb-net's address is --ip A/P or --dhcp)")]
+    SocketsOnly(&'static str),
+    /// `--xdp` without `--ip` or `--dhcp`.
+    #[error("{0} needs --ip A/P or --dhcp")]
+    NeedsAddress(&'static str),
     /// `--gateway` without `--ip`.
     #[error("--gateway goes with --ip A/P")]
     GatewayWithoutIp,

@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | [`Backend::LinuxSockets`] (hosted default) | hosted | Linux's TCP, one `SO_REUSEPORT` socket per core |
 //! | [`Backend::Tap`] (`--tap NAME`) | hosted | ebb-net, our own TCP/IP stack, on a TAP device (one queue per core with `--queues`) |
+//! | [`Backend::Xdp`] (`--xdp IFACE`) | hosted | ebb-net on an existing interface through AF_XDP sockets (one per queue and core with `--queues`; root) |
 //! | [`Backend::Virtio`] (the only one) | native | ebb-net on the VM's virtio-net device, one queue pair per core |
 //!
 //! Connections are [`Connection`]s whatever the backend; an app installs a

@@ -55,8 +55,10 @@ network options (the same hosted and native):
 hosted only:
   --addr IP           Linux sockets: the address to listen on (default 127.0.0.1)
   --tap NAME          run ebb-net on TAP device NAME instead of Linux sockets
-  --queues N          TAP queues, one core each (default 1)
-  --mtu N             the TAP device's IP MTU (default 1500)
+  --xdp IFACE         run ebb-net on interface IFACE through AF_XDP (root), one socket
+                      per queue; ebb-net owns the interface's traffic
+  --queues N          TAP or interface queues, one core each (default 1)
+  --mtu N             the TAP device's or ebb-net's IP MTU on IFACE (default 1500)
   --offload on|off    TAP checksum and TCP segmentation offload (default on)";
 
 impl NetConfig {
@@ -83,6 +85,7 @@ impl NetConfig {
                     | "--faults"
                     | "--addr"
                     | "--tap"
+                    | "--xdp"
                     | "--queues"
                     | "--mtu"
                     | "--offload"
@@ -116,7 +119,7 @@ impl NetConfig {
                         seed,
                     });
                 }
-                "--addr" | "--tap" | "--queues" | "--mtu" | "--offload" => {
+                "--addr" | "--tap" | "--xdp" | "--queues" | "--mtu" | "--offload" => {
                     platform.set(name, &value, bad)?
                 }
                 _ => unreachable!("every option matched above is handled"),
@@ -233,6 +236,43 @@ mod tests {
             Backend::Tap { offload: false, .. }
         ));
         assert!(NetConfig::from_args(&args("--tap=t --dhcp --offload maybe")).is_err());
+    }
+
+    #[test]
+    fn xdp_takes_an_address_queues_mtu_and_faults_but_no_offload() {
+        let (config, rest) = NetConfig::from_args(&args(
+            "--xdp veth0 --ip 10.1.0.2/24 --queues 2 --mtu 1400 --faults drop=0.01,seed=3 -x",
+        ))
+        .unwrap();
+        assert_eq!(
+            config.backend,
+            Backend::Xdp {
+                interface: "veth0".into(),
+                queues: 2,
+                mtu: 1400,
+            }
+        );
+        assert_eq!(config.faults.map(|f| f.seed), Some(3));
+        assert_eq!(rest, vec![String::from("-x")]);
+        let (config, _) = NetConfig::from_args(&args("--xdp=v --dhcp")).unwrap();
+        assert_eq!(config.address, AddressConfig::Dhcp);
+        assert_eq!(
+            NetConfig::from_args(&args("--xdp v")).unwrap_err(),
+            NetConfigError::NeedsAddress("--xdp")
+        );
+        assert_eq!(
+            NetConfig::from_args(&args("--xdp v --tap t --dhcp")).unwrap_err(),
+            NetConfigError::TapAndXdp
+        );
+        assert_eq!(
+            NetConfig::from_args(&args("--xdp v --dhcp --offload off")).unwrap_err(),
+            NetConfigError::TapOnly("--offload")
+        );
+        assert_eq!(
+            NetConfig::from_args(&args("--xdp v --dhcp --addr 0.0.0.0")).unwrap_err(),
+            NetConfigError::SocketsOnly("--addr")
+        );
+        assert!(NetConfig::from_args(&args("--xdp")).is_err());
     }
 
     #[test]

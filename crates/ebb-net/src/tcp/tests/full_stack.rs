@@ -18,8 +18,12 @@ fn iface(mac: EthernetAddress, ip: Ipv4Addr) -> InterfaceConfig {
 }
 
 /// A listens on :80, B connects; each sends `len` bytes, B closes first. Returns the
-/// simulated time taken.
-fn transfer<D: NetDevice>(a_dev: D, b_dev: D, len: usize) -> Duration {
+/// simulated time taken and both stacks (their devices' counters).
+fn transfer<D: NetDevice>(
+    a_dev: D,
+    b_dev: D,
+    len: usize,
+) -> (Duration, Stack<D, TcpLayer>, Stack<D, TcpLayer>) {
     let la = TcpLayer::new(TcpConfig {
         isn_seed: [5, 6],
         ..TcpConfig::default()
@@ -88,13 +92,13 @@ fn transfer<D: NetDevice>(a_dev: D, b_dev: D, len: usize) -> Duration {
     assert_eq!((pa.received.get(), pb.received.get()), (len, len));
     assert_eq!(pa.closed.get(), Some(CloseReason::Normal));
     assert_eq!(pb.closed.get(), Some(CloseReason::Normal));
-    now - Instant::ZERO
+    (now - Instant::ZERO, a, b)
 }
 
 #[test]
 fn two_megabytes_each_way_over_a_link() {
     let (a, b) = Link::new().connect();
-    let took = transfer(a, b, 2_000_000);
+    let (took, _, _) = transfer(a, b, 2_000_000);
     std::eprintln!("clean link: {took:?} simulated");
 }
 
@@ -108,6 +112,17 @@ fn two_megabytes_each_way_through_faults() {
     let (a, b) = Link::new().connect();
     let a = FaultInjector::new(a, 1).with_rx_faults(faults);
     let b = FaultInjector::new(b, 2).with_rx_faults(faults);
-    let took = transfer(a, b, 2_000_000);
-    std::eprintln!("2% drop, 1% corrupt, 1% dup, 2% reorder: {took:?} simulated");
+    let (took, a, b) = transfer(a, b, 2_000_000);
+    let (fa, fb) = (a.device().stats().rx, b.device().stats().rx);
+    std::eprintln!(
+        "2% drop, 1% corrupt, 1% dup, 2% reorder: {took:?} simulated; faults {fa:?} {fb:?}"
+    );
+    // The transfer above passes over a clean link too: it shows the faults were survived
+    // only if they were made — on both sides, of every kind asked for.
+    for f in [fa, fb] {
+        assert!(
+            f.dropped > 0 && f.corrupted > 0 && f.duplicated > 0 && f.reordered > 0,
+            "the injector did not make every fault asked for: {f:?}"
+        );
+    }
 }

@@ -5,6 +5,7 @@
 
 use super::chain::{gather, scatter};
 use super::control::control_command;
+use super::copying::{receive_copying, transmit_copying};
 use super::direct::{receive_direct, transmit_direct};
 use super::offload::{TxOffload, tx_request};
 use super::transport::VirtioNetDevice;
@@ -44,13 +45,13 @@ struct Pair {
     rx: Option<DeviceQueue>,
     tx: Option<DeviceQueue>,
     backlog: VecDeque<(IOBuf, FrameChecksum)>,
-    /// Direct backends ([`HostLink::direct`]): a transmit chain the backend refused (full),
-    /// written first next round.
+    /// Direct and copying backends ([`HostLink::direct`], [`HostLink::copying`]): a
+    /// transmit chain the backend refused (full), written first next round.
     held_tx: Option<Chain>,
-    /// Direct backends: a receive chain taken when the backend had no frame, filled
-    /// first next round.
+    /// Direct and copying backends: a receive chain taken when the backend had no frame,
+    /// filled first next round.
     held_rx: Option<Chain>,
-    /// Direct backends: the receive ring was empty when frames were looked for, so any
+    /// Direct and copying backends: the receive ring was empty when frames were looked for, so any
     /// frames wait in the backend (not in `backlog`) for buffers.
     rx_starved: bool,
 }
@@ -321,6 +322,7 @@ impl Engine {
         }
         // Transmit: guest → backend.
         let n_backends = backends.len();
+        let one_backend_per_pair = n_backends == self.pairs.len();
         for (p, pair) in self.pairs.iter_mut().enumerate() {
             let Some(tx) = &mut pair.tx else { continue };
             let on = on(2 * p + 1, pairs);
@@ -341,7 +343,17 @@ impl Engine {
                 }
                 continue;
             }
-            // The copying path hands a backend frames and checksum states, never a GSO
+            if one_backend_per_pair && let Some(link) = backend.copying() {
+                let (moved, returned) =
+                    transmit_copying(mem, tx, &mut pair.held_tx, link, negotiated, &device.stats)
+                        .map_err(&on)?;
+                worked |= moved;
+                if wake_asked(mem, tx, returned).map_err(&on)? {
+                    wake(p);
+                }
+                continue;
+            }
+            // The IOBuf path hands a backend frames and checksum states, never a GSO
             // request (HOST_TSO4 is offered only for a direct backend): one is refused as
             // not negotiated, and a chain may hold no more than without HOST_TSO4.
             let copying = TxOffload {
@@ -406,6 +418,25 @@ impl Engine {
                 }
                 continue;
             }
+            if one_backend_per_pair && let Some(link) = backend.copying() {
+                let pair = &mut self.pairs[b];
+                let Some(rx) = &mut pair.rx else { continue };
+                let on = on(2 * b, pairs);
+                let (moved, returned) = receive_copying(
+                    mem,
+                    rx,
+                    &mut pair.held_rx,
+                    &mut pair.rx_starved,
+                    link,
+                    &device.stats,
+                )
+                .map_err(&on)?;
+                worked |= moved;
+                if wake_asked(mem, rx, returned).map_err(&on)? {
+                    wake(b);
+                }
+                continue;
+            }
             backend.drain();
             let room = if n_backends == self.pairs.len() {
                 RX_BACKLOG.saturating_sub(self.pairs[b].backlog.len())
@@ -442,6 +473,13 @@ impl Engine {
                 } else {
                     backlog.push_back((frame, checksum));
                 }
+            }
+        }
+        // Copying backends: one kick for all this round transmitted (and the buffers
+        // its receives returned), not one per frame.
+        for backend in backends.iter_mut() {
+            if let Some(link) = backend.copying() {
+                link.flush();
             }
         }
         for (p, pair) in self.pairs.iter_mut().enumerate() {

@@ -28,7 +28,12 @@
 //!   `writev` over guest memory, no copy in the monitor (the header sent is the device's
 //!   own, built from the validated request). passt (a byte stream that needs framing)
 //!   and the fault injector (which must see every frame) take the copying path: each
-//!   frame copied out of or into guest memory once, through an IOBuf.
+//!   frame copied out of or into guest memory once, through an IOBuf. An AF_XDP
+//!   backend is *copying* ([`HostLink::copying`](super::HostLink::copying), [`copying`]):
+//!   each frame copied once between guest memory and one of the backend's own UMEM
+//!   chunks, no IOBuf between, and one `flush` (at most one system call) per round for
+//!   everything transmitted in it. (With more pairs than backends, or a fault injector
+//!   around it, it takes the IOBuf path like passt.)
 //! * **Checksum offload.** Offered only with a backend that takes and gives per-frame
 //!   checksum state ([`FrameChecksum`](ebb_net_driver::FrameChecksum)): the TAP backend opened with `IFF_VNET_HDR` and
 //!   `TUN_F_CSUM`, where the kernel completes our partial checksums — or, for a local
@@ -81,11 +86,13 @@
 //!
 //! Files, by concern: [`transport`] (the MMIO register file, feature negotiation, reset
 //! and breakage), [`engine`] (the I/O thread, its rounds and its sleep), [`chain`]
-//! (frames in descriptor chains), [`direct`] (the direct path), [`offload`] (what is
+//! (frames in descriptor chains), [`direct`] (the direct path), [`copying`] (the copying
+//! path), [`offload`] (what is
 //! offered, and the validation of what a header asks), [`control`] (the control queue).
 
 mod chain;
 mod control;
+mod copying;
 mod direct;
 mod engine;
 mod offload;

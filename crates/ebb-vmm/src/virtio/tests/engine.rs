@@ -7,7 +7,7 @@ use super::*;
 // ===== a well-behaved driver =====
 
 #[test]
-fn a_well_behaved_driver_moves_frames_both_ways() {
+pub(super) fn a_well_behaved_driver_moves_frames_both_ways() {
     let mut g = Guest::new();
     assert_eq!(g.read(regs::MAGIC), ebb_abi::virtio::MAGIC);
     assert_eq!(g.read(regs::VERSION), 2);
@@ -68,7 +68,7 @@ fn chain_case(q: u16, descs: &[(u64, u32, u16, u16)], head: u16) -> Guest {
 }
 
 #[test]
-fn hostile_chains_break_the_device_naming_the_queue_and_the_fault() {
+pub(super) fn hostile_chains_break_the_device_naming_the_queue_and_the_fault() {
     let long_cycle: Vec<_> = (0..SIZE)
         .map(|i| d(BUF + 64 * u64::from(i), 64, DESC_F_NEXT, (i + 1) % SIZE))
         .collect();
@@ -229,7 +229,7 @@ fn hostile_chains_break_the_device_naming_the_queue_and_the_fault() {
 }
 
 #[test]
-fn an_available_index_may_not_run_more_than_a_queue_ahead() {
+pub(super) fn an_available_index_may_not_run_more_than_a_queue_ahead() {
     for (name, idx) in [("one too many", SIZE + 1), ("backwards", 0xffff)] {
         let mut g = Guest::new();
         g.start();
@@ -261,7 +261,7 @@ fn an_available_index_may_not_run_more_than_a_queue_ahead() {
 }
 
 #[test]
-fn a_broken_device_stays_stopped_until_reset() {
+pub(super) fn a_broken_device_stays_stopped_until_reset() {
     let mut g = chain_case(TX, &[d(BUF, 64, DESC_F_NEXT, 0)], 0);
     g.assert_broken(&["loops"]);
     // A good chain now is not looked at; neither are frames from the backend.
@@ -281,7 +281,7 @@ fn a_broken_device_stays_stopped_until_reset() {
 }
 
 #[test]
-fn a_reset_device_works_again() {
+pub(super) fn a_reset_device_works_again() {
     let mut g = chain_case(
         TX,
         &[d(BUF, 64, DESC_F_NEXT, 1), d(BUF, 64, DESC_F_NEXT, 0)],
@@ -322,7 +322,7 @@ fn a_reset_device_works_again() {
 // ===== legal but odd: the device carries on =====
 
 #[test]
-fn overlapping_buffers_are_the_guests_own_business() {
+pub(super) fn overlapping_buffers_are_the_guests_own_business() {
     let mut g = Guest::new();
     g.start();
     // The same transmit buffer twice in one chain: the frame is its bytes twice.
@@ -353,7 +353,7 @@ fn overlapping_buffers_are_the_guests_own_business() {
 }
 
 #[test]
-fn a_frame_larger_than_the_posted_buffer_is_dropped_and_counted() {
+pub(super) fn a_frame_larger_than_the_posted_buffer_is_dropped_and_counted() {
     let mut g = Guest::new();
     g.start();
     let big = vec![0x5a; 1514];
@@ -373,7 +373,7 @@ fn a_frame_larger_than_the_posted_buffer_is_dropped_and_counted() {
 }
 
 #[test]
-fn garbage_in_the_event_indices_and_the_used_ring_changes_only_wake_ups() {
+pub(super) fn garbage_in_the_event_indices_and_the_used_ring_changes_only_wake_ups() {
     let mut g = Guest::new();
     g.start();
     // The driver scribbles over what only the device writes: used.idx and avail_event.
@@ -406,7 +406,7 @@ fn garbage_in_the_event_indices_and_the_used_ring_changes_only_wake_ups() {
 // ===== transmit frame sizes =====
 
 #[test]
-fn transmit_chains_that_hold_no_frame_break_the_device() {
+pub(super) fn transmit_chains_that_hold_no_frame_break_the_device() {
     for (name, descs, words) in [
         (
             "header only",
@@ -433,7 +433,7 @@ fn transmit_chains_that_hold_no_frame_break_the_device() {
 }
 
 #[test]
-fn a_head_published_twice_is_served_twice() {
+pub(super) fn a_head_published_twice_is_served_twice() {
     // The driver's mistake with its own buffer: the device sends the frame twice and
     // returns the head twice, and stays healthy.
     let mut g = Guest::new();
@@ -449,7 +449,7 @@ fn a_head_published_twice_is_served_twice() {
 }
 
 #[test]
-fn reasons_name_queues_of_every_pair_and_the_control_queue() {
+pub(super) fn reasons_name_queues_of_every_pair_and_the_control_queue() {
     // Two pairs: queues 0-3 are rx/tx of pairs 0 and 1, the control queue is 4.
     for (q, role) in [
         (3u16, "queue 3 (transmit, pair 1)"),
@@ -471,7 +471,7 @@ fn reasons_name_queues_of_every_pair_and_the_control_queue() {
 // ===== when the I/O thread may sleep =====
 
 #[test]
-fn a_stocked_receive_ring_alone_lets_the_device_sleep() {
+pub(super) fn a_stocked_receive_ring_alone_lets_the_device_sleep() {
     let mut g = Guest::new();
     g.start();
     // A driver keeps receive buffers posted all the time; with no frame waiting for
@@ -509,7 +509,7 @@ fn a_stocked_receive_ring_alone_lets_the_device_sleep() {
 }
 
 #[test]
-fn frames_waiting_for_buffers_make_the_device_ask_for_receive_kicks() {
+pub(super) fn frames_waiting_for_buffers_make_the_device_ask_for_receive_kicks() {
     let mut g = Guest::new();
     g.start();
     // A frame arrives before the driver posts anything: it waits in the backlog.
@@ -538,7 +538,7 @@ fn frames_waiting_for_buffers_make_the_device_ask_for_receive_kicks() {
 }
 
 #[test]
-fn the_sleep_is_cut_short_by_pending_output_and_backend_deadlines() {
+pub(super) fn the_sleep_is_cut_short_by_pending_output_and_backend_deadlines() {
     let now = NetInstant::from_nanos(1_000_000);
     assert_eq!(sleep_bound(now, false, None), SLEEP_MAX);
     assert_eq!(sleep_bound(now, true, None), PENDING_OUTPUT_RETRY);

@@ -1,5 +1,6 @@
 //! What `ebb::net` needs of the hosted platform: the backends (Linux sockets, or ebb-net on
-//! a TAP device), the options that pick one, and starting it.
+//! a TAP device or on an interface through AF_XDP), the options that pick one, and
+//! starting it.
 //!
 //! The same names as `platform/native/network.rs`: [`Backend`], [`DeviceError`],
 //! `default_backend`, `BackendOptions`, `Started`, `start`, `Sockets`, `SocketConn` and
@@ -37,10 +38,22 @@ pub enum Backend {
         /// has by default.
         offload: bool,
     },
+    /// ebb-net on an existing interface through AF_XDP (`ebb_xdp`), one socket per
+    /// queue, each on its own core (needs root: CAP_NET_ADMIN and CAP_BPF). The
+    /// interface's frames are ebb-net's: Linux no longer sees what arrives on it.
+    Xdp {
+        /// The interface's name.
+        interface: String,
+        /// Its queues used, one socket and one core each (at most the runtime's cores).
+        queues: usize,
+        /// ebb-net's IP MTU on it (`ebb_xdp::XdpDevice::open` refuses one whose frames
+        /// would not fit a UMEM chunk).
+        mtu: usize,
+    },
 }
 
-/// The TAP device could not be created or the stack not started on it.
-pub type DeviceError = ebb_hosted::netstack::TapStartError;
+/// The device could not be opened or the stack not started on it.
+pub type DeviceError = ebb_hosted::netstack::HostedStartError;
 
 /// The backend without options: Linux sockets on 127.0.0.1.
 pub(crate) fn default_backend() -> Backend {
@@ -49,11 +62,13 @@ pub(crate) fn default_backend() -> Backend {
     }
 }
 
-/// The hosted-only network options (`--addr`, `--tap`, `--queues`, `--mtu`, `--offload`),
+/// The hosted-only network options (`--addr`, `--tap`, `--xdp`, `--queues`, `--mtu`,
+/// `--offload`),
 /// gathered while `NetConfig::from_args` walks the arguments.
 pub(crate) struct BackendOptions {
     addr: Option<IpAddr>,
     tap: Option<String>,
+    xdp: Option<String>,
     queues: usize,
     mtu: usize,
     offload: bool,
@@ -64,6 +79,7 @@ impl BackendOptions {
         Self {
             addr: None,
             tap: None,
+            xdp: None,
             queues: 1,
             mtu: 1500,
             offload: true,
@@ -81,6 +97,7 @@ impl BackendOptions {
         match name {
             "--addr" => self.addr = Some(value.parse().map_err(|_| bad("an IP address"))?),
             "--tap" => self.tap = Some(value.into()),
+            "--xdp" => self.xdp = Some(value.into()),
             "--queues" => {
                 self.queues = value
                     .parse()
@@ -108,13 +125,33 @@ impl BackendOptions {
     }
 
     /// The backend the options chose, given whether ebb-net's own options (`--ip`,
-    /// `--dhcp`, `--faults`) were given: those need `--tap`, and `--tap` needs an address.
+    /// `--dhcp`, `--faults`) were given: those need `--tap` or `--xdp`, which need an
+    /// address; `--offload` is TAP's, `--addr` Linux sockets'.
     pub(crate) fn backend(
         self,
         ip: bool,
         dhcp: bool,
         faults: bool,
     ) -> Result<Backend, NetConfigError> {
+        if self.tap.is_some() && self.xdp.is_some() {
+            return Err(NetConfigError::TapAndXdp);
+        }
+        if let Some(interface) = self.xdp {
+            if !ip && !dhcp {
+                return Err(NetConfigError::NeedsAddress("--xdp"));
+            }
+            if !self.offload {
+                return Err(NetConfigError::TapOnly("--offload"));
+            }
+            if self.addr.is_some() {
+                return Err(NetConfigError::SocketsOnly("--addr"));
+            }
+            return Ok(Backend::Xdp {
+                interface,
+                queues: self.queues,
+                mtu: self.mtu,
+            });
+        }
         match self.tap {
             Some(name) => {
                 if !ip && !dhcp {
@@ -180,6 +217,21 @@ pub(crate) fn start(
             let device = alloc::format!("TAP device {}", tap.tap.name);
             Ok(Started::Ebb {
                 stack: ebb_hosted::netstack::start(tap)?,
+                device,
+            })
+        }
+        Backend::Xdp {
+            interface,
+            queues,
+            mtu,
+        } => {
+            let mut xdp = ebb_hosted::netstack::XdpNetStackConfig::new(interface, address);
+            xdp.queues = queues;
+            xdp.mtu = mtu;
+            xdp.faults = faults;
+            let device = alloc::format!("interface {} (AF_XDP)", xdp.interface);
+            Ok(Started::Ebb {
+                stack: ebb_hosted::netstack::start_xdp(xdp)?,
                 device,
             })
         }

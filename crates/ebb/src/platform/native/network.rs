@@ -33,7 +33,7 @@ pub(crate) fn default_backend() -> Backend {
 }
 
 /// The hosted-only network options, refused natively: the monitor attaches the network.
-const HOSTED_ONLY: [&str; 5] = ["--addr", "--tap", "--queues", "--mtu", "--offload"];
+const HOSTED_ONLY: [&str; 6] = ["--addr", "--tap", "--xdp", "--queues", "--mtu", "--offload"];
 
 /// The hosted-only network options: natively each is refused.
 pub(crate) struct BackendOptions;
