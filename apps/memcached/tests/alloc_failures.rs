@@ -90,11 +90,22 @@ fn soak(mut server: ServerProcess, sets: u64, large: usize, what: &'static str, 
     });
     server.assert_alive();
     let mut c = server.client();
-    assert_eq!(c.set("after", 0, 0, b"still here"), "STORED");
+    // Injection is still on: this set, too, may be refused (2% of the time), and a
+    // refusal is counted like the clients' ones. Fifty refusals in a row would not be luck.
+    let mut refused_after = 0;
+    loop {
+        match c.set("after", 0, 0, b"still here").as_str() {
+            "STORED" => break,
+            "SERVER_ERROR out of memory storing object" if refused_after < 50 => {
+                refused_after += 1
+            }
+            other => panic!("set after the soak ({refused_after} refusals): {other:?}"),
+        }
+    }
     assert_eq!(c.get("after"), Some((0, b"still here".to_vec())));
     let stats = c.stats("");
     let stat = |n: &str| -> u64 { stats[n].parse().unwrap() };
-    let refused: u64 = seen.iter().map(|s| s.refused).sum();
+    let refused: u64 = seen.iter().map(|s| s.refused).sum::<u64>() + refused_after;
     let stored: u64 = seen.iter().map(|s| s.stored).sum();
     let (hits, reads): (u64, u64) = seen
         .iter()
@@ -107,7 +118,7 @@ fn soak(mut server: ServerProcess, sets: u64, large: usize, what: &'static str, 
         stat("outofmemory")
     );
     assert!(
-        !injected || refused > 0,
+        !injected || refused > refused_after,
         "no injected failure reached a client"
     );
     assert_eq!(stat("outofmemory"), refused, "stats outofmemory");
