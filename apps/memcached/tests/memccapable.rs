@@ -1,6 +1,7 @@
 //! libmemcached's protocol checker, `memccapable` (Debian: `libmemcached-tools`), against
 //! the hosted server and the native one (booted under KVM, through passt; 1 and 2 vCPUs):
-//! every test of the ASCII protocol and every test of the binary protocol must pass.
+//! every test of the ASCII protocol and every test of the binary protocol must pass, but
+//! for two that memcached 1.6.45 fails as well ([`FAILED_BY_MEMCACHED_1_6_45`]).
 
 mod common;
 
@@ -8,9 +9,25 @@ use common::ServerProcess;
 use std::process::Command;
 use std::time::Duration;
 
+/// memccapable's ASCII tests that memcached 1.6.45 fails, and so this server, which
+/// follows its parser: each sends `delete a b c d e` (memcapable.cc line 1456) and wants
+/// an error; 1.6.45 ignores the tokens after the key and answers `NOT_FOUND` (1.6.18,
+/// which memccapable was written against, refuses them with a usage line). See
+/// `src/protocol/mod.rs`, "Which memcached 1.6".
+const FAILED_BY_MEMCACHED_1_6_45: &[&str] = &["ascii delete", "ascii delete noreply"];
+
+/// Where those two fail: the error memccapable waited for after `delete a b c d e`.
+const DELETE_EXTRA_ARGUMENTS_CHECK: &str = "memcapable.cc:1456: receive_error_response()";
+
 /// Runs `memccapable MODE` against a fresh server of ours, hosted or natively on `native`
-/// vCPUs; panics unless every test passed.
+/// vCPUs; panics unless every test passed but exactly `expected_failures`, each at
+/// [`DELETE_EXTRA_ARGUMENTS_CHECK`].
 fn capable(test: &str, mode: &'static str, min_tests: usize, native: Option<usize>) {
+    let expected_failures: &[&str] = if mode == "-a" {
+        FAILED_BY_MEMCACHED_1_6_45
+    } else {
+        &[]
+    };
     if ebb_testkit::need_tools(test, &["memccapable"]).is_none() {
         return;
     }
@@ -32,36 +49,58 @@ fn capable(test: &str, mode: &'static str, min_tests: usize, native: Option<usiz
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     let all = format!("{stdout}\n--- stderr ---\n{stderr}");
-    let results: Vec<&str> = stdout
-        .lines()
-        .filter(|l| l.contains('[') && l.trim_end().ends_with(']'))
+    // A test's name starts its line; `[pass]` ends it, or the failure's lines follow
+    // (memccapable prints `[FAIL]` on standard error).
+    let names: Vec<&str> = stdout
+        .split(['\n', ')'])
+        .filter(|l| l.starts_with("ascii ") || l.starts_with("binary "))
+        .map(|l| l.trim_end_matches("[pass]").trim_end())
         .collect();
-    let failed: Vec<&&str> = results.iter().filter(|l| !l.contains("[pass]")).collect();
-    assert!(
-        failed.is_empty(),
-        "memccapable {mode} against {name}: tests not passed: {failed:#?}\n{all}"
+    let passed_names: Vec<&str> = stdout
+        .split(['\n', ')'])
+        .filter_map(|l| l.trim_end().strip_suffix("[pass]"))
+        .map(str::trim_end)
+        .collect();
+    let passed = passed_names.len();
+    let failed: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !passed_names.contains(n))
+        .collect();
+    assert_eq!(
+        failed, expected_failures,
+        "memccapable {mode} against {name}: tests not passed other than expected\n{all}"
     );
-    assert!(
-        !stdout.contains("tests failed"),
-        "memccapable {mode} against {name} reports failures:\n{all}"
+    assert_eq!(
+        stdout.matches(DELETE_EXTRA_ARGUMENTS_CHECK).count(),
+        expected_failures.len(),
+        "memccapable {mode} against {name}: the expected failures are not the extra delete arguments' check\n{all}"
     );
+    if expected_failures.is_empty() {
+        assert!(
+            stdout.contains("All tests passed"),
+            "memccapable {mode} against {name} did not finish with 'All tests passed':\n{all}"
+        );
+        assert!(
+            output.status.success(),
+            "memccapable {mode} against {name}: {}\n{all}",
+            output.status
+        );
+    } else {
+        let summary = format!("{} of {} tests failed", expected_failures.len(), names.len());
+        assert!(
+            all.contains(&summary),
+            "memccapable {mode} against {name}: no '{summary}'\n{all}"
+        );
+    }
     assert!(
-        stdout.contains("All tests passed"),
-        "memccapable {mode} against {name} did not finish with 'All tests passed':\n{all}"
-    );
-    assert!(
-        results.len() >= min_tests,
+        names.len() >= min_tests,
         "memccapable {mode} against {name}: only {} tests ran (expected at least {min_tests}):\n{all}",
-        results.len()
-    );
-    assert!(
-        output.status.success(),
-        "memccapable {mode} against {name}: {}\n{all}",
-        output.status
+        names.len()
     );
     println!(
-        "memccapable {mode} against {name}: {} tests passed",
-        results.len()
+        "memccapable {mode} against {name}: {passed} tests passed, {} failed as they do against memcached 1.6.45",
+        expected_failures.len()
     );
     drop(server);
 }
