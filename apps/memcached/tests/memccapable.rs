@@ -87,7 +87,11 @@ fn capable(test: &str, mode: &'static str, min_tests: usize, native: Option<usiz
             output.status
         );
     } else {
-        let summary = format!("{} of {} tests failed", expected_failures.len(), names.len());
+        let summary = format!(
+            "{} of {} tests failed",
+            expected_failures.len(),
+            names.len()
+        );
         assert!(
             all.contains(&summary),
             "memccapable {mode} against {name}: no '{summary}'\n{all}"
