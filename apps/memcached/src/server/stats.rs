@@ -41,7 +41,8 @@
 //!   1.6.45's number (1.6.18 printed `(null)`).
 //! * `stats conns`: connections are numbered in accept order (memcached: by file
 //!   descriptor), the listener is 0; the asking connection is `conn_parse_cmd`, one
-//!   waiting for its replies to leave `conn_mwrite`, the others `conn_waiting`.
+//!   waiting for its replies to leave `conn_mwrite`, the others `conn_read` (as
+//!   memcached shows an idle one).
 
 use alloc::format;
 use alloc::string::String;
@@ -344,7 +345,7 @@ impl Server {
             } else if conn.paused.load(Ordering::Relaxed) {
                 "conn_mwrite"
             } else {
-                "conn_waiting"
+                "conn_read" // as memcached shows a connection waiting for requests
             };
             let idle = now.saturating_sub(conn.last_cmd.load(Ordering::Relaxed));
             v.push((format!("{id}:addr"), conn_addr(conn.peer)));

@@ -148,11 +148,21 @@ impl ServerProcess {
 
     /// Our server on `cores` cores (`EBB_CPUS=cores`).
     pub fn ours_on(cores: usize, args: &[&str]) -> ServerProcess {
+        Self::ours_with_cpus_env(Some(cores), args)
+    }
+
+    /// Our server with `EBB_CPUS=cores`, or without `EBB_CPUS` at all for `None` (then
+    /// `-t` in `args`, or every CPU, sets the cores).
+    pub fn ours_with_cpus_env(cores: Option<usize>, args: &[&str]) -> ServerProcess {
         let mut last_err = String::new();
         for _ in 0..5 {
             let port = free_port();
-            let mut child = Command::new(env!("CARGO_BIN_EXE_memcached"))
-                .env("EBB_CPUS", cores.to_string())
+            let mut command = Command::new(env!("CARGO_BIN_EXE_memcached"));
+            match cores {
+                Some(cores) => command.env("EBB_CPUS", cores.to_string()),
+                None => command.env_remove("EBB_CPUS"),
+            };
+            let mut child = command
                 .arg("-p")
                 .arg(port.to_string())
                 .args(args)
