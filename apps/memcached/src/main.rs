@@ -171,7 +171,8 @@ fn parse_options() -> Result<(Settings, NetConfig), String> {
             }
             getargs::Opt::Short('t') | getargs::Opt::Long("threads") => {
                 let v = value("-t")?;
-                threads = Some(v.parse::<usize>().map_err(|_| bad("-t", v))?);
+                let n = v.parse::<usize>().ok().filter(|&n| n > 0);
+                threads = Some(n.ok_or_else(|| bad("-t", v))?);
             }
             getargs::Opt::Long("fail-allocations-over") => {
                 let v = value("--fail-allocations-over")?;
@@ -209,7 +210,7 @@ fn parse_options() -> Result<(Settings, NetConfig), String> {
             if cfg!(target_os = "none") {
                 "its vCPUs: boot it with ebb run --cpus N, or leave --cpus out and ebb run boots -t's count"
             } else {
-                "-t must be a whole number from 1"
+                "the runtime started before -t was read: give -t as -t N, -tN or --threads N"
             }
         ));
     }
