@@ -86,3 +86,23 @@ fn t_that_is_not_a_core_count_is_refused() {
         );
     }
 }
+
+/// Natively the cores are the VM's vCPUs: `ebb run memcached -- -t 1` without `--cpus`
+/// boots one (memcached's manifest names `-t` as its core-count flag), says so in its
+/// start line, and the server serves with `threads 1`.
+#[test]
+fn t1_boots_one_vcpu_natively_through_ebb_run() {
+    let test = "t1_boots_one_vcpu_natively_through_ebb_run";
+    let Some(server) = ServerProcess::native_by_app_name(test, &["-t", "1"]) else {
+        return;
+    };
+    let mut c = server.client();
+    assert_eq!(c.set("k", 0, 0, b"v"), "STORED");
+    assert_eq!(c.stat("threads"), 1);
+    let output = server.output();
+    assert!(
+        output.contains("natively (1 vCPU: the app's -t 1,"),
+        "the start line says where the vCPU count came from:\n{output}"
+    );
+    assert!(output.contains("1 core;"), "the banner:\n{output}");
+}
