@@ -35,6 +35,22 @@ static GLOBAL: memcached::alloc_cap::Capped<ebb::mem::HostedAllocator> =
 
 const USAGE: &str = "usage: memcached [-p PORT] [-l ADDR] [-U 0] [-m MB] [-c CONNS] [-I SIZE] [-M] [-t N] [-v] [--fail-value-memory PPM] [--fail-allocations-over BYTES] [network options]";
 
+/// What each flag does (`--help`).
+const FLAGS_HELP: &str = "memcached's flags:
+  -p PORT             TCP port (default 11211)
+  -l ADDR             hosted, Linux sockets: the address to listen on (default 127.0.0.1)
+  -U 0                UDP is not offered: only 0 is accepted
+  -m MB               item memory (default 64)
+  -c CONNS            most open connections (default 1024)
+  -I SIZE             largest item, bytes or with k/m (default 1m)
+  -M                  refuse stores when full instead of evicting
+  -t N                cores serving (default: every CPU hosted, the vCPUs natively);
+                      hosted the runtime starts N cores (EBB_CPUS, if set, must agree);
+                      natively `ebb run memcached -- -t N` boots N vCPUs unless --cpus
+                      says otherwise
+  -v                  more output (-vv: more still)
+  --fail-value-memory PPM, --fail-allocations-over BYTES   fault injection for tests";
+
 /// Items the idle-time sweep removes per call (it runs when a core has nothing else to
 /// do, at most every [`SWEEP_EVERY`]).
 const SWEEP_BUDGET: usize = 256;
@@ -191,7 +207,7 @@ fn parse_options() -> Result<(Settings, NetConfig), String> {
             }
             getargs::Opt::Short('v') => settings.verbosity += 1,
             getargs::Opt::Long("help") | getargs::Opt::Short('h') => {
-                return Err(format!("{USAGE}\n{}", net::OPTIONS_HELP));
+                return Err(format!("{USAGE}\n{FLAGS_HELP}\n{}", net::OPTIONS_HELP));
             }
             other => return Err(format!("unknown option {other}\n{USAGE}")),
         }
