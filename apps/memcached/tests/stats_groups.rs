@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::{Client, ServerProcess};
+use common::{Client, Ours, ServerProcess};
 use std::collections::BTreeMap;
 
 /// A stats group's lines, in order.
@@ -128,16 +128,28 @@ fn workload(c: &mut Client) -> u64 {
 
 #[test]
 fn stats_groups_have_memcacheds_names_and_forms() {
-    if ebb_testkit::need_tools(
+    stats_groups(
         "stats_groups_have_memcacheds_names_and_forms",
-        &["memcached"],
-    )
-    .is_none()
-    {
+        Ours::Hosted(1),
+    );
+}
+
+#[test]
+fn stats_groups_have_memcacheds_names_and_forms_natively() {
+    stats_groups(
+        "stats_groups_have_memcacheds_names_and_forms_natively",
+        Ours::Native(1),
+    );
+}
+
+fn stats_groups(test: &str, which: Ours) {
+    if ebb_testkit::need_tools(test, &["memcached"]).is_none() {
         return;
     }
     let reference = ServerProcess::reference(&[]);
-    let ours = ServerProcess::ours(&["-t", "1"]);
+    let Some(ours) = which.start(test, &["-t", "1"]) else {
+        return;
+    };
     let mut groups = Vec::new();
     let mut stores = Vec::new();
     // Each server: the workload, one more idle connection, then every group.
@@ -248,11 +260,12 @@ fn stats_groups_have_memcacheds_names_and_forms() {
         ("touch_hits", 1),
     ] {
         assert_eq!(class_sum(slabs, field), expected, "ours: slabs {field}");
-        assert_eq!(
-            class_sum(&theirs["slabs"], field),
-            expected,
-            "memcached: slabs {field}"
-        );
+        // memcached's used_chunks may still hold a replaced item's chunk for a moment
+        // (a reference in flight; seen under load): its items number is exact.
+        if field != "used_chunks" {
+            let theirs = class_sum(&theirs["slabs"], field);
+            assert_eq!(theirs, expected, "memcached: slabs {field}");
+        }
     }
     assert_eq!(
         class_sum(slabs, "cmd_set"),
@@ -280,8 +293,14 @@ fn stats_groups_have_memcacheds_names_and_forms() {
         .collect();
     assert_eq!(settings["num_threads"], "1");
     assert_eq!(settings["maxbytes"], "67108864");
-    assert_eq!(settings["tcpport"], ours.port.to_string());
-    assert_eq!(settings["inter"], "127.0.0.1");
+    if which.is_native() {
+        // The guest's own port and address, behind passt's forward.
+        assert_eq!(settings["tcpport"], "11211");
+        assert_eq!(settings["inter"], "10.0.2.15");
+    } else {
+        assert_eq!(settings["tcpport"], ours.port.to_string());
+        assert_eq!(settings["inter"], "127.0.0.1");
+    }
     assert_eq!(our_conns.len(), 3, "the listener and two connections");
     drop(idle);
 }
