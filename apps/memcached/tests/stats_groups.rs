@@ -17,6 +17,7 @@ mod common;
 
 use common::{Client, Ours, ServerProcess};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// A stats group's lines, in order.
 fn lines(client: &mut Client, group: &str) -> Vec<(String, String)> {
@@ -302,5 +303,13 @@ fn stats_groups(test: &str, which: Ours) {
         assert_eq!(settings["inter"], "127.0.0.1");
     }
     assert_eq!(our_conns.len(), 3, "the listener and two connections");
+    // A connection that closes leaves the list.
     drop(idle);
+    let mut c = ours.client();
+    let listed = |c: &mut Client| by_number(&lines(c, "conns")).0.len();
+    assert!(
+        common::wait_for(Duration::from_secs(10), || listed(&mut c) == 2),
+        "the closed connection is still listed: {:?}",
+        lines(&mut c, "conns")
+    );
 }
