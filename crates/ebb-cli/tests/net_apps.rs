@@ -565,10 +565,10 @@ fn memcached_natively_passes_memccapable_and_stops_on_ctrl_c() {
             .args(["-h", "127.0.0.1", "-p", &port.to_string(), mode, "-t", "10"])
             .output()
             .expect("run memccapable");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() || !text.contains("All tests passed") {
-            served.fail(&format!("memccapable {mode}:\n{text}"));
+        // Every test passes but the two memcached 1.6.45 fails as well (it ignores the
+        // extra tokens of `delete a b c d e`, which memccapable wants refused).
+        if let Err(e) = ebb_testkit::memccapable::as_memcached_1_6_45(mode, &out) {
+            served.fail(&e);
         }
     }
     // Ctrl-C: the monitor stops the guest, prints its summary and exits with 130.
