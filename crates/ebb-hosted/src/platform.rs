@@ -99,6 +99,8 @@ impl HostedPlatform {
     /// One `epoll_pwait` on `core`'s instance, waiting until `deadline`, with every event
     /// dispatched; returns how many (the wake eventfd's not counted).
     fn epoll_step(&self, core: CoreId, deadline: Instant) -> usize {
+        #[cfg(test)]
+        tests::EPOLL_STEPS.with(|n| n.set(n.get() + 1));
         let fds = &self.cores[core.index()];
         const NO_WAIT: Timespec = Timespec {
             tv_sec: 0,
@@ -147,5 +149,72 @@ impl HostedPlatform {
             }
             dispatched
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reactor::PolledSource;
+    use std::rc::Rc;
+
+    thread_local! {
+        /// `epoll_step`s made on this thread.
+        pub(super) static EPOLL_STEPS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// A device that always has work, counting its dispatches.
+    struct Busy(Cell<u64>);
+
+    impl PolledSource for Busy {
+        fn has_work(&self) -> bool {
+            true
+        }
+        fn dispatch(self: Rc<Self>) {
+            self.0.set(self.0.get() + 1);
+        }
+    }
+
+    #[test]
+    fn a_core_polling_memory_asks_epoll_only_every_interval() {
+        let platform = HostedPlatform::new(1).unwrap();
+        let core = CoreId(0);
+        reactor::enter(platform.epoll(core)).unwrap();
+        let steps = || EPOLL_STEPS.with(Cell::get);
+
+        // Without a memory-polled device every poll is an epoll_pwait.
+        let before = steps();
+        for _ in 0..100 {
+            platform.poll_events(core, Instant::ZERO);
+        }
+        assert_eq!(steps() - before, 100);
+
+        let busy = Rc::new(Busy(Cell::new(0)));
+        let token = reactor::register_polled(busy.clone()).unwrap();
+        let (before, start) = (steps(), platform.now());
+        const POLLS: u64 = 20_000;
+        for _ in 0..POLLS {
+            assert!(platform.poll_events(core, Instant::ZERO) >= 1);
+        }
+        let elapsed = platform.now() - start;
+        let epolls = steps() - before;
+        assert_eq!(busy.0.get(), POLLS, "the device is looked at on every poll");
+        let allowed = (elapsed.as_nanos() / EPOLL_INTERVAL.as_nanos()) as u64 + 1;
+        assert!(
+            epolls <= allowed,
+            "{epolls} epoll_pwait in {elapsed:?}: more than one per {EPOLL_INTERVAL:?}"
+        );
+        assert!(epolls >= 1, "sockets and wakes are still looked at");
+
+        // A wait with a deadline always goes to epoll; gone, the device is not polled.
+        let before = steps();
+        platform.poll_events(core, platform.now());
+        assert_eq!(steps() - before, 1);
+        reactor::deregister_polled(token);
+        let before = steps();
+        platform.poll_events(core, Instant::ZERO);
+        assert_eq!(steps() - before, 1);
+        assert_eq!(busy.0.get(), POLLS);
+        reactor::leave();
     }
 }
