@@ -56,6 +56,9 @@ pub(crate) struct Forwarder {
     pub(crate) counters: UserNetCounters,
     /// When the next pump is due (`None`: only on an event).
     pub(crate) next_at: Option<Instant>,
+    /// The `now` of the last pump that read the epoll descriptor: one read per round of
+    /// the I/O thread, which may pump more than once with the same `now`.
+    events_read_at: Option<Instant>,
 }
 
 impl Forwarder {
@@ -71,9 +74,7 @@ impl Forwarder {
                     source,
                 }
             })?;
-            socket
-                .set_nonblocking(true)
-                .map_err(UserNetError::Epoll)?;
+            socket.set_nonblocking(true).map_err(UserNetError::Epoll)?;
             epoll::add(
                 &epoll,
                 &socket,
@@ -108,6 +109,7 @@ impl Forwarder {
             max_connections: config.max_connections,
             counters: UserNetCounters::default(),
             next_at: Some(Instant::ZERO),
+            events_read_at: None,
         })
     }
 
@@ -305,7 +307,10 @@ impl Forwarder {
     /// One round: host events, accepts, the endpoint stack and the splices, until
     /// neither has work for the other (at most [`ROUNDS`]). Sets [`next_at`](Self::next_at).
     pub(crate) fn pump(&mut self, now: Instant) {
-        self.collect_events();
+        if self.events_read_at != Some(now) {
+            self.events_read_at = Some(now);
+            self.collect_events();
+        }
         self.accept();
         let mut work = std::mem::take(&mut self.pending);
         let mut again = Vec::new();

@@ -265,7 +265,8 @@ impl NetDevice for UserNet {
     }
 
     /// Frames for the guest: the endpoint's and the rest's. Each call first runs the
-    /// forwarder (host events, the endpoint stack, the splices).
+    /// forwarder (host events, the endpoint stack, the splices), as does each
+    /// `transmit`; the epoll descriptor is read once per distinct `now`.
     fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         let inner = self.inner.get_mut();
         inner.fwd.pump(now);
@@ -340,6 +341,9 @@ impl NetDevice for UserNet {
         if let Some(rest) = inner.rest.as_mut() {
             rest.transmit(now, &mut inner.rest_out);
         }
+        // The endpoint's frames are processed now, not only when the caller next asks
+        // for frames (a fault injector in between may not ask while it holds enough).
+        inner.fwd.pump(now);
         taken
     }
 
@@ -368,5 +372,89 @@ impl HostLink for UserNet {
     fn has_pending_output(&self) -> bool {
         let inner = self.inner.get();
         !inner.rest_out.is_empty() || inner.rest.as_ref().is_some_and(|r| r.has_pending_output())
+    }
+}
+
+/// The monitor's way to open a [`UserNet`] ([`HostLinkConfig::External`]): the forwards
+/// in the monitor, passt (started without `-t`) behind them for every other frame, or
+/// no rest when passt is not installed.
+///
+/// [`HostLinkConfig::External`]: ebb_vmm::vm::HostLinkConfig::External
+#[derive(Clone, Debug)]
+pub struct UserNetFactory {
+    /// The forwarder's configuration.
+    pub config: UserNetConfig,
+    /// Start passt for the rest (when installed).
+    pub passt: bool,
+}
+
+impl UserNetFactory {
+    /// The link for `ebb run`: `forwards` in the monitor, passt for the rest.
+    pub fn new(forwards: Vec<PortForward>) -> UserNetFactory {
+        UserNetFactory {
+            config: UserNetConfig::new(forwards),
+            passt: true,
+        }
+    }
+
+    /// As the monitor's configuration wants it.
+    pub fn into_link(self, name: String) -> ebb_vmm::vm::ExternalLink {
+        ebb_vmm::vm::ExternalLink {
+            name,
+            factory: std::sync::Arc::new(self),
+        }
+    }
+}
+
+impl ebb_vmm::vm::HostLinkFactory for UserNetFactory {
+    fn open(
+        &self,
+        guest_mac: [u8; 6],
+    ) -> Result<Box<dyn HostLink>, ebb_vmm::virtio::HostLinkError> {
+        use ebb_vmm::virtio::HostLinkError;
+        let rest: Option<Box<dyn HostLink>> = if self.passt {
+            match ebb_vmm::virtio::host_link::Passt::start(&[], guest_mac) {
+                Ok(passt) => Some(Box::new(passt)),
+                Err(HostLinkError::PasstMissing) => {
+                    log::info!(
+                        "ebb-usernet: passt is not installed: the forwards work, other \
+                         traffic from the guest is dropped"
+                    );
+                    None
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            None
+        };
+        UserNet::new(&self.config, rest)
+            .map(|link| Box::new(link) as Box<dyn HostLink>)
+            .map_err(|e| match e {
+                UserNetError::Bind { addr, port, source } => HostLinkError::PortUnavailable {
+                    addr,
+                    port,
+                    reason: match source.kind() {
+                        std::io::ErrorKind::AddrInUse => "the port is in use by another \
+                             program; pick another with -p HOST:GUEST"
+                            .to_string(),
+                        std::io::ErrorKind::PermissionDenied => {
+                            "ports below 1024 need root; pick a higher host port".to_string()
+                        }
+                        _ => source.to_string(),
+                    },
+                },
+                e => HostLinkError::External(format!("--net user: {e}")),
+            })
+    }
+
+    /// Every fault toward the endpoint and the guest: ebb-net on both ends recovers from
+    /// drops, reordering, duplication and corruption. (passt behind the forwarder sees
+    /// the same faults on the frames it gets, and does not recover from all of them —
+    /// see `ebb_vmm`'s `passt_faults` — but the forwarded traffic never crosses it.)
+    fn faults(
+        &self,
+        faults: ebb_net_driver::FaultConfig,
+    ) -> (ebb_net_driver::FaultConfig, ebb_net_driver::FaultConfig) {
+        (faults, faults)
     }
 }
