@@ -607,6 +607,52 @@ fn without_passt_net_user_forwards_still_reach_a_native_app() {
 }
 
 #[test]
+fn echo_through_the_in_monitor_forwards_with_faults() {
+    // `--net-faults` between the guest and the forwarder, every kind both ways: ebb-net
+    // on both ends repairs them, and the echoes come back byte for byte.
+    let test = "echo_through_the_in_monitor_forwards_with_faults";
+    let Some(()) = user_networking(test, &[]) else {
+        return;
+    };
+    let image = image("echo");
+    let port = free_port();
+    let forward = format!("{port}:7");
+    let mut served = Served::start(
+        image.to_str().expect("a UTF-8 path"),
+        &[
+            "--cpus",
+            "1",
+            "-p",
+            &forward,
+            "--net-faults",
+            "drop=0.02,reorder=0.02,duplicate=0.02,corrupt=0.01,seed=5",
+        ],
+    );
+    if !served.stderr_lines_contain("forwards in the monitor") {
+        served.fail("ebb run did not say the forwards are in the monitor");
+    }
+    for seed in 0..4 {
+        if let Err(e) = echo(
+            ([127, 0, 0, 1], port).into(),
+            256 << 10,
+            seed,
+            Duration::from_secs(60),
+        ) {
+            served.fail(&format!("echo {seed} through faults: {e}"));
+        }
+    }
+    let line = served.counters().unwrap_or_else(|e| served.fail(&e));
+    for dir in ["rx", "tx"] {
+        for fault in ["dropped", "reordered", "duplicated", "corrupted"] {
+            let key = format!("{dir}_fault_{fault}");
+            if counter(&line, &key) == 0 {
+                served.fail(&format!("the fault injector reports no {key}: {line}"));
+            }
+        }
+    }
+}
+
+#[test]
 fn memcached_natively_passes_memccapable_and_stops_on_ctrl_c() {
     memccapable_then_ctrl_c(
         "memcached_natively_passes_memccapable_and_stops_on_ctrl_c",
