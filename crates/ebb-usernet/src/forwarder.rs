@@ -59,6 +59,11 @@ pub(crate) struct Forwarder {
     /// The `now` of the last pump that read the epoll descriptor: one read per round of
     /// the I/O thread, which may pump more than once with the same `now`.
     events_read_at: Option<Instant>,
+    /// Kept between pumps for their allocations (the steady state allocates nothing
+    /// here).
+    events: Vec<epoll::Event>,
+    work: Vec<u64>,
+    again: Vec<u64>,
 }
 
 impl Forwarder {
@@ -110,6 +115,9 @@ impl Forwarder {
             counters: UserNetCounters::default(),
             next_at: Some(Instant::ZERO),
             events_read_at: None,
+            events: Vec::with_capacity(64),
+            work: Vec::new(),
+            again: Vec::new(),
         })
     }
 
@@ -156,7 +164,8 @@ impl Forwarder {
     /// Takes every event the epoll descriptor holds (so the edge-triggered watch on it
     /// fires again for the next), marking sockets ready.
     fn collect_events(&mut self) {
-        let mut events = Vec::with_capacity(64);
+        let mut events = std::mem::take(&mut self.events);
+        events.reserve(64);
         loop {
             events.clear();
             let zero = rustix::time::Timespec {
@@ -201,6 +210,7 @@ impl Forwarder {
                 break;
             }
         }
+        self.events = events;
     }
 
     /// Accepts what the ready listeners hold, up to the connection limit, and opens a
@@ -312,8 +322,9 @@ impl Forwarder {
             self.collect_events();
         }
         self.accept();
-        let mut work = std::mem::take(&mut self.pending);
-        let mut again = Vec::new();
+        let mut work = std::mem::take(&mut self.work);
+        work.append(&mut self.pending);
+        let mut again = std::mem::take(&mut self.again);
         let mut next = None;
         for _ in 0..ROUNDS {
             work.sort_unstable();
@@ -330,6 +341,8 @@ impl Forwarder {
         // Touched after the last round: serviced first thing next time.
         self.pending.append(&mut work);
         self.pending.append(&mut again);
+        self.work = work;
+        self.again = again;
         let busy = !self.pending.is_empty()
             || !self.stack.device().from_guest.is_empty()
             || self.stack.tcp().needs_poll()

@@ -175,13 +175,14 @@ impl Splice {
         };
         // Guest → host.
         while self.writable && !side.to_host.is_empty() {
-            let slices: Vec<IoSlice<'_>> = side
-                .to_host
-                .iter()
-                .take(WRITEV_MAX)
-                .map(|b| IoSlice::new(b.as_slice()))
-                .collect();
-            match self.host.write_vectored(&slices) {
+            // On the stack: no allocation per write.
+            let mut slices = [IoSlice::new(&[]); WRITEV_MAX];
+            let mut n = 0;
+            for (slot, buf) in slices.iter_mut().zip(side.to_host.iter()) {
+                *slot = IoSlice::new(buf.as_slice());
+                n += 1;
+            }
+            match self.host.write_vectored(&slices[..n]) {
                 Ok(n) => consume(&mut side, n),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => self.writable = false,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
