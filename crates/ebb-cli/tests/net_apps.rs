@@ -657,6 +657,7 @@ fn memcached_natively_passes_memccapable_and_stops_on_ctrl_c() {
     memccapable_then_ctrl_c(
         "memcached_natively_passes_memccapable_and_stops_on_ctrl_c",
         "user",
+        "2",
         "network: user-mode (forwards in the monitor, passt for the rest)",
     );
 }
@@ -666,20 +667,21 @@ fn memcached_natively_passes_memccapable_through_passt() {
     memccapable_then_ctrl_c(
         "memcached_natively_passes_memccapable_through_passt",
         "passt",
+        "1",
         "network: user-mode (passt)",
     );
 }
 
-/// memcached through `--net NET` on one vCPU: `memccapable -a` and `-b` pass, 16
+/// memcached through `--net NET` on `cpus` vCPUs: `memccapable -a` and `-b` pass, 16
 /// clients at once each set and get their own keys, and Ctrl-C stops it.
-fn memccapable_then_ctrl_c(test: &str, net: &str, says: &str) {
+fn memccapable_then_ctrl_c(test: &str, net: &str, cpus: &str, says: &str) {
     let Some(()) = user_networking(test, &["memccapable"]) else {
         return;
     };
     image("memcached");
     let port = free_port();
     let forward = format!("{port}:11211");
-    let mut served = Served::start("memcached", &["--cpus", "1", "--net", net, "-p", &forward]);
+    let mut served = Served::start("memcached", &["--cpus", cpus, "--net", net, "-p", &forward]);
     if !served.stderr_lines_contain(says) {
         served.fail(&format!("ebb run did not say {says:?}"));
     }
