@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use ebb_core::Instant;
-use ebb_net::iface::{InterfaceConfig, InterfaceCounters, Ipv4Cidr};
+use ebb_net::iface::{InterfaceConfig, InterfaceCounters, Ipv4Cidr, Limits};
 use ebb_net::stack::Stack;
 use ebb_net::tcp::{TcpConfig, TcpLayer};
 use ebb_net::wire::EthernetAddress;
@@ -95,7 +95,14 @@ impl Forwarder {
         }
         let cidr = Ipv4Cidr::new(config.endpoint, config.prefix_len)
             .ok_or(UserNetError::Address(config.endpoint, config.prefix_len))?;
-        let iface = InterfaceConfig::new_static(EthernetAddress(config.endpoint_mac), cidr, None);
+        // The first connections after boot all wait for the guest's MAC address: a burst
+        // of clients (a benchmark's 32 connections) must not lose SYNs to ARP's default
+        // 8-packet queue and wait a second for their retransmission.
+        let mut limits = Limits::default();
+        limits.arp_pending_per_destination = config.max_connections.max(8);
+        limits.arp_pending_total = config.max_connections.max(64);
+        let iface = InterfaceConfig::new_static(EthernetAddress(config.endpoint_mac), cidr, None)
+            .with_limits(limits);
         let tcp = TcpLayer::new(TcpConfig {
             isn_seed: config.isn_seed,
             msl: ENDPOINT_MSL,

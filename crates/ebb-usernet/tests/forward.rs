@@ -303,6 +303,12 @@ fn many_concurrent_connections() {
     let c = rig.usernet.counters();
     assert_eq!(c.accepted, n as u64);
     assert_eq!(c.host_resets, 0, "{c:?}");
+    let e = rig.usernet.endpoint_counters();
+    assert_eq!(
+        e.tx_dropped.total(),
+        0,
+        "no SYN lost waiting for ARP: {e:?}"
+    );
 }
 
 #[test]
