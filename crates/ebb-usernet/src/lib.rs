@@ -224,7 +224,7 @@ impl UserNet {
     }
 
     /// What the forwarder did.
-    pub fn counters(&self) -> UserNetCounters {
+    pub fn forwarder_counters(&self) -> UserNetCounters {
         self.inner.get().fwd.counters
     }
 

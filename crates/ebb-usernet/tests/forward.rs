@@ -201,7 +201,7 @@ impl Rig {
             assert!(
                 std::time::Instant::now() < deadline,
                 "timed out: {:?}, {} active, {} buffered, endpoint {} connections {:?} {:?}, guest {:?} {:?}",
-                self.usernet.counters(),
+                self.usernet.forwarder_counters(),
                 self.usernet.active_connections(),
                 self.usernet.buffered_bytes(),
                 self.usernet.endpoint_connections(),
@@ -276,7 +276,7 @@ fn one_megabyte_each_way() {
     assert_eq!(back[0].len(), data.len());
     assert!(back[0] == data, "the echo is the data");
     rig.run_until(|r| r.usernet.active_connections() == 0);
-    let c = rig.usernet.counters();
+    let c = rig.usernet.forwarder_counters();
     assert_eq!(
         (c.accepted, c.connect_failed, c.host_resets),
         (1, 0, 0),
@@ -300,7 +300,7 @@ fn many_concurrent_connections() {
         );
     }
     rig.run_until(|r| r.usernet.active_connections() == 0);
-    let c = rig.usernet.counters();
+    let c = rig.usernet.forwarder_counters();
     assert_eq!(c.accepted, n as u64);
     assert_eq!(c.host_resets, 0, "{c:?}");
     let e = rig.usernet.endpoint_counters();
@@ -347,7 +347,7 @@ fn a_guest_reset_resets_the_host_socket() {
         Err(ErrorKind::ConnectionReset),
         "the guest's RST carried over"
     );
-    assert_eq!(rig.usernet.counters().host_resets, 1);
+    assert_eq!(rig.usernet.forwarder_counters().host_resets, 1);
 }
 
 #[test]
@@ -387,7 +387,7 @@ fn a_refused_guest_connect_closes_the_host_socket() {
         "{:?}",
         got[0]
     );
-    let c = rig.usernet.counters();
+    let c = rig.usernet.forwarder_counters();
     assert_eq!((c.connect_failed, c.host_resets), (1, 1), "{c:?}");
     assert_eq!(rig.usernet.active_connections(), 0);
 }
@@ -483,7 +483,7 @@ fn malformed_frames_from_the_guest_are_dropped_and_counted() {
     for _ in 0..10 {
         rig.step();
     }
-    let c = rig.usernet.counters();
+    let c = rig.usernet.forwarder_counters();
     assert_eq!(c.guest_malformed, 7, "{c:?}");
     assert_eq!(c.guest_to_endpoint, 4, "{c:?}");
     assert_eq!(c.guest_malformed + c.guest_to_endpoint, sent as u64);
