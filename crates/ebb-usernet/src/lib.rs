@@ -66,9 +66,11 @@
 //! ([`UserNetCounters::guest_unrouted`]).
 
 #![warn(missing_docs)]
+#![deny(unsafe_code)]
 
 mod demux;
 mod forwarder;
+#[allow(unsafe_code)] // the one module with `unsafe`: see its docs
 mod movable;
 mod port;
 mod splice;
