@@ -29,6 +29,23 @@ use rustix::event::epoll;
 const GUEST_MAC: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
 const ECHO_PORT: u16 = 7;
 const CLOSED_PORT: u16 = 9;
+/// A guest server that takes 64 KiB and then never reads again.
+const STALL_PORT: u16 = 11;
+
+/// Reads `budget` bytes, then closes its receive window for good.
+struct Stall {
+    budget: usize,
+}
+
+impl TcpHandler for Stall {
+    fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
+        self.budget = self.budget.saturating_sub(data.len());
+        if self.budget == 0 {
+            conn.set_receive_window_open(false);
+        }
+    }
+    fn closed(&mut self, _reason: CloseReason) {}
+}
 const TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Echo with bounded memory: what the send window refuses is kept (one receive's worth)
@@ -109,6 +126,11 @@ impl Rig {
                 host_port: 0,
                 guest_port: CLOSED_PORT,
             },
+            PortForward {
+                host_addr: Ipv4Addr::LOCALHOST,
+                host_port: 0,
+                guest_port: STALL_PORT,
+            },
         ];
         let usernet = UserNet::new(&UserNetConfig::new(forwards), None).expect("usernet");
         let (guest_end, wire) = Link::new().with_capacity(4096).connect();
@@ -131,6 +153,12 @@ impl Rig {
                     close_after: false,
                     closes: on_accept.clone(),
                 })
+            })
+            .unwrap();
+        guest
+            .tcp()
+            .listen(SocketAddrV4::new(GUEST_ADDR, STALL_PORT), 16, |conn| {
+                conn.set_handler(Stall { budget: 64 * 1024 })
             })
             .unwrap();
         Rig {
@@ -594,4 +622,43 @@ fn random_frames_to_the_endpoint_are_survived() {
     }
     let back = rig.serve(vec![echo_client(rig.addr(0), pattern(100_000, 3))]);
     assert!(back[0] == pattern(100_000, 3));
+}
+
+#[test]
+fn a_guest_that_stops_reading_stops_the_host_sender_with_bounded_memory() {
+    // The guest takes 64 KiB and closes its window: the forwarder must stop reading the
+    // host socket (the host's writes then block in its kernel) rather than buffer what
+    // the host keeps sending.
+    let mut rig = Rig::new();
+    let addr = rig.addr(2);
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = sent.clone();
+    let _client = thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let chunk = vec![7u8; 64 * 1024];
+        // Until the forwarder stops taking data and the socket buffers fill (or the
+        // test ends and the socket breaks).
+        while s.write_all(&chunk).is_ok() {
+            counted.fetch_add(chunk.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let started = std::time::Instant::now();
+    rig.run_until(|r| {
+        r.usernet.active_connections() == 1 && started.elapsed() > Duration::from_secs(2)
+    });
+    let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        sent < 32 << 20,
+        "the host sender was not stopped: {sent} bytes taken"
+    );
+    assert!(
+        rig.max_buffered <= 64 * 1024,
+        "the forwarder held {} bytes",
+        rig.max_buffered
+    );
+    assert!(
+        rig.guest.tcp().held_bytes() <= 2 << 20,
+        "the guest's stack held {} bytes",
+        rig.guest.tcp().held_bytes()
+    );
 }
