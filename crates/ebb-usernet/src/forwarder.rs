@@ -24,6 +24,9 @@ use crate::{UserNetConfig, UserNetCounters, UserNetError};
 /// [`REST_TOKEN`].
 const SPLICE_BASE: u64 = 1 << 32;
 pub(crate) const REST_TOKEN: u64 = u64::MAX;
+/// The endpoint's ephemeral ports (49152-65535): at most this many connections in
+/// TIME-WAIT.
+const EPHEMERAL_PORTS: usize = 16384;
 /// Rounds of (service, stack poll) per pump while either has work for the other.
 const ROUNDS: usize = 8;
 /// The endpoint's maximum segment lifetime: TIME-WAIT (2 MSL) holds the endpoint's
@@ -106,7 +109,11 @@ impl Forwarder {
         let tcp = TcpLayer::new(TcpConfig {
             isn_seed: config.isn_seed,
             msl: ENDPOINT_MSL,
-            max_connections: config.max_connections.saturating_mul(2).max(16),
+            // Open connections plus every four-tuple TIME-WAIT may hold: the endpoint
+            // closes first when the host client does, and a client that connects and
+            // closes in a loop (memcached's churn test: 10,000) leaves one TIME-WAIT
+            // per connection for 2 s. Ephemeral ports bound those anyway.
+            max_connections: config.max_connections + EPHEMERAL_PORTS,
             ..TcpConfig::default()
         });
         Ok(Forwarder {

@@ -662,3 +662,29 @@ fn a_guest_that_stops_reading_stops_the_host_sender_with_bounded_memory() {
         rig.guest.tcp().held_bytes()
     );
 }
+
+#[test]
+fn thousands_of_short_connections_one_after_another() {
+    // Each leaves the endpoint in TIME-WAIT (the host closes first): they must not use
+    // up the endpoint's connection table (memcached's churn test opens 10,000).
+    let mut rig = Rig::new();
+    let addr = rig.addr(0);
+    let n = 3000;
+    let client = thread::spawn(move || {
+        for i in 0..n {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(TIMEOUT)).unwrap();
+            s.write_all(b"hi").unwrap();
+            let mut buf = [0u8; 2];
+            s.read_exact(&mut buf)
+                .unwrap_or_else(|e| panic!("connection {i}: {e}"));
+        }
+    });
+    rig.serve(vec![client]);
+    let c = rig.usernet.forwarder_counters();
+    assert_eq!(
+        (c.accepted, c.host_resets, c.connect_failed),
+        (n, 0, 0),
+        "{c:?}"
+    );
+}
