@@ -13,6 +13,13 @@
 #   native-tap  the same over a TAP device (`--net tap=NAME`), the TAP's kernel end in the
 #               client's namespace as 10.0.2.2/24, the guest at 10.0.2.15 (as
 #               memcached-native.sh)
+#   main        the README's main job: `ebb run memcached -- -t 1` (one vCPU, from -t),
+#               its default rootless network, a free loopback port published to the
+#               guest's 11211 (`-p 127.0.0.1:PORT:11211`), `--mem 1536M` for SERVER_ARGS'
+#               -m; NET=lo only; every thread of the ebb process and of its children
+#               (passt) counted and pinned to SERVER_CPU
+#   main-passt  the same with `--net passt`: every frame through passt (the main job's
+#               path before the in-monitor forwards), for comparison
 # Every server runs pinned to SERVER_CPU (1), the whole process (for ebb-vmm: the vCPU,
 # the device thread and the main thread); every client runs pinned to CLIENT_CPU (0).
 #
@@ -116,15 +123,16 @@ read -r -a want_clients <<<"$CLIENTS"
 veth_wanted=0
 for s in "${want_servers[@]}"; do
   case $s in
-    memcached | ebb) ;;
+    memcached | ebb | main | main-passt) ;;
     ebb-xdp | native-xdp | native-tap) veth_wanted=1 ;;
-    *) die "unknown server $s (memcached ebb ebb-xdp native-xdp native-tap)" ;;
+    *) die "unknown server $s (memcached ebb ebb-xdp native-xdp native-tap main main-passt)" ;;
   esac
 done
 [[ " $SERVERS " == *" memcached "* ]] || die "SERVERS must include memcached (the baseline)"
 NET=${NET:-$( ((veth_wanted)) && echo veth || echo lo)}
 [[ $NET == lo || $NET == veth ]] || die "NET is lo or veth, not $NET"
 ((veth_wanted == 0)) || [[ $NET == veth ]] || die "AF_XDP and TAP servers need NET=veth"
+[[ $NET == lo || " $SERVERS " != *" main"* ]] || die "main and main-passt need NET=lo"
 if [[ $NET == veth ]]; then
   [[ $(id -u) == 0 ]] || skip "NET=veth needs root (a veth pair and a network namespace)"
   for t in ip ethtool; do command -v "$t" >/dev/null || skip "$t is not installed"; done
@@ -152,6 +160,14 @@ if ((native_wanted)); then
 fi
 vmm=$target/release/ebb-vmm
 image=$target/x86_64-unknown-none/release/memcached
+main_wanted=0
+for s in "${want_servers[@]}"; do [[ $s == main* ]] && main_wanted=1; done
+if ((main_wanted)); then
+  cargo build --release -q -p ebb-cli
+  # The image once, here, so that no start times a build.
+  "$target/release/ebb" build memcached >/dev/null
+fi
+ebb_cli=$target/release/ebb
 
 # unavailable SERVER -> the reason it cannot run here, or nothing
 unavailable() {
@@ -163,6 +179,10 @@ unavailable() {
       if grep -q "unknown option --xdp" <<<"$out"; then
         echo "apps/memcached has no --xdp option yet (the AF_XDP device is being built)"
       fi
+      ;;
+    main | main-passt)
+      [[ -w /dev/kvm ]] || { echo "needs /dev/kvm (the main job would run hosted)"; return; }
+      command -v passt >/dev/null || echo "passt is not installed"
       ;;
     native-xdp | native-tap)
       [[ -w /dev/kvm ]] || { echo "needs /dev/kvm"; return; }
@@ -285,6 +305,12 @@ serve() {
       taskset -c "$SERVER_CPU" "$vmm" "$image" --cpus 1 --mem 1536M --net "tap=$tap" -- \
         -p "$PORT" "${args[@]}" >"$log" 2>&1 &
       ;;
+    main | main-passt)
+      local net=()
+      [[ $name == main-passt ]] && net=(--net passt)
+      taskset -c "$SERVER_CPU" "$ebb_cli" run --mem 1536M "${net[@]}" -p "127.0.0.1:$PORT:11211" \
+        memcached -- -t 1 "${args[@]}" >"$log" 2>&1 &
+      ;;
   esac
   SERVER_PID=$!
   SERVER_PIDS=$SERVER_PID
@@ -299,7 +325,15 @@ serve() {
     ip -n "$ns" link set "$tap" up
   fi
   for ((i = 0; i < 150; i++)); do
-    reachable "$ADDR" "$PORT" && return 0
+    if reachable "$ADDR" "$PORT"; then
+      if [[ $name == main* ]]; then
+        # The monitor's children (passt) count too.
+        SERVER_PIDS="$SERVER_PID $(pgrep -P "$SERVER_PID" | tr '\n' ' ')"
+        # A refused or reset connect may be passt's before the guest listens.
+        sleep 0.5
+      fi
+      return 0
+    fi
     kill -0 "$SERVER_PID" 2>/dev/null || break
     sleep 0.1
   done

@@ -4,8 +4,10 @@
 //! memcached's flags where they make sense: `-p PORT` (11211), `-l ADDR` (hosted, Linux
 //! sockets: the address to listen on, default 127.0.0.1), `-U 0` (UDP is not offered:
 //! only 0 is accepted), `-m MB` (64), `-c CONNS` (1024), `-I SIZE` (1m; k/m suffixes),
-//! `-M` (no eviction: errors when full), `-t N` (the cores serving; hosted the runtime's
-//! core count is `EBB_CPUS` or `ebb run --cpus`, so `-t` must match it), `-v`/`-vv`.
+//! `-M` (no eviction: errors when full), `-t N` (the cores serving: hosted the runtime
+//! starts with N cores — an `EBB_CPUS` that says otherwise is refused; natively the
+//! vCPUs are the cores, which `ebb run memcached -- -t N` sets when `--cpus` is not
+//! given, and a `-t` that differs from them is refused), `-v`/`-vv`.
 //! Plus `ebb::net`'s network options (`--tap NAME --ip A/P` hosted; `--ip` natively), and
 //! `--fail-value-memory PPM` for soak tests: that many requests per million for value
 //! memory fail as if the heap were exhausted (the server must answer them all the same),
@@ -33,6 +35,22 @@ static GLOBAL: memcached::alloc_cap::Capped<ebb::mem::HostedAllocator> =
 
 const USAGE: &str = "usage: memcached [-p PORT] [-l ADDR] [-U 0] [-m MB] [-c CONNS] [-I SIZE] [-M] [-t N] [-v] [--fail-value-memory PPM] [--fail-allocations-over BYTES] [network options]";
 
+/// What each flag does (`--help`).
+const FLAGS_HELP: &str = "memcached's flags:
+  -p PORT             TCP port (default 11211)
+  -l ADDR             hosted, Linux sockets: the address to listen on (default 127.0.0.1)
+  -U 0                UDP is not offered: only 0 is accepted
+  -m MB               item memory (default 64)
+  -c CONNS            most open connections (default 1024)
+  -I SIZE             largest item, bytes or with k/m (default 1m)
+  -M                  refuse stores when full instead of evicting
+  -t N                cores serving (default: every CPU hosted, the vCPUs natively);
+                      hosted the runtime starts N cores (EBB_CPUS, if set, must agree);
+                      natively `ebb run memcached -- -t N` boots N vCPUs unless --cpus
+                      says otherwise
+  -v                  more output (-vv: more still)
+  --fail-value-memory PPM, --fail-allocations-over BYTES   fault injection for tests";
+
 /// Items the idle-time sweep removes per call (it runs when a core has nothing else to
 /// do, at most every [`SWEEP_EVERY`]).
 const SWEEP_BUDGET: usize = 256;
@@ -48,6 +66,66 @@ fn parse_size(s: &str) -> Option<usize> {
     };
     digits.parse::<usize>().ok()?.checked_mul(1 << shift)
 }
+
+/// memcached's short options that take a value (the rest of the word, or the next word).
+const SHORT_WITH_VALUE: &str = "plUmcIt";
+
+/// The core count `-t N` (`--threads N`) asks for, read before the runtime starts
+/// (`ebb::main!(app_main, cores = requested_cores)`): the last `-t` on the command line,
+/// in any form getargs accepts (`-t 2`, `-t2`, `-Mt 2`, `--threads 2`, `--threads=2`).
+/// `None` when there is none or it is not a count: [`parse_options`] reports that.
+fn requested_cores(args: &[String]) -> Option<usize> {
+    let mut found = None;
+    let mut words = args.iter().map(String::as_str);
+    while let Some(word) = words.next() {
+        let value = if word == "--" {
+            break;
+        } else if word == "--threads" {
+            words.next()
+        } else if let Some(value) = word.strip_prefix("--threads=") {
+            Some(value)
+        } else if let Some(long) = word.strip_prefix("--") {
+            // A long option's value is its own word unless given with '='.
+            if !long.contains('=') && LONG_WITH_VALUE.contains(&long) {
+                words.next();
+            }
+            None
+        } else if let Some(shorts) = word.strip_prefix('-') {
+            // A cluster of short flags: the first that takes a value takes the rest.
+            match shorts.find(|c| SHORT_WITH_VALUE.contains(c)) {
+                Some(at) => {
+                    let rest = &shorts[at + 1..];
+                    let value = if rest.is_empty() {
+                        words.next()
+                    } else {
+                        Some(rest)
+                    };
+                    value.filter(|_| shorts[at..].starts_with('t'))
+                }
+                None => None,
+            }
+        } else {
+            None
+        };
+        if let Some(value) = value {
+            found = value.parse::<usize>().ok().filter(|&n| n > 0);
+        }
+    }
+    found
+}
+
+/// The long options that take a value as the next word (memcached's and the fault
+/// injection's; ebb::net's own options never look like `-t`).
+const LONG_WITH_VALUE: &[&str] = &[
+    "port",
+    "listen",
+    "udp-port",
+    "memory-limit",
+    "conn-limit",
+    "max-item-size",
+    "fail-allocations-over",
+    "fail-value-memory",
+];
 
 fn parse_options() -> Result<(Settings, NetConfig), String> {
     #[allow(unused_mut)] // -l changes it hosted only
@@ -109,7 +187,8 @@ fn parse_options() -> Result<(Settings, NetConfig), String> {
             }
             getargs::Opt::Short('t') | getargs::Opt::Long("threads") => {
                 let v = value("-t")?;
-                threads = Some(v.parse::<usize>().map_err(|_| bad("-t", v))?);
+                let n = v.parse::<usize>().ok().filter(|&n| n > 0);
+                threads = Some(n.ok_or_else(|| bad("-t", v))?);
             }
             getargs::Opt::Long("fail-allocations-over") => {
                 let v = value("--fail-allocations-over")?;
@@ -128,7 +207,7 @@ fn parse_options() -> Result<(Settings, NetConfig), String> {
             }
             getargs::Opt::Short('v') => settings.verbosity += 1,
             getargs::Opt::Long("help") | getargs::Opt::Short('h') => {
-                return Err(format!("{USAGE}\n{}", net::OPTIONS_HELP));
+                return Err(format!("{USAGE}\n{FLAGS_HELP}\n{}", net::OPTIONS_HELP));
             }
             other => return Err(format!("unknown option {other}\n{USAGE}")),
         }
@@ -136,12 +215,19 @@ fn parse_options() -> Result<(Settings, NetConfig), String> {
     if let Some(extra) = opts.next_positional() {
         return Err(format!("unexpected argument {extra:?}\n{USAGE}"));
     }
+    // Hosted the runtime started with -t's cores (requested_cores); natively the vCPUs
+    // are fixed, and ebb run boots -t's count unless --cpus said otherwise.
     if let Some(t) = threads
         && t != ebb::num_cores()
     {
         return Err(format!(
-            "-t {t}: this runtime has {} cores (set them with EBB_CPUS=N hosted, or ebb run --cpus N)",
-            ebb::num_cores()
+            "-t {t}: this node has {} cores ({})",
+            ebb::num_cores(),
+            if cfg!(target_os = "none") {
+                "its vCPUs: boot it with ebb run --cpus N, or leave --cpus out and ebb run boots -t's count"
+            } else {
+                "the runtime started before -t was read: give -t as -t N, -tN or --threads N"
+            }
         ));
     }
     if settings.item_size_max > settings.memory_limit / 2 {
@@ -218,20 +304,22 @@ async fn app_main() -> i32 {
     start_sweeping(&server).await;
     let accepting = server.clone();
     let listener = network
-        .listen(port, move |conn| match accepting.accept() {
-            Some(handler) => {
-                if verbose {
-                    ebb::eprintln!(
-                        "<{} new connection on core {}",
-                        conn.peer_addr(),
-                        ebb::core_id().0
-                    );
+        .listen(port, move |conn| {
+            match accepting.accept(conn.peer_addr(), conn.local_addr()) {
+                Some(handler) => {
+                    if verbose {
+                        ebb::eprintln!(
+                            "<{} new connection on core {}",
+                            conn.peer_addr(),
+                            ebb::core_id().0
+                        );
+                    }
+                    conn.set_handler(handler)
                 }
-                conn.set_handler(handler)
-            }
-            None => {
-                let _ = conn.send(IOBuf::from_static(TOO_MANY_CONNECTIONS).into());
-                conn.close();
+                None => {
+                    let _ = conn.send(IOBuf::from_static(TOO_MANY_CONNECTIONS).into());
+                    conn.close();
+                }
             }
         })
         .await;
@@ -242,6 +330,7 @@ async fn app_main() -> i32 {
             return 1;
         }
     };
+    server.conns.set_listener(listener.local_addr());
     let cores = ebb::num_cores();
     ebb::println!(
         "memcached: listening on {} ({network}, {cores} core{}; {})",
@@ -252,4 +341,41 @@ async fn app_main() -> i32 {
     core::future::pending::<i32>().await
 }
 
-ebb::main!(app_main);
+ebb::main!(app_main, cores = requested_cores);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+
+    fn cores(line: &str) -> Option<usize> {
+        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+        requested_cores(&args)
+    }
+
+    #[test]
+    fn t_is_found_in_every_form_getargs_accepts() {
+        assert_eq!(cores(""), None);
+        assert_eq!(cores("-p 11211 -m 64"), None);
+        assert_eq!(cores("-t 1"), Some(1));
+        assert_eq!(cores("-t3"), Some(3));
+        assert_eq!(cores("-Mt 2"), Some(2));
+        assert_eq!(cores("-vvt2"), Some(2));
+        assert_eq!(cores("--threads 4"), Some(4));
+        assert_eq!(cores("--threads=4"), Some(4));
+        assert_eq!(
+            cores("-t 1 -t 2"),
+            Some(2),
+            "the last one wins, as in parse_options"
+        );
+        // Values of other options are not -t.
+        assert_eq!(cores("-p -t"), None);
+        assert_eq!(cores("-m 1 -l 127.0.0.1"), None);
+        assert_eq!(cores("--port -t -m 8"), None);
+        assert_eq!(cores("-pt 1"), None, "-p takes 't' as its value");
+        // Not a count: parse_options reports it.
+        assert_eq!(cores("-t 0"), None);
+        assert_eq!(cores("-t x"), None);
+        assert_eq!(cores("-- -t 1"), None);
+    }
+}

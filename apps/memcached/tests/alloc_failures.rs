@@ -96,9 +96,7 @@ fn soak(mut server: ServerProcess, sets: u64, large: usize, what: &'static str, 
     loop {
         match c.set("after", 0, 0, b"still here").as_str() {
             "STORED" => break,
-            "SERVER_ERROR out of memory storing object" if refused_after < 50 => {
-                refused_after += 1
-            }
+            "SERVER_ERROR out of memory storing object" if refused_after < 50 => refused_after += 1,
             other => panic!("set after the soak ({refused_after} refusals): {other:?}"),
         }
     }

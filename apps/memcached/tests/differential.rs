@@ -14,7 +14,8 @@
 //!
 //! Not generated: the inputs the protocol module documents as answered differently from
 //! 1.6.18 on purpose (`src/protocol/mod.rs`, "Which memcached 1.6": `get` without a key,
-//! short lines, bad flags, `cas` without an id, `delete k 1`, `shutdown`, meta commands
+//! short lines, bad flags, `cas` without an id, `delete` with tokens after the key other
+//! than `0` and `noreply` (`delete k 1`, `delete a b c d`), `shutdown`, meta commands
 //! other than `mn`), and storage commands with a key over 250 bytes (1.6.18 reads their
 //! data block as a command, like the bad-flags row of that table).
 //!
@@ -485,7 +486,10 @@ impl Gen {
             }
             68..=74 => {
                 let key = self.key();
-                let mut c = TextCmd::line(format!("delete {key}"));
+                // `delete k 0 [noreply]`: the old hold time 0, which 1.6.18 accepts and
+                // 1.6.45 ignores like any extra token, so both delete.
+                let hold = if self.rng.chance(1, 4) { " 0" } else { "" };
+                let mut c = TextCmd::line(format!("delete {key}{hold}"));
                 c.tail = self.noreply();
                 c
             }

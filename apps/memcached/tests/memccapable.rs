@@ -1,15 +1,19 @@
 //! libmemcached's protocol checker, `memccapable` (Debian: `libmemcached-tools`), against
 //! the hosted server and the native one (booted under KVM, through passt; 1 and 2 vCPUs):
-//! every test of the ASCII protocol and every test of the binary protocol must pass.
+//! every test of the ASCII protocol and every test of the binary protocol must pass, but
+//! for the two that memcached 1.6.45 fails as well (`ebb_testkit::memccapable`: they want
+//! `delete a b c d e` refused, which 1.6.40 and later answer `NOT_FOUND`).
 
 mod common;
 
 use common::ServerProcess;
+use ebb_testkit::memccapable;
 use std::process::Command;
 use std::time::Duration;
 
 /// Runs `memccapable MODE` against a fresh server of ours, hosted or natively on `native`
-/// vCPUs; panics unless every test passed.
+/// vCPUs; panics unless every test passed but those memcached 1.6.45 fails as well
+/// ([`ebb_testkit::memccapable::as_memcached_1_6_45`]), and at least `min_tests` ran.
 fn capable(test: &str, mode: &'static str, min_tests: usize, native: Option<usize>) {
     if ebb_testkit::need_tools(test, &["memccapable"]).is_none() {
         return;
@@ -29,39 +33,14 @@ fn capable(test: &str, mode: &'static str, min_tests: usize, native: Option<usiz
             .output()
             .expect("run memccapable")
     });
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let all = format!("{stdout}\n--- stderr ---\n{stderr}");
-    let results: Vec<&str> = stdout
-        .lines()
-        .filter(|l| l.contains('[') && l.trim_end().ends_with(']'))
-        .collect();
-    let failed: Vec<&&str> = results.iter().filter(|l| !l.contains("[pass]")).collect();
+    let passed = memccapable::as_memcached_1_6_45(mode, &output)
+        .unwrap_or_else(|e| panic!("against {name}: {e}"));
     assert!(
-        failed.is_empty(),
-        "memccapable {mode} against {name}: tests not passed: {failed:#?}\n{all}"
-    );
-    assert!(
-        !stdout.contains("tests failed"),
-        "memccapable {mode} against {name} reports failures:\n{all}"
-    );
-    assert!(
-        stdout.contains("All tests passed"),
-        "memccapable {mode} against {name} did not finish with 'All tests passed':\n{all}"
-    );
-    assert!(
-        results.len() >= min_tests,
-        "memccapable {mode} against {name}: only {} tests ran (expected at least {min_tests}):\n{all}",
-        results.len()
-    );
-    assert!(
-        output.status.success(),
-        "memccapable {mode} against {name}: {}\n{all}",
-        output.status
+        passed >= min_tests - memccapable::FAILED_BY_MEMCACHED_1_6_45.len(),
+        "memccapable {mode} against {name}: only {passed} tests passed"
     );
     println!(
-        "memccapable {mode} against {name}: {} tests passed",
-        results.len()
+        "memccapable {mode} against {name}: {passed} tests passed, and as against memcached 1.6.45"
     );
     drop(server);
 }

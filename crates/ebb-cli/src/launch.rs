@@ -43,6 +43,9 @@ pub enum Requested {
 pub struct RunOptions {
     /// Cores: vCPUs natively, `EBB_CPUS` hosted.
     pub cpus: u32,
+    /// Where `cpus` came from when the app's own flag set it (`-t 1`): said in the
+    /// start line.
+    pub cpus_from: Option<String>,
     /// Guest memory in bytes (native only).
     pub mem: u64,
     /// End the app after this long.
@@ -203,7 +206,7 @@ pub fn run(
             Requested::Hosted => {
                 eprintln!(
                     "ebb: running {name} hosted ({}; --hosted)",
-                    cores(options.cpus)
+                    cores(options.cpus, &options.cpus_from)
                 );
                 run_hosted(as_file, &name, options, &network)
             }
@@ -257,12 +260,12 @@ pub fn run(
             if requested == Requested::Auto {
                 eprintln!(
                     "ebb: {why}: running {app} hosted ({}{listens})",
-                    cores(options.cpus)
+                    cores(options.cpus, &options.cpus_from)
                 );
             } else {
                 eprintln!(
                     "ebb: running {app} hosted ({}; {why}{listens})",
-                    cores(options.cpus)
+                    cores(options.cpus, &options.cpus_from)
                 );
             }
             if let Some(hint) = &hint {
@@ -292,11 +295,15 @@ fn passt_installed() -> bool {
     })
 }
 
-fn cores(n: u32) -> String {
-    if n == 1 {
+fn cores(n: u32, from: &Option<String>) -> String {
+    let cores = if n == 1 {
         "1 core".to_string()
     } else {
         format!("{n} cores")
+    };
+    match from {
+        Some(flag) => format!("{cores}: the app's {flag}"),
+        None => cores,
     }
 }
 
@@ -331,8 +338,12 @@ fn boot(
         e => image_error(e),
     })?;
     let vcpus = if options.cpus == 1 { "vCPU" } else { "vCPUs" };
+    let from = options
+        .cpus_from
+        .as_ref()
+        .map_or_else(String::new, |flag| format!(": the app's {flag}"));
     eprintln!(
-        "ebb: running {name} natively ({} {vcpus}, {} MiB; {why}{})",
+        "ebb: running {name} natively ({} {vcpus}{from}, {} MiB; {why}{})",
         options.cpus,
         options.mem >> 20,
         network.describe()
@@ -504,6 +515,7 @@ mod tests {
             network: true,
             publish: vec!["8080:80".parse().expect("forward")],
             hint: None,
+            cores_flags: Vec::new(),
         };
         let quiet = AppNetwork::default();
         let default = Network::resolve(&request(None, &[], None), Some(&web));

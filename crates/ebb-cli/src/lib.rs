@@ -52,7 +52,7 @@ use crate::launch::{NetRequest, Requested, RunOptions};
 use crate::workspace::Workspace;
 use clap::{Args, Parser, Subcommand};
 use ebb_vmm::option_values::{parse_seconds, parse_size};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Exit code of `ebb` when it fails itself (as ebb-vmm's for its own errors).
@@ -88,7 +88,9 @@ pub enum Command {
     Run {
         /// A package under apps/, or the path of an image to boot as it is.
         app: String,
-        /// Cores: vCPUs natively, EBB_CPUS hosted (default: this machine's CPU count).
+        /// Cores: vCPUs natively, EBB_CPUS hosted (default: the count the app's own flag
+        /// gives, for an app whose manifest names it (memcached's -t), else this machine's
+        /// CPU count).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=255))]
         cpus: Option<u32>,
         /// Guest memory, native only: bytes or with a K, M or G suffix (a multiple of 2M)
@@ -192,13 +194,28 @@ impl Cli {
                 kvm_fd,
                 args,
             } => {
-                let cpus = match cpus {
-                    Some(n) => n,
-                    None => std::thread::available_parallelism()
-                        .map_or(1, |n| u32::try_from(n.get()).unwrap_or(255).min(255)),
+                // Without --cpus, an app that names its core-count flag in its manifest
+                // (`cores_flags`: memcached's -t) gets the count its arguments give.
+                let from_app = match cpus {
+                    Some(_) => None,
+                    None if Path::new(&app).is_file() => None,
+                    None => workspace()
+                        .and_then(|ws| ws.app_network(&app))
+                        .ok()
+                        .and_then(|m| workspace::cores_from_args(&m.cores_flags, &args)),
+                };
+                let (cpus, cpus_from) = match (cpus, from_app) {
+                    (Some(n), _) => (n, None),
+                    (None, Some((n, flag))) => (n, Some(flag)),
+                    (None, None) => (
+                        std::thread::available_parallelism()
+                            .map_or(1, |n| u32::try_from(n.get()).unwrap_or(255).min(255)),
+                        None,
+                    ),
                 };
                 let options = RunOptions {
                     cpus,
+                    cpus_from,
                     mem: mem.unwrap_or_else(|| default_guest_memory(cpus)),
                     timeout,
                     args,

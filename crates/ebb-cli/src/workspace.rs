@@ -14,7 +14,12 @@
 //! network = true
 //! publish = ["8080:80"]   # [ADDR:]HOST:GUEST, as -p takes them
 //! try = "curl http://127.0.0.1:8080/"   # printed by `ebb run` once it starts the app
+//! cores_flags = ["-t", "--threads"]     # the app's own flag for its core count
 //! ```
+//!
+//! `cores_flags` names the app's flag that sets how many cores it serves on (memcached's
+//! `-t N`): when `ebb run` is not given `--cpus`, it boots that many vCPUs (or starts
+//! that many hosted cores), as [`cores_from_args`] reads them from the app's arguments.
 
 use crate::error::CliError;
 use std::path::{Path, PathBuf};
@@ -136,6 +141,40 @@ pub struct AppNetwork {
     pub publish: Vec<ebb_vmm::virtio::PortForward>,
     /// A command to try once it runs (`try`), printed by `ebb run`.
     pub hint: Option<String>,
+    /// The app's flags that set its core count (`cores_flags`), e.g. `-t`, `--threads`.
+    pub cores_flags: Vec<String>,
+}
+
+/// The core count the app's `args` ask for through one of its `flags` (the last one
+/// given wins, as getargs-style parsers take it): `-t N`, `-tN` (a one-letter flag),
+/// `--threads N`, `--threads=N`. Returns the count and the flag as given, for the start
+/// line; `None` when no flag is there or its value is not a count from 1 to 255 (the app
+/// then reports it).
+pub fn cores_from_args(flags: &[String], args: &[String]) -> Option<(u32, String)> {
+    let mut found = None;
+    let mut words = args.iter();
+    while let Some(word) = words.next() {
+        for flag in flags {
+            let value = if word == flag {
+                words.clone().next().map(String::as_str)
+            } else if flag.starts_with("--") {
+                word.strip_prefix(flag.as_str())
+                    .and_then(|v| v.strip_prefix('='))
+            } else if flag.len() == 2 {
+                word.strip_prefix(flag.as_str()).filter(|v| !v.is_empty())
+            } else {
+                None
+            };
+            if let Some(value) = value {
+                found = value
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=255).contains(n))
+                    .map(|n| (n, format!("{flag} {value}")));
+            }
+        }
+    }
+    found
 }
 
 /// What `ebb` reads from an app's `Cargo.toml`.
@@ -180,10 +219,23 @@ fn parse_network(ebb: &toml::Value) -> Result<AppNetwork, String> {
         None => None,
         Some(v) => Some(v.as_str().ok_or("`try` must be a string")?.to_string()),
     };
+    let cores_flags = match ebb.get("cores_flags") {
+        None => Vec::new(),
+        Some(v) => v
+            .as_array()
+            .ok_or("`cores_flags` must be a list of flags such as \"-t\"")?
+            .iter()
+            .map(|f| match f.as_str() {
+                Some(f) if f.starts_with('-') && f.len() >= 2 => Ok(f.to_string()),
+                _ => Err(format!("`cores_flags` entry {f} is not a flag")),
+            })
+            .collect::<Result<_, String>>()?,
+    };
     Ok(AppNetwork {
         network,
         publish,
         hint,
+        cores_flags,
     })
 }
 
@@ -209,6 +261,33 @@ mod tests {
             net("[package]\nname = \"b\"\n[package.metadata.ebb]\npublish = [\"80\"]\n").is_err()
         );
         assert!(net("[package]\nname = \"b\"\n[package.metadata.ebb]\nnetwork = 1\n").is_err());
+        let flags = net("[package]\nname = \"m\"\n[package.metadata.ebb]\ncores_flags = [\"-t\", \"--threads\"]\n")
+            .expect("valid");
+        assert_eq!(flags.cores_flags, ["-t", "--threads"]);
+        assert!(
+            net("[package]\nname = \"b\"\n[package.metadata.ebb]\ncores_flags = [\"t\"]\n")
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn the_apps_core_flag_is_read_in_every_form() {
+        let flags = ["-t".to_string(), "--threads".to_string()];
+        let cores = |line: &str| {
+            let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+            cores_from_args(&flags, &args)
+        };
+        assert_eq!(cores(""), None);
+        assert_eq!(cores("-m 64"), None);
+        assert_eq!(cores("-t 1"), Some((1, "-t 1".to_string())));
+        assert_eq!(cores("-t3 -m 8"), Some((3, "-t 3".to_string())));
+        assert_eq!(cores("--threads 2"), Some((2, "--threads 2".to_string())));
+        assert_eq!(cores("--threads=4"), Some((4, "--threads 4".to_string())));
+        assert_eq!(cores("-t 1 -t 2"), Some((2, "-t 2".to_string())));
+        assert_eq!(cores("-t 0"), None);
+        assert_eq!(cores("-t x"), None);
+        assert_eq!(cores("-t 256"), None);
+        assert_eq!(cores_from_args(&[], &["-t".into(), "1".into()]), None);
     }
 
     #[test]

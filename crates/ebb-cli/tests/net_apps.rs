@@ -698,10 +698,10 @@ fn memccapable_then_ctrl_c(test: &str, net: &str, cpus: &str, says: &str) {
             .args(["-h", "127.0.0.1", "-p", &port.to_string(), mode, "-t", "10"])
             .output()
             .expect("run memccapable");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() || !text.contains("All tests passed") {
-            served.fail(&format!("memccapable {mode}:\n{text}"));
+        // Every test passes but the two memcached 1.6.45 fails as well (it ignores the
+        // extra tokens of `delete a b c d e`, which memccapable wants refused).
+        if let Err(e) = ebb_testkit::memccapable::as_memcached_1_6_45(mode, &out) {
+            served.fail(&e);
         }
     }
     // Ctrl-C: the monitor stops the guest, prints its summary and exits with 130.

@@ -28,9 +28,9 @@ use ebb_net_driver::{
 };
 use rustix::event::epoll::EventFlags;
 
-use crate::reactor::{self, Source, Token};
+use crate::reactor::{self, PolledSource, PolledToken, Source, Token};
 use ebb_tap::{TapConfig, TapDevice, TapError};
-use ebb_xdp::{XdpConfig, XdpDevice, XdpError};
+use ebb_xdp::{RxProbe, XdpConfig, XdpDevice, XdpError};
 
 pub use ebb_netstack::{
     AddressConfig, CoreNetStack, FaultSetting, MAX_ROUNDS, MAX_STEERED_WAITING, NetListener,
@@ -264,27 +264,64 @@ fn interface_mac(interface: &str) -> Option<EthernetAddress> {
 
 /// One AF_XDP socket as the runtime drives it: reports readiness through the core's
 /// reactor, as a TAP queue does.
+///
+/// Its RX ring is also polled in memory ([`RxProbe`], a [`PolledSource`]): a core that
+/// spins before sleeping sees arriving frames without asking epoll, which it then asks
+/// only now and then (`platform::EPOLL_INTERVAL`). The socket stays in epoll for sleeps.
 struct XdpQueue {
     xdp: XdpDevice,
-    /// The reactor registration while watched.
-    token: Option<Token>,
+    /// The reactor registrations while watched: epoll, and the memory poll.
+    token: Option<(Token, PolledToken)>,
+}
+
+/// An AF_XDP queue's RX ring as its core polls it while spinning.
+struct XdpRingSource {
+    probe: RxProbe,
+    ready: DeviceReady,
+}
+
+impl PolledSource for XdpRingSource {
+    fn has_work(&self) -> bool {
+        self.probe.has_received()
+    }
+    fn dispatch(self: Rc<Self>) {
+        self.ready.ready(Readiness {
+            readable: true,
+            writable: false,
+        });
+    }
 }
 
 impl PlatformDevice for XdpQueue {
     fn watch(&mut self, ready: DeviceReady) -> Result<(), DeviceError> {
+        let name = self.name();
         let token = reactor::register(
             self.xdp.as_fd(),
             EventFlags::IN | EventFlags::OUT,
-            Rc::new(TapSource(ready)),
+            Rc::new(TapSource(ready.clone())),
         )
-        .map_err(|e| DeviceError(format!("cannot watch AF_XDP socket {}: {e}", self.name())))?;
-        self.token = Some(token);
+        .map_err(|e| DeviceError(format!("cannot watch AF_XDP socket {name}: {e}")))?;
+        let ring = Rc::new(XdpRingSource {
+            probe: self.xdp.rx_probe(),
+            ready,
+        });
+        let polled = match reactor::register_polled(ring) {
+            Ok(polled) => polled,
+            Err(e) => {
+                let _ = reactor::deregister(self.xdp.as_fd(), token);
+                return Err(DeviceError(format!(
+                    "cannot poll AF_XDP socket {name}'s ring: {e}"
+                )));
+            }
+        };
+        self.token = Some((token, polled));
         Ok(())
     }
 
     fn unwatch(&mut self) {
-        if let Some(token) = self.token.take() {
+        if let Some((token, polled)) = self.token.take() {
             let _ = reactor::deregister(self.xdp.as_fd(), token);
+            reactor::deregister_polled(polled);
         }
     }
 

@@ -1,8 +1,15 @@
-//! The per-core readiness reactor: which source owns which epoll token.
+//! The per-core readiness reactor: which source owns which epoll token, and which
+//! devices the core polls in memory.
 //!
 //! Sockets register with the calling core's epoll instance, edge-triggered, and get a
 //! token; when the loop's device-event step sees readiness for a token, the reactor calls
 //! that source. All of it is thread-local to the core.
+//!
+//! A device whose rings live in memory shared with the kernel (an AF_XDP socket) also
+//! registers a [`PolledSource`]: while the core polls without waiting, the platform asks
+//! it first — a load, no system call — and asks epoll only every
+//! [`EPOLL_INTERVAL`](crate::platform::EPOLL_INTERVAL) (see `HostedPlatform::poll_events`).
+//! Its descriptor stays in epoll too, for the core's sleeps.
 
 use rustix::event::epoll::{self, Event, EventData, EventFlags};
 use rustix::fd::{AsFd, OwnedFd};
@@ -16,6 +23,20 @@ pub trait Source {
     fn ready(self: Rc<Self>, flags: EventFlags);
 }
 
+/// A device its core can poll in memory, without a system call.
+pub trait PolledSource {
+    /// Whether the device may have work (cheap: loads from shared memory). May be
+    /// spurious, never missing what the device's epoll readiness would have reported.
+    fn has_work(&self) -> bool;
+
+    /// Work was seen: let the device's owner poll it.
+    fn dispatch(self: Rc<Self>);
+}
+
+/// A memory-polled registration's name, to remove it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolledToken(u64);
+
 /// A registration's name in its core's reactor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Token(u64);
@@ -24,12 +45,15 @@ struct CoreReactor {
     epoll: OwnedFd,
     sources: Vec<Option<Rc<dyn Source>>>,
     free: Vec<usize>,
+    polled: Vec<(PolledToken, Rc<dyn PolledSource>)>,
+    next_polled: u64,
 }
 
 thread_local! {
     static REACTOR: RefCell<Option<CoreReactor>> = const { RefCell::new(None) };
     static EVENTS: RefCell<Vec<Event>> = RefCell::new(Vec::with_capacity(256));
     static REGISTERED: Cell<usize> = const { Cell::new(0) };
+    static POLLED: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Attaches the calling thread to its core's epoll instance `epoll` (the runtime does
@@ -41,6 +65,8 @@ pub(crate) fn enter(epoll: &OwnedFd) -> io::Result<()> {
             epoll,
             sources: Vec::new(),
             free: Vec::new(),
+            polled: Vec::new(),
+            next_polled: 0,
         })
     });
     Ok(())
@@ -51,6 +77,7 @@ pub(crate) fn leave() {
     let reactor = REACTOR.with(|r| r.borrow_mut().take());
     drop(reactor);
     REGISTERED.with(|c| c.set(0));
+    POLLED.with(|c| c.set(0));
 }
 
 pub(crate) fn with_event_buffer<R>(f: impl FnOnce(&mut Vec<Event>) -> R) -> R {
@@ -103,6 +130,54 @@ pub fn deregister(fd: impl AsFd, token: Token) -> io::Result<()> {
         epoll::delete(&reactor.epoll, fd)?;
         Ok(())
     })
+}
+
+/// Adds `source` to the calling core's memory-polled devices.
+pub fn register_polled(source: Rc<dyn PolledSource>) -> io::Result<PolledToken> {
+    let token = with_reactor(|reactor| {
+        let token = PolledToken(reactor.next_polled);
+        reactor.next_polled += 1;
+        reactor.polled.push((token, source));
+        Ok(token)
+    })?;
+    POLLED.with(|c| c.set(c.get() + 1));
+    Ok(token)
+}
+
+/// Removes a memory-polled registration of the calling core; unknown tokens are ignored.
+pub fn deregister_polled(token: PolledToken) {
+    let removed = with_reactor(|reactor| {
+        let before = reactor.polled.len();
+        reactor.polled.retain(|(t, _)| *t != token);
+        Ok(before - reactor.polled.len())
+    })
+    .unwrap_or(0);
+    POLLED.with(|c| c.set(c.get() - removed));
+}
+
+/// Whether the calling core has memory-polled devices (one thread-local load).
+pub(crate) fn polls_memory() -> bool {
+    POLLED.with(Cell::get) > 0
+}
+
+/// Dispatches the calling core's memory-polled devices that have work; returns how many.
+pub(crate) fn poll_memory() -> usize {
+    // Collected first: a dispatch polls the stack, which may register or deregister.
+    let ready: Vec<Rc<dyn PolledSource>> = REACTOR.with(|r| {
+        r.borrow().as_ref().map_or_else(Vec::new, |reactor| {
+            reactor
+                .polled
+                .iter()
+                .filter(|(_, source)| source.has_work())
+                .map(|(_, source)| source.clone())
+                .collect()
+        })
+    });
+    let found = ready.len();
+    for source in ready {
+        source.dispatch();
+    }
+    found
 }
 
 /// How many sources the calling core has registered.

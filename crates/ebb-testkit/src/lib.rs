@@ -39,6 +39,7 @@
 
 pub mod guests;
 pub mod lines;
+pub mod memccapable;
 pub mod netcheck;
 pub mod netns;
 pub mod veth;

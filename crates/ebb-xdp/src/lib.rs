@@ -218,6 +218,22 @@ pub struct XdpStats {
     pub native: bool,
 }
 
+/// Whether an [`XdpDevice`]'s RX ring holds frames not yet taken: two loads from the
+/// ring's shared memory, no system call. Made by [`XdpDevice::rx_probe`]; it can be kept
+/// apart from the device (by the runtime's poll list while the stack owns the device)
+/// and may outlive it. A `true` may be spurious (frames being taken at that moment),
+/// never a missed frame: after it says `false`, a frame that arrives makes the socket
+/// readable in epoll as before.
+#[derive(Clone, Debug)]
+pub struct RxProbe(sys::RingProbe);
+
+impl RxProbe {
+    /// Whether frames wait on the RX ring.
+    pub fn has_received(&self) -> bool {
+        self.0.has_entries()
+    }
+}
+
 /// One interface queue over AF_XDP: see the module docs.
 #[derive(Debug)]
 pub struct XdpDevice {
@@ -460,6 +476,13 @@ impl XdpDevice {
     /// call).
     pub fn has_received(&self) -> bool {
         self.rx.has_entries()
+    }
+
+    /// A handle that answers [`has_received`](Self::has_received) without the device:
+    /// what the runtime of the device's core polls while it spins before sleeping, so
+    /// that spinning makes no system call (see [`RxProbe`]).
+    pub fn rx_probe(&self) -> RxProbe {
+        RxProbe(self.rx.map.probe())
     }
 
     /// Longest frame sent or received (Ethernet header included).

@@ -186,7 +186,8 @@ impl Umem {
 /// One of the four rings, mapped from the socket.
 #[derive(Debug)]
 pub(crate) struct RingMap {
-    map: Mapping,
+    /// Shared with the ring's [`RingProbe`]s, which may outlive the socket.
+    map: Arc<Mapping>,
     producer: usize,
     consumer: usize,
     flags: usize,
@@ -200,6 +201,35 @@ pub(crate) struct RingMap {
 // SAFETY: the mapping is shared only with the kernel, not with other threads of ours;
 // moving the owner moves the only user-space handle.
 unsafe impl Send for RingMap {}
+
+/// A ring's producer and consumer words, read-only: what a core spinning before it
+/// sleeps loads instead of asking epoll (`XdpDevice::rx_probe`). It keeps the ring's
+/// mapping alive (a mapping stays valid after its socket is closed), so it may outlive
+/// the device; it then reports what the ring held when the socket closed.
+#[derive(Clone, Debug)]
+pub(crate) struct RingProbe {
+    map: Arc<Mapping>,
+    producer: usize,
+    consumer: usize,
+}
+
+impl RingProbe {
+    fn word(&self, offset: usize) -> &AtomicU32 {
+        // SAFETY: `offset` is the producer or consumer offset of the `RingMap` this probe
+        // was made from, checked there to be 4-aligned and inside this same mapping,
+        // which the `Arc` keeps mapped; the kernel and the consumer access the word
+        // atomically too.
+        unsafe { &*self.map.ptr.as_ptr().add(offset).cast::<AtomicU32>() }
+    }
+
+    /// Whether entries are published that the consumer has not released (two loads).
+    /// The consumer releases only after taking, so a `true` may be entries it is
+    /// taking right now: spurious, never missing.
+    pub(crate) fn has_entries(&self) -> bool {
+        let producer = self.word(self.producer).load(Ordering::Acquire);
+        producer != self.word(self.consumer).load(Ordering::Relaxed)
+    }
+}
 
 /// Which ring to map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,7 +255,7 @@ impl RingMap {
             RingKind::Completion => (libc::XDP_UMEM_PGOFF_COMPLETION_RING, 8),
         };
         let len = offsets.desc as usize + size as usize * entry;
-        let map = Mapping::ring(fd, page, len)?;
+        let map = Arc::new(Mapping::ring(fd, page, len)?);
         // A 4-byte word, aligned, in front of the entries.
         let word_ok = |offset: u64| offset.is_multiple_of(4) && offset + 4 <= offsets.desc;
         let sound = word_ok(offsets.producer)
@@ -273,6 +303,16 @@ impl RingMap {
 
     pub(crate) fn store_consumer(&self, value: u32) {
         self.word(self.consumer).store(value, Ordering::Release)
+    }
+
+    /// A handle that tells, from any later point and without the ring, whether the
+    /// kernel has produced entries the consumer has not released.
+    pub(crate) fn probe(&self) -> RingProbe {
+        RingProbe {
+            map: self.map.clone(),
+            producer: self.producer,
+            consumer: self.consumer,
+        }
     }
 
     /// Whether the kernel asked to be woken (`XDP_RING_NEED_WAKEUP`).

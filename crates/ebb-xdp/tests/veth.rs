@@ -95,6 +95,44 @@ fn answers_ping_from_linux_through_the_byte_slice_api() {
     assert!(stats.native, "veth runs XDP in driver mode");
 }
 
+/// The probe kept apart from the device sees a frame arrive, stops seeing it once the
+/// device took it, and stays safe to ask after the device is gone.
+#[test]
+fn the_rx_probe_sees_arrivals_without_the_device() {
+    let test = "ebb-xdp::the_rx_probe_sees_arrivals_without_the_device";
+    if need_veth(test, &["ping"]).is_none() {
+        return;
+    }
+    let veth = VethPair::create(test, "xq", "10.77.0.1/24");
+    let mut device = XdpDevice::open(&XdpConfig::new(veth.device.clone()))
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let probe = device.rx_probe();
+    assert!(!probe.has_received(), "nothing sent yet");
+    // One ARP request for our address (no answer: ping gives up after a second).
+    let mut ping = veth
+        .ns
+        .exec(&["ping", "-c", "1", "-W", "1", "10.77.0.2"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run ping");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !probe.has_received() {
+        assert!(
+            Instant::now() < deadline,
+            "{test}: the probe never saw a frame"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(device.has_received(), "the device agrees with its probe");
+    let mut frames = 0;
+    device.receive_with(64, |_| frames += 1);
+    assert!(frames >= 1);
+    assert!(!probe.has_received(), "taken frames are not reported again");
+    let _ = ping.wait();
+    drop(device);
+    let _ = probe.has_received(); // the mapping outlives the socket
+}
+
 #[test]
 fn transmit_with_fills_a_chunk_and_back_pressure_is_reported() {
     let test = "ebb-xdp::transmit_with_fills_a_chunk_and_back_pressure_is_reported";

@@ -85,6 +85,7 @@ pub use ebb_core::{CoreId, Ebb, EbbRef, Instant, future, rcu};
 pub mod __private {
     pub use crate::platform::entry::*;
     pub use crate::platform::{eprint, print};
+    pub use alloc::string::String;
 }
 
 /// Declares the app's entry point: `ebb::main!(app_main);` with `async fn app_main() -> i32`
@@ -99,10 +100,20 @@ pub mod __private {
 ///   failure with 1.
 /// * Native, it is `ebb_native::runtime_entry!(app_main)`: an event loop on every vCPU,
 ///   `app_main` as core 0's first task, the VM's exit code is its result.
+///
+/// `ebb::main!(app_main, cores = requested)` with `fn requested(args: &[String]) ->
+/// Option<usize>`: an app whose own flag sets its core count (memcached's `-t N`).
+/// Hosted, the runtime starts with `requested(&ebb::args())` cores when that is `Some`
+/// (an `EBB_CPUS` that says otherwise is refused, exit 2: [`hosted_cores_for`]);
+/// natively the vCPUs decide and `requested` is not called (`ebb run` reads the flag
+/// instead when no `--cpus` is given; see ebb-cli).
 #[macro_export]
 macro_rules! main {
     ($main:path) => {
         $crate::__entry!($main);
+    };
+    ($main:path, cores = $cores:path) => {
+        $crate::__entry!($main, cores = $cores);
     };
 }
 

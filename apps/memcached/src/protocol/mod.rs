@@ -21,8 +21,9 @@
 //! | `gat 10` (no key)              | `CLIENT_ERROR bad command line format` | `END` |
 //! | `set k x 0 3` (bad flags)      | bad format, data block swallowed       | bad format, block read as commands |
 //! | `cas k 0 0 1` (no CAS)         | bad format, data block swallowed       | `ERROR`, block read as commands |
-//! | `delete k 1`                   | deletes `k` (arguments ignored)        | `CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]` |
+//! | `delete` with tokens after the key other than `0`, `noreply`, `0 noreply` (`delete k 1`, `delete a b c d`) | deletes the key (the rest ignored; `noreply` if the last token is) | `CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]` (silent if the last token is `noreply`) |
 //! | `shutdown`                     | `SERVER_ERROR: shutdown not enabled`   | `ERROR: shutdown not enabled` |
+//! | `touch`/`gat` with an exptime beyond `i32` (`touch k 4294967297`) | `CLIENT_ERROR invalid exptime argument` | truncated to 32 bits (`safe_strtol` into an `int32_t`) |
 //!
 //! Deliberate differences from both: a line longer than 2048 bytes is judged by its
 //! content, not by how it was segmented (see `text`); an unknown binary opcode swallows

@@ -409,11 +409,34 @@ fn text_arith_touch_delete() {
             text_to(true)
         )
     );
-    // 1.6.40+: further arguments are ignored.
-    assert!(matches!(
-        req(b"delete k 0\r\n").request,
-        Request::Delete { .. }
-    ));
+    // 1.6.45 (process_delete_cmd after _process_request_simple(pr, 2)): every token
+    // after the key is ignored; noreply is the last token's being `noreply`.
+    let deletes: &[(&[u8], &str, bool)] = &[
+        (b"delete k\r\n", "k", false),
+        (b"delete k 0\r\n", "k", false),
+        (b"delete k 1\r\n", "k", false),
+        (b"delete k 0 noreply\r\n", "k", true),
+        (b"delete a b c d\r\n", "a", false),
+        (b"delete a b c d e\r\n", "a", false),
+        (b"delete k noreply x\r\n", "k", false),
+        (b"delete k x y noreply\r\n", "k", true),
+        (b"delete noreply\r\n", "noreply", true),
+    ];
+    for &(line, k, noreply) in deletes {
+        let c = req(line);
+        assert_eq!(
+            (c.request, c.reply_to),
+            (
+                Request::Delete {
+                    key: key(k),
+                    cas: 0
+                },
+                text_to(noreply)
+            ),
+            "{:?}",
+            line.escape_ascii().to_string()
+        );
+    }
     assert_eq!(err(&one(b"delete\r\n")).1, BAD_FORMAT);
     let mut long = b"delete ".to_vec();
     long.extend_from_slice(&[b'k'; 251]);

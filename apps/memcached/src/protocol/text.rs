@@ -462,26 +462,19 @@ fn touch(t: &Tokens<'_>) -> Line {
     )
 }
 
-/// memcached 1.6.18's reply to a `delete` with arguments it does not take.
-const DELETE_USAGE: &[u8] =
-    b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n";
-
-/// `delete <key> [0] [noreply]`, checked as memcached 1.6.18 does (Debian 12's, and what
-/// `memccapable` tests: `delete a b c d e` is refused with a usage line); 1.6.40 and later
-/// ignore further arguments instead.
+/// `delete <key> ...` as memcached 1.6.45 parses it (`proto_parser.c`: the `delete` case
+/// is `_process_request_simple(pr, 2)`, then `process_delete_cmd`): at least a key; every
+/// further token is ignored (1.6.45 removed the old `delay` argument check, "a
+/// compatibility bodge from a decade ago"), and the request is `noreply` when its last
+/// token is `noreply` — so `delete a b c d` deletes `a`, `delete k 1` deletes `k`,
+/// `delete k noreply x` is answered and `delete noreply` quietly deletes the key
+/// `noreply`. 1.6.18 refuses all but `delete <key> [0] [noreply]` with a usage line
+/// (the module's table; libmemcached's `memccapable` expects that refusal).
 fn delete(t: &Tokens<'_>) -> Line {
     if t.len() < 2 {
         return Line::refused(ErrorKind::BadFormat, BAD_FORMAT, false);
     }
     let noreply = t.noreply();
-    if t.len() > 2 {
-        let hold_is_zero = t.get(2) == Some(&b"0"[..]);
-        let valid = (t.len() == 3 && (hold_is_zero || noreply))
-            || (t.len() == 4 && hold_is_zero && noreply);
-        if !valid {
-            return Line::refused(ErrorKind::BadFormat, DELETE_USAGE, noreply);
-        }
-    }
     let key = t.get(1).unwrap_or_default();
     if key.len() > KEY_MAX_LENGTH {
         return Line::refused(ErrorKind::BadFormat, BAD_FORMAT, noreply);

@@ -3,6 +3,7 @@
 //! connection paused while its replies wait, and its unparsed input kept within bounds.
 
 use alloc::sync::Arc;
+use core::net::SocketAddr;
 use core::sync::atomic::Ordering;
 
 use ebb::net::{CloseReason, IOBuf, IOBufChain, TcpConnection, TcpHandler};
@@ -10,7 +11,7 @@ use ebb::net::{CloseReason, IOBuf, IOBufChain, TcpConnection, TcpHandler};
 use super::input::{
     COMPACT_SLACK, INPUT_ALLOWANCE, OUT_OF_MEMORY_READING, compact, footprint, occupied,
 };
-use super::{Server, core_index, now_unix};
+use super::{Registration, Server, core_index, now_unix};
 use crate::protocol::{
     Keys, Limits, Parsed, Parser, Protocol, REPLY_BUFFER, ReplyTo, Response, encode, encode_reusing,
 };
@@ -25,9 +26,9 @@ pub const MAX_QUEUED_REPLY: usize = 4 << 20;
 const FLUSH_AT: usize = 256 << 10;
 
 impl Server {
-    /// The handler for a newly accepted connection, or `None` when `-c` is reached (the
-    /// caller sends memcached's refusal and closes).
-    pub fn accept(self: &Arc<Self>) -> Option<McConnection> {
+    /// The handler for a newly accepted connection from `peer` to our `local` address,
+    /// or `None` when `-c` is reached (the caller sends memcached's refusal and closes).
+    pub fn accept(self: &Arc<Self>, peer: SocketAddr, local: SocketAddr) -> Option<McConnection> {
         let open = self.connections.curr.fetch_add(1, Ordering::Relaxed) + 1;
         if open > self.settings.max_connections {
             self.connections.curr.fetch_sub(1, Ordering::Relaxed);
@@ -49,6 +50,7 @@ impl Server {
             counted: true,
             pending_get: None,
             reply_buffer: IOBuf::new(),
+            registration: self.register(peer, local, now_unix()),
         })
     }
 }
@@ -79,6 +81,8 @@ pub struct McConnection {
     /// the connection has sent it and let go, the next reply is copied into the same
     /// region — no allocation — as the socket layer does with its receive buffers.
     pub(super) reply_buffer: IOBuf,
+    /// Its entry in `stats conns`, removed when the handler goes.
+    pub(super) registration: Registration,
 }
 
 /// A `get` whose reply is being built: its keys, and the next one to answer.
@@ -94,6 +98,12 @@ impl McConnection {
     fn process(&mut self, conn: &dyn TcpConnection) {
         let mut out = IOBufChain::new();
         let cx = Ctx::new(now_unix(), core_index());
+        // `secs_since_last_cmd`: once per batch, a relaxed store to this connection's
+        // own entry.
+        self.registration
+            .entry
+            .last_cmd
+            .store(cx.now, Ordering::Relaxed);
         while !self.closing {
             if self.pending_get.is_some() {
                 if self.continue_get(cx, &mut out) && self.flush(conn, &mut out) {
@@ -278,6 +288,10 @@ impl McConnection {
             .fetch_add(len as u64, Ordering::Relaxed);
         if refused && conn.queued_bytes() > MAX_QUEUED_REPLY {
             self.paused = true;
+            self.registration
+                .entry
+                .paused
+                .store(true, Ordering::Relaxed);
             conn.set_receive_window_open(false);
             return true;
         }
@@ -312,6 +326,10 @@ impl TcpHandler for McConnection {
     fn send_window_increased(&mut self, conn: &dyn TcpConnection) {
         if self.paused {
             self.paused = false;
+            self.registration
+                .entry
+                .paused
+                .store(false, Ordering::Relaxed);
             conn.set_receive_window_open(true);
             self.serve(conn);
         }

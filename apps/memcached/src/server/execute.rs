@@ -88,7 +88,10 @@ impl McConnection {
                 encode(to, &Response::Ok, out);
             }
             Request::Version => encode(to, &Response::Version(VERSION), out),
-            Request::Stats { args } => self.server.stats(&args, to, out),
+            Request::Stats { args } => {
+                let asking = &self.registration.entry;
+                self.server.stats(&args, asking, to, out)
+            }
             Request::Verbosity { .. } => encode(to, &Response::Ok, out),
             Request::Quit => {
                 encode(to, &Response::Quit, out);

@@ -32,7 +32,7 @@
 //! * `execute` — one function per command, run against the store;
 //! * `input` — measuring and compacting a connection's unparsed input;
 //! * `stats` — the `stats` command's groups;
-//! * `conn_stats` — [`ConnectionStats`];
+//! * `conn_stats` — [`ConnectionStats`], and [`ConnRegistry`] for `stats conns`;
 //! * `settings` — [`Settings`] and the memory they imply ([`memory_needed`]).
 
 mod conn_stats;
@@ -44,7 +44,7 @@ mod stats;
 
 use alloc::sync::Arc;
 
-pub use conn_stats::ConnectionStats;
+pub use conn_stats::{ConnEntry, ConnRegistry, ConnectionStats, Registration};
 pub use connection::{MAX_QUEUED_REPLY, McConnection};
 pub use input::{INPUT_ALLOWANCE, OUT_OF_MEMORY_READING};
 pub use settings::{NETWORK_RESERVE_PER_CORE, Settings, describe, memory_needed};
@@ -67,6 +67,8 @@ pub struct Server {
     pub settings: Settings,
     /// Connection counters.
     pub connections: ConnectionStats,
+    /// The open connections and the listening address (`stats conns`).
+    pub conns: ConnRegistry,
     /// The most memory all connections' unparsed input may hold before connections
     /// holding more than [`INPUT_ALLOWANCE`] are refused: a quarter of `-m`, at least
     /// 4 MiB — beside the items, which `-m` bounds, what partial requests (a large
@@ -129,6 +131,7 @@ impl Server {
             input_limit: input_limit(&settings),
             settings,
             connections: ConnectionStats::default(),
+            conns: ConnRegistry::default(),
             started: now_unix(),
         })
     }

@@ -54,6 +54,8 @@ pub(super) struct Item {
     pub(super) value: Value,
     /// Bytes accounted to this item against the memory limit.
     pub(super) size: usize,
+    /// Its size class (`classes`), by `size`.
+    pub(super) class: u8,
     /// This item's index in its shard's CLOCK ring; fixed for the item's life.
     pub(super) slot: usize,
     /// CLOCK's second-chance bit: set by reads, cleared by the hand.

@@ -115,6 +115,7 @@
 //! * Nothing here panics on any input; refusals are values ([`StoreError`], the
 //!   outcome enums).
 
+mod classes;
 mod item;
 mod memory;
 mod numeric;
@@ -122,6 +123,7 @@ mod stats;
 #[cfg(test)]
 mod tests;
 
+pub use classes::{CLASS_COUNTERS, ClassCounter, ClassStats, MAX_CLASSES};
 pub use item::{REALTIME_MAXDELTA, UnixTime, absolute_expiry};
 pub use memory::{FailingMemory, HeapMemory, ItemMemory, Packing, VALUE_PIECE, allocation_size};
 pub use stats::Stats;
@@ -129,6 +131,7 @@ pub use stats::Stats;
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use classes::{CLASS_COUNTER_ORDER, ClassCounters, class_of};
 use core::hash::BuildHasher;
 use core::mem::size_of;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -349,6 +352,13 @@ pub enum ArithOutcome {
 }
 
 /// What a write decided, given the key's live item (if any).
+/// What [`Store::mutate`] wrote: the new item's CAS id and size class.
+#[derive(Clone, Copy, Debug)]
+struct Written {
+    cas: u64,
+    class: u8,
+}
+
 enum Plan {
     /// Leave the key as it is.
     Keep,
@@ -430,6 +440,10 @@ pub struct Store {
     shared: Padded<WriteShared>,
     flush: Padded<FlushState>,
     counters: Counters,
+    /// The size classes' chunk sizes, by id ([`classes`]).
+    chunk_sizes: Box<[usize]>,
+    /// What is counted per size class.
+    class_counters: ClassCounters,
     /// Where the next sweep starts: (shard, slot).
     sweep_at: spin::Mutex<(usize, usize)>,
 }
@@ -479,6 +493,8 @@ impl Store {
                 oldest_cas: AtomicU64::new(0),
             }),
             counters: Counters::new(config.cores),
+            chunk_sizes: classes::chunk_sizes(),
+            class_counters: ClassCounters::new(config.cores),
             sweep_at: spin::Mutex::new((0, 0)),
             config,
         }
@@ -502,6 +518,10 @@ impl Store {
 
     fn count(&self, cx: Ctx, counter: Counter) {
         self.counters.bump(cx.core, counter);
+    }
+
+    fn count_class(&self, cx: Ctx, class: u8, counter: ClassCounter) {
+        self.class_counters.bump(cx.core, class, counter);
     }
 
     /// Whether `flush_all` invalidated `item` as of `now`.
@@ -543,7 +563,7 @@ impl Store {
             return None;
         };
         enum Found {
-            Live(MetaHit),
+            Live(MetaHit, u8),
             Flushed(Arc<Item>),
             Expired(Arc<Item>),
         }
@@ -557,21 +577,25 @@ impl Store {
                 if bump {
                     item.mark_read();
                 }
-                Found::Live(MetaHit {
-                    hit: Hit {
-                        flags: item.flags,
-                        cas: item.cas,
-                        value: item.value.to_chain(),
+                Found::Live(
+                    MetaHit {
+                        hit: Hit {
+                            flags: item.flags,
+                            cas: item.cas,
+                            value: item.value.to_chain(),
+                        },
+                        exptime: item.exptime.load(Ordering::Relaxed),
+                        time: item.time,
+                        fetched,
                     },
-                    exptime: item.exptime.load(Ordering::Relaxed),
-                    time: item.time,
-                    fetched,
-                })
+                    item.class,
+                )
             }
         });
         let dead = match found {
-            Some(Found::Live(hit)) => {
+            Some(Found::Live(hit, class)) => {
                 self.count(cx, Counter::GetHits);
+                self.count_class(cx, class, ClassCounter::GetHits);
                 return Some(hit);
             }
             None => None,
@@ -615,9 +639,11 @@ impl Store {
         let exptime = absolute_expiry(exptime, cx.now);
         // Under the shard lock, so that a touch cannot revive an item that a sweep or
         // the CLOCK hand is removing as expired.
+        let mut class = 0;
         let hit = self
             .mutate(cx, key, |live| {
                 let hit = live.map(|item| {
+                    class = item.class;
                     let old = item.exptime.swap(exptime, Ordering::Relaxed);
                     let fetched = item.was_fetched();
                     if bump {
@@ -646,6 +672,9 @@ impl Store {
                 Counter::TouchMisses
             },
         );
+        if hit.is_some() {
+            self.count_class(cx, class, ClassCounter::TouchHits);
+        }
         hit
     }
 
@@ -696,12 +725,18 @@ impl Store {
         };
         self.count(cx, Counter::CmdSet);
         let exptime = absolute_expiry(exptime, cx.now);
+        // memcached counts a cas on the present item's class.
+        let mut present_class = 0;
         let result = self.mutate(cx, key, |live| {
+            present_class = live.map_or(0, |item| item.class);
             Self::plan_store(mode, append_cas, live, flags, exptime, value)
         });
         let outcome = match result {
-            Ok((outcome, cas)) => match (outcome, cas) {
-                (StoreOutcome::Stored { .. }, Some(cas)) => StoreOutcome::Stored { cas },
+            Ok((outcome, written)) => match (outcome, written) {
+                (StoreOutcome::Stored { .. }, Some(written)) => {
+                    self.count_class(cx, written.class, ClassCounter::CmdSet);
+                    StoreOutcome::Stored { cas: written.cas }
+                }
                 (StoreOutcome::Stored { .. }, None) => StoreOutcome::NotStored,
                 (other, _) => other,
             },
@@ -724,6 +759,15 @@ impl Store {
                     _ => Counter::CasMisses,
                 },
             );
+            match outcome {
+                StoreOutcome::Stored { .. } => {
+                    self.count_class(cx, present_class, ClassCounter::CasHits)
+                }
+                StoreOutcome::Exists => {
+                    self.count_class(cx, present_class, ClassCounter::CasBadval)
+                }
+                _ => {}
+            }
         }
         Ok(outcome)
     }
@@ -804,15 +848,22 @@ impl Store {
     /// `md`: removes the key's live item, only if its CAS id is `cas` when given (`C0`
     /// matches no item: memcached's meta delete compares even a zero).
     pub fn delete_if(&self, cx: Ctx, key: &[u8], cas: Option<u64>) -> DeleteOutcome {
+        let mut class = 0;
         let outcome = self
             .mutate(cx, key, |live| match live {
                 None => (Plan::Keep, DeleteOutcome::NotFound),
                 Some(item) if cas.is_some_and(|c| item.cas != c) => {
                     (Plan::Keep, DeleteOutcome::Exists)
                 }
-                Some(_) => (Plan::Remove, DeleteOutcome::Deleted),
+                Some(item) => {
+                    class = item.class;
+                    (Plan::Remove, DeleteOutcome::Deleted)
+                }
             })
             .map_or(DeleteOutcome::NotFound, |(o, _)| o);
+        if outcome == DeleteOutcome::Deleted {
+            self.count_class(cx, class, ClassCounter::DeleteHits);
+        }
         self.count(
             cx,
             match outcome {
@@ -846,10 +897,18 @@ impl Store {
             created: false,
         };
         let meta_ref = &mut meta;
-        let (hit, miss) = if op.incr {
-            (Counter::IncrHits, Counter::IncrMisses)
+        let (hit, miss, class_hit) = if op.incr {
+            (
+                Counter::IncrHits,
+                Counter::IncrMisses,
+                ClassCounter::IncrHits,
+            )
         } else {
-            (Counter::DecrHits, Counter::DecrMisses)
+            (
+                Counter::DecrHits,
+                Counter::DecrMisses,
+                ClassCounter::DecrHits,
+            )
         };
         let (outcome, cas) = self.mutate(cx, key, |live| {
             let Some(item) = live else {
@@ -882,6 +941,7 @@ impl Store {
                 return (Plan::Keep, ArithOutcome::NonNumeric);
             };
             self.count(cx, hit);
+            self.count_class(cx, item.class, class_hit);
             let value = if op.incr {
                 current.wrapping_add(op.delta)
             } else {
@@ -899,7 +959,10 @@ impl Store {
             )
         })?;
         let outcome = match (outcome, cas) {
-            (ArithOutcome::Value { value, .. }, Some(cas)) => ArithOutcome::Value { value, cas },
+            (ArithOutcome::Value { value, .. }, Some(written)) => ArithOutcome::Value {
+                value,
+                cas: written.cas,
+            },
             (other, _) => other,
         };
         Ok((outcome, meta))
@@ -977,17 +1040,55 @@ impl Store {
         stats
     }
 
+    /// Every size class that holds items or has counted something, by id: the
+    /// counters, and the items, bytes and oldest item found by walking every shard
+    /// (each shard's lock held while its ring is read: for `stats slabs`/`stats items`,
+    /// not for a hot path).
+    pub fn class_stats(&self, now: UnixTime) -> Vec<ClassStats> {
+        let mut classes: Vec<ClassStats> = (0..MAX_CLASSES)
+            .map(|id| ClassStats {
+                id: id as u8,
+                chunk_size: self.chunk_sizes.get(id).copied().unwrap_or(0),
+                ..ClassStats::default()
+            })
+            .collect();
+        let mut oldest: Vec<Option<UnixTime>> = alloc::vec![None; MAX_CLASSES];
+        for shard in self.shards.iter() {
+            let ring = shard.ring.lock();
+            for item in ring.clock.iter().flatten() {
+                let id = usize::from(item.class);
+                if let Some(class) = classes.get_mut(id) {
+                    class.items += 1;
+                    class.bytes += item.size as u64;
+                    let o = &mut oldest[id];
+                    *o = Some(o.map_or(item.time, |t| t.min(item.time)));
+                }
+            }
+        }
+        for class in &mut classes {
+            let id = class.id;
+            class.age = oldest[usize::from(id)].map_or(0, |t| now.saturating_sub(t));
+            for (at, counter) in class.counters.iter_mut().enumerate() {
+                *counter = self.class_counters.sum(id, CLASS_COUNTER_ORDER[at]);
+            }
+            class.evicted_time = self.class_counters.evicted_time(id);
+        }
+        classes.retain(|c| c.id != 0 && (c.items != 0 || c.counters.iter().any(|&n| n != 0)));
+        classes
+    }
+
     // ----- the write path -----
 
     /// Runs one write on `key` under its shard's lock: `f` sees the live item (an
     /// expired or flushed one counts as absent, and is removed) and decides; the plan
-    /// is carried out. Returns `f`'s result and, if an item was written, its CAS id.
+    /// is carried out. Returns `f`'s result and, if an item was written, its CAS id and
+    /// size class.
     fn mutate<T>(
         &self,
         cx: Ctx,
         key: &[u8],
         f: impl FnOnce(Option<&Item>) -> (Plan, T),
-    ) -> Result<(T, Option<u64>), StoreError> {
+    ) -> Result<(T, Option<Written>), StoreError> {
         let (index, shard) = self.shard_for(key).ok_or(StoreError::BadKey)?;
         let mut ring = shard.ring.lock();
         // Under the shard lock, no write can change the key meanwhile.
@@ -1014,7 +1115,10 @@ impl Store {
         };
         let old_size = current.as_ref().map_or(0, |c| c.size);
         let pinned = current.as_ref();
+        // The class of the item being written, for an `outofmemory` refusal.
+        let mut class = 0;
         let sized = self.size_value(key, flags, value).and_then(|planned| {
+            class = class_of(&self.chunk_sizes, planned.size);
             let growth = planned.size.saturating_sub(old_size);
             self.reserve(cx, index, &mut ring, growth, pinned)?;
             match self.keep(planned.value) {
@@ -1037,6 +1141,7 @@ impl Store {
             Err(e) => {
                 if e == StoreError::OutOfMemory {
                     self.count(cx, Counter::OutOfMemory);
+                    self.count_class(cx, class, ClassCounter::OutOfMemory);
                 }
                 if let Some(c) = current.as_ref().filter(|_| dead) {
                     self.unlink_dead(cx, shard, &mut ring, c);
@@ -1056,6 +1161,7 @@ impl Store {
             None => ring.alloc_slot(),
         };
         let cas = self.shared.0.next_cas.fetch_add(1, Ordering::Relaxed);
+        let item_class = class_of(&self.chunk_sizes, size);
         let item = Arc::new(Item {
             key: key.into(),
             flags,
@@ -1064,6 +1170,7 @@ impl Store {
             cas,
             value,
             size,
+            class: item_class,
             slot,
             referenced: AtomicBool::new(false),
             fetched: AtomicBool::new(false),
@@ -1074,8 +1181,10 @@ impl Store {
             }
             Some(c) if dead => {
                 self.count(cx, Counter::Reclaimed);
+                self.count_class(cx, c.class, ClassCounter::Reclaimed);
                 if !c.was_fetched() {
                     self.count(cx, Counter::ExpiredUnfetched);
+                    self.count_class(cx, c.class, ClassCounter::ExpiredUnfetched);
                 }
             }
             Some(_) => {}
@@ -1085,7 +1194,11 @@ impl Store {
         }
         shard.map.insert(KeyRef(item.clone()), item);
         self.count(cx, Counter::TotalItems);
-        Ok((out, Some(cas)))
+        let written = Written {
+            cas,
+            class: item_class,
+        };
+        Ok((out, Some(written)))
     }
 
     /// How an item with `key` and `value` will be kept and what it will occupy, unless
@@ -1246,11 +1359,21 @@ impl Store {
             if dead {
                 self.unlink_dead(cx, shard, ring, &item);
                 self.count(cx, Counter::Reclaimed);
+                self.count_class(cx, item.class, ClassCounter::Reclaimed);
             } else {
                 self.unlink(shard, ring, &item);
                 self.count(cx, Counter::Evictions);
+                self.count_class(cx, item.class, ClassCounter::Evicted);
+                if item.exptime.load(Ordering::Relaxed) != 0 {
+                    self.count_class(cx, item.class, ClassCounter::EvictedNonzero);
+                }
+                // memcached's is the time since the item's last access; ours since it
+                // was stored (items keep no access time: a read writes nothing).
+                self.class_counters
+                    .set_evicted_time(item.class, cx.now.saturating_sub(item.time));
                 if !item.was_fetched() {
                     self.count(cx, Counter::EvictedUnfetched);
+                    self.count_class(cx, item.class, ClassCounter::EvictedUnfetched);
                 }
             }
             return Some(item.size);
@@ -1262,6 +1385,7 @@ impl Store {
     fn unlink_dead(&self, cx: Ctx, shard: &Shard, ring: &mut Ring, item: &Arc<Item>) {
         if item.expired(cx.now) && !item.was_fetched() {
             self.count(cx, Counter::ExpiredUnfetched);
+            self.count_class(cx, item.class, ClassCounter::ExpiredUnfetched);
         }
         self.unlink(shard, ring, item);
     }

@@ -1436,3 +1436,56 @@ fn random_allocation_failures_never_lose_or_corrupt_a_stored_value() {
     assert_eq!(s.stats().outofmemory, refused);
     assert!(s.stats().evictions > 0);
 }
+
+/// The per-class statistics add up to the store's totals, each item in the class of its
+/// accounted size, and evictions are counted in the evicted items' classes.
+#[test]
+fn class_stats_add_up_to_the_totals() {
+    let s = store_with(StoreConfig {
+        memory_limit: 256 * 1024,
+        shards: 8,
+        ..StoreConfig::default()
+    });
+    let mut i = 0u32;
+    while s.stats().evictions == 0 {
+        let len = if i.is_multiple_of(2) { 10 } else { 3000 };
+        set(
+            &s,
+            T0,
+            format!("key:{i}").as_bytes(),
+            0,
+            100,
+            &vec![b'v'; len],
+        );
+        let _ = s.get(cx(T0), format!("key:{i}").as_bytes());
+        i += 1;
+    }
+    let last = format!("key:{}", i - 1);
+    assert_eq!(s.delete(cx(T0), last.as_bytes(), 0), DeleteOutcome::Deleted);
+    let totals = s.stats();
+    let classes = s.class_stats(T0 + 5);
+    let sum = |f: &dyn Fn(&ClassStats) -> u64| classes.iter().map(f).sum::<u64>();
+    assert_eq!(sum(&|c| c.items), totals.curr_items);
+    assert_eq!(sum(&|c| c.bytes), totals.bytes);
+    assert_eq!(sum(&|c| c.get(ClassCounter::GetHits)), totals.get_hits);
+    assert_eq!(sum(&|c| c.get(ClassCounter::CmdSet)), u64::from(i));
+    assert_eq!(sum(&|c| c.get(ClassCounter::Evicted)), totals.evictions);
+    assert_eq!(
+        sum(&|c| c.get(ClassCounter::EvictedNonzero)),
+        totals.evictions
+    );
+    assert_eq!(
+        sum(&|c| c.get(ClassCounter::DeleteHits)),
+        totals.delete_hits
+    );
+    // Two sizes, two classes; each item's accounted size fits its class's chunk.
+    let held: Vec<&ClassStats> = classes.iter().filter(|c| c.items > 0).collect();
+    assert_eq!(held.len(), 2, "{classes:?}");
+    for class in held {
+        assert!(
+            class.bytes <= class.items * class.chunk_size as u64,
+            "{class:?}"
+        );
+        assert_eq!(class.age, 5);
+    }
+}

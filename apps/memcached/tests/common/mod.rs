@@ -148,11 +148,21 @@ impl ServerProcess {
 
     /// Our server on `cores` cores (`EBB_CPUS=cores`).
     pub fn ours_on(cores: usize, args: &[&str]) -> ServerProcess {
+        Self::ours_with_cpus_env(Some(cores), args)
+    }
+
+    /// Our server with `EBB_CPUS=cores`, or without `EBB_CPUS` at all for `None` (then
+    /// `-t` in `args`, or every CPU, sets the cores).
+    pub fn ours_with_cpus_env(cores: Option<usize>, args: &[&str]) -> ServerProcess {
         let mut last_err = String::new();
         for _ in 0..5 {
             let port = free_port();
-            let mut child = Command::new(env!("CARGO_BIN_EXE_memcached"))
-                .env("EBB_CPUS", cores.to_string())
+            let mut command = Command::new(env!("CARGO_BIN_EXE_memcached"));
+            match cores {
+                Some(cores) => command.env("EBB_CPUS", cores.to_string()),
+                None => command.env_remove("EBB_CPUS"),
+            };
+            let mut child = command
                 .arg("-p")
                 .arg(port.to_string())
                 .args(args)
@@ -265,23 +275,49 @@ impl ServerProcess {
         mem: Option<&str>,
         args: &[&str],
     ) -> Option<ServerProcess> {
+        Self::native_with(test, Some(cpus), mem, args)
+    }
+
+    /// Our server booted natively by `ebb run memcached` (the app by name, so `ebb` reads
+    /// its manifest) without `--cpus`: the vCPUs are what `ebb run` chooses (the app's
+    /// `-t` in `args`). Otherwise as [`ServerProcess::native`].
+    pub fn native_by_app_name(test: &str, args: &[&str]) -> Option<ServerProcess> {
+        Self::native_with(test, None, None, args)
+    }
+
+    fn native_with(
+        test: &str,
+        cpus: Option<usize>,
+        mem: Option<&str>,
+        args: &[&str],
+    ) -> Option<ServerProcess> {
         if let Err(e) = ebb_vmm::kvm_usable() {
             return ebb_testkit::skip(test, Capability::Kvm, &format!("/dev/kvm unusable: {e}"));
         }
         ebb_testkit::need_tools(test, &["passt"])?;
         let image = native_image();
-        let vcpus = if cpus == 1 { "vCPU" } else { "vCPUs" };
-        let name: &'static str =
-            Box::leak(format!("ours (native, {cpus} {vcpus})").into_boxed_str());
+        let name: &'static str = Box::leak(
+            match cpus {
+                Some(1) => "ours (native, 1 vCPU)".to_string(),
+                Some(cpus) => format!("ours (native, {cpus} vCPUs)"),
+                None => "ours (native, by ebb run memcached)".to_string(),
+            }
+            .into_boxed_str(),
+        );
         let mut failures = String::new();
         for _ in 0..5 {
             let port = free_port();
-            let mut ebb_args = vec![
-                "run".to_string(),
-                image.display().to_string(),
-                "--native".to_string(),
-                "--cpus".to_string(),
-                cpus.to_string(),
+            // By name, ebb builds the app (already built: `native_image`) and reads its
+            // manifest; by path, it boots the image as it is.
+            let target = match cpus {
+                Some(_) => image.display().to_string(),
+                None => "memcached".to_string(),
+            };
+            let mut ebb_args = vec!["run".to_string(), target, "--native".to_string()];
+            if let Some(cpus) = cpus {
+                ebb_args.extend(["--cpus".to_string(), cpus.to_string()]);
+            }
+            ebb_args.extend([
                 // A net under a test process that dies without dropping its servers.
                 "--timeout".to_string(),
                 NATIVE_TIMEOUT.as_secs().to_string(),
@@ -289,7 +325,7 @@ impl ServerProcess {
                 "user".to_string(),
                 "-p".to_string(),
                 format!("127.0.0.1:{port}:11211"),
-            ];
+            ]);
             if let Some(mem) = mem {
                 ebb_args.extend(["--mem".to_string(), mem.to_string()]);
             }

@@ -227,9 +227,39 @@ impl<C: InWheel> DeadlineWheel<C> {
         }
     }
 
+    /// A time at or before the earliest deadline, found without scanning a slot's list
+    /// where it can be: the cached earliest when known; else, when the first occupied
+    /// slot is not `base`'s, the start of that slot's tick — every node in it is due
+    /// then or later, whether filed in its own slot or early — or the heap's first if
+    /// earlier. Only a first occupied slot at `base` (which may hold deadlines from
+    /// before `base`) needs the exact [`first`](Self::first).
+    ///
+    /// What `poll_at` reports: polling up to one slot (about 1 ms) before a deadline is
+    /// harmless — [`pop_due`](Self::pop_due) then finds the exact one — while a scan
+    /// after every disarmed or moved earliest deadline cost a request about 190
+    /// instructions at 32 connections.
+    pub(super) fn due_no_earlier_than(&mut self) -> Option<Instant> {
+        if self.earliest_known.get() || self.len == 0 {
+            return self.first();
+        }
+        let slot = self.first_occupied_slot();
+        let start = (self.base % SLOTS) as usize;
+        if slot == start {
+            return self.first();
+        }
+        let ring = Instant::from_nanos((self.base + self.offset(slot as u16)) << SLOT_SHIFT);
+        Some(self.far.first().map_or(ring, |far| far.min(ring)))
+    }
+
     /// Takes out the earliest connection if its deadline is at or before `now`, in
     /// `(deadline, four-tuple)` order. When nothing is due, the ring moves on to `now`.
     pub(super) fn pop_due(&mut self, now: Instant) -> Option<Rc<C>> {
+        if self.due_no_earlier_than()? > now {
+            // Nothing due (see `due_no_earlier_than`): as below, without the scan.
+            self.advance(tick(now));
+            self.migrate();
+            return None;
+        }
         loop {
             let earliest = self.first()?;
             if earliest > now || self.len == 0 {
@@ -843,7 +873,12 @@ mod tests {
                         prop_assert_eq!(c.heap_slot.get(), NOT_FILED);
                     }
                 }
-                prop_assert_eq!(wheel.first(), reference.first().map(|&(d, _)| d));
+                let exact = reference.first().map(|&(d, _)| d);
+                // The bound first: `first` caches the exact earliest, which it returns.
+                let bound = wheel.due_no_earlier_than();
+                prop_assert!(bound.is_some() == exact.is_some() && bound <= exact,
+                    "bound {:?} after the earliest {:?}", bound, exact);
+                prop_assert_eq!(wheel.first(), exact);
                 check_invariants(&mut wheel, &conns);
             }
             pop_all(&mut wheel, &mut reference, at(u64::MAX));

@@ -375,7 +375,8 @@ impl TcpInput for TcpLayer {
         if inner.needs_poll.get() || !inner.ready.borrow().is_empty() {
             return Some(Instant::ZERO);
         }
-        inner.state.borrow_mut().deadlines.first()
+        // A bound, not the exact earliest: polling up to a wheel slot early is harmless.
+        inner.state.borrow_mut().deadlines.due_no_earlier_than()
     }
 
     fn transmit_blocked(&self) -> bool {

@@ -3,9 +3,11 @@
 
 use core::future::Future;
 
-use super::options::{hosted_config, hosted_cores};
+use alloc::string::String;
 
-/// Hosted exit code when `EBB_CPUS` is malformed.
+use super::options::{hosted_config, hosted_cores, hosted_cores_for};
+
+/// Hosted exit code when `EBB_CPUS` is malformed or conflicts with the command line.
 const EXIT_BAD_CPUS: i32 = 2;
 /// Hosted exit code when a core panicked (the same as the monitor's for a guest panic).
 const EXIT_PANIC: i32 = 101;
@@ -19,8 +21,27 @@ where
     F: FnOnce() -> Fut + Send,
     Fut: Future<Output = i32> + 'static,
 {
+    run_on_cores(hosted_cores(), main)
+}
+
+/// Runs `main` on the hosted runtime with as many cores as `requested` finds in the
+/// app's arguments (`ebb::main!(app_main, cores = requested)`; `EBB_CPUS`, if set, must
+/// agree: [`hosted_cores_for`]) and exits the process with its result.
+pub fn run_main_with_cores<F, Fut>(main: F, requested: fn(&[String]) -> Option<usize>) -> !
+where
+    F: FnOnce() -> Fut + Send,
+    Fut: Future<Output = i32> + 'static,
+{
+    run_on_cores(hosted_cores_for(requested(&super::args())), main)
+}
+
+fn run_on_cores<F, Fut>(cores: Result<usize, super::CoresError>, main: F) -> !
+where
+    F: FnOnce() -> Fut + Send,
+    Fut: Future<Output = i32> + 'static,
+{
     use std::io::Write;
-    let code = match hosted_cores() {
+    let code = match cores {
         Err(e) => {
             std::eprintln!("ebb: {e}");
             EXIT_BAD_CPUS

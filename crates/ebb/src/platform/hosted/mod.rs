@@ -18,7 +18,7 @@ pub(crate) mod network;
 mod options;
 
 pub use ebb_hosted::{Config, ConfigError as RunError, run};
-pub use options::{CPUS_ENV, CoresError, IDLE_POLL_ENV, hosted_cores};
+pub use options::{CPUS_ENV, CoresError, IDLE_POLL_ENV, hosted_cores, hosted_cores_for};
 
 /// The app's arguments, without the program name: `std::env::args().skip(1)` (arguments
 /// that are not valid Unicode are replaced lossily).
@@ -73,6 +73,11 @@ macro_rules! __entry {
     ($main:path) => {
         fn main() {
             $crate::__private::run_main($main)
+        }
+    };
+    ($main:path, cores = $cores:path) => {
+        fn main() {
+            $crate::__private::run_main_with_cores($main, $cores)
         }
     };
 }

@@ -11,20 +11,38 @@ pub const CPUS_ENV: &str = "EBB_CPUS";
 /// before it sleeps, in microseconds (0: sleep at once, like tokio; default 50).
 pub const IDLE_POLL_ENV: &str = "EBB_IDLE_POLL_US";
 
-/// `EBB_CPUS` is set but is not a core count.
+/// Why the hosted runtime cannot settle on a core count.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CoresError {
-    /// The variable's value.
-    pub value: String,
+pub enum CoresError {
+    /// `EBB_CPUS` is set but is not a core count.
+    Malformed {
+        /// The variable's value.
+        value: String,
+    },
+    /// `EBB_CPUS` and the app's command line (`ebb::main!(app, cores = ...)`) ask for
+    /// different core counts: neither silently wins.
+    Conflict {
+        /// `EBB_CPUS`.
+        env: usize,
+        /// What the command line asks for.
+        requested: usize,
+    },
 }
 
 impl fmt::Display for CoresError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{CPUS_ENV}={:?} is not a core count (a whole number from 1)",
-            self.value
-        )
+        match self {
+            CoresError::Malformed { value } => write!(
+                f,
+                "{CPUS_ENV}={value:?} is not a core count (a whole number from 1)"
+            ),
+            CoresError::Conflict { env, requested } => write!(
+                f,
+                "{CPUS_ENV}={env} conflicts with the command line, which asks for {requested} \
+                 core{}: unset {CPUS_ENV} or make the two agree",
+                if *requested == 1 { "" } else { "s" }
+            ),
+        }
     }
 }
 
@@ -36,6 +54,27 @@ pub fn hosted_cores() -> Result<usize, CoresError> {
     match std::env::var_os(CPUS_ENV) {
         None => Ok(ebb_hosted::Config::default().cores),
         Some(value) => parse_cores(&value.to_string_lossy()),
+    }
+}
+
+/// How many cores a hosted app whose command line asks for `requested` cores runs on
+/// (`ebb::main!(app, cores = f)`, e.g. memcached's `-t N`): that many, and `EBB_CPUS`,
+/// if it is set too, must say the same; with no request, [`hosted_cores`].
+pub fn hosted_cores_for(requested: Option<usize>) -> Result<usize, CoresError> {
+    let Some(requested) = requested else {
+        return hosted_cores();
+    };
+    match std::env::var_os(CPUS_ENV) {
+        None => Ok(requested),
+        Some(value) => cores_agreeing(parse_cores(&value.to_string_lossy())?, requested),
+    }
+}
+
+fn cores_agreeing(env: usize, requested: usize) -> Result<usize, CoresError> {
+    if env == requested {
+        Ok(requested)
+    } else {
+        Err(CoresError::Conflict { env, requested })
     }
 }
 
@@ -55,7 +94,7 @@ pub(super) fn hosted_config(cores: usize) -> ebb_hosted::Config {
 fn parse_cores(value: &str) -> Result<usize, CoresError> {
     match value.trim().parse::<usize>() {
         Ok(n) if n > 0 => Ok(n),
-        _ => Err(CoresError {
+        _ => Err(CoresError::Malformed {
             value: value.to_string(),
         }),
     }
@@ -73,5 +112,23 @@ mod tests {
         assert!(parse_cores("two").is_err());
         let message = parse_cores("x").unwrap_err().to_string();
         assert!(message.contains("EBB_CPUS"), "{message}");
+    }
+
+    #[test]
+    fn a_request_and_ebb_cpus_must_agree() {
+        assert_eq!(cores_agreeing(2, 2), Ok(2));
+        let conflict = cores_agreeing(2, 1).unwrap_err();
+        assert_eq!(
+            conflict,
+            CoresError::Conflict {
+                env: 2,
+                requested: 1
+            }
+        );
+        let message = conflict.to_string();
+        assert!(
+            message.contains("EBB_CPUS=2") && message.contains("1 core:"),
+            "{message}"
+        );
     }
 }

@@ -78,4 +78,11 @@ macro_rules! __entry {
     ($main:path) => {
         $crate::__private::ebb_native::runtime_entry!($main);
     };
+    // Natively the core count is the VM's vCPUs, fixed before the image runs (`ebb run
+    // --cpus`, which reads the app's own flag when --cpus is not given): the function is
+    // only type-checked.
+    ($main:path, cores = $cores:path) => {
+        const _: fn(&[$crate::__private::String]) -> ::core::option::Option<usize> = $cores;
+        $crate::__private::ebb_native::runtime_entry!($main);
+    };
 }
