@@ -61,7 +61,7 @@ pub struct RunOptions {
 /// `--net`, `-p` and `--net-faults` as the user gave them.
 #[derive(Clone, Debug, Default)]
 pub struct NetRequest {
-    /// `--net`: `user`, `tap=NAME`, `xdp=IFACE` or `none`.
+    /// `--net`: `user`, `passt`, `tap=NAME`, `xdp=IFACE` or `none`.
     pub backend: Option<String>,
     /// `-p` forwards.
     pub publish: Vec<PortForward>,
@@ -95,7 +95,7 @@ impl Network {
             .backend
             .clone()
             .unwrap_or_else(|| "user".to_string());
-        let forwards = if !request.publish.is_empty() || backend != "user" {
+        let forwards = if !request.publish.is_empty() || !is_user_mode(&backend) {
             request.publish.clone()
         } else {
             app.map(|a| a.publish.clone()).unwrap_or_default()
@@ -107,34 +107,53 @@ impl Network {
         }
     }
 
-    /// The monitor's device for it (`None`: no network).
+    /// The monitor's device for it (`None`: no network). `user`: the forwards
+    /// terminated in the monitor by `ebb-usernet`, passt behind them for the rest;
+    /// `passt`: passt for everything, forwards included (the monitor's own `--net user`).
     fn device(&self) -> Result<Option<ebb_vmm::vm::VmNetwork>, CliError> {
-        if self.backend.is_none() {
+        let backend = match self.backend.as_deref() {
+            None => return Ok(None),
+            Some("passt") => Some("user"),
+            other => other,
+        };
+        let Some(mut net) = net_config(backend, &self.forwards, self.faults.as_deref())? else {
             return Ok(None);
+        };
+        if self.backend.as_deref() == Some("user") {
+            let factory = ebb_usernet::UserNetFactory::new(self.forwards.clone());
+            net.link = ebb_vmm::vm::HostLinkConfig::External(
+                factory.into_link("in-monitor forwards (ebb-usernet)".to_string()),
+            );
         }
-        Ok(net_config(
-            self.backend.as_deref(),
-            &self.forwards,
-            self.faults.as_deref(),
-        )?)
+        Ok(Some(net))
     }
 
     /// One phrase for the start line: `, network: passt forwarding 127.0.0.1:8080 → port
     /// 80` and the like (empty without a network).
     fn describe(&self) -> String {
+        let forwards = || {
+            if self.forwards.is_empty() {
+                return "no ports forwarded".to_string();
+            }
+            let forwards: Vec<String> = self
+                .forwards
+                .iter()
+                .map(|f| format!("{}:{} → port {}", f.host_addr, f.host_port, f.guest_port))
+                .collect();
+            forwards.join(", ")
+        };
         match self.backend.as_deref() {
             None => String::new(),
-            Some("user") if self.forwards.is_empty() => {
-                "; network: user-mode (passt), no ports forwarded".to_string()
-            }
-            Some("user") => {
-                let forwards: Vec<String> = self
-                    .forwards
-                    .iter()
-                    .map(|f| format!("{}:{} → port {}", f.host_addr, f.host_port, f.guest_port))
-                    .collect();
-                format!("; network: user-mode (passt), {}", forwards.join(", "))
-            }
+            Some("user") if passt_installed() => format!(
+                "; network: user-mode (forwards in the monitor, passt for the rest), {}",
+                forwards()
+            ),
+            Some("user") => format!(
+                "; network: user-mode (forwards in the monitor; passt is not installed, so \
+                 nothing else reaches the network), {}",
+                forwards()
+            ),
+            Some("passt") => format!("; network: user-mode (passt), {}", forwards()),
             Some(tap) => format!("; network: TAP device {}", tap.trim_start_matches("tap=")),
         }
     }
@@ -149,7 +168,7 @@ impl Network {
         };
         match self.backend.as_deref() {
             None => Ok(Vec::new()),
-            Some(tap) if tap != "user" => Err(hosted_only(&format!("--net {tap}"))),
+            Some(tap) if !is_user_mode(tap) => Err(hosted_only(&format!("--net {tap}"))),
             Some(_) if self.faults.is_some() => Err(hosted_only("--net-faults")),
             Some(_) => match self.forwards.as_slice() {
                 [] => Ok(Vec::new()),
@@ -200,9 +219,9 @@ pub fn run(
     let app_network = ws.app_network(app)?;
     let network = Network::resolve(&options.net, Some(&app_network));
     // The app's suggestion holds for its default forwards only.
-    let hint = app_network
-        .hint
-        .filter(|_| options.net.publish.is_empty() && network.backend.as_deref() == Some("user"));
+    let hint = app_network.hint.filter(|_| {
+        options.net.publish.is_empty() && network.backend.as_deref().is_some_and(is_user_mode)
+    });
     let (flavour, why) = match requested {
         Requested::Hosted => (Flavour::Hosted, "--hosted".to_string()),
         Requested::Native => {
@@ -213,9 +232,10 @@ pub fn run(
         }
         Requested::Auto => match options.kvm_fd.map_or_else(ebb_vmm::kvm_usable, |_| Ok(())) {
             Err(e) => (Flavour::Hosted, format!("/dev/kvm unusable ({e})")),
-            // Rootless native networking is passt; without it the app could not be
-            // reached, so a first run falls back to hosted rather than fail.
-            Ok(()) if network.backend.as_deref() == Some("user") && !passt_installed() => (
+            // `--net passt` is passt for everything; without it the app could not be
+            // reached, so a run falls back to hosted rather than fail. (`--net user`
+            // needs no passt for its forwards: the image's address is static.)
+            Ok(()) if network.backend.as_deref() == Some("passt") && !passt_installed() => (
                 Flavour::Hosted,
                 "passt is not installed (native user-mode networking needs it: apt-get \
                  install passt)"
@@ -256,7 +276,14 @@ pub fn run(
     }
 }
 
-/// Whether `passt` is on `PATH` (what `--net user` runs).
+/// Whether `backend` is user-mode networking with forwards: `user` (forwards in the
+/// monitor) or `passt` (all through passt).
+fn is_user_mode(backend: &str) -> bool {
+    matches!(backend, "user" | "passt")
+}
+
+/// Whether `passt` is on `PATH` (what `--net passt` runs, and `--net user` behind its
+/// forwards).
 fn passt_installed() -> bool {
     std::env::var_os("PATH").is_some_and(|path| {
         std::env::split_paths(&path).any(|dir| {
@@ -499,6 +526,25 @@ mod tests {
             default.hosted_args().unwrap(),
             ["--addr", "127.0.0.1", "--port", "8080"]
         );
+        let Some(net) = default.device().unwrap() else {
+            panic!("a device")
+        };
+        assert!(
+            matches!(net.link, ebb_vmm::vm::HostLinkConfig::External(_)),
+            "--net user: the forwards in the monitor"
+        );
+        let passt = Network::resolve(&request(Some("passt"), &[], None), Some(&web));
+        assert_eq!(passt.forwards, web.publish, "--net passt forwards too");
+        assert!(
+            passt
+                .describe()
+                .contains("user-mode (passt), 127.0.0.1:8080 → port 80")
+        );
+        let Some(net) = passt.device().unwrap() else {
+            panic!("a device")
+        };
+        assert!(matches!(net.link, ebb_vmm::vm::HostLinkConfig::User(ref f) if *f == web.publish));
+        assert_eq!(passt.hosted_args().unwrap(), default.hosted_args().unwrap());
         let replaced = Network::resolve(&request(None, &["9090:80"], None), Some(&web));
         assert_eq!(replaced.forwards[0].host_port, 9090);
         let none = Network::resolve(&request(Some("none"), &[], None), Some(&web));

@@ -5,12 +5,16 @@
 //! ```text
 //! ebb build [--native|--hosted] APP          # prints the executable's path; default native
 //! ebb run APP|IMAGE [--cpus N] [--mem SIZE] [--timeout S] [--native|--hosted]
-//!         [--net user|tap=NAME|xdp=IFACE|none] [-p [ADDR:]HOST:GUEST]... [--net-faults SPEC] [-- ARGS]
+//!         [--net user|passt|tap=NAME|xdp=IFACE|none] [-p [ADDR:]HOST:GUEST]... [--net-faults SPEC] [-- ARGS]
 //! ```
 //!
 //! A network app (`[package.metadata.ebb] network = true` in its manifest) gets `--net
-//! user` by default — rootless user-mode networking (passt) with the host ports its
-//! manifest publishes forwarded to it; `-p` replaces those, `--net tap=NAME` (root) puts
+//! user` by default — rootless user-mode networking with the host ports its manifest
+//! publishes forwarded to it, terminated in the monitor by `ebb-usernet` (host sockets
+//! spliced to the guest's TCP through an ebb-net endpoint), passt behind them for
+//! everything else (outbound connections); `--net passt` sends everything, forwards
+//! included, through passt (the older, slower path, kept for comparison); `-p` replaces
+//! the forwards, `--net tap=NAME` (root) puts
 //! it on a TAP device instead, `--net xdp=IFACE` (root) on an existing interface through
 //! AF_XDP, `--net none` runs it without a network.
 //!
@@ -99,12 +103,13 @@ pub enum Command {
         /// Which runtime to run on (default: native if /dev/kvm is usable, else hosted).
         #[command(flatten)]
         runtime: RuntimeFlags,
-        /// The network, native: `user` (passt, no root; the default for network apps),
-        /// `tap=NAME` (a TAP device, one queue per vCPU; root), `xdp=IFACE` (an existing
-        /// interface of one queue through AF_XDP; root) or `none`.
-        #[arg(long, value_name = "user|tap=NAME|xdp=IFACE|none")]
+        /// The network, native: `user` (no root; the default for network apps: forwards
+        /// terminated in the monitor, passt for the rest), `passt` (everything through
+        /// passt, forwards included), `tap=NAME` (a TAP device, one queue per vCPU; root),
+        /// `xdp=IFACE` (an existing interface of one queue through AF_XDP; root) or `none`.
+        #[arg(long, value_name = "user|passt|tap=NAME|xdp=IFACE|none")]
         net: Option<String>,
-        /// With --net user: forward host TCP port HOST (on ADDR, default 127.0.0.1) to the
+        /// With --net user or passt: forward host TCP port HOST (on ADDR, default 127.0.0.1) to the
         /// app's port GUEST. Repeatable; replaces the app's default forwards. Hosted, the
         /// app listens on ADDR:HOST itself (one forward at most).
         #[arg(short = 'p', long = "publish", value_name = "[ADDR:]HOST:GUEST")]

@@ -1,9 +1,12 @@
 //! The network apps (`apps/httpd`, `apps/sink`, `apps/echo`) built as native images and
 //! run by `ebb run`, talked to from the host with real tools, bytes checked by SHA-256:
 //!
-//! * through `--net user` (passt, the default for network apps) and `-p` port forwards:
-//!   `curl` downloads 100 MB from httpd, `nc` uploads 100 MB to sink, concurrent
-//!   connections echo through echo — with 2 vCPUs, one queue pair each;
+//! * through `--net user` (the default for network apps: the forwards terminated in the
+//!   monitor by ebb-usernet, passt behind them) and `-p` port forwards: `curl` downloads
+//!   100 MB from httpd, `nc` uploads 100 MB to sink, concurrent connections echo through
+//!   echo — with 2 vCPUs, one queue pair each; memcached passes `memccapable` and serves
+//!   concurrent clients, through `--net user` and through `--net passt` (everything
+//!   through passt, the older path); without passt, `--net user`'s forwards still work;
 //! * through `--net tap=NAME` (root), the TAP device's kernel end moved into a network
 //!   namespace where Linux is 10.0.2.2/24: `ping`, `curl`, `nc`, with 1 and 2 vCPUs;
 //! * with `--net-faults` between the guest and the TAP device, the monitor's fault
@@ -278,7 +281,7 @@ fn httpd_serves_curl_natively_through_user_networking() {
     // replaces its default forward (8080 may be taken on a test machine).
     let forward = format!("{port}:80");
     let mut served = Served::start("httpd", &["--cpus", "2", "-p", &forward]);
-    if !served.stderr_lines_contain("network: user-mode (passt)") {
+    if !served.stderr_lines_contain("network: user-mode (forwards in the monitor") {
         served.fail("ebb run did not say it gave httpd user-mode networking");
     }
     if let Err(e) = curl_bytes(None, &format!("http://127.0.0.1:{port}"), BULK) {
@@ -520,15 +523,24 @@ fn path_without_passt() -> std::ffi::OsString {
 }
 
 #[test]
-fn without_passt_a_network_app_runs_hosted_on_its_forwarded_port() {
-    let test = "without_passt_a_network_app_runs_hosted_on_its_forwarded_port";
+fn without_passt_net_passt_runs_a_network_app_hosted_on_its_forwarded_port() {
+    let test = "without_passt_net_passt_runs_a_network_app_hosted_on_its_forwarded_port";
     let Some(()) = kvm(test) else { return };
     build("echo", "--hosted");
     let port = free_port();
     let forward = format!("{port}:7");
     let child = ebb()
         .env("PATH", path_without_passt())
-        .args(["run", "echo", "--timeout", "120", "-p", &forward])
+        .args([
+            "run",
+            "echo",
+            "--net",
+            "passt",
+            "--timeout",
+            "120",
+            "-p",
+            &forward,
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -551,15 +563,136 @@ fn without_passt_a_network_app_runs_hosted_on_its_forwarded_port() {
 }
 
 #[test]
+fn without_passt_net_user_forwards_still_reach_a_native_app() {
+    // The image's address is static (10.0.2.15/24, `ebb::net`'s default), so the
+    // forwards terminated in the monitor need nothing of passt's DHCP.
+    let test = "without_passt_net_user_forwards_still_reach_a_native_app";
+    let Some(()) = kvm(test) else { return };
+    let image = image("echo");
+    let port = free_port();
+    let forward = format!("{port}:7");
+    let child = ebb()
+        .env("PATH", path_without_passt())
+        .args([
+            "run",
+            image.to_str().expect("a UTF-8 path"),
+            "--net",
+            "user",
+            "--timeout",
+            "120",
+            "-p",
+            &forward,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ebb run");
+    let mut served = Served::watch(child);
+    if !served.stderr_lines_contain("passt is not installed")
+        || !served.stderr.seen().contains("natively")
+    {
+        served.fail("ebb run did not say it runs natively without passt");
+    }
+    for seed in 0..4 {
+        if let Err(e) = echo(
+            ([127, 0, 0, 1], port).into(),
+            1 << 20,
+            seed,
+            Duration::from_secs(30),
+        ) {
+            served.fail(&format!("the native echo on the forwarded port: {e}"));
+        }
+    }
+}
+
+#[test]
+fn echo_through_the_in_monitor_forwards_with_faults() {
+    // `--net-faults` between the guest and the forwarder, every kind both ways: ebb-net
+    // on both ends repairs them, and the echoes come back byte for byte.
+    let test = "echo_through_the_in_monitor_forwards_with_faults";
+    let Some(()) = user_networking(test, &[]) else {
+        return;
+    };
+    let image = image("echo");
+    let port = free_port();
+    let forward = format!("{port}:7");
+    let mut served = Served::start(
+        image.to_str().expect("a UTF-8 path"),
+        &[
+            "--cpus",
+            "1",
+            "-p",
+            &forward,
+            "--net-faults",
+            "drop=0.02,reorder=0.02,duplicate=0.02,corrupt=0.01,seed=5",
+        ],
+    );
+    if !served.stderr_lines_contain("forwards in the monitor") {
+        served.fail("ebb run did not say the forwards are in the monitor");
+    }
+    for seed in 0..4 {
+        if let Err(e) = echo(
+            ([127, 0, 0, 1], port).into(),
+            256 << 10,
+            seed,
+            Duration::from_secs(60),
+        ) {
+            served.fail(&format!("echo {seed} through faults: {e}"));
+        }
+    }
+    let line = served.counters().unwrap_or_else(|e| served.fail(&e));
+    for dir in ["rx", "tx"] {
+        for fault in ["dropped", "reordered", "duplicated", "corrupted"] {
+            let key = format!("{dir}_fault_{fault}");
+            if counter(&line, &key) == 0 {
+                served.fail(&format!("the fault injector reports no {key}: {line}"));
+            }
+        }
+    }
+}
+
+#[test]
 fn memcached_natively_passes_memccapable_and_stops_on_ctrl_c() {
-    let test = "memcached_natively_passes_memccapable_and_stops_on_ctrl_c";
+    memccapable_then_ctrl_c(
+        "memcached_natively_passes_memccapable_and_stops_on_ctrl_c",
+        "user",
+        "2",
+        "network: user-mode (forwards in the monitor, passt for the rest)",
+    );
+}
+
+#[test]
+fn memcached_natively_passes_memccapable_through_passt() {
+    memccapable_then_ctrl_c(
+        "memcached_natively_passes_memccapable_through_passt",
+        "passt",
+        "1",
+        "network: user-mode (passt)",
+    );
+}
+
+/// memcached through `--net NET` on `cpus` vCPUs: `memccapable -a` and `-b` pass, 16
+/// clients at once each set and get their own keys, and Ctrl-C stops it.
+fn memccapable_then_ctrl_c(test: &str, net: &str, cpus: &str, says: &str) {
     let Some(()) = user_networking(test, &["memccapable"]) else {
         return;
     };
     image("memcached");
     let port = free_port();
     let forward = format!("{port}:11211");
-    let mut served = Served::start("memcached", &["--cpus", "1", "-p", &forward]);
+    let mut served = Served::start("memcached", &["--cpus", cpus, "--net", net, "-p", &forward]);
+    if !served.stderr_lines_contain(says) {
+        served.fail(&format!("ebb run did not say {says:?}"));
+    }
+    let clients: Vec<_> = (0..16)
+        .map(|client| std::thread::spawn(move || memcached_client(port, client, 200)))
+        .collect();
+    for (i, c) in clients.into_iter().enumerate() {
+        if let Err(e) = c.join().expect("client thread") {
+            served.fail(&format!("concurrent client {i}: {e}"));
+        }
+    }
     for mode in ["-a", "-b"] {
         let out = Command::new("memccapable")
             .args(["-h", "127.0.0.1", "-p", &port.to_string(), mode, "-t", "10"])
@@ -589,6 +722,45 @@ fn memcached_natively_passes_memccapable_and_stops_on_ctrl_c() {
     assert_eq!(status.code(), Some(130), "{output}");
     assert!(output.contains("ebb-vmm: stopped by SIGINT"), "{output}");
     assert!(output.contains("ebb-vmm: virtio-net: "), "{output}");
+}
+
+/// One client of the memcached at 127.0.0.1:`port`: `rounds` sets of its own keys, each
+/// value read back.
+fn memcached_client(port: u16, client: u32, rounds: u32) -> Result<(), String> {
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    c.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    let mut reply = Vec::new();
+    let mut read_until = |c: &mut std::net::TcpStream, end: &[u8]| -> Result<Vec<u8>, String> {
+        reply.clear();
+        let mut chunk = [0u8; 4096];
+        while !reply.ends_with(end) {
+            let n = c.read(&mut chunk).map_err(|e| format!("read: {e}"))?;
+            if n == 0 {
+                return Err("closed".into());
+            }
+            reply.extend_from_slice(&chunk[..n]);
+        }
+        Ok(reply.clone())
+    };
+    for round in 0..rounds {
+        let value = format!("{client}-{round}-").repeat(1 + (round as usize % 50));
+        let key = format!("c{client}k{}", round % 10);
+        c.write_all(format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes())
+            .map_err(|e| e.to_string())?;
+        let stored = read_until(&mut c, b"\r\n")?;
+        if stored != b"STORED\r\n" {
+            return Err(format!("set {key}: {}", String::from_utf8_lossy(&stored)));
+        }
+        c.write_all(format!("get {key}\r\n").as_bytes())
+            .map_err(|e| e.to_string())?;
+        let got = read_until(&mut c, b"END\r\n")?;
+        let want = format!("VALUE {key} 0 {}\r\n{value}\r\nEND\r\n", value.len());
+        if got != want.as_bytes() {
+            return Err(format!("get {key}: {}", String::from_utf8_lossy(&got)));
+        }
+    }
+    Ok(())
 }
 
 /// One `stats` value of the memcached at 127.0.0.1:`port`, or why not.

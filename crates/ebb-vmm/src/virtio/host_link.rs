@@ -239,6 +239,10 @@ pub enum HostLinkError {
     /// passt could not start or exited.
     #[error("--net user: passt failed: {0}")]
     Passt(String),
+    /// An external link ([`HostLinkConfig::External`](crate::vm::HostLinkConfig::External))
+    /// could not be opened: its own message.
+    #[error("{0}")]
+    External(String),
 }
 
 /// Opens `queues` queues of TAP device `name`; with `offload`, with a virtio-net header

@@ -27,7 +27,7 @@ mod build;
 mod network;
 mod threads;
 
-pub use network::{HostLinkConfig, VmNetwork, net_summary};
+pub use network::{ExternalLink, HostLinkConfig, HostLinkFactory, VmNetwork, net_summary};
 use threads::VcpuThread;
 pub use threads::{DRAIN_INTERVAL, Remains, VCPU_NICE_ON_SHARED_CPUS};
 

@@ -59,6 +59,44 @@ pub enum HostLinkConfig {
     /// CAP_BPF). Linux no longer sees what arrives on the interface: the guest owns its
     /// traffic.
     Xdp(String),
+    /// A host link built by a crate the monitor does not depend on (the in-monitor port
+    /// forwards of `ebb-usernet`, which need a TCP/IP stack), handed in by whoever
+    /// configures the VM (`ebb run`). One link for every vCPU.
+    External(ExternalLink),
+}
+
+/// Builds a host link for [`HostLinkConfig::External`] when the VM opens its backends
+/// (in `Vm::new`, before the I/O thread starts; the link then moves to that thread).
+pub trait HostLinkFactory: Send + Sync {
+    /// Opens the link for a guest whose MAC address is `guest_mac`.
+    fn open(
+        &self,
+        guest_mac: [u8; 6],
+    ) -> Result<Box<dyn crate::virtio::HostLink>, crate::virtio::HostLinkError>;
+
+    /// The faults of `--net-faults` the link survives, as (toward the guest, from it).
+    /// Default: all of them both ways.
+    fn faults(
+        &self,
+        faults: ebb_net_driver::FaultConfig,
+    ) -> (ebb_net_driver::FaultConfig, ebb_net_driver::FaultConfig) {
+        (faults, faults)
+    }
+}
+
+/// A [`HostLinkFactory`] shared by the configuration's clones, named for `Debug`.
+#[derive(Clone)]
+pub struct ExternalLink {
+    /// What the link is, for messages and `Debug`.
+    pub name: String,
+    /// What opens it.
+    pub factory: std::sync::Arc<dyn HostLinkFactory>,
+}
+
+impl std::fmt::Debug for ExternalLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ExternalLink").field(&self.name).finish()
+    }
 }
 
 /// One line of the counters of `net` and of the VM's exits, printed at the VM's end and
@@ -150,7 +188,8 @@ fn passt_faults(
     (rx, tx)
 }
 
-/// Opens the backends of `net`: one TAP queue per vCPU, one AF_XDP socket, or one passt.
+/// Opens the backends of `net`: one TAP queue per vCPU, one AF_XDP socket, one passt, or
+/// one external link.
 pub(super) fn open_backends(
     net: &VmNetwork,
     cpus: u32,
@@ -163,11 +202,13 @@ pub(super) fn open_backends(
             .collect(),
         HostLinkConfig::User(forwards) => vec![Box::new(Passt::start(forwards, net.mac)?)],
         HostLinkConfig::Xdp(interface) => vec![Box::new(open_xdp(interface)?)],
+        HostLinkConfig::External(link) => vec![link.factory.open(net.mac)?],
     };
     if let Some((faults, seed)) = net.faults {
         let (rx_faults, tx_faults) = match &net.link {
             HostLinkConfig::Tap(_) | HostLinkConfig::Xdp(_) => (faults, faults),
             HostLinkConfig::User(_) => passt_faults(faults),
+            HostLinkConfig::External(link) => link.factory.faults(faults),
         };
         backends = backends
             .into_iter()

@@ -1,0 +1,89 @@
+//! Which side of the forwarder a frame from the guest is for: the in-monitor endpoint
+//! (ARP about its address, IPv4 to its address) or the rest of the network (passt).
+//!
+//! Only the fields needed to decide are read, each after a length check: the frame is
+//! the guest's, untrusted. Whatever the endpoint is given is parsed again, fully, by
+//! ebb-net's checked views; this module only must not be fooled into indexing out of
+//! bounds or into routing the endpoint's traffic elsewhere.
+
+use core::net::Ipv4Addr;
+
+const ETHERTYPE_IPV4: u16 = 0x0800;
+const ETHERTYPE_ARP: u16 = 0x0806;
+/// Ethernet header: destination, source, EtherType.
+const ETH_LEN: usize = 14;
+/// Where an IPv4 header keeps its destination address.
+const IPV4_DST: usize = ETH_LEN + 16;
+/// Where an ARP packet (Ethernet/IPv4) keeps its target protocol address.
+const ARP_TPA: usize = ETH_LEN + 24;
+
+/// Where a frame from the guest goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// To the in-monitor endpoint.
+    Endpoint,
+    /// To the rest of the network (passt), or dropped when there is none.
+    Rest,
+    /// Shorter than the headers its EtherType promises: dropped and counted.
+    Malformed,
+}
+
+/// Decides where `frame` goes, for an endpoint at `endpoint`.
+pub(crate) fn route(frame: &[u8], endpoint: Ipv4Addr) -> Route {
+    let Some(ethertype) = frame.get(12..14) else {
+        return Route::Malformed;
+    };
+    let ethertype = u16::from_be_bytes([ethertype[0], ethertype[1]]);
+    let field = match ethertype {
+        ETHERTYPE_IPV4 => IPV4_DST,
+        ETHERTYPE_ARP => ARP_TPA,
+        _ => return Route::Rest,
+    };
+    match frame.get(field..field + 4) {
+        Some(addr) if addr == endpoint.octets() => Route::Endpoint,
+        Some(_) => Route::Rest,
+        None => Route::Malformed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EP: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
+
+    fn frame(ethertype: u16, len: usize, at: usize, addr: Ipv4Addr) -> Vec<u8> {
+        let mut f = vec![0u8; len];
+        f[12..14].copy_from_slice(&ethertype.to_be_bytes());
+        if at + 4 <= len {
+            f[at..at + 4].copy_from_slice(&addr.octets());
+        }
+        f
+    }
+
+    #[test]
+    fn endpoint_traffic_is_recognised_and_the_rest_is_not() {
+        let other = Ipv4Addr::new(10, 0, 2, 2);
+        assert_eq!(route(&frame(0x0800, 60, IPV4_DST, EP), EP), Route::Endpoint);
+        assert_eq!(route(&frame(0x0806, 42, ARP_TPA, EP), EP), Route::Endpoint);
+        assert_eq!(route(&frame(0x0800, 60, IPV4_DST, other), EP), Route::Rest);
+        assert_eq!(route(&frame(0x0806, 42, ARP_TPA, other), EP), Route::Rest);
+        assert_eq!(route(&frame(0x86dd, 60, 0, EP), EP), Route::Rest, "IPv6");
+    }
+
+    #[test]
+    fn short_frames_are_malformed_never_out_of_bounds() {
+        for len in 0..ARP_TPA + 4 {
+            let f = frame(0x0806, len.max(14), ARP_TPA, EP);
+            let f = &f[..len];
+            let r = route(f, EP);
+            if len < ARP_TPA + 4 {
+                assert_eq!(r, Route::Malformed, "{len}");
+            }
+        }
+        let mut ipv4 = [0u8; 40];
+        ipv4[12] = 0x08;
+        assert_eq!(route(&ipv4[..IPV4_DST + 3], EP), Route::Malformed);
+        assert_eq!(route(&ipv4[..IPV4_DST + 4], EP), Route::Rest);
+    }
+}

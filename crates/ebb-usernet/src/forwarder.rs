@@ -1,0 +1,366 @@
+//! [`Forwarder`]: the endpoint stack, the host listeners and sockets under one epoll
+//! descriptor, and the splices between them; [`Forwarder::pump`] is one round.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io::ErrorKind;
+use std::net::{SocketAddrV4, TcpListener};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::rc::Rc;
+use std::time::Duration;
+
+use ebb_core::Instant;
+use ebb_net::iface::{InterfaceConfig, InterfaceCounters, Ipv4Cidr, Limits};
+use ebb_net::stack::Stack;
+use ebb_net::tcp::{TcpConfig, TcpLayer};
+use ebb_net::wire::EthernetAddress;
+use rustix::event::epoll;
+
+use crate::port::EndpointPort;
+use crate::splice::{GuestSide, Next, Splice, SpliceHandler};
+use crate::{UserNetConfig, UserNetCounters, UserNetError};
+
+/// Epoll tokens: listeners are `0..n`, splices `SPLICE_BASE + id`, the rest's socket
+/// [`REST_TOKEN`].
+const SPLICE_BASE: u64 = 1 << 32;
+pub(crate) const REST_TOKEN: u64 = u64::MAX;
+/// The endpoint's ephemeral ports (49152-65535): at most this many connections in
+/// TIME-WAIT.
+const EPHEMERAL_PORTS: usize = 16384;
+/// Rounds of (service, stack poll) per pump while either has work for the other.
+const ROUNDS: usize = 8;
+/// The endpoint's maximum segment lifetime: TIME-WAIT (2 MSL) holds the endpoint's
+/// four-tuple after the host closed first. The link to the guest is one memory copy
+/// long, where no segment wanders for 30 s: a TIME-WAIT of 2 s keeps its duplicate
+/// protection and frees ephemeral ports 30x sooner for clients that reconnect often.
+const ENDPOINT_MSL: Duration = Duration::from_secs(1);
+
+/// A forward's listener.
+struct Listener {
+    socket: TcpListener,
+    guest: SocketAddrV4,
+    /// Edge-triggered: accept until `WouldBlock`.
+    ready: bool,
+}
+
+/// See the module docs.
+pub(crate) struct Forwarder {
+    pub(crate) stack: Stack<EndpointPort, TcpLayer>,
+    epoll: OwnedFd,
+    listeners: Vec<Listener>,
+    splices: HashMap<u64, Splice>,
+    next_id: u64,
+    /// Splices whose guest connection had events (filled by the handlers).
+    touched: Rc<RefCell<Vec<u64>>>,
+    /// Splices to service in the next round (host socket events, more to read).
+    pending: Vec<u64>,
+    endpoint: SocketAddrV4,
+    max_connections: usize,
+    pub(crate) counters: UserNetCounters,
+    /// When the next pump is due (`None`: only on an event).
+    pub(crate) next_at: Option<Instant>,
+    /// The `now` of the last pump that read the epoll descriptor: one read per round of
+    /// the I/O thread, which may pump more than once with the same `now`.
+    events_read_at: Option<Instant>,
+    /// Kept between pumps for their allocations (the steady state allocates nothing
+    /// here).
+    events: Vec<epoll::Event>,
+    work: Vec<u64>,
+    again: Vec<u64>,
+}
+
+impl Forwarder {
+    pub(crate) fn new(config: &UserNetConfig) -> Result<Forwarder, UserNetError> {
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)
+            .map_err(|e| UserNetError::Epoll(e.into()))?;
+        let mut listeners = Vec::new();
+        for (i, f) in config.forwards.iter().enumerate() {
+            let socket = TcpListener::bind((f.host_addr, f.host_port)).map_err(|source| {
+                UserNetError::Bind {
+                    addr: f.host_addr,
+                    port: f.host_port,
+                    source,
+                }
+            })?;
+            socket.set_nonblocking(true).map_err(UserNetError::Epoll)?;
+            epoll::add(
+                &epoll,
+                &socket,
+                epoll::EventData::new_u64(i as u64),
+                epoll::EventFlags::IN | epoll::EventFlags::ET,
+            )
+            .map_err(|e| UserNetError::Epoll(e.into()))?;
+            listeners.push(Listener {
+                socket,
+                guest: SocketAddrV4::new(config.guest, f.guest_port),
+                ready: true,
+            });
+        }
+        let cidr = Ipv4Cidr::new(config.endpoint, config.prefix_len)
+            .ok_or(UserNetError::Address(config.endpoint, config.prefix_len))?;
+        // The first connections after boot all wait for the guest's MAC address: a burst
+        // of clients (a benchmark's 32 connections) must not lose SYNs to ARP's default
+        // 8-packet queue and wait a second for their retransmission.
+        let mut limits = Limits::default();
+        limits.arp_pending_per_destination = config.max_connections.max(8);
+        limits.arp_pending_total = config.max_connections.max(64);
+        let iface = InterfaceConfig::new_static(EthernetAddress(config.endpoint_mac), cidr, None)
+            .with_limits(limits);
+        let tcp = TcpLayer::new(TcpConfig {
+            isn_seed: config.isn_seed,
+            msl: ENDPOINT_MSL,
+            // Open connections plus every four-tuple TIME-WAIT may hold: the endpoint
+            // closes first when the host client does, and a client that connects and
+            // closes in a loop (memcached's churn test: 10,000) leaves one TIME-WAIT
+            // per connection for 2 s. Ephemeral ports bound those anyway.
+            max_connections: config.max_connections + EPHEMERAL_PORTS,
+            ..TcpConfig::default()
+        });
+        Ok(Forwarder {
+            stack: Stack::new(EndpointPort::default(), iface, tcp),
+            epoll,
+            listeners,
+            splices: HashMap::new(),
+            next_id: 0,
+            touched: Rc::new(RefCell::new(Vec::new())),
+            pending: Vec::new(),
+            endpoint: SocketAddrV4::new(config.endpoint, 0),
+            max_connections: config.max_connections,
+            counters: UserNetCounters::default(),
+            next_at: Some(Instant::ZERO),
+            events_read_at: None,
+            events: Vec::with_capacity(64),
+            work: Vec::new(),
+            again: Vec::new(),
+        })
+    }
+
+    /// Adds the rest-of-network backend's descriptor, so its frames wake the same
+    /// sleeper as the host sockets.
+    pub(crate) fn watch_rest(&self, fd: BorrowedFd<'_>) -> Result<(), UserNetError> {
+        epoll::add(
+            &self.epoll,
+            fd,
+            epoll::EventData::new_u64(REST_TOKEN),
+            epoll::EventFlags::IN | epoll::EventFlags::ET,
+        )
+        .map_err(|e| UserNetError::Epoll(e.into()))
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.epoll.as_fd()
+    }
+
+    /// The host addresses the forwards listen on (port 0 in the configuration: the
+    /// port the kernel picked).
+    pub(crate) fn listening(&self) -> Vec<SocketAddrV4> {
+        self.listeners
+            .iter()
+            .filter_map(|l| match l.socket.local_addr() {
+                Ok(std::net::SocketAddr::V4(a)) => Some(a),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub(crate) fn active(&self) -> usize {
+        self.splices.len()
+    }
+
+    pub(crate) fn buffered(&self) -> usize {
+        self.splices.values().map(Splice::buffered).sum()
+    }
+
+    pub(crate) fn endpoint_counters(&self) -> InterfaceCounters {
+        self.stack.iface().counters()
+    }
+
+    /// Takes every event the epoll descriptor holds (so the edge-triggered watch on it
+    /// fires again for the next), marking sockets ready.
+    fn collect_events(&mut self) {
+        let mut events = std::mem::take(&mut self.events);
+        events.reserve(64);
+        loop {
+            events.clear();
+            let zero = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            let n = match epoll::wait(
+                &self.epoll,
+                rustix::buffer::spare_capacity(&mut events),
+                Some(&zero),
+            ) {
+                Ok(n) => n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => 0,
+            };
+            for event in &events {
+                let token = event.data.u64();
+                let flags = event.flags;
+                if token == REST_TOKEN {
+                    continue; // the rest's frames are read every round anyway
+                }
+                if token < SPLICE_BASE {
+                    if let Some(l) = self.listeners.get_mut(token as usize) {
+                        l.ready = true;
+                    }
+                    continue;
+                }
+                let id = token - SPLICE_BASE;
+                if let Some(s) = self.splices.get_mut(&id) {
+                    let problem = epoll::EventFlags::ERR | epoll::EventFlags::HUP;
+                    if flags.intersects(epoll::EventFlags::IN | epoll::EventFlags::RDHUP | problem)
+                    {
+                        s.readable = true;
+                    }
+                    if flags.intersects(epoll::EventFlags::OUT | problem) {
+                        s.writable = true;
+                    }
+                    self.pending.push(id);
+                }
+            }
+            if n < events.capacity() {
+                break;
+            }
+        }
+        self.events = events;
+    }
+
+    /// Accepts what the ready listeners hold, up to the connection limit, and opens a
+    /// guest connection for each.
+    fn accept(&mut self) {
+        for l in 0..self.listeners.len() {
+            while self.listeners[l].ready && self.splices.len() < self.max_connections {
+                match self.listeners[l].socket.accept() {
+                    Ok((host, _)) => {
+                        let guest = self.listeners[l].guest;
+                        self.start(host, guest);
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => self.listeners[l].ready = false,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        // Out of descriptors, say: the connection waits in the backlog
+                        // until the next one arrives.
+                        log::warn!("ebb-usernet: accept: {e}");
+                        self.listeners[l].ready = false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Splices `host` to a new connection to `guest`.
+    fn start(&mut self, host: std::net::TcpStream, guest: SocketAddrV4) {
+        self.counters.accepted += 1;
+        let id = self.next_id;
+        self.next_id += 1;
+        let side = Rc::new(RefCell::new(GuestSide::default()));
+        let splice = Splice::new(host, side.clone());
+        let registered = splice.host.set_nonblocking(true).is_ok()
+            && epoll::add(
+                &self.epoll,
+                &splice.host,
+                epoll::EventData::new_u64(SPLICE_BASE + id),
+                epoll::EventFlags::IN
+                    | epoll::EventFlags::OUT
+                    | epoll::EventFlags::RDHUP
+                    | epoll::EventFlags::ET,
+            )
+            .is_ok();
+        let _ = splice.host.set_nodelay(true);
+        if !registered {
+            splice.reset_host();
+            self.counters.host_resets += 1;
+            return;
+        }
+        let touched = self.touched.clone();
+        let callback_side = side.clone();
+        let connected = self
+            .stack
+            .tcp()
+            .connect(self.endpoint, guest, move |result| {
+                match result {
+                    Ok(conn) => {
+                        conn.set_handler(SpliceHandler {
+                            id,
+                            side: callback_side.clone(),
+                            touched: touched.clone(),
+                        });
+                        callback_side.borrow_mut().conn = Some(conn);
+                    }
+                    Err(kind) => callback_side.borrow_mut().failed = Some(kind),
+                }
+                touched.borrow_mut().push(id);
+            });
+        if let Err(kind) = connected {
+            log::warn!("ebb-usernet: cannot connect to the guest's {guest}: {kind:?}");
+            splice.reset_host();
+            self.counters.connect_failed += 1;
+            self.counters.host_resets += 1;
+            return;
+        }
+        self.splices.insert(id, splice);
+    }
+
+    /// Services splice `id`; drops it when it is finished.
+    fn service(&mut self, id: u64, again: &mut Vec<u64>) {
+        let Some(splice) = self.splices.get_mut(&id) else {
+            return;
+        };
+        match splice.service() {
+            Next::Wait => {}
+            Next::Again => again.push(id),
+            next @ (Next::Done | Next::Reset) => {
+                if let Some(splice) = self.splices.remove(&id) {
+                    let mut side = splice.guest.borrow_mut();
+                    if side.failed.is_some() {
+                        self.counters.connect_failed += 1;
+                    }
+                    // Breaks the cycle connection → handler → side → connection.
+                    side.conn = None;
+                    let _ = epoll::delete(&self.epoll, &splice.host);
+                }
+                if next == Next::Reset {
+                    self.counters.host_resets += 1;
+                }
+            }
+        }
+    }
+
+    /// One round: host events, accepts, the endpoint stack and the splices, until
+    /// neither has work for the other (at most [`ROUNDS`]). Sets [`next_at`](Self::next_at).
+    pub(crate) fn pump(&mut self, now: Instant) {
+        if self.events_read_at != Some(now) {
+            self.events_read_at = Some(now);
+            self.collect_events();
+        }
+        self.accept();
+        let mut work = std::mem::take(&mut self.work);
+        work.append(&mut self.pending);
+        let mut again = std::mem::take(&mut self.again);
+        let mut next = None;
+        for _ in 0..ROUNDS {
+            work.sort_unstable();
+            work.dedup();
+            for id in work.drain(..) {
+                self.service(id, &mut again);
+            }
+            next = self.stack.poll(now);
+            work.append(&mut self.touched.borrow_mut());
+            if work.is_empty() && !self.stack.tcp().needs_poll() {
+                break;
+            }
+        }
+        // Touched after the last round: serviced first thing next time.
+        self.pending.append(&mut work);
+        self.pending.append(&mut again);
+        self.work = work;
+        self.again = again;
+        let busy = !self.pending.is_empty()
+            || !self.stack.device().from_guest.is_empty()
+            || self.stack.tcp().needs_poll()
+            || self.listeners.iter().any(|l| l.ready) && self.splices.len() < self.max_connections;
+        self.next_at = if busy { Some(now) } else { next };
+    }
+}

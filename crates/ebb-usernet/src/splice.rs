@@ -1,0 +1,281 @@
+//! One forwarded connection: a host TCP socket spliced to an ebb-net connection to the
+//! guest, bytes both ways with back-pressure, half-close and reset carried across.
+//!
+//! * **Host → guest.** The host socket is read only while the guest connection took
+//!   everything read before: a read of at most [`READ_CHUNK`] bytes is offered with
+//!   `try_send`, and what the send window refuses waits in [`Splice::to_guest`] (so at
+//!   most one chunk per connection) until `send_window_increased`. Meanwhile the host
+//!   kernel's socket buffer fills and the host's TCP is flow-controlled.
+//! * **Guest → host.** Data the guest sent is written to the host socket at once; what
+//!   the socket does not take waits in [`GuestSide::to_host`]. Past [`TO_HOST_HIGH`]
+//!   bytes the connection's receive window is closed (the guest's TCP is
+//!   flow-controlled), and reopened below [`TO_HOST_LOW`]. ebb-net holds what the guest
+//!   had already sent into the last advertised window, within its `max_held_bytes`.
+//! * **Half-close.** EOF from the host: FIN to the guest once everything read went out.
+//!   FIN from the guest: `shutdown(Write)` on the host socket once everything received
+//!   was written. The splice ends when the guest connection is closed and everything
+//!   received was written.
+//! * **Reset.** A reset or failure on either side resets the other: an error on the
+//!   host socket aborts the guest connection (RST), a guest connection that ends other
+//!   than normally (reset, timeout, a refused or failed connect) resets the host socket
+//!   (`SO_LINGER` 0, then close).
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::rc::Rc;
+
+use ebb_core::net::{CloseReason, TcpConnection, TcpErrorKind, TcpHandler};
+use ebb_core::{IOBuf, IOBufChain};
+use ebb_net::tcp::TcpConn;
+
+/// Most bytes read from a host socket at once (and so held per connection toward the
+/// guest).
+pub(crate) const READ_CHUNK: usize = 64 * 1024;
+/// Bytes from the guest waiting for the host socket at which the receive window closes.
+pub(crate) const TO_HOST_HIGH: usize = 256 * 1024;
+/// ...and below which it opens again.
+pub(crate) const TO_HOST_LOW: usize = 64 * 1024;
+/// Host reads per connection per round, so one busy connection does not starve others.
+const READS_PER_ROUND: usize = 4;
+/// Buffers per `writev` to the host socket.
+const WRITEV_MAX: usize = 32;
+
+/// The guest connection's side, shared with its handler (which only records events).
+#[derive(Default)]
+pub(crate) struct GuestSide {
+    /// The connection once established.
+    pub(crate) conn: Option<TcpConn>,
+    /// Why the connect failed (refused, timed out).
+    pub(crate) failed: Option<TcpErrorKind>,
+    /// Data from the guest not yet written to the host socket.
+    pub(crate) to_host: VecDeque<IOBuf>,
+    pub(crate) to_host_bytes: usize,
+    /// The receive window is closed because `to_host` is over [`TO_HOST_HIGH`].
+    pub(crate) window_closed: bool,
+    /// The guest sent FIN.
+    pub(crate) peer_closed: bool,
+    /// The connection ended, and why.
+    pub(crate) closed: Option<CloseReason>,
+}
+
+/// The handler on the guest connection: records each event in the shared
+/// [`GuestSide`] and names the splice in `touched`, for the forwarder to act on after
+/// the stack's poll (no host I/O inside the stack's callbacks).
+pub(crate) struct SpliceHandler {
+    pub(crate) id: u64,
+    pub(crate) side: Rc<RefCell<GuestSide>>,
+    pub(crate) touched: Rc<RefCell<Vec<u64>>>,
+}
+
+impl SpliceHandler {
+    fn touch(&self) {
+        self.touched.borrow_mut().push(self.id);
+    }
+}
+
+impl TcpHandler for SpliceHandler {
+    fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
+        let mut side = self.side.borrow_mut();
+        side.to_host_bytes += data.len();
+        side.to_host.push_back(data);
+        if side.to_host_bytes >= TO_HOST_HIGH && !side.window_closed {
+            side.window_closed = true;
+            conn.set_receive_window_open(false);
+        }
+        drop(side);
+        self.touch();
+    }
+
+    fn send_window_increased(&mut self, _conn: &dyn TcpConnection) {
+        self.touch();
+    }
+
+    fn peer_closed(&mut self, _conn: &dyn TcpConnection) {
+        // Not the default (close at once): our FIN waits for the host's EOF.
+        self.side.borrow_mut().peer_closed = true;
+        self.touch();
+    }
+
+    fn closed(&mut self, reason: CloseReason) {
+        self.side.borrow_mut().closed = Some(reason);
+        self.touch();
+    }
+}
+
+/// What [`Splice::service`] decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Wait for events.
+    Wait,
+    /// The host socket may have more to read this round could not take: call again soon.
+    Again,
+    /// Finished normally: drop it (the host socket closes).
+    Done,
+    /// Failed: the host socket was reset; drop it.
+    Reset,
+}
+
+/// One forwarded connection (see the module docs).
+pub(crate) struct Splice {
+    pub(crate) host: TcpStream,
+    pub(crate) guest: Rc<RefCell<GuestSide>>,
+    /// Edge-triggered readiness of the host socket, cleared on `WouldBlock`.
+    pub(crate) readable: bool,
+    pub(crate) writable: bool,
+    /// The host sent EOF.
+    host_eof: bool,
+    /// Our FIN to the guest was asked for.
+    fin_to_guest: bool,
+    /// The host socket's write side was shut down (the guest's FIN carried over).
+    host_shut: bool,
+    /// Read from the host, refused by the guest connection's send window for now.
+    to_guest: IOBufChain,
+}
+
+impl Splice {
+    pub(crate) fn new(host: TcpStream, guest: Rc<RefCell<GuestSide>>) -> Splice {
+        Splice {
+            host,
+            guest,
+            // Until the first `WouldBlock`: a fresh socket may already hold data.
+            readable: true,
+            writable: true,
+            host_eof: false,
+            fin_to_guest: false,
+            host_shut: false,
+            to_guest: IOBufChain::new(),
+        }
+    }
+
+    /// Bytes this splice holds (both directions).
+    pub(crate) fn buffered(&self) -> usize {
+        self.to_guest.len() + self.guest.borrow().to_host_bytes
+    }
+
+    /// Resets the host socket: RST instead of FIN when it closes.
+    pub(crate) fn reset_host(&self) {
+        // The RST goes out when the socket is closed (the splice is dropped); no
+        // shutdown before, which would send a FIN first.
+        let _ =
+            rustix::net::sockopt::set_socket_linger(&self.host, Some(std::time::Duration::ZERO));
+    }
+
+    /// Moves what can be moved now, both ways, and says what next.
+    pub(crate) fn service(&mut self) -> Next {
+        let side = self.guest.clone();
+        let mut side = side.borrow_mut();
+        if side.failed.is_some() {
+            self.reset_host();
+            return Next::Reset;
+        }
+        let Some(conn) = side.conn.clone() else {
+            return Next::Wait; // connecting
+        };
+        // Guest → host.
+        while self.writable && !side.to_host.is_empty() {
+            // On the stack: no allocation per write.
+            let mut slices = [IoSlice::new(&[]); WRITEV_MAX];
+            let mut n = 0;
+            for (slot, buf) in slices.iter_mut().zip(side.to_host.iter()) {
+                *slot = IoSlice::new(buf.as_slice());
+                n += 1;
+            }
+            match self.host.write_vectored(&slices[..n]) {
+                Ok(n) => consume(&mut side, n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.writable = false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    conn.abort();
+                    self.reset_host();
+                    return Next::Reset;
+                }
+            }
+        }
+        if side.window_closed && side.to_host_bytes <= TO_HOST_LOW {
+            side.window_closed = false;
+            conn.set_receive_window_open(true);
+        }
+        if side.peer_closed && side.to_host.is_empty() && !self.host_shut {
+            self.host_shut = true;
+            let _ = self.host.shutdown(Shutdown::Write);
+        }
+        match side.closed {
+            Some(CloseReason::Normal) if side.to_host.is_empty() => return Next::Done,
+            Some(CloseReason::Normal) => return Next::Wait, // still writing to the host
+            Some(_) => {
+                self.reset_host();
+                return Next::Reset;
+            }
+            None => {}
+        }
+        drop(side);
+        // Host → guest.
+        if !self.to_guest.is_empty() {
+            match conn.try_send(std::mem::take(&mut self.to_guest)) {
+                Ok(rest) => self.to_guest = rest,
+                Err(_) => {
+                    conn.abort();
+                    self.reset_host();
+                    return Next::Reset;
+                }
+            }
+        }
+        let mut reads = 0;
+        while self.to_guest.is_empty() && self.readable && !self.host_eof {
+            if reads == READS_PER_ROUND {
+                return Next::Again;
+            }
+            reads += 1;
+            let mut buf = IOBuf::with_capacity(READ_CHUNK);
+            let read = match buf.spare_capacity_mut() {
+                Ok(spare) => self.host.read(spare),
+                Err(_) => Err(ErrorKind::OutOfMemory.into()),
+            };
+            match read {
+                Ok(0) => self.host_eof = true,
+                Ok(n) => {
+                    let _ = buf.commit(n);
+                    match conn.try_send(IOBufChain::from(buf)) {
+                        Ok(rest) => self.to_guest = rest,
+                        Err(_) => {
+                            conn.abort();
+                            self.reset_host();
+                            return Next::Reset;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    conn.abort();
+                    self.reset_host();
+                    return Next::Reset;
+                }
+            }
+        }
+        if self.host_eof && self.to_guest.is_empty() && !self.fin_to_guest {
+            self.fin_to_guest = true;
+            conn.close();
+        }
+        Next::Wait
+    }
+}
+
+/// Drops the first `n` bytes of `side.to_host` (written to the host).
+fn consume(side: &mut GuestSide, mut n: usize) {
+    side.to_host_bytes -= n;
+    while n > 0 {
+        let Some(front) = side.to_host.front_mut() else {
+            break;
+        };
+        if front.len() <= n {
+            n -= front.len();
+            side.to_host.pop_front();
+        } else {
+            let _ = front.trim_front(n);
+            n = 0;
+        }
+    }
+}
