@@ -84,6 +84,11 @@ use ebb_net::iface::InterfaceCounters;
 use ebb_net_driver::{DeviceCapabilities, DeviceCounters, NetDevice, RxFrame, TxFrame};
 use ebb_vmm::virtio::{HostLink, PortForward};
 
+/// The monitor's host-link trait, which [`UserNet`] implements and its rest must: named
+/// here for code that links another build of `ebb-vmm` (the monitor's own unit tests run
+/// their hostile-guest cases over a `UserNet`).
+pub use ebb_vmm::virtio::HostLink as MonitorLink;
+
 use demux::Route;
 use forwarder::Forwarder;
 use movable::Movable;

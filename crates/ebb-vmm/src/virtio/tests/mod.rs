@@ -53,6 +53,7 @@ mod direct;
 mod engine;
 mod offload;
 mod transport;
+mod usernet;
 
 /// Guest memory of the fake guest.
 const MEM: u64 = 8 << 20;
@@ -102,6 +103,9 @@ thread_local! {
     /// [`Guest::build`] makes its backend a copying one: set by the cases of
     /// `copying.rs` that run the backend-generic cases of the other files again.
     static COPYING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// [`Guest::build`] puts the in-memory backend behind ebb-usernet's forwarder (as
+    /// its rest, the place of passt): set by the cases of `usernet.rs`.
+    static USERNET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 impl CopyingLink for WireEnd {
@@ -356,6 +360,11 @@ impl Guest {
                     .with_tx_faults(f),
             ),
             None => Box::new(end),
+        };
+        let backend = if USERNET.get() {
+            usernet::behind_the_forwarder(backend)
+        } else {
+            backend
         };
         Guest::with_backend(pairs, offload, backend, wire)
     }
