@@ -20,6 +20,9 @@
 #               (passt) counted and pinned to SERVER_CPU
 #   main-passt  the same with `--net passt`: every frame through passt (the main job's
 #               path before the in-monitor forwards), for comparison
+#   main-default  the README's command as it is, without `-t 1`: as many vCPUs as the
+#               host has CPUs (run it with SERVER_CPU=0,1 to leave it unpinned, as a user
+#               would)
 # Every server runs pinned to SERVER_CPU (1), the whole process (for ebb-vmm: the vCPU,
 # the device thread and the main thread); every client runs pinned to CLIENT_CPU (0).
 #
@@ -123,9 +126,9 @@ read -r -a want_clients <<<"$CLIENTS"
 veth_wanted=0
 for s in "${want_servers[@]}"; do
   case $s in
-    memcached | ebb | main | main-passt) ;;
+    memcached | ebb | main | main-passt | main-default) ;;
     ebb-xdp | native-xdp | native-tap) veth_wanted=1 ;;
-    *) die "unknown server $s (memcached ebb ebb-xdp native-xdp native-tap main main-passt)" ;;
+    *) die "unknown server $s (memcached ebb ebb-xdp native-xdp native-tap main main-passt main-default)" ;;
   esac
 done
 [[ " $SERVERS " == *" memcached "* ]] || die "SERVERS must include memcached (the baseline)"
@@ -180,7 +183,7 @@ unavailable() {
         echo "apps/memcached has no --xdp option yet (the AF_XDP device is being built)"
       fi
       ;;
-    main | main-passt)
+    main | main-passt | main-default)
       [[ -w /dev/kvm ]] || { echo "needs /dev/kvm (the main job would run hosted)"; return; }
       command -v passt >/dev/null || echo "passt is not installed"
       ;;
@@ -305,11 +308,12 @@ serve() {
       taskset -c "$SERVER_CPU" "$vmm" "$image" --cpus 1 --mem 1536M --net "tap=$tap" -- \
         -p "$PORT" "${args[@]}" >"$log" 2>&1 &
       ;;
-    main | main-passt)
-      local net=()
+    main | main-passt | main-default)
+      local net=() cores=(-t 1)
       [[ $name == main-passt ]] && net=(--net passt)
+      [[ $name == main-default ]] && cores=()
       taskset -c "$SERVER_CPU" "$ebb_cli" run --mem 1536M "${net[@]}" -p "127.0.0.1:$PORT:11211" \
-        memcached -- -t 1 "${args[@]}" >"$log" 2>&1 &
+        memcached -- "${cores[@]}" "${args[@]}" >"$log" 2>&1 &
       ;;
   esac
   SERVER_PID=$!
