@@ -71,7 +71,9 @@ pub mod net;
 
 pub use platform::*;
 
-pub use ebb_core::ebb::{EbbError, EbbId, MulticoreEbb, SharedEbb};
+pub use ebb_core::ebb::{
+    EbbError, EbbId, FIRST_GLOBAL_ID, LocalIdMap, MAX_EBBS, MulticoreEbb, SharedEbb, local_id_map,
+};
 pub use ebb_core::event::{
     Elapsed, Handle, IdleId, IdleStatus, JoinHandle, SpawnError, add_idle_handler, at_core_exit,
     core_id, now, num_cores, remove_idle_handler, run_on, shutdown, sleep, sleep_until,

@@ -8,6 +8,11 @@ use core::sync::atomic::{AtomicU32, Ordering};
 /// Ids below this are *static*: reserved for the system's own Ebbs, known at compile time.
 pub const FIRST_DYNAMIC_ID: u32 = 256;
 
+/// Ids from here to the end of the per-core table are *global*: they name Ebbs that span
+/// the nodes of a distributed application, and each node owns a slice of them (handed out
+/// by `ebb-dist`). A node's own dynamic ids stay below, so the two never collide.
+pub const FIRST_GLOBAL_ID: u32 = 2048;
+
 /// The system-wide name of an Ebb.
 ///
 /// Invariant: the value is below [`MAX_EBBS`], so it indexes the per-core table directly.
@@ -23,6 +28,22 @@ impl EbbId {
             "static Ebb ids are below FIRST_DYNAMIC_ID"
         );
         EbbId(n)
+    }
+
+    /// The id numbered `n`, for ids that come from elsewhere — a global id a node was
+    /// given, one read off the wire. `None` unless `n` indexes the per-core table. (Naming
+    /// an id binds nothing: reaching an object still goes through a checked constructor.)
+    pub const fn from_u32(n: u32) -> Option<EbbId> {
+        if (n as usize) < MAX_EBBS {
+            Some(EbbId(n))
+        } else {
+            None
+        }
+    }
+
+    /// Whether this id is in the global range ([`FIRST_GLOBAL_ID`] and up).
+    pub const fn is_global(self) -> bool {
+        self.0 >= FIRST_GLOBAL_ID
     }
 
     /// The id's number.
@@ -94,8 +115,8 @@ impl EbbIdAllocator {
     }
 }
 
-/// This node's allocator for dynamic ids.
-pub(crate) static NODE_IDS: EbbIdAllocator = EbbIdAllocator::new(FIRST_DYNAMIC_ID, MAX_EBBS as u32);
+/// This node's allocator for its own dynamic ids (the global range above is `ebb-dist`'s).
+pub(crate) static NODE_IDS: EbbIdAllocator = EbbIdAllocator::new(FIRST_DYNAMIC_ID, FIRST_GLOBAL_ID);
 
 #[cfg(test)]
 mod tests {
@@ -115,6 +136,14 @@ mod tests {
         let ids = EbbIdAllocator::new(MAX_EBBS as u32 - 1, u32::MAX);
         assert!(ids.allocate().is_ok());
         assert_eq!(ids.allocate(), Err(EbbError::IdsExhausted));
+    }
+
+    #[test]
+    fn node_ids_stay_below_the_global_range() {
+        assert!(NODE_IDS.remaining() <= FIRST_GLOBAL_ID - FIRST_DYNAMIC_ID);
+        assert!(EbbId::from_u32(FIRST_GLOBAL_ID).unwrap().is_global());
+        assert!(!EbbId::from_u32(FIRST_GLOBAL_ID - 1).unwrap().is_global());
+        assert_eq!(EbbId::from_u32(MAX_EBBS as u32), None);
     }
 
     #[test]

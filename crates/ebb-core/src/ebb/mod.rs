@@ -31,7 +31,8 @@ mod reference;
 mod shared;
 
 pub use crate::MAX_CORES;
-pub use id::{EbbId, EbbIdAllocator, FIRST_DYNAMIC_ID};
+pub use crate::percore::MAX_EBBS;
+pub use id::{EbbId, EbbIdAllocator, FIRST_DYNAMIC_ID, FIRST_GLOBAL_ID};
 pub use local_id_map::{LocalIdMap, local_id_map};
 pub use multicore::MulticoreEbb;
 pub use reference::{Ebb, EbbRef};

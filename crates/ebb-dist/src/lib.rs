@@ -1,0 +1,33 @@
+//! # ebb-dist — distributed Ebbs
+//!
+//! EbbRT's other half: an application is a *heterogeneous distributed system* — a hosted
+//! front end (an ordinary Linux process running Ebbflow hosted) that allocates native
+//! back-end nodes, with Ebbs whose representatives span the nodes. This crate gives the
+//! pieces, written once for both runtimes over `ebb::net`:
+//!
+//! * [`node`] — who is who: [`NodeId`](node::NodeId)s, the global Ebb-id range each node
+//!   owns, and the [`RuntimeInfo`](node::RuntimeInfo) a node receives when it joins;
+//! * [`wire`] — the Messenger's frame format: a versioned fixed header (source node,
+//!   destination Ebb, the message kind the receiving Ebb registered, a call id, the length)
+//!   and an incremental decoder that splits a byte stream of IOBufs into frames without
+//!   copying payloads.
+//!
+//! ## Invariants
+//!
+//! * Everything a peer sends is hostile input: a frame that does not decode closes that
+//!   connection with a [`wire::WireError`]; nothing a peer sends panics a node or makes it
+//!   allocate more than [`wire::MAX_PAYLOAD`] bytes per connection ahead of delivery.
+//! * Message kinds are numbers the receiving Ebb registered, never a compiler's type hash
+//!   (EbbRT's portability bug): two builds of one application always agree on the wire.
+//! * `no_std` + `alloc`, so native images link it; no `unsafe`.
+
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+pub mod node;
+pub mod wire;
