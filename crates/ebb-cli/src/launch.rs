@@ -46,6 +46,9 @@ pub struct RunOptions {
     /// Where `cpus` came from when the app's own flag set it (`-t 1`): said in the
     /// start line.
     pub cpus_from: Option<String>,
+    /// Whether `cpus` is only the default (neither `--cpus` nor the app's flag): natively
+    /// a VM with a network device then gets [`default_vcpus`] instead.
+    pub cpus_defaulted: bool,
     /// Guest memory in bytes (native only).
     pub mem: u64,
     /// End the app after this long.
@@ -307,6 +310,15 @@ fn cores(n: u32, from: &Option<String>) -> String {
     }
 }
 
+/// The vCPUs a networked VM gets unless told, on a host with `host_cpus` CPUs: one CPU
+/// fewer, at least one. The monitor's device thread moves every frame and needs a CPU of
+/// its own: measured on a 2-CPU host (docs/benchmarks.md, "One vCPU or two"), memcached
+/// with one vCPU served 0.59x memcached-on-Linux's throughput at half the median latency,
+/// with two 0.47x — its two vCPUs and the device thread took turns on two CPUs.
+pub fn default_vcpus(host_cpus: u32) -> u32 {
+    host_cpus.saturating_sub(1).max(1)
+}
+
 /// Boots `image` in this process and ends the process with the monitor's exit code for the
 /// outcome; errors before the guest runs are returned.
 fn boot(
@@ -320,9 +332,25 @@ fn boot(
     let image_error = |source: VmError| CliError::image(image, source);
     let net = network.device()?;
     let bytes = ebb_vmm::image::read(image).map_err(|e| image_error(e.into()))?;
+    let (cpus, cpus_from) = match (&net, options.cpus_defaulted) {
+        (Some(_), true) if default_vcpus(options.cpus) != options.cpus => (
+            default_vcpus(options.cpus),
+            Some(format!(
+                "one CPU of {} left to the network device's thread",
+                options.cpus
+            )),
+        ),
+        _ => (
+            options.cpus,
+            options
+                .cpus_from
+                .as_ref()
+                .map(|flag| format!("the app's {flag}")),
+        ),
+    };
     let config = VmConfig {
         mem_size: options.mem,
-        cpus: options.cpus,
+        cpus,
         cmdline: options.args.join(" "),
         timeout: options.timeout,
         pin: false,
@@ -337,14 +365,10 @@ fn boot(
         VmError::Net(e) => CliError::Network(e),
         e => image_error(e),
     })?;
-    let vcpus = if options.cpus == 1 { "vCPU" } else { "vCPUs" };
-    let from = options
-        .cpus_from
-        .as_ref()
-        .map_or_else(String::new, |flag| format!(": the app's {flag}"));
+    let vcpus = if cpus == 1 { "vCPU" } else { "vCPUs" };
+    let from = cpus_from.map_or_else(String::new, |why| format!(": {why}"));
     eprintln!(
-        "ebb: running {name} natively ({} {vcpus}{from}, {} MiB; {why}{})",
-        options.cpus,
+        "ebb: running {name} natively ({cpus} {vcpus}{from}, {} MiB; {why}{})",
         options.mem >> 20,
         network.describe()
     );

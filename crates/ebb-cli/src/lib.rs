@@ -90,7 +90,8 @@ pub enum Command {
         app: String,
         /// Cores: vCPUs natively, EBB_CPUS hosted (default: the count the app's own flag
         /// gives, for an app whose manifest names it (memcached's -t), else this machine's
-        /// CPU count).
+        /// CPU count — natively with a network, one fewer: the network device's thread
+        /// needs a CPU of its own).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=255))]
         cpus: Option<u32>,
         /// Guest memory, native only: bytes or with a K, M or G suffix (a multiple of 2M)
@@ -196,6 +197,7 @@ impl Cli {
             } => {
                 // Without --cpus, an app that names its core-count flag in its manifest
                 // (`cores_flags`: memcached's -t) gets the count its arguments give.
+                let cpus_given = cpus;
                 let from_app = match cpus {
                     Some(_) => None,
                     None if Path::new(&app).is_file() => None,
@@ -213,9 +215,11 @@ impl Cli {
                         None,
                     ),
                 };
+                let cpus_defaulted = cpus_from.is_none() && cpus_given.is_none();
                 let options = RunOptions {
                     cpus,
                     cpus_from,
+                    cpus_defaulted,
                     mem: mem.unwrap_or_else(|| default_guest_memory(cpus)),
                     timeout,
                     args,
@@ -295,6 +299,9 @@ mod tests {
         assert_eq!(default_guest_memory(1), 128 << 20);
         assert_eq!(default_guest_memory(2), 128 << 20);
         assert_eq!(default_guest_memory(8), 320 << 20);
+        assert_eq!(launch::default_vcpus(1), 1);
+        assert_eq!(launch::default_vcpus(2), 1);
+        assert_eq!(launch::default_vcpus(8), 7);
         assert!(parse_seconds("-1").is_err());
     }
 }
