@@ -20,7 +20,8 @@
 //!
 //! Both regression tests run against the main job's configuration (128 MiB, `-m 64 -I
 //! 1m`) on 2 vCPUs — one more than its default on these 2-CPU hosts, so two cores share
-//! the heap as they do on a larger host — natively, and against the hosted server on 2 cores with the same flags.
+//! the heap as they do on a larger host — natively, and against the hosted server on 2
+//! cores with the same flags.
 //! Every value follows from its key (and version), so whatever comes back is checked byte
 //! for byte.
 
