@@ -113,6 +113,32 @@ fn static_ids_bind_once() {
     );
 }
 
+#[test]
+fn global_ids_bind_once_and_only_global_ones() {
+    let id = EbbId::from_u32(ebb_core::ebb::FIRST_GLOBAL_ID + 5).unwrap();
+    let shared = SharedEbb::create_global(id, 9u16).unwrap();
+    assert_eq!((shared.id(), *shared.rep()), (id, 9));
+    assert_eq!(
+        SharedEbb::create_global(id, 1u16).err(),
+        Some(EbbError::AlreadyBound(id))
+    );
+    assert_eq!(
+        MulticoreEbb::create_global(id, |_| 0u8).err(),
+        Some(EbbError::AlreadyBound(id))
+    );
+    let other = EbbId::from_u32(ebb_core::ebb::FIRST_GLOBAL_ID + 6).unwrap();
+    let per_core = MulticoreEbb::create_global(other, |core| core.0).unwrap();
+    let got = run(2, move || async move { *per_core.rep() });
+    assert_eq!(got, 0);
+    // A node's own ids never reach the global range, and are refused there.
+    let dynamic = SharedEbb::create(1u8).unwrap().id();
+    assert!(!dynamic.is_global());
+    assert_eq!(
+        SharedEbb::create_global(dynamic, 2u8).err(),
+        Some(EbbError::NotGlobal(dynamic))
+    );
+}
+
 /// A hand-written Ebb kind: the miss handler decides what each core gets.
 struct CoreNumber;
 impl Ebb for CoreNumber {

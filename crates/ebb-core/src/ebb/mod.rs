@@ -53,6 +53,8 @@ pub enum EbbError {
     AlreadyBound(EbbId),
     /// The id is outside the static range (for [`EbbId::new_static`]-style binding).
     NotStatic(EbbId),
+    /// The id is outside the global range (for binding a distributed Ebb's local rep).
+    NotGlobal(EbbId),
     /// A per-core rep was requested on a thread that is not an Ebbflow core.
     NotOnCore,
     /// The core index is beyond what a multicore Ebb supports.
@@ -67,6 +69,7 @@ impl fmt::Display for EbbError {
             EbbError::WrongType(id) => write!(f, "{id} is bound to an object of another type"),
             EbbError::AlreadyBound(id) => write!(f, "{id} is already bound"),
             EbbError::NotStatic(id) => write!(f, "{id} is not in the static id range"),
+            EbbError::NotGlobal(id) => write!(f, "{id} is not in the global id range"),
             EbbError::NotOnCore => write!(f, "not running on an Ebbflow core"),
             EbbError::CoreOutOfRange => write!(f, "core index beyond the multicore Ebb limit"),
         }

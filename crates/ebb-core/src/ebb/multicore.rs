@@ -57,6 +57,26 @@ impl<R: 'static> MulticoreEbb<R> {
         make: impl Fn(CoreId) -> R + Send + Sync + 'static,
     ) -> Result<EbbRef<Self>, EbbError> {
         let id = NODE_IDS.allocate()?;
+        Self::bind(id, make)
+    }
+
+    /// Binds this node's part of a distributed Ebb under its global id (see `ebb-dist`):
+    /// `make(core)` builds each core's rep here. Fails if `id` is not global or already
+    /// bound here.
+    pub fn create_global(
+        id: EbbId,
+        make: impl Fn(CoreId) -> R + Send + Sync + 'static,
+    ) -> Result<EbbRef<Self>, EbbError> {
+        if !id.is_global() {
+            return Err(EbbError::NotGlobal(id));
+        }
+        Self::bind(id, make)
+    }
+
+    fn bind(
+        id: EbbId,
+        make: impl Fn(CoreId) -> R + Send + Sync + 'static,
+    ) -> Result<EbbRef<Self>, EbbError> {
         let reps = (0..MAX_CORES).map(|_| spin::Once::new()).collect();
         local_id_map().bind(
             id,
@@ -65,7 +85,8 @@ impl<R: 'static> MulticoreEbb<R> {
                 reps,
             },
         )?;
-        // SAFETY: `id` is fresh, so this is the only type it is bound to.
+        // SAFETY: `bind` succeeded, so `id` was unbound (fresh, or a global id not bound
+        // here before) and is now bound to this type only.
         Ok(unsafe { EbbRef::from_id_unchecked(id) })
     }
 

@@ -39,6 +39,18 @@ impl<T: Send + Sync + 'static> SharedEbb<T> {
         Ok(unsafe { EbbRef::from_id_unchecked(id) })
     }
 
+    /// Binds this node's representative of a distributed Ebb under its global id (one a
+    /// GlobalIdMap handed out; see `ebb-dist`). Fails if `id` is not global or already
+    /// bound here.
+    pub fn create_global(id: EbbId, value: T) -> Result<EbbRef<Self>, EbbError> {
+        if !id.is_global() {
+            return Err(EbbError::NotGlobal(id));
+        }
+        local_id_map().bind(id, SharedRoot(value))?;
+        // SAFETY: `bind` succeeded, so `id` was unbound and is now bound to a `T`.
+        Ok(unsafe { EbbRef::from_id_unchecked(id) })
+    }
+
     /// A handle for an existing shared Ebb, checked to hold a `T`.
     pub fn lookup(id: EbbId) -> Result<EbbRef<Self>, EbbError> {
         local_id_map().get::<SharedRoot<T>>(id)?;
