@@ -29,5 +29,7 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
+pub mod global_id_map;
+pub mod hash_ring;
 pub mod node;
 pub mod wire;
