@@ -32,4 +32,6 @@ extern crate std;
 pub mod global_id_map;
 pub mod hash_ring;
 pub mod node;
+pub mod objects;
+pub mod remote;
 pub mod wire;
