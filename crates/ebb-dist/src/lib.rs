@@ -34,4 +34,6 @@ pub mod hash_ring;
 pub mod node;
 pub mod objects;
 pub mod remote;
+#[cfg(test)]
+mod testing;
 pub mod wire;

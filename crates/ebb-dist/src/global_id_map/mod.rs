@@ -24,6 +24,7 @@
 //! * Entries and values are bounded ([`MAX_VALUE_LEN`], [`MAX_ENTRIES`]): a node cannot
 //!   make the front end hold unbounded memory.
 
+mod access;
 mod table;
 
 use alloc::boxed::Box;
@@ -34,6 +35,9 @@ use core::pin::Pin;
 use ebb::EbbId;
 use serde::{Deserialize, Serialize};
 
+pub use access::{
+    EmbeddedIdMap, GLOBAL_ID_MAP_EBB, GlobalEbb, ID_MAP_KIND, RemoteIdMap, ResolveError, resolve,
+};
 pub use table::{IdMapTable, WatchId};
 
 /// The largest value an entry may hold.
@@ -121,3 +125,6 @@ pub fn global_id(n: u32) -> Result<EbbId, IdMapError> {
         None => Err(IdMapError::Backend(alloc::format!("{n} is not an Ebb id"))),
     }
 }
+
+#[cfg(test)]
+mod tests;

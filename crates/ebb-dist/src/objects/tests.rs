@@ -5,70 +5,13 @@
 use super::fragmented::{MapClient, MapShard, SHARD_KIND};
 use super::replicated::{COUNTER_KIND, Consistency, CounterClient, CounterHome};
 use crate::node::NodeId;
-use crate::remote::{CallFuture, Caller, RemoteError};
-use alloc::boxed::Box;
+use crate::remote::RemoteError;
+use crate::testing::{LocalCaller, Nodes, gid, now};
 use alloc::collections::BTreeMap;
 use alloc::rc::Rc;
-use alloc::string::ToString;
 use alloc::vec::Vec;
-use core::cell::RefCell;
-use core::future::Future;
-use core::pin::pin;
-use core::task::{Context, Poll, Waker};
 use ebb::{EbbId, IOBufChain};
 use proptest::prelude::*;
-
-type Handler = Rc<dyn Fn(&IOBufChain) -> Result<IOBufChain, alloc::string::String>>;
-
-#[derive(Default)]
-struct Nodes {
-    handlers: RefCell<BTreeMap<(u32, u32, u16), Handler>>,
-    down: RefCell<Vec<NodeId>>,
-}
-
-struct LocalCaller {
-    me: NodeId,
-    nodes: Rc<Nodes>,
-}
-
-impl Caller for LocalCaller {
-    fn this_node(&self) -> NodeId {
-        self.me
-    }
-    fn call(&self, node: NodeId, ebb: EbbId, kind: u16, request: IOBufChain) -> CallFuture {
-        let result = if self.nodes.down.borrow().contains(&node) {
-            Err(RemoteError::PeerLost(node))
-        } else {
-            let handler = self
-                .nodes
-                .handlers
-                .borrow()
-                .get(&(node.0, ebb.as_u32(), kind))
-                .cloned();
-            match handler {
-                Some(h) => h(&request).map_err(|reason| RemoteError::Refused { node, reason }),
-                None => Err(RemoteError::Refused {
-                    node,
-                    reason: "no handler".to_string(),
-                }),
-            }
-        };
-        Box::pin(async move { result })
-    }
-}
-
-/// Runs a future that never waits (every call above completes at once).
-fn now<T>(f: impl Future<Output = T>) -> T {
-    let mut f = pin!(f);
-    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(v) => v,
-        Poll::Pending => panic!("an in-process call waited"),
-    }
-}
-
-fn gid(k: u32) -> EbbId {
-    EbbId::from_u32(ebb::FIRST_GLOBAL_ID + k).unwrap()
-}
 
 fn shards(nodes: &Rc<Nodes>, ids: &[u32], ebb: EbbId) -> Vec<Rc<MapShard>> {
     ids.iter()
