@@ -4,8 +4,9 @@
 use alloc::boxed::Box;
 use alloc::rc::Rc;
 use alloc::string::{String, ToString};
+use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::cell::{Cell, RefCell};
+use core::cell::Cell;
 
 use ebb::{EbbError, EbbId, EbbRef, IOBufChain, SharedEbb};
 
@@ -21,10 +22,12 @@ pub const GLOBAL_ID_MAP_EBB: EbbId = EbbId::new_static(1);
 /// The message kind of its requests.
 pub const ID_MAP_KIND: u16 = 1;
 
-/// The embedded backend, used on the front end itself: the table, in this process.
+/// The embedded backend, used on the front end itself: the table, in this process,
+/// shared by its cores behind a spin lock held for one operation (watchers run under it,
+/// so they must not call the map).
 #[derive(Clone, Debug, Default)]
 pub struct EmbeddedIdMap {
-    table: Rc<RefCell<IdMapTable>>,
+    table: Arc<spin::Mutex<IdMapTable>>,
 }
 
 impl EmbeddedIdMap {
@@ -40,17 +43,17 @@ impl EmbeddedIdMap {
         &self,
         from: NodeId,
         request: &IOBufChain,
-        notify: impl Fn(NodeId, EbbId, &Versioned) + Clone + 'static,
+        notify: impl Fn(NodeId, EbbId, &Versioned) + Clone + Send + 'static,
     ) -> Served {
         let request: IdMapRequest = decode(request).map_err(|e| e.to_string())?;
         let reply = match request {
             IdMapRequest::Get(n) => IdMapReply::Entry(
                 global_id(n)
                     .ok()
-                    .and_then(|id| self.table.borrow().get(id).cloned()),
+                    .and_then(|id| self.table.lock().get(id).cloned()),
             ),
             IdMapRequest::Set(n, value) => {
-                let set = global_id(n).and_then(|id| self.table.borrow_mut().set(id, value));
+                let set = global_id(n).and_then(|id| self.table.lock().set(id, value));
                 match set {
                     Ok(v) => IdMapReply::Version(v),
                     Err(e) => IdMapReply::Refused(e.to_string()),
@@ -60,7 +63,7 @@ impl EmbeddedIdMap {
                 Ok(id) => {
                     let notify = notify.clone();
                     self.table
-                        .borrow_mut()
+                        .lock()
                         .watch(id, Box::new(move |id, e| notify(from, id, e)));
                     IdMapReply::Done
                 }
@@ -72,29 +75,29 @@ impl EmbeddedIdMap {
     }
 
     /// The table (for inspection and tests).
-    pub fn table(&self) -> core::cell::Ref<'_, IdMapTable> {
-        self.table.borrow()
+    pub fn table(&self) -> spin::MutexGuard<'_, IdMapTable> {
+        self.table.lock()
     }
 }
 
 impl GlobalIdMap for EmbeddedIdMap {
     fn get(&self, id: EbbId) -> MapFuture<Option<Versioned>> {
-        let entry = self.table.borrow().get(id).cloned();
+        let entry = self.table.lock().get(id).cloned();
         Box::pin(async move { Ok(entry) })
     }
 
     fn set(&self, id: EbbId, value: Vec<u8>) -> MapFuture<u64> {
-        let result = self.table.borrow_mut().set(id, value);
+        let result = self.table.lock().set(id, value);
         Box::pin(async move { result })
     }
 
     fn watch(&self, id: EbbId, on_change: Watcher) -> MapFuture<WatchId> {
-        let w = self.table.borrow_mut().watch(id, on_change);
+        let w = self.table.lock().watch(id, on_change);
         Box::pin(async move { Ok(w) })
     }
 
     fn unwatch(&self, watch: WatchId) {
-        self.table.borrow_mut().unwatch(watch);
+        self.table.lock().unwatch(watch);
     }
 }
 

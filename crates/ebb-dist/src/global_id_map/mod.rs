@@ -74,8 +74,9 @@ pub struct Versioned {
     pub value: Vec<u8>,
 }
 
-/// What a watcher is called with: the id and its new entry.
-pub type Watcher = Box<dyn FnMut(EbbId, &Versioned)>;
+/// What a watcher is called with: the id and its new entry. `Send`: the embedded table is
+/// shared by the cores that serve nodes' requests, and calls it on the core of the `set`.
+pub type Watcher = Box<dyn FnMut(EbbId, &Versioned) + Send>;
 
 /// Application-wide names. Implemented by each backend; used the same way on every node.
 pub trait GlobalIdMap {

@@ -100,9 +100,8 @@ impl IdMapTable {
 mod tests {
     use super::*;
     use alloc::boxed::Box;
-    use alloc::rc::Rc;
+    use alloc::sync::Arc;
     use alloc::vec;
-    use core::cell::RefCell;
 
     fn gid(k: u32) -> EbbId {
         EbbId::from_u32(ebb::FIRST_GLOBAL_ID + k).unwrap()
@@ -111,11 +110,11 @@ mod tests {
     #[test]
     fn versions_count_sets_and_watchers_see_each_in_order() {
         let mut t = IdMapTable::new();
-        let seen = Rc::new(RefCell::new(Vec::new()));
+        let seen = Arc::new(spin::Mutex::new(Vec::new()));
         let s = seen.clone();
         let w = t.watch(
             gid(1),
-            Box::new(move |id, e| s.borrow_mut().push((id, e.version, e.value.clone()))),
+            Box::new(move |id, e| s.lock().push((id, e.version, e.value.clone()))),
         );
         assert_eq!(t.set(gid(1), b"a".to_vec()), Ok(1));
         assert_eq!(t.set(gid(2), b"other".to_vec()), Ok(1));
@@ -125,7 +124,7 @@ mod tests {
         assert!(!t.unwatch(w));
         t.set(gid(1), b"c".to_vec()).unwrap();
         assert_eq!(
-            *seen.borrow(),
+            *seen.lock(),
             vec![(gid(1), 1, b"a".to_vec()), (gid(1), 2, b"b".to_vec())]
         );
     }

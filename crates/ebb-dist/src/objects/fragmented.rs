@@ -15,7 +15,7 @@ use alloc::collections::BTreeMap;
 use alloc::rc::Rc;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use core::cell::{Cell, RefCell};
+use core::cell::RefCell;
 
 use ebb::EbbId;
 use serde::{Deserialize, Serialize};
@@ -64,27 +64,33 @@ pub enum MapReply {
     Stored,
 }
 
-/// One node's part of the map.
+/// One node's part of the map. Shared by the cores that serve calls, behind a spin lock
+/// held for one operation.
 #[derive(Debug)]
 pub struct MapShard {
-    entries: RefCell<BTreeMap<Vec<u8>, Vec<u8>>>,
-    bytes: Cell<usize>,
+    state: spin::Mutex<ShardState>,
     max_bytes: usize,
+}
+
+#[derive(Debug, Default)]
+struct ShardState {
+    entries: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Bytes of keys and values held.
+    bytes: usize,
 }
 
 impl MapShard {
     /// An empty shard holding at most `max_bytes` of keys and values.
     pub fn new(max_bytes: usize) -> MapShard {
         MapShard {
-            entries: RefCell::new(BTreeMap::new()),
-            bytes: Cell::new(0),
+            state: spin::Mutex::new(ShardState::default()),
             max_bytes,
         }
     }
 
     /// Entries held.
     pub fn len(&self) -> usize {
-        self.entries.borrow().len()
+        self.state.lock().entries.len()
     }
 
     /// Whether it holds none.
@@ -100,25 +106,26 @@ impl MapShard {
     }
 
     fn apply(&self, request: MapRequest) -> Result<MapReply, String> {
-        let mut entries = self.entries.borrow_mut();
+        let mut state = self.state.lock();
+        let ShardState { entries, bytes } = &mut *state;
         Ok(match request {
             MapRequest::Get(k) => MapReply::Value(entries.get(&k).cloned()),
             MapRequest::Set(k, v) => {
                 let old_len = entries.get(&k).map_or(0, |old| k.len() + old.len());
-                let held = self.bytes.get() - old_len + k.len() + v.len();
+                let held = *bytes - old_len + k.len() + v.len();
                 if held > self.max_bytes {
                     return Err(alloc::format!(
                         "shard full: {held} bytes would exceed its {} byte limit",
                         self.max_bytes
                     ));
                 }
-                self.bytes.set(held);
+                *bytes = held;
                 MapReply::Value(entries.insert(k, v))
             }
             MapRequest::Delete(k) => {
                 let old = entries.remove(&k);
                 if let Some(v) = &old {
-                    self.bytes.set(self.bytes.get() - k.len() - v.len());
+                    *bytes = *bytes - k.len() - v.len();
                 }
                 MapReply::Value(old)
             }
@@ -133,7 +140,7 @@ impl MapShard {
                 let mut out = Vec::with_capacity(moving.len());
                 for k in moving {
                     if let Some(v) = entries.remove(&k) {
-                        self.bytes.set(self.bytes.get() - k.len() - v.len());
+                        *bytes = *bytes - k.len() - v.len();
                         out.push((k, v));
                     }
                 }
@@ -141,15 +148,15 @@ impl MapShard {
             }
             MapRequest::Put(batch) => {
                 let added: usize = batch.iter().map(|(k, v)| k.len() + v.len()).sum();
-                if self.bytes.get() + added > self.max_bytes {
+                if *bytes + added > self.max_bytes {
                     return Err("shard full: cannot take the moved entries".to_string());
                 }
                 for (k, v) in batch {
                     let (kl, vl) = (k.len(), v.len());
                     if let Some(old) = entries.insert(k, v) {
-                        self.bytes.set(self.bytes.get() - kl - old.len());
+                        *bytes = *bytes - kl - old.len();
                     }
-                    self.bytes.set(self.bytes.get() + kl + vl);
+                    *bytes = *bytes + kl + vl;
                 }
                 MapReply::Stored
             }

@@ -10,6 +10,7 @@
 //! send keeps it pending.
 
 use core::cell::Cell;
+use core::sync::atomic::{AtomicI64, Ordering};
 use core::time::Duration;
 
 use alloc::rc::Rc;
@@ -40,10 +41,11 @@ pub enum CounterRequest {
     Read,
 }
 
-/// The home's side: the total.
+/// The home's side: the total. Shared by the cores that serve calls (a Messenger runs a
+/// handler on the core that owns the caller's connection), so atomic.
 #[derive(Debug, Default)]
 pub struct CounterHome {
-    total: Cell<i64>,
+    total: AtomicI64,
 }
 
 impl CounterHome {
@@ -54,13 +56,12 @@ impl CounterHome {
 
     /// The total.
     pub fn total(&self) -> i64 {
-        self.total.get()
+        self.total.load(Ordering::Relaxed)
     }
 
-    /// Adds locally (the home's own updates need no call).
+    /// Adds locally (the home's own updates need no call); the new total.
     pub fn add(&self, n: i64) -> i64 {
-        self.total.set(self.total.get().wrapping_add(n));
-        self.total.get()
+        self.total.fetch_add(n, Ordering::Relaxed).wrapping_add(n)
     }
 
     /// Answers one call (register this for [`COUNTER_KIND`]).
