@@ -18,9 +18,9 @@
 //!
 //! ## Invariants
 //!
-//! * Every entry has a version, starting at 1 and growing by one per `set`; a watcher
-//!   sees versions in increasing order and may miss intermediate ones only if it was
-//!   added after them.
+//! * Every entry has a version, starting at 1 and growing by one per `set` that changes
+//!   its bytes (writing what is there is a no-op, so a retried write is harmless); a
+//!   watcher sees versions in increasing order and misses none made after it was added.
 //! * Entries and values are bounded ([`MAX_VALUE_LEN`], [`MAX_ENTRIES`]): a node cannot
 //!   make the front end hold unbounded memory.
 

@@ -40,7 +40,8 @@ impl IdMapTable {
         self.entries.get(&id)
     }
 
-    /// Sets `id` to `value`, calls its watchers, and returns the new version.
+    /// Sets `id` to `value`, calls its watchers, and returns the new version (the current
+    /// one, and no calls, when `value` is what it holds).
     pub fn set(&mut self, id: EbbId, value: Vec<u8>) -> Result<u64, IdMapError> {
         if !id.is_global() {
             return Err(IdMapError::NotGlobal(id));
@@ -50,6 +51,11 @@ impl IdMapTable {
         }
         if !self.entries.contains_key(&id) && self.entries.len() >= MAX_ENTRIES {
             return Err(IdMapError::Full);
+        }
+        if let Some(same) = self.entries.get(&id).filter(|e| e.value == value) {
+            // Versions count changes: writing what is there changes nothing (and a retried
+            // write is harmless, as with the etcd backend).
+            return Ok(same.version);
         }
         let version = self.entries.get(&id).map_or(1, |e| e.version + 1);
         let entry = Versioned { version, value };
@@ -119,6 +125,7 @@ mod tests {
         assert_eq!(t.set(gid(1), b"a".to_vec()), Ok(1));
         assert_eq!(t.set(gid(2), b"other".to_vec()), Ok(1));
         assert_eq!(t.set(gid(1), b"b".to_vec()), Ok(2));
+        assert_eq!(t.set(gid(1), b"b".to_vec()), Ok(2), "no change, no version");
         assert_eq!(t.get(gid(1)).unwrap().value, b"b");
         assert!(t.unwatch(w));
         assert!(!t.unwatch(w));
