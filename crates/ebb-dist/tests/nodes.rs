@@ -1,0 +1,432 @@
+//! The NodeAllocator from a hosted test process (KVM required; SKIPPED without, as the
+//! other KVM tests): native nodes booted in this process by [`LocalNodeAllocator`]
+//! (and as child `ebb run` processes by [`ProcessNodeAllocator`]) running `apps/echo`
+//! and the test guests `panic` and `exit_code`.
+//!
+//! Shown: two nodes serve echoes through their forwarded ports; freeing one is bounded,
+//! closes its port and leaves the other serving; a node whose guest panics or exits is
+//! reported through the exit notification — blocking wait and future — within 1 s; a
+//! node allocated from a thread pinned to one CPU runs its vCPUs unpinned; after every
+//! node is freed, no VM thread is left. The tests take one lock: they count this
+//! process's threads and share two CPUs.
+//!
+//! `allocation_time_in_process_and_as_a_child` prints the time from `allocate` to the
+//! echo's first answer for both backends (run it with `--release --nocapture` for the
+//! numbers in docs/benchmarks.md).
+
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, SocketAddrV4, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::{Context, Poll, Wake};
+use std::time::{Duration, Instant};
+
+use ebb_dist::allocator::{
+    FREE_BOUND, LocalNodeAllocator, NodeAllocator, NodeHandle, NodeImage, NodeNetwork,
+    NodeOutcome, NodeSpec, ProcessNodeAllocator,
+};
+
+/// The echo app's port natively.
+const ECHO_PORT: u16 = 7;
+/// From `allocate` to the echo's "listening" line (a loaded machine, a debug build).
+const START: Duration = Duration::from_secs(20);
+/// The stated bound on reporting a node's end.
+const EXIT_BOUND: Duration = Duration::from_secs(1);
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// One test at a time: they count this process's threads and share two CPUs.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn kvm(test: &str) -> Option<()> {
+    match ebb_vmm::kvm_usable() {
+        Ok(()) => Some(()),
+        Err(e) => ebb_testkit::skip(
+            test,
+            ebb_testkit::Capability::Kvm,
+            &format!("/dev/kvm unusable: {e}"),
+        ),
+    }
+}
+
+/// The test guests, built once (the same directory as ebb-vmm's tests use).
+fn guest(name: &str) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../guests");
+        ebb_testkit::guests::build(&repo_root(), &target_dir, &[], "ebb-dist tests: ")
+    })
+    .join(name)
+}
+
+/// `apps/echo` as a native image, built once (as ebb-vmm's tests build apps).
+fn echo_image() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        guest("hello"); // adds the native target if the toolchain lacks it
+        let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../apps");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut build = Command::new(cargo);
+        build
+            .current_dir(repo_root())
+            .args([
+                "build",
+                "--release",
+                "--target",
+                "x86_64-unknown-none",
+                "-p",
+                "echo",
+            ])
+            .arg("--target-dir")
+            .arg(&target_dir);
+        let out = ebb_testkit::for_nested_cargo(&mut build)
+            .output()
+            .expect("run cargo to build apps/echo");
+        assert!(
+            out.status.success(),
+            "building apps/echo failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        target_dir.join("x86_64-unknown-none/release/echo")
+    })
+    .clone()
+}
+
+/// The `ebb` command of this build's profile, built if needed.
+fn ebb_binary() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut build = Command::new(cargo);
+        build
+            .current_dir(repo_root())
+            .args(["build", "-p", "ebb-cli", "--bin", "ebb"]);
+        if !cfg!(debug_assertions) {
+            build.arg("--release");
+        }
+        let out = ebb_testkit::for_nested_cargo(&mut build)
+            .output()
+            .expect("run cargo to build ebb");
+        assert!(
+            out.status.success(),
+            "building ebb failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // This test binary is target/PROFILE/deps/nodes-HASH.
+        let exe = std::env::current_exe().expect("the test's path");
+        exe.parent()
+            .and_then(Path::parent)
+            .expect("target/PROFILE")
+            .join("ebb")
+    })
+    .clone()
+}
+
+fn echo_spec() -> NodeSpec {
+    NodeSpec {
+        network: NodeNetwork::User {
+            forwards: vec![ECHO_PORT],
+            guest_forwards: Vec::new(),
+            outbound: false,
+        },
+        timeout: Some(Duration::from_secs(120)),
+        ..NodeSpec::new(NodeImage::Path(echo_image()))
+    }
+}
+
+fn echo_addr(node: &NodeHandle) -> SocketAddr {
+    SocketAddr::V4(node.forwarded(ECHO_PORT).expect("the echo port is forwarded"))
+}
+
+fn assert_echoes(node: &NodeHandle, seed: u64) {
+    if let Err(e) = ebb_testkit::netcheck::echo(
+        echo_addr(node),
+        256 * 1024,
+        seed,
+        Duration::from_secs(10),
+    ) {
+        panic!(
+            "{}: echo through {}: {e}\nconsole:\n{}",
+            node.name(),
+            echo_addr(node),
+            node.console().text()
+        );
+    }
+}
+
+/// Threads of this process whose name is a VM's or a node's.
+fn vm_threads() -> Vec<String> {
+    let mut names = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            if let Ok(comm) = std::fs::read_to_string(task.path().join("comm")) {
+                let comm = comm.trim().to_string();
+                let node = comm
+                    .strip_prefix("node")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+                if comm.starts_with("vcpu") || comm == "virtio-net" || node {
+                    names.push(comm);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// Runs `future` on this thread until it completes or `timeout` passes.
+fn block_on<F: Future>(future: F, timeout: Duration) -> Option<F::Output> {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return Some(out);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        std::thread::park_timeout(left);
+    }
+}
+
+#[test]
+fn two_nodes_serve_and_freeing_one_leaves_the_other_serving() {
+    let test = "two_nodes_serve_and_freeing_one_leaves_the_other_serving";
+    let _serial = serial();
+    let Some(()) = kvm(test) else { return };
+    let allocator = LocalNodeAllocator::new();
+    let a = allocator.allocate(echo_spec()).expect("node a");
+    let b = allocator.allocate(echo_spec()).expect("node b");
+    assert_ne!(echo_addr(&a), echo_addr(&b));
+    for node in [&a, &b] {
+        assert!(
+            node.console().wait_for("echo: listening", START),
+            "{}: {}",
+            node.name(),
+            node.console().text()
+        );
+    }
+    assert_echoes(&a, 1);
+    assert_echoes(&b, 2);
+    assert_eq!(a.exit().outcome(), None, "a runs");
+
+    let a_addr = echo_addr(&a);
+    let started = Instant::now();
+    let outcome = a.free().expect("free is bounded");
+    let took = started.elapsed();
+    assert_eq!(outcome, NodeOutcome::Freed);
+    assert!(took < FREE_BOUND, "free took {took:?}");
+    println!("free took {took:?}");
+    assert!(
+        TcpStream::connect_timeout(&a_addr, Duration::from_secs(1)).is_err(),
+        "a freed node's forwarded port is closed"
+    );
+    assert_echoes(&b, 3);
+    assert_eq!(b.exit().outcome(), None, "b keeps running");
+    assert_eq!(b.free().expect("free b"), NodeOutcome::Freed);
+    assert_eq!(vm_threads(), Vec::<String>::new(), "every VM thread joined");
+}
+
+#[test]
+fn a_panicking_node_is_reported_within_a_second() {
+    let test = "a_panicking_node_is_reported_within_a_second";
+    let _serial = serial();
+    let Some(()) = kvm(test) else { return };
+    let allocator = LocalNodeAllocator::new();
+    let node = allocator
+        .allocate(NodeSpec::new(NodeImage::Path(guest("panic"))))
+        .expect("allocate");
+    let allocated = Instant::now();
+    let outcome = block_on(node.exit().ended(), EXIT_BOUND)
+        .unwrap_or_else(|| panic!("no outcome within {EXIT_BOUND:?}"));
+    let detected = node.exit().ended_at().expect("published") - allocated;
+    println!("panic reported {detected:?} after allocate returned");
+    let NodeOutcome::Panicked(report) = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(report.contains("deliberate panic: 6 * 7 = 42"), "{report}");
+    assert!(node.console().text().contains("about to panic"));
+    assert_eq!(node.free().expect("free"), outcome, "free reports the end");
+    assert_eq!(vm_threads(), Vec::<String>::new());
+}
+
+#[test]
+fn an_exiting_node_reports_its_code_within_a_second() {
+    let test = "an_exiting_node_reports_its_code_within_a_second";
+    let _serial = serial();
+    let Some(()) = kvm(test) else { return };
+    let allocator = LocalNodeAllocator::new();
+    let node = allocator
+        .allocate(NodeSpec::new(NodeImage::Bytes(
+            std::fs::read(guest("exit_code")).expect("image").into(),
+        )))
+        .expect("allocate");
+    assert_eq!(node.exit().wait(EXIT_BOUND), Some(NodeOutcome::Exited(42)));
+    drop(node); // freeing an ended node
+    assert_eq!(vm_threads(), Vec::<String>::new());
+}
+
+#[test]
+fn a_bad_image_is_an_error_not_a_node() {
+    let _serial = serial();
+    let allocator = LocalNodeAllocator::new();
+    let err = allocator
+        .allocate(NodeSpec::new(NodeImage::Bytes(
+            b"not an ELF image".to_vec().into(),
+        )))
+        .expect_err("refused");
+    println!("{err}");
+    let err = allocator
+        .allocate(NodeSpec::new(NodeImage::Path("/nonexistent/image".into())))
+        .expect_err("refused");
+    assert!(err.to_string().contains("/nonexistent/image"), "{err}");
+    assert_eq!(vm_threads(), Vec::<String>::new());
+}
+
+#[test]
+fn a_node_allocated_from_a_pinned_thread_runs_its_vcpus_unpinned() {
+    // A hosted runtime's event loop is pinned to one CPU; threads inherit affinity.
+    let test = "a_node_allocated_from_a_pinned_thread_runs_its_vcpus_unpinned";
+    let _serial = serial();
+    let Some(()) = kvm(test) else { return };
+    let allowed = rustix::thread::sched_getaffinity(None).expect("affinity");
+    if allowed.count() < 2 {
+        println!("SKIPPED: {test}: one CPU only");
+        return;
+    }
+    let node = std::thread::spawn(|| {
+        let mut one = rustix::thread::CpuSet::new();
+        one.set(
+            (0..rustix::thread::CpuSet::MAX_CPU)
+                .find(|&c| rustix::thread::sched_getaffinity(None).unwrap().is_set(c))
+                .unwrap(),
+        );
+        rustix::thread::sched_setaffinity(None, &one).expect("pin");
+        LocalNodeAllocator::new()
+            .allocate(echo_spec())
+            .expect("allocate")
+    })
+    .join()
+    .expect("the pinned thread");
+    assert!(node.console().wait_for("echo: listening", START));
+    let mut vcpu_cpus = None;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "vcpu0" {
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap();
+            vcpu_cpus = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(|s| s.trim().to_string());
+        }
+    }
+    let vcpu_cpus = vcpu_cpus.expect("a vcpu0 thread");
+    assert!(
+        vcpu_cpus.contains('-') || vcpu_cpus.contains(','),
+        "vcpu0 may run on {vcpu_cpus}: more than the pinned creator's one CPU"
+    );
+    assert_echoes(&node, 5);
+    assert_eq!(node.free().expect("free"), NodeOutcome::Freed);
+}
+
+#[test]
+fn a_child_process_node_serves_reports_and_frees() {
+    let test = "a_child_process_node_serves_reports_and_frees";
+    let _serial = serial();
+    let Some(()) = kvm(test) else { return };
+    let allocator = ProcessNodeAllocator::new(ebb_binary());
+    let node = allocator.allocate(echo_spec()).expect("allocate");
+    assert!(
+        node.console().wait_for("echo: listening", START),
+        "{}",
+        node.console().text()
+    );
+    assert_echoes(&node, 7);
+    let started = Instant::now();
+    assert_eq!(node.free().expect("free"), NodeOutcome::Freed);
+    assert!(started.elapsed() < FREE_BOUND);
+    let panicking = allocator
+        .allocate(NodeSpec::new(NodeImage::Path(guest("panic"))))
+        .expect("allocate");
+    match panicking.exit().wait(Duration::from_secs(5)) {
+        Some(NodeOutcome::Panicked(report)) => {
+            assert!(report.contains("deliberate panic"), "{report}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Connects, sends a line and reads it back, retrying until `deadline`; when it first
+/// answered.
+fn first_answer(addr: SocketAddr, deadline: Instant) -> Option<Instant> {
+    while Instant::now() < deadline {
+        let attempt = (|| -> std::io::Result<()> {
+            let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
+            s.set_read_timeout(Some(Duration::from_millis(500)))?;
+            s.write_all(b"ping\n")?;
+            let mut back = [0u8; 5];
+            s.read_exact(&mut back)?;
+            if &back == b"ping\n" {
+                Ok(())
+            } else {
+                Err(std::io::ErrorKind::InvalidData.into())
+            }
+        })();
+        if attempt.is_ok() {
+            return Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    None
+}
+
+#[test]
+fn allocation_time_in_process_and_as_a_child() {
+    let test = "allocation_time_in_process_and_as_a_child";
+    let _serial = serial();
+    let Some(()) = kvm(test) else { return };
+    let local = LocalNodeAllocator::new();
+    let child = ProcessNodeAllocator::new(ebb_binary());
+    let backends: [(&str, &dyn NodeAllocator); 2] = [("in-process", &local), ("child", &child)];
+    let runs = 3;
+    for (name, allocator) in backends {
+        let mut lines = Vec::new();
+        for _ in 0..runs {
+            let started = Instant::now();
+            let node = allocator.allocate(echo_spec()).expect("allocate");
+            let allocated = started.elapsed();
+            let SocketAddr::V4(addr) = echo_addr(&node) else {
+                unreachable!()
+            };
+            let answered = first_answer(SocketAddr::V4(addr), started + START)
+                .unwrap_or_else(|| panic!("{name}: no answer\n{}", node.console().text()));
+            let freeing = Instant::now();
+            assert_eq!(node.free().expect("free"), NodeOutcome::Freed);
+            lines.push(format!(
+                "allocate {:.1} ms, first answer {:.1} ms, free {:.1} ms",
+                allocated.as_secs_f64() * 1e3,
+                (answered - started).as_secs_f64() * 1e3,
+                freeing.elapsed().as_secs_f64() * 1e3,
+            ));
+            let _: SocketAddrV4 = addr;
+        }
+        for line in lines {
+            println!("{name}: {line}");
+        }
+    }
+}
