@@ -24,8 +24,8 @@ use std::task::{Context, Poll, Wake};
 use std::time::{Duration, Instant};
 
 use ebb_dist::allocator::{
-    FREE_BOUND, LocalNodeAllocator, NodeAllocator, NodeHandle, NodeImage, NodeNetwork,
-    NodeOutcome, NodeSpec, ProcessNodeAllocator,
+    FREE_BOUND, LocalNodeAllocator, NodeAllocator, NodeHandle, NodeImage, NodeNetwork, NodeOutcome,
+    NodeSpec, ProcessNodeAllocator,
 };
 
 /// The echo app's port natively.
@@ -130,11 +130,16 @@ fn ebb_binary() -> PathBuf {
 }
 
 fn echo_spec() -> NodeSpec {
+    echo_spec_with(false)
+}
+
+/// `outbound`: passt behind the forwards (as `ebb run --net user` has it when installed).
+fn echo_spec_with(outbound: bool) -> NodeSpec {
     NodeSpec {
         network: NodeNetwork::User {
             forwards: vec![ECHO_PORT],
             guest_forwards: Vec::new(),
-            outbound: false,
+            outbound,
         },
         timeout: Some(Duration::from_secs(120)),
         ..NodeSpec::new(NodeImage::Path(echo_image()))
@@ -142,16 +147,16 @@ fn echo_spec() -> NodeSpec {
 }
 
 fn echo_addr(node: &NodeHandle) -> SocketAddr {
-    SocketAddr::V4(node.forwarded(ECHO_PORT).expect("the echo port is forwarded"))
+    SocketAddr::V4(
+        node.forwarded(ECHO_PORT)
+            .expect("the echo port is forwarded"),
+    )
 }
 
 fn assert_echoes(node: &NodeHandle, seed: u64) {
-    if let Err(e) = ebb_testkit::netcheck::echo(
-        echo_addr(node),
-        256 * 1024,
-        seed,
-        Duration::from_secs(10),
-    ) {
+    if let Err(e) =
+        ebb_testkit::netcheck::echo(echo_addr(node), 256 * 1024, seed, Duration::from_secs(10))
+    {
         panic!(
             "{}: echo through {}: {e}\nconsole:\n{}",
             node.name(),
@@ -281,6 +286,61 @@ fn an_exiting_node_reports_its_code_within_a_second() {
     assert_eq!(vm_threads(), Vec::<String>::new());
 }
 
+/// The signals this process catches (`SigCgt` of /proc/self/status), as a bit mask.
+fn caught_signals() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .expect("SigCgt")
+        .trim();
+    u64::from_str_radix(hex, 16).expect("a hex mask")
+}
+
+#[test]
+fn a_front_end_event_loop_awaits_a_node_end_and_keeps_its_signals() {
+    // A hosted front end (one pinned event loop) allocates a node that panics and awaits
+    // its end: the node's thread wakes the loop; the process goes on; Ctrl-C, SIGTERM
+    // and SIGUSR1 are still the process's own (not caught by the monitor).
+    let test = "a_front_end_event_loop_awaits_a_node_end_and_keeps_its_signals";
+    let _serial = serial();
+    let Some(()) = kvm(test) else { return };
+    let bit = |signal: i32| 1u64 << (signal - 1);
+    let own = [
+        libc_signal::SIGINT,
+        libc_signal::SIGTERM,
+        libc_signal::SIGUSR1,
+    ];
+    let before = caught_signals();
+    let image = guest("panic");
+    let outcome = ebb_hosted::run(ebb_hosted::Config::with_cores(1), move || async move {
+        let node = LocalNodeAllocator::new()
+            .allocate(NodeSpec::new(NodeImage::Path(image)))
+            .expect("allocate");
+        let outcome = node.exit().ended().await;
+        drop(node);
+        outcome
+    })
+    .expect("the front end runs");
+    assert!(matches!(outcome, NodeOutcome::Panicked(_)), "{outcome:?}");
+    let after = caught_signals();
+    for signal in own {
+        assert_eq!(
+            after & bit(signal),
+            before & bit(signal),
+            "signal {signal}: caught before {before:#x}, after {after:#x}"
+        );
+    }
+    assert_eq!(vm_threads(), Vec::<String>::new());
+}
+
+/// Linux's signal numbers (no libc dependency for three constants).
+mod libc_signal {
+    pub const SIGINT: i32 = 2;
+    pub const SIGUSR1: i32 = 10;
+    pub const SIGTERM: i32 = 15;
+}
+
 #[test]
 fn a_bad_image_is_an_error_not_a_node() {
     let _serial = serial();
@@ -402,13 +462,24 @@ fn allocation_time_in_process_and_as_a_child() {
     let Some(()) = kvm(test) else { return };
     let local = LocalNodeAllocator::new();
     let child = ProcessNodeAllocator::new(ebb_binary());
-    let backends: [(&str, &dyn NodeAllocator); 2] = [("in-process", &local), ("child", &child)];
-    let runs = 3;
-    for (name, allocator) in backends {
+    // `ebb run --net user` starts passt behind the forwards when it is installed: the
+    // in-process backend is measured both without passt and with it, as the child has it.
+    let passt = ebb_testkit::have_tool("passt");
+    let backends: [(&str, &dyn NodeAllocator, bool); 3] = [
+        ("in-process", &local, false),
+        ("in-process with passt", &local, passt),
+        ("child ebb run", &child, false),
+    ];
+    println!("passt installed: {passt}");
+    let runs = 5;
+    echo_image(); // built (or found fresh) before the clock starts
+    for (name, allocator, outbound) in backends {
         let mut lines = Vec::new();
         for _ in 0..runs {
             let started = Instant::now();
-            let node = allocator.allocate(echo_spec()).expect("allocate");
+            let node = allocator
+                .allocate(echo_spec_with(outbound))
+                .expect("allocate");
             let allocated = started.elapsed();
             let SocketAddr::V4(addr) = echo_addr(&node) else {
                 unreachable!()

@@ -110,7 +110,12 @@ impl NodeAllocator for LocalNodeAllocator {
             Err(_) => return Err(AllocateError::StartTimeout(START_BOUND)),
         };
         let listening = link
-            .map(|l| l.listening.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .map(|l| {
+                l.listening
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone()
+            })
             .unwrap_or_default();
         let forwards = guest_ports
             .into_iter()

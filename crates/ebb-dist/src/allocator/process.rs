@@ -110,10 +110,8 @@ impl NodeAllocator for ProcessNodeAllocator {
         let (image, temporary) = match &spec.image {
             NodeImage::Path(path) => (path.clone(), None),
             NodeImage::Bytes(bytes) => {
-                let path = std::env::temp_dir().join(format!(
-                    "ebb-dist-{}-{name}.image",
-                    std::process::id()
-                ));
+                let path = std::env::temp_dir()
+                    .join(format!("ebb-dist-{}-{name}.image", std::process::id()));
                 std::fs::write(&path, bytes).map_err(|source| AllocateError::Os {
                     what: "writing the image for the child",
                     source,
