@@ -214,6 +214,8 @@ fn two_nodes_serve_and_freeing_one_leaves_the_other_serving() {
     let test = "two_nodes_serve_and_freeing_one_leaves_the_other_serving";
     let _serial = serial();
     let Some(()) = kvm(test) else { return };
+    echo_image();
+    let fds_before = open_fds();
     let allocator = LocalNodeAllocator::new();
     let a = allocator.allocate(echo_spec()).expect("node a");
     let b = allocator.allocate(echo_spec()).expect("node b");
@@ -245,6 +247,31 @@ fn two_nodes_serve_and_freeing_one_leaves_the_other_serving() {
     assert_eq!(b.exit().outcome(), None, "b keeps running");
     assert_eq!(b.free().expect("free b"), NodeOutcome::Freed);
     assert_eq!(vm_threads(), Vec::<String>::new(), "every VM thread joined");
+    assert_eq!(
+        open_fds(),
+        fds_before,
+        "every descriptor closed (KVM, eventfds, epoll, sockets)"
+    );
+}
+
+/// This process's open descriptors, with what they are.
+fn open_fds() -> Vec<String> {
+    let mut fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .flatten()
+        .filter_map(|e| {
+            let target = std::fs::read_link(e.path()).ok()?;
+            Some(format!(
+                "{} -> {}",
+                e.file_name().to_string_lossy(),
+                target.display()
+            ))
+        })
+        // The directory listing's own descriptor.
+        .filter(|l| !l.contains("/proc/") || !l.contains("/fd"))
+        .collect();
+    fds.sort();
+    fds
 }
 
 #[test]
@@ -267,6 +294,22 @@ fn a_panicking_node_is_reported_within_a_second() {
     assert!(report.contains("deliberate panic: 6 * 7 = 42"), "{report}");
     assert!(node.console().text().contains("about to panic"));
     assert_eq!(node.free().expect("free"), outcome, "free reports the end");
+    assert_eq!(vm_threads(), Vec::<String>::new());
+}
+
+#[test]
+fn a_faulting_node_is_reported_within_a_second() {
+    let test = "a_faulting_node_is_reported_within_a_second";
+    let _serial = serial();
+    let Some(()) = kvm(test) else { return };
+    let node = LocalNodeAllocator::new()
+        .allocate(NodeSpec::new(NodeImage::Path(guest("page_fault"))))
+        .expect("allocate");
+    match node.exit().wait(EXIT_BOUND) {
+        Some(NodeOutcome::Crashed(report)) => assert!(report.contains("rip"), "{report}"),
+        other => panic!("{other:?}"),
+    }
+    drop(node);
     assert_eq!(vm_threads(), Vec::<String>::new());
 }
 

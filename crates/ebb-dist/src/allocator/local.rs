@@ -231,7 +231,11 @@ fn node_main(
             return;
         }
     };
-    let _ = ready.send(Ok(vm.stopper()));
+    if ready.send(Ok(vm.stopper())).is_err() {
+        // `allocate` gave up waiting (START_BOUND): nobody could ever stop this VM, so it
+        // never runs (dropped unrun, its vCPU threads end).
+        return;
+    }
     match vm.run_embedded() {
         Ok((outcome, remains)) => {
             exit.publish(node_outcome(&outcome, &image));
