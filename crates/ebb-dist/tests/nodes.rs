@@ -448,6 +448,84 @@ fn a_node_allocated_from_a_pinned_thread_runs_its_vcpus_unpinned() {
 }
 
 #[test]
+fn two_nodes_on_a_tap_bridge_serve_its_namespace() {
+    // As root: each node's TAP device (created by its monitor, in this process) moved
+    // into a namespace and enslaved to a bridge there (10.0.2.2/24); each node has its
+    // own address from its command line. Echoes from the namespace reach both.
+    use ebb_testkit::netns::{ip, namespace, need_namespace_and_tap, unique_name};
+    let test = "two_nodes_on_a_tap_bridge_serve_its_namespace";
+    let _serial = serial();
+    let Some(()) = kvm(test) else { return };
+    let Some(()) = need_namespace_and_tap(test, &[]) else {
+        return;
+    };
+    let ns = namespace(test, unique_name("ebdn"));
+    let n = ns.name.as_str();
+    ip(&["-n", n, "link", "add", "br0", "type", "bridge"]);
+    ip(&["-n", n, "addr", "add", "10.0.2.2/24", "dev", "br0"]);
+    ip(&["-n", n, "link", "set", "br0", "up"]);
+    let allocator = LocalNodeAllocator::new();
+    let mut nodes = Vec::new();
+    for addr in ["10.0.2.21", "10.0.2.22"] {
+        let tap = unique_name("ebdt");
+        let node = allocator
+            .allocate(NodeSpec {
+                network: NodeNetwork::Tap(tap.clone()),
+                args: vec!["--ip".into(), format!("{addr}/24")],
+                timeout: Some(Duration::from_secs(120)),
+                ..NodeSpec::new(NodeImage::Path(echo_image()))
+            })
+            .expect("allocate");
+        ip(&["link", "set", &tap, "netns", n]);
+        ip(&["-n", n, "link", "set", &tap, "master", "br0"]);
+        ip(&["-n", n, "link", "set", &tap, "up"]);
+        assert!(
+            node.console().wait_for("echo: listening", START),
+            "{}",
+            node.console().text()
+        );
+        nodes.push((addr, node));
+    }
+    let ns_path = format!("/var/run/netns/{n}");
+    let targets: Vec<&str> = nodes.iter().map(|(a, _)| *a).collect();
+    let results = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let fd = std::fs::File::open(&ns_path).expect("the namespace");
+                rustix::thread::move_into_link_name_space(
+                    std::os::fd::AsFd::as_fd(&fd),
+                    Some(rustix::thread::LinkNameSpaceType::Network),
+                )
+                .expect("enter the namespace");
+                targets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| {
+                        let addr = SocketAddr::new(a.parse().unwrap(), ECHO_PORT);
+                        ebb_testkit::netcheck::echo(
+                            addr,
+                            128 * 1024,
+                            i as u64,
+                            Duration::from_secs(10),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .join()
+            .expect("the namespace's client")
+    });
+    for ((addr, node), result) in nodes.iter().zip(results) {
+        if let Err(e) = result {
+            panic!("echo to {addr}: {e}\n{}", node.console().text());
+        }
+    }
+    for (_, node) in nodes {
+        assert_eq!(node.free().expect("free"), NodeOutcome::Freed);
+    }
+    assert_eq!(vm_threads(), Vec::<String>::new());
+}
+
+#[test]
 fn a_child_process_node_serves_reports_and_frees() {
     let test = "a_child_process_node_serves_reports_and_frees";
     let _serial = serial();
