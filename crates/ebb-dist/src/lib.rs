@@ -29,5 +29,6 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
+pub mod messenger;
 pub mod node;
 pub mod wire;
