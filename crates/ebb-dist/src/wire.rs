@@ -253,6 +253,12 @@ impl FrameDecoder {
         }
     }
 
+    /// Whether a frame's header was taken and its payload is still awaited (its
+    /// header's bytes no longer count in [`buffered`](Self::buffered)).
+    pub fn header_pending(&self) -> bool {
+        self.header.is_some()
+    }
+
     /// Bytes received and not yet handed out as frames.
     pub fn buffered(&self) -> usize {
         self.pending.len()

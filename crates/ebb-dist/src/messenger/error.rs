@@ -51,6 +51,12 @@ pub enum ProtocolError {
     /// A control payload that does not decode.
     #[error("bad control message: {0}")]
     BadControl(String),
+    /// The connection ended in the middle of a frame.
+    #[error("the connection ended inside a frame ({buffered} bytes of it received)")]
+    Truncated {
+        /// Bytes of the unfinished frame that had arrived.
+        buffered: usize,
+    },
     /// A frame that makes no sense at this point of the conversation.
     #[error("unexpected {class:?} frame {when}")]
     Unexpected {

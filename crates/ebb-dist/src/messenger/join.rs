@@ -142,7 +142,10 @@ impl FrontEnd {
                 }
             }
         };
-        let listener = network.listen(port, on_accept).await.map_err(JoinError::Listen)?;
+        let listener = network
+            .listen(port, on_accept)
+            .await
+            .map_err(JoinError::Listen)?;
         let default_address = match listener.local_addr() {
             SocketAddr::V4(v4) => v4,
             SocketAddr::V6(v6) => SocketAddrV4::new(ebb::net::Ipv4Addr::LOCALHOST, v6.port()),
@@ -260,7 +263,12 @@ fn accept(messenger: &Messenger, front: Arc<FrontShared>, conn: Connection) {
     let config = &messenger.inner.config;
     let peer = Arc::new(Peer::new(None, config.queue_limit));
     let peer_addr = conn.peer_addr();
-    let link = Link::new(messenger.clone(), peer.clone(), Role::AwaitHello(front), peer_addr);
+    let link = Link::new(
+        messenger.clone(),
+        peer.clone(),
+        Role::AwaitHello(front),
+        peer_addr,
+    );
     conn.set_handler(link);
     let _detached = ebb::spawn_local(write_loop(conn, peer.clone()));
     let timeout = config.handshake_timeout;

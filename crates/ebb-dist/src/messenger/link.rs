@@ -16,7 +16,7 @@ use super::join::{Control, FrontShared, PROTOCOL_VERSION};
 use super::peer::{Closing, Peer};
 use super::{Handler, Inner, MAX_CONTROL_PAYLOAD, MAX_FAILURE_REASON, Messenger, control_frame};
 use crate::node::{NodeId, RuntimeInfo, global_ids_of};
-use crate::wire::{Frame, FrameClass, FrameDecoder, Header, encode};
+use crate::wire::{Frame, FrameClass, FrameDecoder, HEADER_LEN, Header, encode};
 
 /// Where the conversation is.
 pub(crate) enum Role {
@@ -41,7 +41,12 @@ pub(crate) struct Link {
 impl Link {
     /// A new link; until it is joined the decoder takes only control-sized frames, so an
     /// unauthenticated peer cannot make us hold more.
-    pub(crate) fn new(messenger: Messenger, peer: Arc<Peer>, role: Role, peer_addr: SocketAddr) -> Link {
+    pub(crate) fn new(
+        messenger: Messenger,
+        peer: Arc<Peer>,
+        role: Role,
+        peer_addr: SocketAddr,
+    ) -> Link {
         Link {
             messenger,
             peer,
@@ -98,7 +103,12 @@ impl Link {
     }
 
     /// Front end: admit the node if its token was expected, refuse it otherwise.
-    fn on_hello(&mut self, conn: &dyn TcpConnection, front: &FrontShared, frame: Frame) -> Result<(), ProtocolError> {
+    fn on_hello(
+        &mut self,
+        conn: &dyn TcpConnection,
+        front: &FrontShared,
+        frame: Frame,
+    ) -> Result<(), ProtocolError> {
         let (version, token) = match control(&frame)? {
             Control::Hello { version, token } => (version, token),
             _ => {
@@ -109,7 +119,8 @@ impl Link {
             }
         };
         if version != PROTOCOL_VERSION {
-            let reason = format!("protocol version {version}; this front end speaks {PROTOCOL_VERSION}");
+            let reason =
+                format!("protocol version {version}; this front end speaks {PROTOCOL_VERSION}");
             self.refuse(conn, reason);
             return Ok(());
         }
@@ -130,7 +141,8 @@ impl Link {
             return Ok(());
         }
         self.role = Role::Joined(info.node);
-        self.decoder.set_max_payload(self.inner().config.max_payload);
+        self.decoder
+            .set_max_payload(self.inner().config.max_payload);
         admission.admitted();
         Ok(())
     }
@@ -167,18 +179,24 @@ impl Link {
                 });
             }
         };
-        if info.node == NodeId::FRONT_END || global_ids_of(info.node) != Some(info.global_ids.clone()) {
+        if info.node == NodeId::FRONT_END
+            || global_ids_of(info.node) != Some(info.global_ids.clone())
+        {
             return Err(ProtocolError::BadControl(format!(
                 "Welcome names {} with global ids {:?}",
                 info.node, info.global_ids
             )));
         }
         if !self.messenger.assume_node(info.node) {
-            return Err(ProtocolError::BadControl("this Messenger already has a node id".into()));
+            return Err(ProtocolError::BadControl(
+                "this Messenger already has a node id".into(),
+            ));
         }
         self.peer.set_node(NodeId::FRONT_END);
-        self.messenger.add_peer(NodeId::FRONT_END, self.peer.clone());
-        self.decoder.set_max_payload(self.inner().config.max_payload);
+        self.messenger
+            .add_peer(NodeId::FRONT_END, self.peer.clone());
+        self.decoder
+            .set_max_payload(self.inner().config.max_payload);
         let promise = match core::mem::replace(&mut self.role, Role::Joined(NodeId::FRONT_END)) {
             Role::AwaitWelcome(promise) => promise,
             _ => None,
@@ -285,7 +303,10 @@ fn send_answer(messenger: &Messenger, peer: &Peer, request: Header, answer: Answ
         Answer::Reply(p) => (FrameClass::Reply, p),
         Answer::Failure(mut reason) => {
             truncate_to_char_boundary(&mut reason, MAX_FAILURE_REASON);
-            (FrameClass::Failure, ebb::IOBufChain::from(IOBuf::from_vec(reason.into_bytes())))
+            (
+                FrameClass::Failure,
+                ebb::IOBufChain::from(IOBuf::from_vec(reason.into_bytes())),
+            )
         }
     };
     let Some(me) = messenger.node() else { return };
@@ -307,7 +328,10 @@ fn send_answer(messenger: &Messenger, peer: &Peer, request: Header, answer: Answ
                 class: FrameClass::Failure,
                 ..header
             };
-            match encode(header, ebb::IOBufChain::from(IOBuf::from_vec(reason.into_bytes()))) {
+            match encode(
+                header,
+                ebb::IOBufChain::from(IOBuf::from_vec(reason.into_bytes())),
+            ) {
                 Ok(frame) => frame,
                 Err(_) => return,
             }
@@ -382,6 +406,16 @@ impl TcpHandler for Link {
 
     fn peer_closed(&mut self, conn: &dyn TcpConnection) {
         conn.close();
+        let header = if self.decoder.header_pending() {
+            HEADER_LEN
+        } else {
+            0
+        };
+        let buffered = self.decoder.buffered() + header;
+        if buffered > 0 && !matches!(self.role, Role::Refused) {
+            self.lose(LossReason::Protocol(ProtocolError::Truncated { buffered }));
+            return;
+        }
         self.lose(LossReason::PeerFinished);
     }
 

@@ -201,7 +201,10 @@ struct Inner {
 
 impl Inner {
     fn handler(&self, ebb: EbbId, kind: u16, call: bool) -> Option<Handler> {
-        self.handlers.read().get(&(ebb.as_u32(), kind, call)).cloned()
+        self.handlers
+            .read()
+            .get(&(ebb.as_u32(), kind, call))
+            .cloned()
     }
 
     fn record_error(&self, peer_addr: SocketAddr, node: Option<NodeId>, reason: LossReason) {
@@ -308,7 +311,8 @@ impl Messenger {
     fn report_loss(&self, node: NodeId, peer_addr: SocketAddr, reason: LossReason) {
         self.inner.stats.peers_lost.add(1);
         if !matches!(reason, LossReason::Disconnected) {
-            self.inner.record_error(peer_addr, Some(node), reason.clone());
+            self.inner
+                .record_error(peer_addr, Some(node), reason.clone());
         }
         let hooks: Vec<Arc<LossFn>> = self.inner.loss_hooks.read().clone();
         for hook in hooks {
@@ -325,10 +329,10 @@ impl Messenger {
         kind: u16,
         handler: impl Fn(NodeId, IOBufChain) + Send + Sync + 'static,
     ) {
-        self.inner
-            .handlers
-            .write()
-            .insert((ebb.as_u32(), kind, false), Handler::Message(Arc::new(handler)));
+        self.inner.handlers.write().insert(
+            (ebb.as_u32(), kind, false),
+            Handler::Message(Arc::new(handler)),
+        );
     }
 
     /// Registers `handler` for calls of `kind` to `ebb` (replacing any). It runs on the
@@ -402,7 +406,13 @@ impl Messenger {
         self.inner.errors.lock().iter().cloned().collect()
     }
 
-    fn header(&self, class: FrameClass, ebb: EbbId, kind: u16, call: u32) -> Result<Header, SendError> {
+    fn header(
+        &self,
+        class: FrameClass,
+        ebb: EbbId,
+        kind: u16,
+        call: u32,
+    ) -> Result<Header, SendError> {
         Ok(Header {
             class,
             source: self.node().ok_or(SendError::NotJoined)?,
@@ -413,7 +423,12 @@ impl Messenger {
         })
     }
 
-    fn message_frame(&self, ebb: EbbId, kind: u16, payload: IOBufChain) -> Result<IOBufChain, SendError> {
+    fn message_frame(
+        &self,
+        ebb: EbbId,
+        kind: u16,
+        payload: IOBufChain,
+    ) -> Result<IOBufChain, SendError> {
         let header = self.header(FrameClass::Message, ebb, kind, 0)?;
         let len = payload.len();
         wire::encode(header, payload).map_err(|e| SendError::from_wire(e, len))
@@ -424,7 +439,13 @@ impl Messenger {
     /// [`SendError::Full`] when the peer's queue is at its limit (the payload is dropped;
     /// clone it first — a clone shares the buffers — to retry after
     /// [`room`](Self::room)).
-    pub fn send(&self, node: NodeId, ebb: EbbId, kind: u16, payload: IOBufChain) -> Result<(), SendError> {
+    pub fn send(
+        &self,
+        node: NodeId,
+        ebb: EbbId,
+        kind: u16,
+        payload: IOBufChain,
+    ) -> Result<(), SendError> {
         let peer = self.peer(node)?;
         let frame = self.message_frame(ebb, kind, payload)?;
         match peer.enqueue(frame, true) {
@@ -469,7 +490,11 @@ impl Messenger {
 
     /// Resolves once a payload of `len` bytes would be queued for `node` (or with the
     /// error that says it never will be).
-    pub fn room(&self, node: NodeId, len: usize) -> impl Future<Output = Result<(), SendError>> + 'static {
+    pub fn room(
+        &self,
+        node: NodeId,
+        len: usize,
+    ) -> impl Future<Output = Result<(), SendError>> + 'static {
         let peer = self.peer(node);
         async move {
             let peer = peer?;
@@ -493,7 +518,10 @@ impl Messenger {
             let header = this.header(FrameClass::Request, ebb, kind, 1)?;
             let len = payload.len();
             if len > MAX_PAYLOAD as usize {
-                return Err(CallError::Send(SendError::TooLong { len, max: MAX_PAYLOAD }));
+                return Err(CallError::Send(SendError::TooLong {
+                    len,
+                    max: MAX_PAYLOAD,
+                }));
             }
             let (mut promise, answer) = ebb::future::promise();
             let mut payload = Some(payload);
@@ -542,7 +570,10 @@ impl Messenger {
     }
 
     /// Resolves when `node` is lost, with why (at once if it already is).
-    pub fn peer_lost(&self, node: NodeId) -> impl Future<Output = Result<LossReason, SendError>> + 'static {
+    pub fn peer_lost(
+        &self,
+        node: NodeId,
+    ) -> impl Future<Output = Result<LossReason, SendError>> + 'static {
         let waiting = self.peer(node).map(|peer| peer.wait_lost());
         async move {
             match waiting? {
@@ -573,7 +604,10 @@ impl Messenger {
 }
 
 fn unspecified_addr() -> SocketAddr {
-    SocketAddr::V4(ebb::net::SocketAddrV4::new(ebb::net::Ipv4Addr::UNSPECIFIED, 0))
+    SocketAddr::V4(ebb::net::SocketAddrV4::new(
+        ebb::net::Ipv4Addr::UNSPECIFIED,
+        0,
+    ))
 }
 
 /// Forgets a call whose future is dropped before its answer came.
@@ -600,5 +634,6 @@ fn control_frame(source: NodeId, control: &Control) -> Result<IOBufChain, SendEr
         len: 0,
     };
     let len = bytes.len();
-    wire::encode(header, IOBufChain::from(IOBuf::from_vec(bytes))).map_err(|e| SendError::from_wire(e, len))
+    wire::encode(header, IOBufChain::from(IOBuf::from_vec(bytes)))
+        .map_err(|e| SendError::from_wire(e, len))
 }

@@ -199,7 +199,11 @@ impl Peer {
     }
 
     /// Ready when a frame of `len` bytes would be queued (or the peer is lost).
-    pub(crate) fn poll_room(&self, cx: &mut Context<'_>, len: usize) -> Poll<Result<(), SendError>> {
+    pub(crate) fn poll_room(
+        &self,
+        cx: &mut Context<'_>,
+        len: usize,
+    ) -> Poll<Result<(), SendError>> {
         let mut s = self.state.lock();
         if let Some(reason) = &s.lost {
             return Poll::Ready(Err(self.lost_error(reason.clone())));
