@@ -723,7 +723,7 @@ fn a_slow_receiver_is_held_to_the_queue_limit() {
                 accepted < 100_000,
                 "a receiver that does not read never pushed back"
             );
-            if accepted % 8 == 0 {
+            if accepted.is_multiple_of(8) {
                 // Let the writer move what the socket takes.
                 ebb::sleep(Duration::from_millis(1)).await;
             }

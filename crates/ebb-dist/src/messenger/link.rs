@@ -163,10 +163,10 @@ impl Link {
         let info = match control(&frame)? {
             Control::Welcome(info) => info,
             Control::Refused(reason) => {
-                if let Role::AwaitWelcome(promise) = &mut self.role {
-                    if let Some(p) = promise.take() {
-                        let _ = p.set(Err(JoinError::Refused(reason.clone())));
-                    }
+                if let Role::AwaitWelcome(promise) = &mut self.role
+                    && let Some(p) = promise.take()
+                {
+                    let _ = p.set(Err(JoinError::Refused(reason.clone())));
                 }
                 conn.close();
                 self.lose(LossReason::Refused(reason));
