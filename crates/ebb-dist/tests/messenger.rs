@@ -859,5 +859,45 @@ fn round_trip_of_a_64_byte_call() {
             samples[samples.len() / 2],
             samples[samples.len() * 99 / 100]
         );
+        // Beside it, in the same run: plain Linux TCP ping-pong between two threads.
+        let plain = in_thread(plain_tcp_ping_pong).await.unwrap();
+        eprintln!(
+            "64 B plain TCP ping-pong over loopback (two threads, blocking sockets): \
+             median {:?}, p99 {:?}",
+            plain.0, plain.1
+        );
     });
+}
+
+/// Median and p99 of a 64-byte ping-pong between two threads over loopback TCP.
+fn plain_tcp_ping_pong() -> (Duration, Duration) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut buf = [0u8; 64];
+        while s.read_exact(&mut buf).is_ok() {
+            s.write_all(&buf).unwrap();
+        }
+    });
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_nodelay(true).unwrap();
+    let mut buf = [7u8; 64];
+    let mut samples = Vec::new();
+    for i in 0..21_000 {
+        let start = Instant::now();
+        c.write_all(&buf).unwrap();
+        c.read_exact(&mut buf).unwrap();
+        if i >= 1000 {
+            samples.push(start.elapsed());
+        }
+    }
+    drop(c);
+    server.join().unwrap();
+    samples.sort();
+    (
+        samples[samples.len() / 2],
+        samples[samples.len() * 99 / 100],
+    )
 }

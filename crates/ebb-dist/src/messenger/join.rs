@@ -91,6 +91,10 @@ impl FrontShared {
         }
         let node = NodeId(self.next_node.load(Ordering::Relaxed));
         let Some(global_ids) = global_ids_of(node) else {
+            // Whoever expects this node hears why it never comes.
+            if let Some(expected) = expected.remove(&token) {
+                let _ = expected.promise.set(Err(JoinError::NodesExhausted));
+            }
             return Err(format!("no node ids left (at most {MAX_NODES} nodes)"));
         };
         self.next_node.store(node.0 + 1, Ordering::Relaxed);
