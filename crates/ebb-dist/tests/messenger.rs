@@ -901,3 +901,97 @@ fn plain_tcp_ping_pong() -> (Duration, Duration) {
         samples[samples.len() * 99 / 100],
     )
 }
+
+#[test]
+fn a_peer_is_held_to_its_calls_in_flight() {
+    run(|| async {
+        let net = network().await;
+        let config = MessengerConfig {
+            max_incoming_calls: 2,
+            ..MessengerConfig::default()
+        };
+        let (front, _, nodes) = cluster(&net, 1, config).await;
+        let (node, info, _) = &nodes[0];
+        let fm = front.messenger().clone();
+        let never: Vec<_> = (0..2)
+            .map(|_| ebb::spawn_local(fm.call(info.node, COUNTER, NEVER, chain(b"?"))))
+            .collect();
+        until("both calls run", || node.stats().calls_received == 2).await;
+        match fm.call(info.node, COUNTER, ECHO, chain(b"x")).await {
+            Err(CallError::Failed { reason, .. }) => {
+                assert_eq!(reason, "busy: 2 calls from node 0 already running")
+            }
+            other => panic!("expected busy, got {other:?}"),
+        }
+        node.shutdown();
+        for call in never {
+            assert!(matches!(call.await, Err(CallError::PeerLost { .. })));
+        }
+    });
+}
+
+#[test]
+fn a_caller_that_does_not_read_its_answers_is_flow_controlled() {
+    const QUEUE: usize = 64 << 10;
+    const REQUEST: usize = 16 << 10;
+    run(|| async {
+        let net = network().await;
+        let config = MessengerConfig {
+            queue_limit: QUEUE,
+            ..MessengerConfig::default()
+        };
+        let front = FrontEnd::start(&net, 0, config).await.unwrap();
+        let fm = front.messenger().clone();
+        serve(&fm, &Inbox::default());
+        let addr = front.local_addr();
+        let expected = front.expect(9);
+        let read_now = Arc::new(AtomicBool::new(false));
+        let go = read_now.clone();
+        let (sent_tx, sent_rx) = promise();
+        // Floods ECHO calls without reading an answer, until its writes stall for 1 s;
+        // then reads every answer to the requests it sent whole.
+        let caller = in_thread(move || {
+            let (mut stream, node) = join_by_hand(addr, 9);
+            stream
+                .set_write_timeout(Some(Duration::from_secs(1)))
+                .unwrap();
+            let request = |i: u32| {
+                let mut payload = vec![0u8; REQUEST];
+                payload[..4].copy_from_slice(&i.to_le_bytes());
+                frame(FrameClass::Request, node.0, ECHO, i + 1, &payload)
+            };
+            let mut whole = 0u32;
+            while whole < 20_000 && stream.write_all(&request(whole)).is_ok() {
+                whole += 1;
+            }
+            let _ = sent_tx.set(whole);
+            while !go.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let mut answers = 0;
+            while answers < whole {
+                let (header, _) = read_frame(&mut stream).unwrap();
+                assert!(matches!(
+                    header.class,
+                    FrameClass::Reply | FrameClass::Failure
+                ));
+                answers += 1;
+            }
+            answers
+        });
+        let node = expected.await.unwrap().node;
+        let whole = sent_rx.await.unwrap();
+        assert!(whole < 20_000, "the flood was never pushed back");
+        let queued = fm.queued_bytes(node).unwrap();
+        // Reading stops above twice the limit; the calls already running (at most
+        // max_incoming_calls) may still add their answers.
+        let bound = 2 * QUEUE + (64 << 10) + 256 * (REQUEST + 64);
+        assert!(queued <= bound, "{queued} bytes queued");
+        eprintln!(
+            "a caller that never reads was stopped after {whole} calls of {REQUEST} bytes, \
+             {queued} bytes of answers queued"
+        );
+        read_now.store(true, Ordering::Release);
+        assert_eq!(caller.await.unwrap(), whole, "every whole call answered");
+    });
+}
