@@ -496,6 +496,8 @@ fn hostile_bytes_close_only_their_connection() {
         let net = network().await;
         let config = MessengerConfig {
             handshake_timeout: Duration::from_millis(300),
+            // The hand-made peers send no heartbeats.
+            silence_limit: None,
             ..MessengerConfig::default()
         };
         let (front, _, nodes) = cluster(&net, 1, config).await;
@@ -679,6 +681,7 @@ fn a_slow_receiver_is_held_to_the_queue_limit() {
         let net = network().await;
         let config = MessengerConfig {
             queue_limit: LIMIT_BYTES,
+            silence_limit: None,
             ..MessengerConfig::default()
         };
         let front = FrontEnd::start(&net, 0, config).await.unwrap();
@@ -770,9 +773,11 @@ fn a_slow_receiver_is_held_to_the_queue_limit() {
 fn a_peer_that_closes_its_socket_fails_calls_to_it() {
     run(|| async {
         let net = network().await;
-        let front = FrontEnd::start(&net, 0, MessengerConfig::default())
-            .await
-            .unwrap();
+        let config = MessengerConfig {
+            silence_limit: None,
+            ..MessengerConfig::default()
+        };
+        let front = FrontEnd::start(&net, 0, config).await.unwrap();
         let fm = front.messenger().clone();
         let addr = front.local_addr();
         let expected = front.expect(7);
@@ -938,6 +943,7 @@ fn a_caller_that_does_not_read_its_answers_is_flow_controlled() {
         let net = network().await;
         let config = MessengerConfig {
             queue_limit: QUEUE,
+            silence_limit: None,
             ..MessengerConfig::default()
         };
         let front = FrontEnd::start(&net, 0, config).await.unwrap();
@@ -993,5 +999,50 @@ fn a_caller_that_does_not_read_its_answers_is_flow_controlled() {
         );
         read_now.store(true, Ordering::Release);
         assert_eq!(caller.await.unwrap(), whole, "every whole call answered");
+    });
+}
+
+#[test]
+fn heartbeats_keep_an_idle_peer_and_a_silent_one_is_lost() {
+    const SILENCE: Duration = Duration::from_millis(300);
+    run(|| async {
+        let net = network().await;
+        let config = MessengerConfig {
+            silence_limit: Some(SILENCE),
+            ..MessengerConfig::default()
+        };
+        let (front, _, nodes) = cluster(&net, 1, config).await;
+        let fm = front.messenger().clone();
+        let good = nodes[0].1.node;
+        // Idle for four silence limits: the heartbeats keep both sides.
+        ebb::sleep(4 * SILENCE).await;
+        assert_eq!(fm.peers(), vec![(good, true)]);
+        assert_eq!(nodes[0].0.peers(), vec![(NodeId::FRONT_END, true)]);
+
+        // A peer that joins and then says nothing (a VM frozen, a cable cut).
+        let expected = front.expect(77);
+        let addr = front.local_addr();
+        let joined = in_thread(move || join_by_hand(addr, 77));
+        let (info, joined) = ebb::future::join(expected, joined).await;
+        let (stream, _) = joined.unwrap();
+        let silent = info.unwrap().node;
+        let pending = ebb::spawn_local(fm.call(silent, COUNTER, ECHO, chain(b"?")));
+        let start = Instant::now();
+        assert_eq!(fm.peer_lost(silent).await, Ok(LossReason::Silent(SILENCE)));
+        let took = start.elapsed();
+        assert!(
+            took <= SILENCE + SILENCE / 2,
+            "a silent peer was seen after {took:?}"
+        );
+        eprintln!("a silent peer was reported lost after {took:?} (limit {SILENCE:?})");
+        assert!(matches!(pending.await, Err(CallError::PeerLost { .. })));
+        drop(stream);
+        assert_eq!(
+            fm.call(good, COUNTER, ECHO, chain(b"ok"))
+                .await
+                .unwrap()
+                .to_vec(),
+            b"echo:ok"
+        );
     });
 }

@@ -26,6 +26,10 @@ pub enum LossReason {
     /// or [`Messenger::shutdown`](super::Messenger::shutdown)).
     #[error("disconnected by this node")]
     Disconnected,
+    /// Nothing came from the peer (not even a heartbeat) for this long; the connection
+    /// was aborted.
+    #[error("nothing heard from the peer for {0:?}")]
+    Silent(Duration),
     /// The join handshake did not finish in time; the connection was aborted.
     #[error("no join handshake within {0:?}")]
     HandshakeTimeout(Duration),

@@ -54,6 +54,9 @@ pub enum Control {
     Welcome(RuntimeInfo),
     /// Front end → node: not admitted, and why; the front end closes the connection.
     Refused(String),
+    /// Either way, after the join: still here (see
+    /// [`MessengerConfig::silence_limit`](super::MessengerConfig::silence_limit)).
+    Heartbeat,
 }
 
 /// The front end's side of the join: the tokens it expects and the node ids it gave.

@@ -4,12 +4,15 @@
 
 use alloc::boxed::Box;
 use alloc::format;
+use alloc::rc::Rc;
 use alloc::string::String;
 use alloc::sync::Arc;
+use core::cell::Cell;
+use core::time::Duration;
 
-use ebb::IOBuf;
 use ebb::future::Promise;
 use ebb::net::{CloseReason, SocketAddr, TcpConnection, TcpHandler};
+use ebb::{IOBuf, Instant};
 
 use super::error::{CallError, JoinError, LossReason, ProtocolError};
 use super::join::{Control, FrontShared, PROTOCOL_VERSION};
@@ -31,6 +34,8 @@ pub(crate) enum Role {
 }
 
 pub(crate) struct Link {
+    /// When bytes last came from the peer (for the heartbeat watch).
+    heard: Rc<Cell<Instant>>,
     pub(crate) messenger: Messenger,
     pub(crate) peer: Arc<Peer>,
     pub(crate) decoder: FrameDecoder,
@@ -48,6 +53,7 @@ impl Link {
         peer_addr: SocketAddr,
     ) -> Link {
         Link {
+            heard: Rc::new(Cell::new(ebb::now())),
             messenger,
             peer,
             decoder: FrameDecoder::new(MAX_CONTROL_PAYLOAD),
@@ -143,6 +149,7 @@ impl Link {
         self.role = Role::Joined(info.node);
         self.decoder
             .set_max_payload(self.inner().config.max_payload);
+        self.watch(info.node);
         admission.admitted();
         Ok(())
     }
@@ -172,10 +179,10 @@ impl Link {
                 self.lose(LossReason::Refused(reason));
                 return Ok(());
             }
-            Control::Hello { .. } => {
+            Control::Hello { .. } | Control::Heartbeat => {
                 return Err(ProtocolError::Unexpected {
                     class: FrameClass::Control,
-                    when: "(a Hello) instead of a Welcome",
+                    when: "instead of a Welcome",
                 });
             }
         };
@@ -201,10 +208,52 @@ impl Link {
             Role::AwaitWelcome(promise) => promise,
             _ => None,
         };
+        self.watch(NodeId::FRONT_END);
         if let Some(p) = promise {
             let _ = p.set(Ok(info));
         }
         Ok(())
+    }
+
+    /// Starts the joined peer's heartbeat and silence watch, a local task on this core:
+    /// every quarter of the silence limit it sends a heartbeat, and it ends the peer if
+    /// nothing came for the whole limit (unless we stopped reading from it ourselves).
+    fn watch(&self, node: NodeId) {
+        let Some(limit) = self.inner().config.silence_limit else {
+            return;
+        };
+        let every = (limit / 4).max(Duration::from_millis(1));
+        let (messenger, peer, heard) = (
+            self.messenger.clone(),
+            self.peer.clone(),
+            self.heard.clone(),
+        );
+        let peer_addr = self.peer_addr;
+        heard.set(ebb::now());
+        let _detached = ebb::spawn_local(async move {
+            loop {
+                ebb::sleep(every).await;
+                if peer.lost().is_some() {
+                    return;
+                }
+                if peer.reading_paused() {
+                    heard.set(ebb::now());
+                }
+                if ebb::now().saturating_duration_since(heard.get()) > limit {
+                    let reason = LossReason::Silent(limit);
+                    if peer.fail(reason.clone()) {
+                        messenger.report_loss(node, peer_addr, reason);
+                    }
+                    peer.close(Closing::Abort);
+                    return;
+                }
+                if let Some(me) = messenger.node()
+                    && let Ok(beat) = control_frame(me, &Control::Heartbeat)
+                {
+                    let _ = peer.enqueue(beat, false);
+                }
+            }
+        });
     }
 
     /// A joined peer's frame.
@@ -244,12 +293,15 @@ impl Link {
                 // The caller stopped waiting (timed out, dropped the future).
                 None => stats.late_answers.add(1),
             },
-            FrameClass::Control => {
-                return Err(ProtocolError::Unexpected {
-                    class: h.class,
-                    when: "after the join",
-                });
-            }
+            FrameClass::Control => match control(&frame)? {
+                Control::Heartbeat => {}
+                _ => {
+                    return Err(ProtocolError::Unexpected {
+                        class: h.class,
+                        when: "(a Hello, Welcome or refusal) after the join",
+                    });
+                }
+            },
         }
         Ok(())
     }
@@ -376,6 +428,7 @@ impl TcpHandler for Link {
         if matches!(self.role, Role::Refused) || self.peer.lost().is_some() {
             return;
         }
+        self.heard.set(ebb::now());
         self.decoder.push(data);
         loop {
             match self.decoder.next_frame() {

@@ -97,6 +97,11 @@ pub struct MessengerConfig {
     pub max_incoming_calls: usize,
     /// How long a join may take, on both sides. Default 10 s.
     pub handshake_timeout: Duration,
+    /// A joined peer from which nothing (no frame, not even a heartbeat) arrives for
+    /// this long is lost ([`LossReason::Silent`]); each side sends a heartbeat every
+    /// quarter of it. Default 1 s; `None`: no heartbeats, only the connection's end
+    /// tells (a peer must then send nothing it would not otherwise).
+    pub silence_limit: Option<Duration>,
 }
 
 impl Default for MessengerConfig {
@@ -106,6 +111,7 @@ impl Default for MessengerConfig {
             max_payload: MAX_PAYLOAD,
             max_incoming_calls: 256,
             handshake_timeout: Duration::from_secs(10),
+            silence_limit: Some(Duration::from_secs(1)),
         }
     }
 }

@@ -113,6 +113,11 @@ impl Peer {
         self.state.lock().lost.clone()
     }
 
+    /// Whether the link stopped reading from the peer (so its silence says nothing).
+    pub(crate) fn reading_paused(&self) -> bool {
+        self.state.lock().reading_paused
+    }
+
     pub(crate) fn queued_bytes(&self) -> usize {
         self.state.lock().queue.len()
     }
