@@ -472,7 +472,7 @@ fn join_by_hand(addr: SocketAddr, token: u64) -> (TcpStream, NodeId) {
     let (header, payload) = read_frame(&mut stream).unwrap();
     assert_eq!(header.class, FrameClass::Control);
     match postcard::from_bytes::<Control>(&payload).unwrap() {
-        Control::Welcome(info) => (stream, info.node),
+        Control::Welcome { info, .. } => (stream, info.node),
         other => panic!("expected a Welcome, got {other:?}"),
     }
 }
@@ -1044,5 +1044,96 @@ fn heartbeats_keep_an_idle_peer_and_a_silent_one_is_lost() {
                 .to_vec(),
             b"echo:ok"
         );
+    });
+}
+
+#[test]
+fn nodes_connect_to_each_other_directly() {
+    run(|| async {
+        let net = network().await;
+        let (front, _, nodes) = cluster(&net, 2, MessengerConfig::default()).await;
+        let (one, one_info, _) = &nodes[0];
+        let (two, two_info, two_inbox) = &nodes[1];
+        let listener = two.listen_for_peers(&net, 0).await.unwrap();
+        let addr = listener.local_addr();
+
+        // The wrong node at that address, and a stranger without the key, are refused.
+        assert!(matches!(
+            one.connect_peer(&net, NodeId(5), addr).await,
+            Err(JoinError::Lost(LossReason::Protocol(
+                ProtocolError::BadControl(_)
+            )))
+        ));
+        let stranger = in_thread(move || {
+            let mut stream = connect(addr);
+            let hello = control(&Control::PeerHello {
+                version: PROTOCOL_VERSION,
+                node: NodeId(1),
+                key: 0x1234,
+            });
+            stream.write_all(&hello).unwrap();
+            let (_, payload) = read_frame(&mut stream).unwrap();
+            postcard::from_bytes::<Control>(&payload).unwrap()
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            stranger,
+            Control::Refused("node 1 presented a wrong peer key".into())
+        );
+
+        one.connect_peer(&net, two_info.node, addr).await.unwrap();
+        assert!(one.peers().contains(&(two_info.node, true)));
+        until("node 2 has node 1 as a peer", || {
+            two.peers().contains(&(one_info.node, true))
+        })
+        .await;
+        // Once connected, a second connection between them is refused.
+        assert!(matches!(
+            one.connect_peer(&net, two_info.node, addr).await,
+            Err(JoinError::Refused(_))
+        ));
+        // Messages and calls both ways, without the front end.
+        for i in 0..100u32 {
+            one.send(two_info.node, COUNTER, NOTE, chain(&i.to_le_bytes()))
+                .unwrap();
+        }
+        until("node 2 has the messages", || {
+            two_inbox.lock().unwrap().len() == 100
+        })
+        .await;
+        for (i, (from, bytes)) in two_inbox.lock().unwrap().iter().enumerate() {
+            assert_eq!(
+                (*from, &bytes[..]),
+                (one_info.node, &(i as u32).to_le_bytes()[..])
+            );
+        }
+        let reply = two
+            .call(one_info.node, COUNTER, ECHO, chain(b"peer"))
+            .await
+            .unwrap();
+        assert_eq!(reply.to_vec(), b"echo:peer");
+        assert_eq!(front.messenger().stats().messages_received, 0);
+
+        // Node 2 goes away: node 1 hears of it, and keeps the front end.
+        let lost = one.peer_lost(two_info.node);
+        two.shutdown();
+        assert_eq!(
+            lost.await,
+            Ok(LossReason::Connection(ebb::net::CloseReason::Reset))
+        );
+        assert_eq!(
+            one.call(NodeId::FRONT_END, COUNTER, ECHO, chain(b"ok"))
+                .await
+                .unwrap()
+                .to_vec(),
+            b"echo:ok"
+        );
+        // Not joined: nothing to listen or connect with.
+        let unjoined = Messenger::new(MessengerConfig::default());
+        assert!(matches!(
+            unjoined.listen_for_peers(&net, 0).await,
+            Err(JoinError::NotJoined)
+        ));
     });
 }

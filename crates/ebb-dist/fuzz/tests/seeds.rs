@@ -82,11 +82,14 @@ fn frame_seeds() -> Vec<(&'static str, Vec<u8>)> {
 
 fn control_seeds() -> Vec<(&'static str, Vec<u8>)> {
     let encode = |c: &Control| postcard::to_allocvec(c).unwrap();
-    let welcome = Control::Welcome(RuntimeInfo {
-        node: NodeId(3),
-        global_ids: global_ids_of(NodeId(3)).unwrap(),
-        front_end: "10.0.2.2:7000".parse().unwrap(),
-    });
+    let welcome = Control::Welcome {
+        info: RuntimeInfo {
+            node: NodeId(3),
+            global_ids: global_ids_of(NodeId(3)).unwrap(),
+            front_end: "10.0.2.2:7000".parse().unwrap(),
+        },
+        peer_key: 0x0123_4567_89ab_cdef,
+    };
     vec![
         (
             "hello",
@@ -97,6 +100,16 @@ fn control_seeds() -> Vec<(&'static str, Vec<u8>)> {
         ),
         ("welcome", encode(&welcome)),
         ("refused", encode(&Control::Refused("unknown join token 0x2".into()))),
+        ("heartbeat", encode(&Control::Heartbeat)),
+        (
+            "peer-hello",
+            encode(&Control::PeerHello {
+                version: PROTOCOL_VERSION,
+                node: NodeId(2),
+                key: 0x0123_4567_89ab_cdef,
+            }),
+        ),
+        ("peer-welcome", encode(&Control::PeerWelcome { node: NodeId(1) })),
         ("unknown-variant", vec![9, 0, 0]),
         ("huge-string", vec![2, 0xff, 0xff, 0xff, 0xff, 0x0f, b'a']),
         ("empty", vec![]),
@@ -165,7 +178,10 @@ fn control_seeds_decode_or_fail_cleanly() {
         .map(|(name, bytes)| (name, control(&bytes)))
         .collect();
     for (name, result) in decoded {
-        let ok = matches!(name, "hello" | "welcome" | "refused");
+        let ok = matches!(
+            name,
+            "hello" | "welcome" | "refused" | "heartbeat" | "peer-hello" | "peer-welcome"
+        );
         assert_eq!(result.is_some(), ok, "{name}");
     }
 }

@@ -182,6 +182,9 @@ pub enum JoinError {
     /// The front end already expects a node with this token.
     #[error("token {0:#x} is already expected")]
     TokenInUse(u64),
+    /// This Messenger has not joined an application yet.
+    #[error("this Messenger has not joined yet")]
+    NotJoined,
     /// This Messenger already joined (or is joining).
     #[error("this Messenger has already joined or is joining")]
     AlreadyJoined,

@@ -50,13 +50,35 @@ pub enum Control {
         /// The token the front end expects ([`FrontEnd::expect`]).
         token: u64,
     },
-    /// Front end → node: admitted, with its id, global ids and the front end's address.
-    Welcome(RuntimeInfo),
+    /// Front end → node: admitted, with its id, global ids and the front end's address,
+    /// and the application's peer key (what a node presents to another node it connects
+    /// to directly).
+    Welcome {
+        /// Who the node is.
+        info: RuntimeInfo,
+        /// The application's peer key.
+        peer_key: u64,
+    },
     /// Front end → node: not admitted, and why; the front end closes the connection.
     Refused(String),
     /// Either way, after the join: still here (see
     /// [`MessengerConfig::silence_limit`](super::MessengerConfig::silence_limit)).
     Heartbeat,
+    /// Node → node, the first frame of a direct connection
+    /// ([`Messenger::connect_peer`]): who I am, and the application's peer key.
+    PeerHello {
+        /// [`PROTOCOL_VERSION`].
+        version: u32,
+        /// The connecting node.
+        node: NodeId,
+        /// The peer key its Welcome carried.
+        key: u64,
+    },
+    /// Node → node: admitted; the answering node's id.
+    PeerWelcome {
+        /// The node that listened.
+        node: NodeId,
+    },
 }
 
 /// The front end's side of the join: the tokens it expects and the node ids it gave.
@@ -137,6 +159,10 @@ impl FrontEnd {
         config: MessengerConfig,
     ) -> Result<FrontEnd, JoinError> {
         let messenger = Messenger::with_node(NodeId::FRONT_END, config);
+        let seed = ebb::now().as_nanos()
+            ^ ((port as u64) << 48)
+            ^ (Arc::as_ptr(&messenger.inner) as usize as u64);
+        messenger.inner.peer_key.call_once(|| make_peer_key(seed));
         let shared_slot: Arc<spin::Once<Weak<FrontShared>>> = Arc::new(spin::Once::new());
         let on_accept = {
             let messenger = messenger.clone();
@@ -278,7 +304,12 @@ fn accept(messenger: &Messenger, front: Arc<FrontShared>, conn: Connection) {
     );
     conn.set_handler(link);
     let _detached = ebb::spawn_local(write_loop(conn, peer.clone()));
-    let timeout = config.handshake_timeout;
+    handshake_deadline(messenger, peer, peer_addr);
+}
+
+/// Aborts an accepted connection that has not joined within the handshake timeout.
+fn handshake_deadline(messenger: &Messenger, peer: Arc<Peer>, peer_addr: SocketAddr) {
+    let timeout = messenger.inner.config.handshake_timeout;
     let messenger = messenger.clone();
     let _detached = ebb::spawn_local(async move {
         ebb::sleep(timeout).await;
@@ -354,6 +385,128 @@ impl Messenger {
         };
         let frame = control_frame(NodeId(super::peer::UNASSIGNED), &hello)
             .map_err(|_| JoinError::Lost(LossReason::Disconnected))?;
+        let _ = peer.enqueue(frame, false);
+        let _detached = ebb::spawn_local(write_loop(conn, peer.clone()));
+        match ebb::timeout(timeout, welcome).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(JoinError::Lost(LossReason::Disconnected)),
+            Err(_) => {
+                peer.fail(LossReason::HandshakeTimeout(timeout));
+                peer.close(Closing::Abort);
+                Err(JoinError::TimedOut(timeout))
+            }
+        }
+    }
+}
+
+/// A node's listener for direct connections from other nodes of its application
+/// ([`Messenger::listen_for_peers`]). Dropping it stops listening (connected peers stay).
+pub struct PeerListener {
+    listener: Listener,
+}
+
+impl PeerListener {
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr()
+    }
+}
+
+impl Drop for PeerListener {
+    fn drop(&mut self) {
+        self.listener.close();
+    }
+}
+
+impl core::fmt::Debug for PeerListener {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "PeerListener({})", self.local_addr())
+    }
+}
+
+/// A peer key from the clock and an address: nodes present it to each other, so a
+/// stray connection cannot pose as a node by naming a node id. Not a cryptographic
+/// secret (see docs/13-distributed.md).
+fn make_peer_key(seed: u64) -> u64 {
+    // splitmix64's finalizer.
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Messenger {
+    /// Listens on `port` of `network` for other nodes of the application connecting
+    /// directly ([`connect_peer`](Self::connect_peer)). The node must have joined.
+    /// A connecting node presents the application's peer key and its id; one already
+    /// connected and alive, a wrong key or this node's own id is refused.
+    pub async fn listen_for_peers(
+        &self,
+        network: &Network,
+        port: u16,
+    ) -> Result<PeerListener, JoinError> {
+        if self.node().is_none() || self.inner.peer_key.get().is_none() {
+            return Err(JoinError::NotJoined);
+        }
+        let messenger = self.clone();
+        let listener = network
+            .listen(port, move |conn: Connection| {
+                let config = &messenger.inner.config;
+                let peer = Arc::new(Peer::new(None, config.queue_limit));
+                let peer_addr = conn.peer_addr();
+                let link = Link::new(
+                    messenger.clone(),
+                    peer.clone(),
+                    Role::AwaitPeerHello,
+                    peer_addr,
+                );
+                conn.set_handler(link);
+                let _detached = ebb::spawn_local(write_loop(conn, peer.clone()));
+                handshake_deadline(&messenger, peer, peer_addr);
+            })
+            .await
+            .map_err(JoinError::Listen)?;
+        Ok(PeerListener { listener })
+    }
+
+    /// Connects directly to `node`, which listens at `addr`
+    /// ([`listen_for_peers`](Self::listen_for_peers)): from then on `node` is a peer
+    /// like the front end. This node must have joined; of two nodes, one connects to the
+    /// other (two connections at once refuse each other).
+    pub async fn connect_peer(
+        &self,
+        network: &Network,
+        node: NodeId,
+        addr: SocketAddr,
+    ) -> Result<(), JoinError> {
+        let (Some(me), Some(&key)) = (self.node(), self.inner.peer_key.get()) else {
+            return Err(JoinError::NotJoined);
+        };
+        let timeout = self.inner.config.handshake_timeout;
+        let conn = match ebb::timeout(timeout, network.connect(addr)).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(kind)) => return Err(JoinError::Connect(kind)),
+            Err(_) => return Err(JoinError::TimedOut(timeout)),
+        };
+        let peer = Arc::new(Peer::new(None, self.inner.config.queue_limit));
+        let (promise, welcome) = promise();
+        let role = Role::AwaitPeerWelcome {
+            expected: node,
+            promise: Some(promise),
+        };
+        conn.set_handler(Link::new(
+            self.clone(),
+            peer.clone(),
+            role,
+            conn.peer_addr(),
+        ));
+        let hello = Control::PeerHello {
+            version: PROTOCOL_VERSION,
+            node: me,
+            key,
+        };
+        let frame =
+            control_frame(me, &hello).map_err(|_| JoinError::Lost(LossReason::Disconnected))?;
         let _ = peer.enqueue(frame, false);
         let _detached = ebb::spawn_local(write_loop(conn, peer.clone()));
         match ebb::timeout(timeout, welcome).await {

@@ -31,6 +31,14 @@ pub(crate) enum Role {
     Joined(NodeId),
     /// Refused (front end): the refusal is on its way; anything more is ignored.
     Refused,
+    /// A node listening for peers: a new connection; the first frame must be a PeerHello.
+    AwaitPeerHello,
+    /// A node connecting to a peer: PeerHello sent; the first frame must be a
+    /// PeerWelcome naming `expected`, or a refusal.
+    AwaitPeerWelcome {
+        expected: NodeId,
+        promise: Option<Promise<Result<(), JoinError>>>,
+    },
 }
 
 pub(crate) struct Link {
@@ -83,7 +91,15 @@ impl Link {
                 }
                 self.inner().record_error(self.peer_addr, None, reason);
             }
-            Role::AwaitHello(_) => self.inner().record_error(self.peer_addr, None, reason),
+            Role::AwaitPeerWelcome { promise, .. } => {
+                if let Some(p) = promise.take() {
+                    let _ = p.set(Err(JoinError::Lost(reason.clone())));
+                }
+                self.inner().record_error(self.peer_addr, None, reason);
+            }
+            Role::AwaitHello(_) | Role::AwaitPeerHello => {
+                self.inner().record_error(self.peer_addr, None, reason)
+            }
             Role::Refused => {}
         }
     }
@@ -104,6 +120,8 @@ impl Link {
                 self.on_hello(conn, &front, frame)
             }
             Role::AwaitWelcome(_) => self.on_welcome(conn, frame),
+            Role::AwaitPeerHello => self.on_peer_hello(conn, frame),
+            Role::AwaitPeerWelcome { .. } => self.on_peer_welcome(conn, frame),
             Role::Refused => Ok(()),
         }
     }
@@ -138,7 +156,12 @@ impl Link {
             }
         };
         let info = admission.info.clone();
-        let welcome = control_frame(NodeId::FRONT_END, &Control::Welcome(info.clone()))
+        let peer_key = self.inner().peer_key.get().copied().unwrap_or(0);
+        let welcome = Control::Welcome {
+            info: info.clone(),
+            peer_key,
+        };
+        let welcome = control_frame(NodeId::FRONT_END, &welcome)
             .map_err(|_| ProtocolError::BadControl("cannot encode the Welcome".into()))?;
         self.peer.set_node(info.node);
         self.messenger.add_peer(info.node, self.peer.clone());
@@ -158,7 +181,8 @@ impl Link {
         self.inner().stats.connections_refused.add(1);
         self.inner()
             .record_error(self.peer_addr, None, LossReason::Refused(reason.clone()));
-        if let Ok(frame) = control_frame(NodeId::FRONT_END, &Control::Refused(reason)) {
+        let me = self.messenger.node().unwrap_or(NodeId::FRONT_END);
+        if let Ok(frame) = control_frame(me, &Control::Refused(reason)) {
             let _ = self.peer.enqueue(frame, false);
         }
         self.peer.close(Closing::Graceful);
@@ -167,8 +191,8 @@ impl Link {
 
     /// Node: the front end's answer to our Hello.
     fn on_welcome(&mut self, conn: &dyn TcpConnection, frame: Frame) -> Result<(), ProtocolError> {
-        let info = match control(&frame)? {
-            Control::Welcome(info) => info,
+        let (info, peer_key) = match control(&frame)? {
+            Control::Welcome { info, peer_key } => (info, peer_key),
             Control::Refused(reason) => {
                 if let Role::AwaitWelcome(promise) = &mut self.role
                     && let Some(p) = promise.take()
@@ -179,7 +203,7 @@ impl Link {
                 self.lose(LossReason::Refused(reason));
                 return Ok(());
             }
-            Control::Hello { .. } | Control::Heartbeat => {
+            _ => {
                 return Err(ProtocolError::Unexpected {
                     class: FrameClass::Control,
                     when: "instead of a Welcome",
@@ -199,6 +223,7 @@ impl Link {
                 "this Messenger already has a node id".into(),
             ));
         }
+        self.inner().peer_key.call_once(|| peer_key);
         self.peer.set_node(NodeId::FRONT_END);
         self.messenger
             .add_peer(NodeId::FRONT_END, self.peer.clone());
@@ -213,6 +238,108 @@ impl Link {
             let _ = p.set(Ok(info));
         }
         Ok(())
+    }
+
+    /// A node: another node connects directly.
+    fn on_peer_hello(
+        &mut self,
+        conn: &dyn TcpConnection,
+        frame: Frame,
+    ) -> Result<(), ProtocolError> {
+        let (version, node, key) = match control(&frame)? {
+            Control::PeerHello { version, node, key } => (version, node, key),
+            _ => {
+                return Err(ProtocolError::Unexpected {
+                    class: frame.header.class,
+                    when: "instead of a PeerHello",
+                });
+            }
+        };
+        let Some(me) = self.messenger.node() else {
+            return Err(ProtocolError::BadControl("this node has not joined".into()));
+        };
+        if version != PROTOCOL_VERSION {
+            let reason = format!("protocol version {version}; this node speaks {PROTOCOL_VERSION}");
+            self.refuse(conn, reason);
+            return Ok(());
+        }
+        if Some(&key) != self.inner().peer_key.get() {
+            self.refuse(conn, format!("{node} presented a wrong peer key"));
+            return Ok(());
+        }
+        if node == me || node == NodeId::FRONT_END || global_ids_of(node).is_none() {
+            self.refuse(conn, format!("{node} cannot connect to {me} as a peer"));
+            return Ok(());
+        }
+        if !self.messenger.add_peer_if_new(node, self.peer.clone()) {
+            self.refuse(conn, format!("{node} is already connected to {me}"));
+            return Ok(());
+        }
+        self.peer.set_node(node);
+        let welcome = control_frame(me, &Control::PeerWelcome { node: me })
+            .map_err(|_| ProtocolError::BadControl("cannot encode the PeerWelcome".into()))?;
+        if self.peer.enqueue(welcome, false).is_err() {
+            return Ok(());
+        }
+        self.role = Role::Joined(node);
+        self.decoder
+            .set_max_payload(self.inner().config.max_payload);
+        self.watch(node);
+        Ok(())
+    }
+
+    /// A node: the answer of the node it connected to.
+    fn on_peer_welcome(
+        &mut self,
+        conn: &dyn TcpConnection,
+        frame: Frame,
+    ) -> Result<(), ProtocolError> {
+        let Role::AwaitPeerWelcome { expected, .. } = &self.role else {
+            return Ok(());
+        };
+        let expected = *expected;
+        let node = match control(&frame)? {
+            Control::PeerWelcome { node } => node,
+            Control::Refused(reason) => {
+                self.settle_peer_join(Err(JoinError::Refused(reason.clone())));
+                conn.close();
+                self.lose(LossReason::Refused(reason));
+                return Ok(());
+            }
+            _ => {
+                return Err(ProtocolError::Unexpected {
+                    class: FrameClass::Control,
+                    when: "instead of a PeerWelcome",
+                });
+            }
+        };
+        if node != expected {
+            return Err(ProtocolError::BadControl(format!(
+                "expected {expected} at this address, found {node}"
+            )));
+        }
+        if !self.messenger.add_peer_if_new(node, self.peer.clone()) {
+            let reason = format!("{node} is already connected");
+            self.settle_peer_join(Err(JoinError::Refused(reason.clone())));
+            conn.close();
+            self.lose(LossReason::Refused(reason));
+            return Ok(());
+        }
+        self.peer.set_node(node);
+        self.decoder
+            .set_max_payload(self.inner().config.max_payload);
+        self.settle_peer_join(Ok(()));
+        self.role = Role::Joined(node);
+        self.watch(node);
+        Ok(())
+    }
+
+    fn settle_peer_join(&mut self, result: Result<(), JoinError>) {
+        if let Role::AwaitPeerWelcome { promise, .. } = &mut self.role
+            && let Some(p) = promise.take()
+        {
+            let _ = p.set(result);
+        }
     }
 
     /// Starts the joined peer's heartbeat and silence watch, a local task on this core:

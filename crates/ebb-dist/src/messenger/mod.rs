@@ -67,7 +67,7 @@ use ebb::net::SocketAddr;
 use ebb::{EbbId, IOBuf, IOBufChain};
 
 pub use error::{CallError, JoinError, LossReason, ProtocolError, SendError};
-pub use join::{Control, Expectation, FrontEnd, PROTOCOL_VERSION, join};
+pub use join::{Control, Expectation, FrontEnd, PROTOCOL_VERSION, PeerListener, join};
 
 use crate::node::NodeId;
 use crate::wire::{self, FrameClass, HEADER_LEN, Header, MAX_PAYLOAD};
@@ -195,6 +195,8 @@ type HandlerKey = (u32, u16, bool);
 struct Inner {
     /// This node's id, `UNASSIGNED` until joined.
     node: AtomicU32,
+    /// The application's peer key: the front end's own, a node's from its Welcome.
+    peer_key: spin::Once<u64>,
     /// A join is under way or done.
     joining: spin::Mutex<bool>,
     config: MessengerConfig,
@@ -260,6 +262,7 @@ impl Messenger {
         Messenger {
             inner: Arc::new(Inner {
                 node: AtomicU32::new(node),
+                peer_key: spin::Once::new(),
                 joining: spin::Mutex::new(false),
                 config,
                 handlers: spin::RwLock::new(BTreeMap::new()),
@@ -303,6 +306,16 @@ impl Messenger {
 
     fn add_peer(&self, node: NodeId, peer: Arc<Peer>) {
         self.inner.peers.lock().insert(node, peer);
+    }
+
+    /// Adds a peer that connected directly, unless a live one with its id is there.
+    fn add_peer_if_new(&self, node: NodeId, peer: Arc<Peer>) -> bool {
+        let mut peers = self.inner.peers.lock();
+        if peers.get(&node).is_some_and(|p| p.lost().is_none()) {
+            return false;
+        }
+        peers.insert(node, peer);
+        true
     }
 
     fn peer(&self, node: NodeId) -> Result<Arc<Peer>, SendError> {
