@@ -37,6 +37,12 @@
 //!   a node or makes it buffer more than one frame ([`MessengerConfig::max_payload`]);
 //!   its calls are bounded ([`MessengerConfig::max_incoming_calls`]) and reading from it
 //!   stops while the answers to them pile up beyond twice the queue limit.
+//! * **Heartbeats**: a joined peer silent for [`MessengerConfig::silence_limit`] is lost
+//!   ([`LossReason::Silent`]), so a frozen peer is reported, not waited on forever.
+//! * **Joining** (`join.rs`): the front end admits the nodes it expects
+//!   ([`FrontEnd::expect`]), a node learns its [`RuntimeInfo`](crate::node::RuntimeInfo)
+//!   ([`Messenger::join`]); nodes may then connect to each other directly
+//!   ([`Messenger::listen_for_peers`], [`Messenger::connect_peer`]).
 //!
 //! ## Cores
 //!
