@@ -864,6 +864,36 @@ fn round_trip_of_a_64_byte_call() {
             samples[samples.len() / 2],
             samples[samples.len() * 99 / 100]
         );
+        // 1 MB messages, front end to node, as fast as the queue takes them.
+        const BULK: u16 = 12;
+        const MB: usize = 1 << 20;
+        const COUNT: usize = 300;
+        let got = Arc::new(AtomicUsize::new(0));
+        let counter = got.clone();
+        node_messenger.on_message(COUNTER, BULK, move |_, payload| {
+            counter.fetch_add(payload.len(), Ordering::Relaxed);
+        });
+        let bulk = chain(&vec![1u8; MB]);
+        let start = Instant::now();
+        for _ in 0..COUNT {
+            fm.send_when_ready(node, COUNTER, BULK, bulk.clone())
+                .await
+                .unwrap();
+        }
+        until("every megabyte arrived", || {
+            got.load(Ordering::Relaxed) == COUNT * MB
+        })
+        .await;
+        let secs = start.elapsed().as_secs_f64();
+        eprintln!(
+            "1 MB messages over loopback: {:.0} MB/s ({COUNT} in {secs:.2} s)",
+            COUNT as f64 / secs
+        );
+        let plain = in_thread(move || plain_tcp_throughput(COUNT * MB))
+            .await
+            .unwrap();
+        eprintln!("plain TCP between two threads over loopback: {plain:.0} MB/s");
+
         // Beside it, in the same run: plain Linux TCP ping-pong between two threads.
         let plain = in_thread(plain_tcp_ping_pong).await.unwrap();
         eprintln!(
@@ -1136,4 +1166,29 @@ fn nodes_connect_to_each_other_directly() {
             Err(JoinError::NotJoined)
         ));
     });
+}
+
+/// MB/s of `bytes` sent from one thread to another over loopback TCP in 1 MB writes.
+fn plain_tcp_throughput(bytes: usize) -> f64 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let reader = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut total = 0;
+        while total < bytes {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0);
+            total += n;
+        }
+        Instant::now()
+    });
+    let mut c = TcpStream::connect(addr).unwrap();
+    let block = vec![1u8; 1 << 20];
+    let start = Instant::now();
+    for _ in 0..bytes / block.len() {
+        c.write_all(&block).unwrap();
+    }
+    let end = reader.join().unwrap();
+    (bytes >> 20) as f64 / end.duration_since(start).as_secs_f64()
 }
