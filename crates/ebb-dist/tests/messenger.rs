@@ -309,9 +309,7 @@ fn calls_answer_fail_and_name_a_missing_handler() {
 fn the_join_refuses_what_it_does_not_expect() {
     run(|| async {
         let net = network().await;
-        let front = FrontEnd::start(&net, 0, tolerant())
-            .await
-            .unwrap();
+        let front = FrontEnd::start(&net, 0, tolerant()).await.unwrap();
         let addr = front.local_addr();
         let expected = front.expect(1);
         assert_eq!(front.expect(1).await, Err(JoinError::TokenInUse(1)));
@@ -1206,4 +1204,26 @@ fn plain_tcp_throughput(bytes: usize) -> f64 {
     }
     let end = reader.join().unwrap();
     (bytes >> 20) as f64 / end.duration_since(start).as_secs_f64()
+}
+
+#[test]
+fn the_messenger_is_reachable_as_an_ebb() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Messenger>();
+    run(|| async {
+        let net = network().await;
+        let (front, _, nodes) = cluster(&net, 1, tolerant()).await;
+        let node = nodes[0].1.node;
+        // EbbRT's Messenger is an Ebb: one shared representative for every core.
+        let ebb = ebb::SharedEbb::create(front.messenger().clone()).unwrap();
+        let reply = ebb::spawn_local_on(CoreId(1), move || async move {
+            ebb.rep()
+                .call(node, COUNTER, ECHO, chain(b"rep"))
+                .await
+                .map(|r| r.to_vec())
+        })
+        .await
+        .unwrap();
+        assert_eq!(reply, Ok(b"echo:rep".to_vec()));
+    });
 }
