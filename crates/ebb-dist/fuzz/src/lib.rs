@@ -36,8 +36,14 @@ pub fn frames(data: &[u8]) -> Outcome {
     let pieces = cut_pieces(stream, cut);
     let whole = decode(&[stream], max_payload);
     let cut_up = decode(&pieces, max_payload);
-    assert_eq!(whole.0, cut_up.0, "the frames depend on how the stream was cut");
-    assert_eq!(whole.1, cut_up.1, "the outcome depends on how the stream was cut");
+    assert_eq!(
+        whole.0, cut_up.0,
+        "the frames depend on how the stream was cut"
+    );
+    assert_eq!(
+        whole.1, cut_up.1,
+        "the outcome depends on how the stream was cut"
+    );
     let (frames, outcome) = cut_up;
     let mut consumed = 0;
     for frame in &frames {
@@ -100,8 +106,12 @@ fn decode(pieces: &[&[u8]], max_payload: u32) -> (Vec<Frame>, Outcome) {
     }
     outcome.frames = frames.len();
     if outcome.error.is_none() {
-        outcome.incomplete =
-            decoder.buffered() + if decoder.header_pending() { HEADER_LEN } else { 0 };
+        outcome.incomplete = decoder.buffered()
+            + if decoder.header_pending() {
+                HEADER_LEN
+            } else {
+                0
+            };
     }
     (frames, outcome)
 }

@@ -99,7 +99,10 @@ fn control_seeds() -> Vec<(&'static str, Vec<u8>)> {
             }),
         ),
         ("welcome", encode(&welcome)),
-        ("refused", encode(&Control::Refused("unknown join token 0x2".into()))),
+        (
+            "refused",
+            encode(&Control::Refused("unknown join token 0x2".into())),
+        ),
         ("heartbeat", encode(&Control::Heartbeat)),
         (
             "peer-hello",
@@ -109,7 +112,10 @@ fn control_seeds() -> Vec<(&'static str, Vec<u8>)> {
                 key: 0x0123_4567_89ab_cdef,
             }),
         ),
-        ("peer-welcome", encode(&Control::PeerWelcome { node: NodeId(1) })),
+        (
+            "peer-welcome",
+            encode(&Control::PeerWelcome { node: NodeId(1) }),
+        ),
         ("unknown-variant", vec![9, 0, 0]),
         ("huge-string", vec![2, 0xff, 0xff, 0xff, 0xff, 0x0f, b'a']),
         ("empty", vec![]),
@@ -117,7 +123,9 @@ fn control_seeds() -> Vec<(&'static str, Vec<u8>)> {
 }
 
 fn check_files(dir: &str, seeds: &[(&str, Vec<u8>)]) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds").join(dir);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("seeds")
+        .join(dir);
     if std::env::var_os("WRITE_SEEDS").is_some() {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -132,7 +140,10 @@ fn check_files(dir: &str, seeds: &[(&str, Vec<u8>)]) {
     on_disk.sort();
     let mut names: Vec<String> = seeds.iter().map(|(n, _)| n.to_string()).collect();
     names.sort();
-    assert_eq!(on_disk, names, "seeds/{dir:?} is stale: WRITE_SEEDS=1 cargo test");
+    assert_eq!(
+        on_disk, names,
+        "seeds/{dir:?} is stale: WRITE_SEEDS=1 cargo test"
+    );
     for (name, bytes) in seeds {
         assert_eq!(
             &std::fs::read(dir.join(name)).unwrap(),
@@ -157,17 +168,41 @@ fn frame_seeds_reach_every_outcome() {
     let get = |name: &str| outcomes.iter().find(|(n, _)| *n == name).unwrap().1.clone();
     assert_eq!(get("every-class").frames, 5);
     assert_eq!(get("every-class-bytewise").frames, 5);
-    assert!(matches!(get("bad-magic").error, Some(WireError::BadMagic(0x4745))));
-    assert!(matches!(get("bad-version").error, Some(WireError::UnsupportedVersion(2))));
-    assert!(matches!(get("bad-class").error, Some(WireError::UnknownClass(9))));
-    assert!(matches!(get("reserved").error, Some(WireError::ReservedNotZero(1))));
-    assert!(matches!(get("bad-destination").error, Some(WireError::BadDestination(_))));
-    assert!(matches!(get("call-id-on-message").error, Some(WireError::BadCallId { .. })));
+    assert!(matches!(
+        get("bad-magic").error,
+        Some(WireError::BadMagic(0x4745))
+    ));
+    assert!(matches!(
+        get("bad-version").error,
+        Some(WireError::UnsupportedVersion(2))
+    ));
+    assert!(matches!(
+        get("bad-class").error,
+        Some(WireError::UnknownClass(9))
+    ));
+    assert!(matches!(
+        get("reserved").error,
+        Some(WireError::ReservedNotZero(1))
+    ));
+    assert!(matches!(
+        get("bad-destination").error,
+        Some(WireError::BadDestination(_))
+    ));
+    assert!(matches!(
+        get("call-id-on-message").error,
+        Some(WireError::BadCallId { .. })
+    ));
     let too_long = get("too-long");
     assert_eq!(too_long.frames, 1);
-    assert!(matches!(too_long.error, Some(WireError::TooLong { len: 300, max: 20 })));
+    assert!(matches!(
+        too_long.error,
+        Some(WireError::TooLong { len: 300, max: 20 })
+    ));
     let truncated = get("truncated");
-    assert_eq!((truncated.frames, truncated.incomplete, truncated.error), (1, 100, None));
+    assert_eq!(
+        (truncated.frames, truncated.incomplete, truncated.error),
+        (1, 100, None)
+    );
     assert_eq!(get("after-an-error").frames, 0);
 }
 
