@@ -81,6 +81,29 @@ fn an_error_is_final_and_drops_what_was_held() {
     assert_eq!(d.buffered(), 0);
 }
 
+#[test]
+fn the_limit_can_be_raised_after_a_handshake_and_a_pending_header_is_seen() {
+    // Until a connection joins, only small frames; then the full limit.
+    let mut d = FrameDecoder::new(4);
+    let big = message(1, &[7; 100]);
+    d.set_max_payload(MAX_PAYLOAD + 1);
+    let bytes = big.to_vec();
+    d.push(IOBuf::copy_from_slice(&bytes[..HEADER_LEN + 10]));
+    assert_eq!(d.next_frame(), Ok(None));
+    assert!(
+        d.header_pending(),
+        "the header was taken, the payload is awaited"
+    );
+    assert_eq!(d.buffered(), 10);
+    d.push(IOBuf::copy_from_slice(&bytes[HEADER_LEN + 10..]));
+    assert_eq!(d.next_frame().unwrap().unwrap().payload.len(), 100);
+    assert!(!d.header_pending());
+    // Lowered again, a frame above it is refused from its header.
+    d.set_max_payload(4);
+    d.push(IOBuf::copy_from_slice(&bytes));
+    assert_eq!(d.next_frame(), Err(WireError::TooLong { len: 100, max: 4 }));
+}
+
 proptest! {
     /// Frames split at arbitrary points come out whole, in order, with their payloads.
     #[test]
