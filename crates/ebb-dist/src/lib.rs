@@ -11,6 +11,10 @@
 //!   destination Ebb, the message kind the receiving Ebb registered, a call id, the length)
 //!   and an incremental decoder that splits a byte stream of IOBufs into frames without
 //!   copying payloads.
+//! * [`messenger`] — ordered, reliable Ebb-to-Ebb messages and calls over one TCP
+//!   connection per peer, with bounded queues, peer-loss reporting and heartbeats; the
+//!   join handshake ([`FrontEnd`](messenger::FrontEnd), [`Messenger::join`](messenger::Messenger::join))
+//!   and direct node-to-node connections.
 //!
 //! ## Invariants
 //!
@@ -31,6 +35,7 @@ extern crate std;
 
 pub mod global_id_map;
 pub mod hash_ring;
+pub mod messenger;
 pub mod node;
 pub mod objects;
 pub mod remote;

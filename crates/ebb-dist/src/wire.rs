@@ -239,11 +239,24 @@ impl FrameDecoder {
         }
     }
 
+    /// Changes the largest payload it accepts (at most [`MAX_PAYLOAD`]) for the frames
+    /// not yet begun: the Messenger accepts only control-sized frames from a connection
+    /// until it has joined.
+    pub fn set_max_payload(&mut self, max_payload: u32) {
+        self.max_payload = max_payload.min(MAX_PAYLOAD);
+    }
+
     /// Adds received bytes.
     pub fn push(&mut self, data: IOBuf) {
         if self.failed.is_none() && !data.is_empty() {
             self.pending.push_back(data);
         }
+    }
+
+    /// Whether a frame's header was taken and its payload is still awaited (its
+    /// header's bytes no longer count in [`buffered`](Self::buffered)).
+    pub fn header_pending(&self) -> bool {
+        self.header.is_some()
     }
 
     /// Bytes received and not yet handed out as frames.

@@ -1,0 +1,522 @@
+//! Joining: the front end admits the nodes it expects, each node learns who it is.
+//!
+//! ```text
+//!   node                                   front end (node 0, listening)
+//!    | -- TCP connect ----------------------> |
+//!    | -- Control Hello { version, token } --> |  token expected? → next node id
+//!    | <-- Control Welcome(RuntimeInfo) ------ |  (or Refused(reason), then FIN)
+//!    | <========= Messages, calls, answers ==> |
+//! ```
+//!
+//! Control payloads are postcard-encoded [`Control`]s of at most
+//! [`MAX_CONTROL_PAYLOAD`](super::MAX_CONTROL_PAYLOAD) bytes. The token is how the front
+//! end knows the connecting node is the one it allocated (the allocator puts it on the
+//! node's command line); a connection with an unknown token, another protocol version, a
+//! first frame that is not a Hello, or no Hello within the handshake timeout is refused or
+//! aborted, and recorded in [`Messenger::recent_errors`].
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::{Arc, Weak};
+use core::future::Future;
+use core::pin::Pin;
+use core::sync::atomic::{AtomicU32, Ordering};
+use core::task::{Context, Poll};
+
+use ebb::future::{Promise, PromiseFuture, promise};
+use ebb::net::{Connection, Listener, Network, SocketAddr, SocketAddrV4, TcpConnection};
+use serde::{Deserialize, Serialize};
+
+use super::error::{JoinError, LossReason};
+use super::link::{Link, Role};
+use super::peer::{Closing, Peer, write_loop};
+use super::{Messenger, MessengerConfig, control_frame};
+use crate::node::{MAX_NODES, NodeId, RuntimeInfo, global_ids_of};
+
+/// The join protocol's version; a Hello of another is refused.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The Messenger's control messages (the payload of [`FrameClass::Control`] frames,
+/// postcard-encoded).
+///
+/// [`FrameClass::Control`]: crate::wire::FrameClass::Control
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Control {
+    /// Node → front end, the first frame: who I am (the token I was given).
+    Hello {
+        /// [`PROTOCOL_VERSION`].
+        version: u32,
+        /// The token the front end expects ([`FrontEnd::expect`]).
+        token: u64,
+    },
+    /// Front end → node: admitted, with its id, global ids and the front end's address,
+    /// and the application's peer key (what a node presents to another node it connects
+    /// to directly).
+    Welcome {
+        /// Who the node is.
+        info: RuntimeInfo,
+        /// The application's peer key.
+        peer_key: u64,
+    },
+    /// Front end → node: not admitted, and why; the front end closes the connection.
+    Refused(String),
+    /// Either way, after the join: still here (see
+    /// [`MessengerConfig::silence_limit`](super::MessengerConfig::silence_limit)).
+    Heartbeat,
+    /// Node → node, the first frame of a direct connection
+    /// ([`Messenger::connect_peer`]): who I am, and the application's peer key.
+    PeerHello {
+        /// [`PROTOCOL_VERSION`].
+        version: u32,
+        /// The connecting node.
+        node: NodeId,
+        /// The peer key its Welcome carried.
+        key: u64,
+    },
+    /// Node → node: admitted; the answering node's id.
+    PeerWelcome {
+        /// The node that listened.
+        node: NodeId,
+    },
+}
+
+/// The front end's side of the join: the tokens it expects and the node ids it gave.
+pub(crate) struct FrontShared {
+    expected: spin::Mutex<BTreeMap<u64, Expected>>,
+    next_node: AtomicU32,
+    /// Where nodes reach the front end unless an expectation says otherwise.
+    default_address: SocketAddrV4,
+}
+
+struct Expected {
+    promise: Promise<Result<RuntimeInfo, JoinError>>,
+    reachable_at: SocketAddrV4,
+}
+
+/// A node being admitted: its `RuntimeInfo`, and the promise to fulfil once its Welcome
+/// is queued.
+pub(crate) struct Admission {
+    pub(crate) info: RuntimeInfo,
+    promise: Promise<Result<RuntimeInfo, JoinError>>,
+}
+
+impl Admission {
+    pub(crate) fn admitted(self) {
+        let _ = self.promise.set(Ok(self.info));
+    }
+}
+
+impl FrontShared {
+    /// Admits the node with `token`, or says why not.
+    pub(crate) fn admit(&self, token: u64) -> Result<Admission, String> {
+        let mut expected = self.expected.lock();
+        if !expected.contains_key(&token) {
+            return Err(format!("unknown join token {token:#x}"));
+        }
+        let node = NodeId(self.next_node.load(Ordering::Relaxed));
+        let Some(global_ids) = global_ids_of(node) else {
+            // Whoever expects this node hears why it never comes.
+            if let Some(expected) = expected.remove(&token) {
+                let _ = expected.promise.set(Err(JoinError::NodesExhausted));
+            }
+            return Err(format!("no node ids left (at most {MAX_NODES} nodes)"));
+        };
+        self.next_node.store(node.0 + 1, Ordering::Relaxed);
+        let Some(Expected {
+            promise,
+            reachable_at,
+        }) = expected.remove(&token)
+        else {
+            return Err(format!("unknown join token {token:#x}"));
+        };
+        Ok(Admission {
+            info: RuntimeInfo {
+                node,
+                global_ids,
+                front_end: reachable_at,
+            },
+            promise,
+        })
+    }
+}
+
+/// The front end (node 0): listens for nodes, admits the ones it expects, and is their
+/// peer through its [`Messenger`]. Dropping it stops listening (joined nodes stay).
+pub struct FrontEnd {
+    messenger: Messenger,
+    shared: Arc<FrontShared>,
+    listener: Listener,
+}
+
+impl FrontEnd {
+    /// Starts a front end listening on `port` of `network` (0: any free port). Nodes
+    /// reach it at the listener's address unless [`expect_at`](Self::expect_at) says
+    /// otherwise.
+    pub async fn start(
+        network: &Network,
+        port: u16,
+        config: MessengerConfig,
+    ) -> Result<FrontEnd, JoinError> {
+        let messenger = Messenger::with_node(NodeId::FRONT_END, config);
+        let seed = ebb::now().as_nanos()
+            ^ ((port as u64) << 48)
+            ^ (Arc::as_ptr(&messenger.inner) as usize as u64);
+        messenger.inner.peer_key.call_once(|| make_peer_key(seed));
+        let shared_slot: Arc<spin::Once<Weak<FrontShared>>> = Arc::new(spin::Once::new());
+        let on_accept = {
+            let messenger = messenger.clone();
+            let slot = shared_slot.clone();
+            move |conn: Connection| {
+                match slot.get().and_then(Weak::upgrade) {
+                    Some(front) => accept(&messenger, front, conn),
+                    // Not started yet, or stopped: nobody may join through it.
+                    None => conn.abort(),
+                }
+            }
+        };
+        let listener = network
+            .listen(port, on_accept)
+            .await
+            .map_err(JoinError::Listen)?;
+        let default_address = match listener.local_addr() {
+            SocketAddr::V4(v4) => v4,
+            SocketAddr::V6(v6) => SocketAddrV4::new(ebb::net::Ipv4Addr::LOCALHOST, v6.port()),
+        };
+        let shared = Arc::new(FrontShared {
+            expected: spin::Mutex::new(BTreeMap::new()),
+            next_node: AtomicU32::new(1),
+            default_address,
+        });
+        shared_slot.call_once(|| Arc::downgrade(&shared));
+        Ok(FrontEnd {
+            messenger,
+            shared,
+            listener,
+        })
+    }
+
+    /// The front end's Messenger (node 0).
+    pub fn messenger(&self) -> &Messenger {
+        &self.messenger
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr()
+    }
+
+    /// Expects a node presenting `token`; resolves to its [`RuntimeInfo`] once it joined.
+    /// The node reaches the front end at the listener's address. Dropping the future
+    /// withdraws the expectation (a later Hello with the token is refused); wrap it in
+    /// `ebb::timeout` to bound the wait.
+    pub fn expect(&self, token: u64) -> Expectation {
+        self.expect_at(token, self.shared.default_address)
+    }
+
+    /// [`expect`](Self::expect), telling the node it reaches the front end at
+    /// `reachable_at` (a VM behind user-mode networking sees the host at another address).
+    pub fn expect_at(&self, token: u64, reachable_at: SocketAddrV4) -> Expectation {
+        let mut expected = self.shared.expected.lock();
+        if expected.contains_key(&token) {
+            return Expectation {
+                state: ExpectationState::Failed(Some(JoinError::TokenInUse(token))),
+                token,
+                front: Weak::new(),
+            };
+        }
+        let (promise, future) = promise();
+        expected.insert(
+            token,
+            Expected {
+                promise,
+                reachable_at,
+            },
+        );
+        Expectation {
+            state: ExpectationState::Waiting(future),
+            token,
+            front: Arc::downgrade(&self.shared),
+        }
+    }
+}
+
+impl Drop for FrontEnd {
+    fn drop(&mut self) {
+        self.listener.close();
+    }
+}
+
+impl core::fmt::Debug for FrontEnd {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "FrontEnd({})", self.local_addr())
+    }
+}
+
+/// A node the front end expects: resolves to its [`RuntimeInfo`] once it joined.
+#[must_use = "dropping an Expectation withdraws it"]
+pub struct Expectation {
+    state: ExpectationState,
+    token: u64,
+    front: Weak<FrontShared>,
+}
+
+enum ExpectationState {
+    Waiting(PromiseFuture<Result<RuntimeInfo, JoinError>>),
+    Failed(Option<JoinError>),
+}
+
+impl Future for Expectation {
+    type Output = Result<RuntimeInfo, JoinError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.state {
+            ExpectationState::Waiting(future) => match Pin::new(future).poll(cx) {
+                Poll::Ready(Ok(result)) => Poll::Ready(result),
+                Poll::Ready(Err(_)) => Poll::Ready(Err(JoinError::FrontEndStopped)),
+                Poll::Pending => Poll::Pending,
+            },
+            ExpectationState::Failed(e) => {
+                Poll::Ready(Err(e.take().unwrap_or(JoinError::FrontEndStopped)))
+            }
+        }
+    }
+}
+
+impl Drop for Expectation {
+    fn drop(&mut self) {
+        if let (ExpectationState::Waiting(_), Some(front)) = (&self.state, self.front.upgrade()) {
+            let _ = front.expected.lock().remove(&self.token);
+        }
+    }
+}
+
+/// Front end: a node connected (on the core that accepted it).
+fn accept(messenger: &Messenger, front: Arc<FrontShared>, conn: Connection) {
+    let config = &messenger.inner.config;
+    let peer = Arc::new(Peer::new(None, config.queue_limit));
+    let peer_addr = conn.peer_addr();
+    let link = Link::new(
+        messenger.clone(),
+        peer.clone(),
+        Role::AwaitHello(front),
+        peer_addr,
+    );
+    conn.set_handler(link);
+    let _detached = ebb::spawn_local(write_loop(conn, peer.clone()));
+    handshake_deadline(messenger, peer, peer_addr);
+}
+
+/// Aborts an accepted connection that has not joined within the handshake timeout.
+fn handshake_deadline(messenger: &Messenger, peer: Arc<Peer>, peer_addr: SocketAddr) {
+    let timeout = messenger.inner.config.handshake_timeout;
+    let messenger = messenger.clone();
+    let _detached = ebb::spawn_local(async move {
+        ebb::sleep(timeout).await;
+        if peer.node().is_none() {
+            let reason = LossReason::HandshakeTimeout(timeout);
+            if peer.fail(reason.clone()) {
+                messenger.inner.record_error(peer_addr, None, reason);
+            }
+            peer.close(Closing::Abort);
+        }
+    });
+}
+
+/// Joins the application whose front end listens at `front_end`, presenting `token`:
+/// a fresh [`Messenger`] with the default configuration, and what the front end told
+/// this node. See [`Messenger::join`] to register handlers before joining.
+pub async fn join(
+    network: &Network,
+    front_end: SocketAddr,
+    token: u64,
+) -> Result<(Messenger, RuntimeInfo), JoinError> {
+    let messenger = Messenger::new(MessengerConfig::default());
+    let info = messenger.join(network, front_end, token).await?;
+    Ok((messenger, info))
+}
+
+impl Messenger {
+    /// Joins the application whose front end listens at `front_end`, presenting `token`
+    /// (at most [`MessengerConfig::handshake_timeout`]). On success this Messenger is the
+    /// node the front end named, the front end is its peer, and the connection belongs
+    /// to the calling core. Handlers registered before are in place when the first
+    /// message arrives.
+    pub async fn join(
+        &self,
+        network: &Network,
+        front_end: SocketAddr,
+        token: u64,
+    ) -> Result<RuntimeInfo, JoinError> {
+        if !self.start_joining() {
+            return Err(JoinError::AlreadyJoined);
+        }
+        let result = self.join_once(network, front_end, token).await;
+        if result.is_err() {
+            self.stop_joining();
+        }
+        result
+    }
+
+    async fn join_once(
+        &self,
+        network: &Network,
+        front_end: SocketAddr,
+        token: u64,
+    ) -> Result<RuntimeInfo, JoinError> {
+        let timeout = self.inner.config.handshake_timeout;
+        let conn = match ebb::timeout(timeout, network.connect(front_end)).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(kind)) => return Err(JoinError::Connect(kind)),
+            Err(_) => return Err(JoinError::TimedOut(timeout)),
+        };
+        let peer = Arc::new(Peer::new(None, self.inner.config.queue_limit));
+        let (promise, welcome) = promise();
+        let link = Link::new(
+            self.clone(),
+            peer.clone(),
+            Role::AwaitWelcome(Some(promise)),
+            conn.peer_addr(),
+        );
+        conn.set_handler(link);
+        let hello = Control::Hello {
+            version: PROTOCOL_VERSION,
+            token,
+        };
+        let frame = control_frame(NodeId(super::peer::UNASSIGNED), &hello)
+            .map_err(|_| JoinError::Lost(LossReason::Disconnected))?;
+        let _ = peer.enqueue(frame, false);
+        let _detached = ebb::spawn_local(write_loop(conn, peer.clone()));
+        match ebb::timeout(timeout, welcome).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(JoinError::Lost(LossReason::Disconnected)),
+            Err(_) => {
+                peer.fail(LossReason::HandshakeTimeout(timeout));
+                peer.close(Closing::Abort);
+                Err(JoinError::TimedOut(timeout))
+            }
+        }
+    }
+}
+
+/// A node's listener for direct connections from other nodes of its application
+/// ([`Messenger::listen_for_peers`]). Dropping it stops listening (connected peers stay).
+pub struct PeerListener {
+    listener: Listener,
+}
+
+impl PeerListener {
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr()
+    }
+}
+
+impl Drop for PeerListener {
+    fn drop(&mut self) {
+        self.listener.close();
+    }
+}
+
+impl core::fmt::Debug for PeerListener {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "PeerListener({})", self.local_addr())
+    }
+}
+
+/// A peer key from the clock and an address: nodes present it to each other, so a
+/// stray connection cannot pose as a node by naming a node id. Not a cryptographic
+/// secret (see docs/13-distributed.md).
+fn make_peer_key(seed: u64) -> u64 {
+    // splitmix64's finalizer.
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Messenger {
+    /// Listens on `port` of `network` for other nodes of the application connecting
+    /// directly ([`connect_peer`](Self::connect_peer)). The node must have joined.
+    /// A connecting node presents the application's peer key and its id; one already
+    /// connected and alive, a wrong key or this node's own id is refused.
+    pub async fn listen_for_peers(
+        &self,
+        network: &Network,
+        port: u16,
+    ) -> Result<PeerListener, JoinError> {
+        if self.node().is_none() || self.inner.peer_key.get().is_none() {
+            return Err(JoinError::NotJoined);
+        }
+        let messenger = self.clone();
+        let listener = network
+            .listen(port, move |conn: Connection| {
+                let config = &messenger.inner.config;
+                let peer = Arc::new(Peer::new(None, config.queue_limit));
+                let peer_addr = conn.peer_addr();
+                let link = Link::new(
+                    messenger.clone(),
+                    peer.clone(),
+                    Role::AwaitPeerHello,
+                    peer_addr,
+                );
+                conn.set_handler(link);
+                let _detached = ebb::spawn_local(write_loop(conn, peer.clone()));
+                handshake_deadline(&messenger, peer, peer_addr);
+            })
+            .await
+            .map_err(JoinError::Listen)?;
+        Ok(PeerListener { listener })
+    }
+
+    /// Connects directly to `node`, which listens at `addr`
+    /// ([`listen_for_peers`](Self::listen_for_peers)): from then on `node` is a peer
+    /// like the front end. This node must have joined; of two nodes, one connects to the
+    /// other (two connections at once refuse each other).
+    pub async fn connect_peer(
+        &self,
+        network: &Network,
+        node: NodeId,
+        addr: SocketAddr,
+    ) -> Result<(), JoinError> {
+        let (Some(me), Some(&key)) = (self.node(), self.inner.peer_key.get()) else {
+            return Err(JoinError::NotJoined);
+        };
+        let timeout = self.inner.config.handshake_timeout;
+        let conn = match ebb::timeout(timeout, network.connect(addr)).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(kind)) => return Err(JoinError::Connect(kind)),
+            Err(_) => return Err(JoinError::TimedOut(timeout)),
+        };
+        let peer = Arc::new(Peer::new(None, self.inner.config.queue_limit));
+        let (promise, welcome) = promise();
+        let role = Role::AwaitPeerWelcome {
+            expected: node,
+            promise: Some(promise),
+        };
+        conn.set_handler(Link::new(
+            self.clone(),
+            peer.clone(),
+            role,
+            conn.peer_addr(),
+        ));
+        let hello = Control::PeerHello {
+            version: PROTOCOL_VERSION,
+            node: me,
+            key,
+        };
+        let frame =
+            control_frame(me, &hello).map_err(|_| JoinError::Lost(LossReason::Disconnected))?;
+        let _ = peer.enqueue(frame, false);
+        let _detached = ebb::spawn_local(write_loop(conn, peer.clone()));
+        match ebb::timeout(timeout, welcome).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(JoinError::Lost(LossReason::Disconnected)),
+            Err(_) => {
+                peer.fail(LossReason::HandshakeTimeout(timeout));
+                peer.close(Closing::Abort);
+                Err(JoinError::TimedOut(timeout))
+            }
+        }
+    }
+}
