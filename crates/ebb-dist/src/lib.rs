@@ -7,6 +7,8 @@
 //!
 //! * [`node`] — who is who: [`NodeId`](node::NodeId)s, the global Ebb-id range each node
 //!   owns, and the [`RuntimeInfo`](node::RuntimeInfo) a node receives when it joins;
+//! * `allocator` (hosted only) — the `NodeAllocator` that boots native nodes from the
+//!   front end, in its own process (ebb-vmm as a library) or as child processes;
 //! * [`wire`] — the Messenger's frame format: a versioned fixed header (source node,
 //!   destination Ebb, the message kind the receiving Ebb registered, a call id, the length)
 //!   and an incremental decoder that splits a byte stream of IOBufs into frames without
@@ -23,7 +25,8 @@
 //!   allocate more than [`wire::MAX_PAYLOAD`] bytes per connection ahead of delivery.
 //! * Message kinds are numbers the receiving Ebb registered, never a compiler's type hash
 //!   (EbbRT's portability bug): two builds of one application always agree on the wire.
-//! * `no_std` + `alloc`, so native images link it; no `unsafe`.
+//! * `no_std` + `alloc`, so native images link it (the hosted-only `allocator` uses
+//!   `std`); no `unsafe`.
 
 #![no_std]
 #![forbid(unsafe_code)]
@@ -33,6 +36,11 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
+#[cfg(all(not(test), not(target_os = "none")))]
+extern crate std;
+
+#[cfg(not(target_os = "none"))]
+pub mod allocator;
 pub mod global_id_map;
 pub mod hash_ring;
 pub mod messenger;

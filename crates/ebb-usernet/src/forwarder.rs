@@ -1,5 +1,10 @@
 //! [`Forwarder`]: the endpoint stack, the host listeners and sockets under one epoll
 //! descriptor, and the splices between them; [`Forwarder::pump`] is one round.
+//!
+//! Two kinds of splice: a host connection accepted on a forward's listener, spliced to
+//! a connection the endpoint opens to the guest; and a guest connection accepted by the
+//! endpoint on a guest forward's port, spliced to a host connection the forwarder opens
+//! (non-blocking: `Splice::connecting`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -12,7 +17,7 @@ use std::time::Duration;
 use ebb_core::Instant;
 use ebb_net::iface::{InterfaceConfig, InterfaceCounters, Ipv4Cidr, Limits};
 use ebb_net::stack::Stack;
-use ebb_net::tcp::{TcpConfig, TcpLayer};
+use ebb_net::tcp::{TcpConfig, TcpConn, TcpLayer};
 use ebb_net::wire::EthernetAddress;
 use rustix::event::epoll;
 
@@ -43,8 +48,16 @@ struct Listener {
     ready: bool,
 }
 
+/// Guest connections accepted on guest forwards, with the host address each is for,
+/// waiting for [`Forwarder::pump`] to connect them (filled by the endpoint's listeners).
+type Incoming = Rc<RefCell<Vec<(TcpConn, SocketAddrV4)>>>;
+
+/// Guest connections that may wait, established, for the forwarder to take them.
+const GUEST_FORWARD_BACKLOG: usize = 128;
+
 /// See the module docs.
 pub(crate) struct Forwarder {
+    incoming: Incoming,
     pub(crate) stack: Stack<EndpointPort, TcpLayer>,
     epoll: OwnedFd,
     listeners: Vec<Listener>,
@@ -116,7 +129,22 @@ impl Forwarder {
             max_connections: config.max_connections + EPHEMERAL_PORTS,
             ..TcpConfig::default()
         });
+        let incoming: Incoming = Rc::new(RefCell::new(Vec::new()));
+        for g in &config.guest_forwards {
+            let to = g.host;
+            let queue = incoming.clone();
+            tcp.listen(
+                SocketAddrV4::new(config.endpoint, g.endpoint_port),
+                GUEST_FORWARD_BACKLOG,
+                move |conn| queue.borrow_mut().push((conn, to)),
+            )
+            .map_err(|kind| UserNetError::GuestForward {
+                port: g.endpoint_port,
+                reason: format!("{kind:?}"),
+            })?;
+        }
         Ok(Forwarder {
+            incoming,
             stack: Stack::new(EndpointPort::default(), iface, tcp),
             epoll,
             listeners,
@@ -303,6 +331,60 @@ impl Forwarder {
         self.splices.insert(id, splice);
     }
 
+    /// Takes the guest connections the endpoint accepted on guest forwards: connects a
+    /// host socket for each and splices the two (their ids go to `work`). A connection
+    /// over the limit, or whose host socket cannot even start connecting, is reset.
+    fn start_incoming(&mut self, work: &mut Vec<u64>) {
+        let incoming = std::mem::take(&mut *self.incoming.borrow_mut());
+        for (conn, host_addr) in incoming {
+            self.counters.guest_accepted += 1;
+            if self.splices.len() >= self.max_connections {
+                log::warn!("ebb-usernet: guest forward to {host_addr}: too many connections");
+                self.counters.host_connect_failed += 1;
+                ebb_core::net::TcpConnection::abort(&conn);
+                continue;
+            }
+            let host = match connect_nonblocking(host_addr) {
+                Ok(host) => host,
+                Err(e) => {
+                    log::debug!("ebb-usernet: guest forward: cannot connect to {host_addr}: {e}");
+                    self.counters.host_connect_failed += 1;
+                    ebb_core::net::TcpConnection::abort(&conn);
+                    continue;
+                }
+            };
+            let id = self.next_id;
+            self.next_id += 1;
+            let side = Rc::new(RefCell::new(GuestSide::default()));
+            conn.set_handler(SpliceHandler {
+                id,
+                side: side.clone(),
+                touched: self.touched.clone(),
+            });
+            side.borrow_mut().conn = Some(conn.clone());
+            let splice = Splice::connecting(host, side);
+            let registered = epoll::add(
+                &self.epoll,
+                &splice.host,
+                epoll::EventData::new_u64(SPLICE_BASE + id),
+                epoll::EventFlags::IN
+                    | epoll::EventFlags::OUT
+                    | epoll::EventFlags::RDHUP
+                    | epoll::EventFlags::ET,
+            )
+            .is_ok();
+            if !registered {
+                self.counters.host_connect_failed += 1;
+                splice.guest.borrow_mut().conn = None;
+                ebb_core::net::TcpConnection::abort(&conn);
+                continue;
+            }
+            let _ = splice.host.set_nodelay(true);
+            self.splices.insert(id, splice);
+            work.push(id);
+        }
+    }
+
     /// Services splice `id`; drops it when it is finished.
     fn service(&mut self, id: u64, again: &mut Vec<u64>) {
         let Some(splice) = self.splices.get_mut(&id) else {
@@ -312,16 +394,20 @@ impl Forwarder {
             Next::Wait => {}
             Next::Again => again.push(id),
             next @ (Next::Done | Next::Reset) => {
+                let connect_failed = splice.connect_failed;
                 if let Some(splice) = self.splices.remove(&id) {
                     let mut side = splice.guest.borrow_mut();
                     if side.failed.is_some() {
                         self.counters.connect_failed += 1;
                     }
+                    if splice.connect_failed {
+                        self.counters.host_connect_failed += 1;
+                    }
                     // Breaks the cycle connection → handler → side → connection.
                     side.conn = None;
                     let _ = epoll::delete(&self.epoll, &splice.host);
                 }
-                if next == Next::Reset {
+                if next == Next::Reset && !connect_failed {
                     self.counters.host_resets += 1;
                 }
             }
@@ -347,6 +433,7 @@ impl Forwarder {
                 self.service(id, &mut again);
             }
             next = self.stack.poll(now);
+            self.start_incoming(&mut work);
             work.append(&mut self.touched.borrow_mut());
             if work.is_empty() && !self.stack.tcp().needs_poll() {
                 break;
@@ -358,9 +445,26 @@ impl Forwarder {
         self.work = work;
         self.again = again;
         let busy = !self.pending.is_empty()
+            || !self.incoming.borrow().is_empty()
             || !self.stack.device().from_guest.is_empty()
             || self.stack.tcp().needs_poll()
             || self.listeners.iter().any(|l| l.ready) && self.splices.len() < self.max_connections;
         self.next_at = if busy { Some(now) } else { next };
+    }
+}
+
+/// A TCP socket to `addr`, non-blocking, its connect started (completion is reported by
+/// epoll: writable, or an error).
+fn connect_nonblocking(addr: SocketAddrV4) -> std::io::Result<std::net::TcpStream> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let socket = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )?;
+    match rustix::net::connect(&socket, &addr) {
+        Ok(()) | Err(rustix::io::Errno::INPROGRESS) => Ok(std::net::TcpStream::from(socket)),
+        Err(e) => Err(e.into()),
     }
 }

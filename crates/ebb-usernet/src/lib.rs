@@ -28,6 +28,13 @@
 //! * the **forwards** (`forwarder`): a non-blocking host listener per forward; each
 //!   accepted host connection opens a connection from the endpoint to the guest's port
 //!   and is spliced to it (`splice`: both ways, back-pressure, half-close, reset);
+//! * the **guest forwards** (QEMU's `guestfwd`, [`GuestForward`]): the endpoint listens
+//!   on a port of its own address; each connection the guest opens there makes the
+//!   monitor connect a non-blocking host socket to the forward's host address, and the
+//!   two are spliced exactly as above (the same bounded buffers, half-close and reset).
+//!   A host connect that fails (refused, unreachable) resets the guest's connection.
+//!   This is how a native node reaches a host service — its front end's Messenger —
+//!   without passt;
 //! * one **epoll descriptor** holding the listeners, the host sockets and the rest's
 //!   socket: [`UserNet::fd`], which the monitor's I/O thread sleeps on like any
 //!   backend's descriptor, with [`NetDevice::poll_at`] the endpoint's next TCP timer.
@@ -117,7 +124,11 @@ pub struct UserNetConfig {
     pub prefix_len: u8,
     /// The endpoint's MAC address.
     pub endpoint_mac: [u8; 6],
-    /// Most forwarded connections at once; more wait in the listeners' backlogs.
+    /// Guest-to-host forwards: the guest connects to the endpoint's address at a port,
+    /// the monitor to a host address.
+    pub guest_forwards: Vec<GuestForward>,
+    /// Most forwarded connections at once (both kinds); more wait in the listeners'
+    /// backlogs, and a guest connection beyond them is reset.
     pub max_connections: usize,
     /// Secret for the endpoint's initial sequence numbers (RFC 6528).
     pub isn_seed: [u64; 2],
@@ -137,12 +148,37 @@ impl UserNetConfig {
             endpoint: ENDPOINT_ADDR,
             prefix_len: 24,
             endpoint_mac: ENDPOINT_MAC,
+            guest_forwards: Vec::new(),
             max_connections: 1024,
             isn_seed: [
                 t,
                 u64::from(std::process::id()).rotate_left(32) ^ t.rotate_left(17),
             ],
         }
+    }
+}
+
+/// A guest-to-host forward (QEMU's `guestfwd`): a connection the guest opens to the
+/// endpoint's address (10.0.2.3 by default) at `endpoint_port` is spliced to a new host
+/// connection to `host`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestForward {
+    /// The port on the endpoint's address the guest connects to.
+    pub endpoint_port: u16,
+    /// Where the monitor connects on the host.
+    pub host: SocketAddrV4,
+}
+
+impl std::str::FromStr for GuestForward {
+    type Err = String;
+    /// `PORT:HOST_ADDR:HOST_PORT` (as QEMU's `guestfwd=tcp:10.0.2.3:PORT-tcp:ADDR:PORT`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not ENDPOINT_PORT:HOST_ADDR:HOST_PORT");
+        let (port, host) = s.split_once(':').ok_or_else(bad)?;
+        Ok(GuestForward {
+            endpoint_port: port.parse().map_err(|_| bad())?,
+            host: host.parse().map_err(|_| bad())?,
+        })
     }
 }
 
@@ -162,6 +198,14 @@ pub enum UserNetError {
     /// The epoll descriptor could not be made or fed.
     #[error("epoll: {0}")]
     Epoll(std::io::Error),
+    /// The endpoint cannot listen for a guest forward (port 0, or given twice).
+    #[error("guest forward on the endpoint's port {port}: {reason}")]
+    GuestForward {
+        /// The endpoint's port.
+        port: u16,
+        /// Why.
+        reason: String,
+    },
     /// The endpoint's address and prefix length do not make a subnet.
     #[error("{0}/{1} is not a valid endpoint address")]
     Address(Ipv4Addr, u8),
@@ -176,6 +220,11 @@ pub struct UserNetCounters {
     pub connect_failed: u64,
     /// Host sockets closed with a reset (a failure carried over from the guest side).
     pub host_resets: u64,
+    /// Guest connections accepted on a guest forward.
+    pub guest_accepted: u64,
+    /// Host connects for a guest forward that failed (refused, unreachable, no
+    /// descriptor, or over the connection limit): each reset its guest connection.
+    pub host_connect_failed: u64,
     /// Frames from the guest for the endpoint.
     pub guest_to_endpoint: u64,
     /// Frames from the guest for the rest (passt).

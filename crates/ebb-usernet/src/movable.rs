@@ -26,7 +26,9 @@ impl<T> Movable<T> {
 
 // SAFETY: `Movable` wraps only `forwarder::Forwarder`, whose non-`Send` parts are ebb-net's
 // TCP layer and connections (`Rc`s), the handlers and callbacks this crate installs on
-// them (which hold `Rc`s to the forwarder's own per-connection state), and `IOBuf`s (a
+// them (which hold `Rc`s to the forwarder's own per-connection state, and the guest
+// forwards' accept callbacks an `Rc` to the forwarder's queue of accepted connections,
+// which holds `TcpConn`s of the same layer), and `IOBuf`s (a
 // non-atomic reference count). Every clone of each of these lives inside the forwarder's
 // object graph: the crate hands none out (its API returns plain values and counters;
 // frames given to the virtio device are used and dropped by the same thread that calls

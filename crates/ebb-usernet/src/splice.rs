@@ -19,6 +19,12 @@
 //!   host socket aborts the guest connection (RST), a guest connection that ends other
 //!   than normally (reset, timeout, a refused or failed connect) resets the host socket
 //!   (`SO_LINGER` 0, then close).
+//! * **Guest forwards.** A splice of a guest forward starts with the guest connection
+//!   established and the host socket still connecting ([`Splice::connecting`]): nothing
+//!   moves until the connect's outcome (the socket's first writable or error event).
+//!   Meanwhile what the guest sends waits in [`GuestSide::to_host`] under the same
+//!   bound. A failed connect aborts the guest connection (RST); a guest reset meanwhile
+//!   drops the connecting socket.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -132,6 +138,10 @@ pub(crate) struct Splice {
     host_shut: bool,
     /// Read from the host, refused by the guest connection's send window for now.
     to_guest: IOBufChain,
+    /// The host socket's non-blocking connect has not completed (guest forwards).
+    pub(crate) connecting: bool,
+    /// The host connect failed: the guest connection was aborted.
+    pub(crate) connect_failed: bool,
 }
 
 impl Splice {
@@ -146,6 +156,45 @@ impl Splice {
             fin_to_guest: false,
             host_shut: false,
             to_guest: IOBufChain::new(),
+            connecting: false,
+            connect_failed: false,
+        }
+    }
+
+    /// A splice of a guest forward: `guest` is established, `host` connecting (its
+    /// readiness comes with the connect's outcome).
+    pub(crate) fn connecting(host: TcpStream, guest: Rc<RefCell<GuestSide>>) -> Splice {
+        Splice {
+            readable: false,
+            writable: false,
+            connecting: true,
+            ..Splice::new(host, guest)
+        }
+    }
+
+    /// While connecting: whether the connect is over (`Ok(true)`: connected), still under
+    /// way (`Ok(false)`), or failed.
+    fn connect_done(&mut self) -> std::io::Result<bool> {
+        if !(self.writable || self.readable) {
+            return Ok(false);
+        }
+        if let Some(e) = self.host.take_error()? {
+            return Err(e);
+        }
+        match self.host.peer_addr() {
+            Ok(_) => {
+                self.connecting = false;
+                // Edge-triggered: data that came with the connect must be read now.
+                self.readable = true;
+                self.writable = true;
+                Ok(true)
+            }
+            Err(e) if e.kind() == ErrorKind::NotConnected => {
+                self.readable = false;
+                self.writable = false;
+                Ok(false)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -173,6 +222,22 @@ impl Splice {
         let Some(conn) = side.conn.clone() else {
             return Next::Wait; // connecting
         };
+        if self.connecting {
+            if side.closed.is_some_and(|r| r != CloseReason::Normal) {
+                self.reset_host();
+                return Next::Reset; // the guest gave up first
+            }
+            match self.connect_done() {
+                Ok(true) => {}
+                Ok(false) => return Next::Wait,
+                Err(e) => {
+                    log::debug!("ebb-usernet: guest forward: host connect failed: {e}");
+                    self.connect_failed = true;
+                    conn.abort();
+                    return Next::Reset;
+                }
+            }
+        }
         // Guest → host.
         while self.writable && !side.to_host.is_empty() {
             // On the stack: no allocation per write.

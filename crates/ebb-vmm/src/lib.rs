@@ -73,4 +73,4 @@ pub mod vm;
 
 pub use ebb_boot::layout;
 pub use report::Outcome;
-pub use vm::{Remains, VCPU_NICE_ON_SHARED_CPUS, Vm, VmConfig, VmError, kvm_usable};
+pub use vm::{Remains, VCPU_NICE_ON_SHARED_CPUS, Vm, VmConfig, VmError, VmStopper, kvm_usable};

@@ -98,9 +98,10 @@ pub enum Outcome {
         /// Each core's registers, if it stopped in time to read them.
         states: Vec<Option<VcpuState>>,
     },
-    /// The monitor was asked to stop (SIGINT or SIGTERM: Ctrl-C, `kill`).
+    /// The monitor was asked to stop (SIGINT or SIGTERM: Ctrl-C, `kill`), or the VM's
+    /// owner stopped it ([`VmStopper`](crate::vm::VmStopper)).
     Stopped {
-        /// The signal's number.
+        /// The signal's number; 0 when the owner stopped it.
         signal: i32,
     },
     /// The monitor failed (an ioctl error while running).
@@ -176,6 +177,7 @@ impl Outcome {
                 let name = match *signal {
                     libc::SIGINT => "SIGINT",
                     libc::SIGTERM => "SIGTERM",
+                    0 => "its owner",
                     _ => "a signal",
                 };
                 let _ = writeln!(out, "ebb-vmm: stopped by {name}");

@@ -20,7 +20,7 @@ use vmm_sys_util::signal::{Killable, SIGRTMIN, register_signal_handler};
 /// How often the main thread drains the console rings.
 pub const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 /// How long the monitor waits for vCPU threads to stop once the VM has ended.
-const STOP_GRACE: Duration = Duration::from_secs(1);
+pub const STOP_GRACE: Duration = Duration::from_secs(1);
 /// How often a vCPU thread that has not stopped yet is signalled again.
 const STOP_SIGNAL_INTERVAL: Duration = Duration::from_micros(200);
 
@@ -146,6 +146,32 @@ impl Vm {
     /// Like [`run`](Self::run), but returns the ended VM's [`Remains`] with the outcome
     /// instead of tearing it down, for [`Remains::exit_process`].
     pub fn run_keeping_vm(self) -> Result<(Outcome, Remains), VmError> {
+        self.run_with(true)
+    }
+
+    /// Like [`run_keeping_vm`](Self::run_keeping_vm), for a process that runs VMs among
+    /// other work (a distributed application's front end, which boots nodes in its own
+    /// process): installs no SIGINT, SIGTERM or SIGUSR1 handler (the process keeps its
+    /// own; such a VM is ended by its [`VmStopper`], its guest or its timeout), prints
+    /// nothing (the network counters go to the log), and joins the VM's vCPU and
+    /// device threads before it returns (each within [`STOP_GRACE`]; one that does not
+    /// stop in time is reported and left detached). Only SIGRTMIN's no-op handler is
+    /// installed, process-wide, as by every run: it is what kicks a vCPU out of
+    /// `KVM_RUN`.
+    pub fn run_embedded(self) -> Result<(Outcome, Remains), VmError> {
+        self.run_with(false)
+    }
+
+    /// What ends this VM from another thread: see [`VmStopper`].
+    pub fn stopper(&self) -> VmStopper {
+        VmStopper {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// The run; `standalone`: the process is this VM's monitor (stop and statistics
+    /// signals handled, counters printed).
+    fn run_with(self, standalone: bool) -> Result<(Outcome, Remains), VmError> {
         install_stop_signal()?;
         let Vm {
             _kvm: kvm,
@@ -158,18 +184,25 @@ impl Vm {
             net_io,
             cpus_shared,
         } = self;
+        let mut io_thread = None;
         if let Some(io) = net_io {
-            register_signal_handler(libc::SIGUSR1, on_stats_signal).map_err(|e| VmError::Os {
-                what: "installing the SIGUSR1 (network counters) handler",
-                source: std::io::Error::from_raw_os_error(e.errno()),
-            })?;
-            std::thread::Builder::new()
-                .name("virtio-net".into())
-                .spawn(move || io.run())
-                .map_err(|source| VmError::Os {
-                    what: "spawning the virtio-net thread",
-                    source,
+            if standalone {
+                register_signal_handler(libc::SIGUSR1, on_stats_signal).map_err(|e| {
+                    VmError::Os {
+                        what: "installing the SIGUSR1 (network counters) handler",
+                        source: std::io::Error::from_raw_os_error(e.errno()),
+                    }
                 })?;
+            }
+            io_thread = Some(
+                std::thread::Builder::new()
+                    .name("virtio-net".into())
+                    .spawn(move || io.run())
+                    .map_err(|source| VmError::Os {
+                        what: "spawning the virtio-net thread",
+                        source,
+                    })?,
+            );
         }
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
         for (core, (thread, (vcpu, kick))) in vcpu_threads.into_iter().zip(vcpus).enumerate() {
@@ -189,11 +222,13 @@ impl Vm {
             threads.push(thread.handle);
         }
 
-        for signal in [libc::SIGINT, libc::SIGTERM] {
-            register_signal_handler(signal, on_stop_request).map_err(|e| VmError::Os {
-                what: "installing the SIGINT/SIGTERM (stop) handler",
-                source: std::io::Error::from_raw_os_error(e.errno()),
-            })?;
+        if standalone {
+            for signal in [libc::SIGINT, libc::SIGTERM] {
+                register_signal_handler(signal, on_stop_request).map_err(|e| VmError::Os {
+                    what: "installing the SIGINT/SIGTERM (stop) handler",
+                    source: std::io::Error::from_raw_os_error(e.errno()),
+                })?;
+            }
         }
         let deadline = config.timeout.and_then(|t| shared.started.checked_add(t));
         loop {
@@ -211,11 +246,16 @@ impl Vm {
                     state: None,
                 });
             }
-            let signal = STOP_SIGNAL.swap(0, Ordering::SeqCst);
+            let signal = if standalone {
+                STOP_SIGNAL.swap(0, Ordering::SeqCst)
+            } else {
+                0
+            };
             if signal != 0 {
                 shared.finish(Outcome::Stopped { signal });
             }
-            if STATS_REQUESTED.swap(false, Ordering::SeqCst)
+            if standalone
+                && STATS_REQUESTED.swap(false, Ordering::SeqCst)
                 && let Some(net) = &net
             {
                 eprintln!("{}", net_summary(net, &shared));
@@ -243,8 +283,30 @@ impl Vm {
             }
         });
         log::debug!("vCPU threads stopped");
+        if !standalone {
+            // Every thread has seen the stop flag (the device thread within its longest
+            // sleep, 20 ms): join them, bounded, so the owner knows they are gone.
+            let give_up = Instant::now() + STOP_GRACE;
+            for t in threads.drain(..).chain(io_thread.take()) {
+                while !t.is_finished() && Instant::now() < give_up {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if t.is_finished() {
+                    let _ = t.join();
+                } else {
+                    log::warn!(
+                        "ebb-vmm: thread {:?} did not stop within {STOP_GRACE:?}: left detached",
+                        t.thread().name()
+                    );
+                }
+            }
+        }
         if let Some(net) = &net {
-            eprintln!("{}", net_summary(net, &shared));
+            if standalone {
+                eprintln!("{}", net_summary(net, &shared));
+            } else {
+                log::debug!("{}", net_summary(net, &shared));
+            }
         }
         // The guest is stopped (or lost): what is left in the rings is final.
         let _ = shared.console.drain_all(&shared.mem);
@@ -264,6 +326,27 @@ impl Vm {
                 _net: net,
             },
         ))
+    }
+}
+
+/// Ends a running VM from any thread, as its owner: the VM's run returns
+/// [`Outcome::Stopped`] with `signal` 0 (unless another outcome came first). Cheap to
+/// clone; stopping a VM that already ended does nothing.
+#[derive(Clone, Debug)]
+pub struct VmStopper {
+    shared: Arc<Shared>,
+}
+
+impl VmStopper {
+    /// Ends the VM; its run then stops every vCPU (signalled out of `KVM_RUN`) and
+    /// returns within [`STOP_GRACE`] plus the device thread's longest sleep.
+    pub fn stop(&self) {
+        self.shared.finish(Outcome::Stopped { signal: 0 });
+    }
+
+    /// Whether the VM is ending or ended.
+    pub fn stopping(&self) -> bool {
+        self.shared.stopping()
     }
 }
 
