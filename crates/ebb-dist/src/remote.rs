@@ -1,9 +1,9 @@
 //! Remote Ebb calls, as the distributed objects see them.
 //!
 //! A distributed object is written against [`Caller`] — "call this Ebb on that node with
-//! these bytes" — and serves its own calls with a [`Served`] function. The Messenger
-//! implements `Caller` between nodes; an object's logic never sees a connection, so the
-//! same code runs over TCP, over shared memory, or inside one node.
+//! these bytes" — and serves its own calls with a [`Served`] function. The
+//! [`Messenger`] implements `Caller` between nodes; an object's logic never sees a
+//! connection, so the same code runs over TCP, over shared memory, or inside one node.
 //!
 //! Payloads are postcard-encoded values of the object's own request and reply types
 //! ([`encode`], [`decode`]): fixed by those types, never by a compiler's type hash.
@@ -17,40 +17,26 @@ use ebb::{EbbId, IOBuf, IOBufChain};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::messenger::{CallError, Messenger};
 use crate::node::NodeId;
 
-/// Why a remote call failed.
+/// Why a distributed object's operation failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RemoteError {
-    /// The node is gone (its connection closed, it was freed, it stopped answering).
-    #[error("{0} is gone")]
-    PeerLost(NodeId),
-    /// The node answered with a failure: no such Ebb or kind there, or the Ebb refused.
-    #[error("{node} refused the call: {reason}")]
-    Refused {
-        /// Who refused.
-        node: NodeId,
-        /// Their reason.
-        reason: String,
-    },
-    /// No answer in time.
-    #[error("no answer from {0} in time")]
-    TimedOut(NodeId),
+    /// The call failed: the node is lost, refused it, or it could not be sent
+    /// ([`CallError`] says which).
+    #[error(transparent)]
+    Call(#[from] CallError),
     /// A request or reply did not decode as its type.
     #[error("bad payload: {0}")]
     BadPayload(String),
-    /// The call could not be sent (the connection's queue is full, no memory).
-    #[error("cannot send to {node}: {reason}")]
-    NotSent {
-        /// The destination.
-        node: NodeId,
-        /// Why.
-        reason: String,
-    },
+    /// The object has no node to send the operation to.
+    #[error("the object has no shards")]
+    NoShards,
 }
 
 /// The future a remote call returns.
-pub type CallFuture = Pin<Box<dyn Future<Output = Result<IOBufChain, RemoteError>>>>;
+pub type CallFuture = Pin<Box<dyn Future<Output = Result<IOBufChain, CallError>>>>;
 
 /// Makes remote calls: `call(node, ebb, kind, request)` runs the handler `ebb` registered
 /// for `kind` on `node` and resolves to its reply.
@@ -79,5 +65,16 @@ pub fn decode<T: DeserializeOwned>(payload: &IOBufChain) -> Result<T, RemoteErro
         0 => parse(&[]),
         1 => parse(payload.front().map_or(&[][..], IOBuf::as_slice)),
         _ => parse(&payload.to_vec()),
+    }
+}
+
+impl Caller for Messenger {
+    /// The node this Messenger is (the front end until a join says otherwise).
+    fn this_node(&self) -> NodeId {
+        self.node().unwrap_or(NodeId::FRONT_END)
+    }
+
+    fn call(&self, node: NodeId, ebb: EbbId, kind: u16, request: IOBufChain) -> CallFuture {
+        Box::pin(Messenger::call(self, node, ebb, kind, request))
     }
 }

@@ -2,8 +2,9 @@
 //! unit tests of routing, moving, merging and resolving use it; the Messenger's own tests
 //! and the multi-node tests check the transport.
 
+use crate::messenger::{CallError, LossReason};
 use crate::node::NodeId;
-use crate::remote::{CallFuture, Caller, RemoteError};
+use crate::remote::{CallFuture, Caller};
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::rc::Rc;
@@ -34,7 +35,10 @@ impl Caller for LocalCaller {
     }
     fn call(&self, node: NodeId, ebb: EbbId, kind: u16, request: IOBufChain) -> CallFuture {
         let result = if self.nodes.down.borrow().contains(&node) {
-            Err(RemoteError::PeerLost(node))
+            Err(CallError::PeerLost {
+                node,
+                reason: LossReason::Disconnected,
+            })
         } else {
             let handler = self
                 .nodes
@@ -43,8 +47,8 @@ impl Caller for LocalCaller {
                 .get(&(node.0, ebb.as_u32(), kind))
                 .cloned();
             match handler {
-                Some(h) => h(&request).map_err(|reason| RemoteError::Refused { node, reason }),
-                None => Err(RemoteError::Refused {
+                Some(h) => h(&request).map_err(|reason| CallError::Failed { node, reason }),
+                None => Err(CallError::Failed {
                     node,
                     reason: "no handler".to_string(),
                 }),

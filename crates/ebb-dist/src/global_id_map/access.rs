@@ -137,7 +137,10 @@ impl RemoteIdMap {
         });
         Box::pin(async move {
             let backend = |e: crate::remote::RemoteError| IdMapError::Backend(e.to_string());
-            let reply = sent.map_err(backend)?.await.map_err(backend)?;
+            let reply = sent
+                .map_err(backend)?
+                .await
+                .map_err(|e| backend(e.into()))?;
             match decode::<IdMapReply>(&reply).map_err(backend)? {
                 IdMapReply::Refused(why) => Err(IdMapError::Backend(why)),
                 reply => Ok(reply),

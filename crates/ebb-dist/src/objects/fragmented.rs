@@ -260,10 +260,7 @@ impl MapClient {
     }
 
     async fn value(&self, key: &[u8], request: MapRequest) -> Result<Option<Vec<u8>>, RemoteError> {
-        let node = self.shard_of(key).ok_or_else(|| RemoteError::NotSent {
-            node: NodeId::FRONT_END,
-            reason: "the map has no shards".to_string(),
-        })?;
+        let node = self.shard_of(key).ok_or(RemoteError::NoShards)?;
         match self.call(node, &request).await? {
             MapReply::Value(v) => Ok(v),
             other => Err(unexpected(node, &other)),

@@ -4,6 +4,7 @@
 
 use super::fragmented::{MapClient, MapShard, SHARD_KIND};
 use super::replicated::{COUNTER_KIND, Consistency, CounterClient, CounterHome};
+use crate::messenger::CallError;
 use crate::node::NodeId;
 use crate::remote::RemoteError;
 use crate::testing::{LocalCaller, Nodes, gid, now};
@@ -129,7 +130,7 @@ fn a_full_shard_refuses_the_set_and_keeps_what_it_had() {
     now(client.set(b"a", alloc::vec![1; 50])).unwrap();
     let refused = now(client.set(b"b", alloc::vec![2; 60]));
     assert!(
-        matches!(refused, Err(RemoteError::Refused { .. })),
+        matches!(refused, Err(RemoteError::Call(CallError::Failed { .. }))),
         "{refused:?}"
     );
     assert_eq!(now(client.get(b"a")).unwrap(), Some(alloc::vec![1; 50]));

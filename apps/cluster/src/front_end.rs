@@ -1,0 +1,502 @@
+//! The front end: a plain hosted program that boots the nodes, drives the workload and
+//! serves host files to the nodes.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ebb::net::{self, Ipv4Addr, NetConfig, SocketAddrV4};
+use ebb::{IOBuf, IOBufChain};
+use ebb_dist::allocator::{
+    GuestForward, LocalNodeAllocator, NodeAllocator, NodeHandle, NodeImage, NodeNetwork, NodeSpec,
+};
+use ebb_dist::messenger::{FrontEnd, Messenger, MessengerConfig};
+use ebb_dist::node::NodeId;
+use ebb_dist::objects::fragmented::MapClient;
+use ebb_dist::objects::replicated::{COUNTER_KIND, CounterHome};
+use ebb_dist::remote::{RemoteError, decode, encode};
+use sha2::{Digest, Sha256};
+
+use crate::protocol::{
+    COUNTER, FILES, HOLD_KIND, INCREMENT_KIND, Increment, MAP, NODE, OFFLOAD_KIND, Offloaded,
+    READ_CHUNK, READ_KIND, ReadRequest,
+};
+
+/// The port a node connects to on the user-mode endpoint (10.0.2.3), spliced by its
+/// monitor to the front end's Messenger on the host.
+const FRONT_END_GUEST_PORT: u16 = 7100;
+/// How long a node may take from `allocate` to joined.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Operations in flight at once (each on a distinct key, so their order does not matter).
+const IN_FLIGHT: usize = 64;
+
+/// The front end's options.
+#[derive(Debug)]
+pub struct Options {
+    /// The node image (the native build of this app).
+    pub image: PathBuf,
+    /// Nodes to boot.
+    pub nodes: u32,
+    /// Random map operations to run.
+    pub ops: u64,
+    /// Counter increments per node, in each mode.
+    pub increments: u32,
+    /// The file a node reads through the front end.
+    pub file: PathBuf,
+    /// Kill the last node after this many operations (the fault demonstration).
+    pub kill_after: Option<u64>,
+    /// The workload's seed.
+    pub seed: u64,
+}
+
+const USAGE: &str = "usage: cluster [--nodes N] [--ops N] [--increments N] [--file PATH] \
+[--kill-after OPS] [--seed N] [--node-image PATH]   (the image: else $EBB_NODE_IMAGE)";
+
+impl Options {
+    /// Parses the front end's arguments.
+    pub fn parse(args: &[String]) -> Result<Options, String> {
+        let value = |flag: &str| -> Option<&String> {
+            args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1))
+        };
+        let number = |flag: &str, default: u64| -> Result<u64, String> {
+            value(flag).map_or(Ok(default), |v| {
+                v.parse().map_err(|_| format!("{flag} takes a number\n{USAGE}"))
+            })
+        };
+        let image = value("--node-image")
+            .cloned()
+            .or_else(|| std::env::var("EBB_NODE_IMAGE").ok())
+            .ok_or_else(|| format!("no node image: give --node-image or EBB_NODE_IMAGE\n{USAGE}"))?;
+        let file = value("--file").cloned().unwrap_or_else(|| image.clone());
+        Ok(Options {
+            image: image.into(),
+            nodes: u32::try_from(number("--nodes", 2)?).map_err(|_| "too many nodes")?,
+            ops: number("--ops", 100_000)?,
+            increments: u32::try_from(number("--increments", 1000)?)
+                .map_err(|_| "too many increments")?,
+            file: file.into(),
+            kill_after: value("--kill-after").map(|v| v.parse()).transpose().map_err(|_| {
+                format!("--kill-after takes a number\n{USAGE}")
+            })?,
+            seed: number("--seed", 1)?,
+        })
+    }
+}
+
+/// A node the front end booted.
+struct Node {
+    id: NodeId,
+    handle: Option<NodeHandle>,
+    joined_in: Duration,
+}
+
+/// Runs the front end; the exit code.
+pub async fn run(options: Options) -> i32 {
+    match drive(options).await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("cluster: {e}");
+            1
+        }
+    }
+}
+
+async fn drive(options: Options) -> Result<(), String> {
+    let network = net::start(NetConfig::default())
+        .await
+        .map_err(|e| format!("cannot start the network: {e}"))?;
+    let front = FrontEnd::start(&network, 0, MessengerConfig::default())
+        .await
+        .map_err(|e| format!("cannot start the front end: {e}"))?;
+    let messenger = front.messenger().clone();
+    let host_port = front.local_addr().port();
+
+    // The front end's own Ebbs: the counter's home and the file server.
+    let home = Arc::new(CounterHome::new());
+    {
+        let home = home.clone();
+        messenger.on_call(COUNTER, COUNTER_KIND, move |_from, request| {
+            let reply = home.serve(&request);
+            async move { reply }
+        });
+    }
+    let offered: Arc<HashSet<PathBuf>> = Arc::new([options.file.clone()].into_iter().collect());
+    messenger.on_call(FILES, READ_KIND, move |from, request| {
+        let reply = read_for(&offered, from, &request);
+        async move { reply }
+    });
+    let lost: Arc<Mutex<BTreeMap<NodeId, Instant>>> = Arc::default();
+    {
+        let lost = lost.clone();
+        messenger.on_peer_lost(move |node, _reason| {
+            lost.lock().unwrap().insert(node, Instant::now());
+        });
+    }
+
+    // Boot the nodes, all at once, and wait for each to join.
+    let image = std::fs::read(&options.image)
+        .map_err(|e| format!("cannot read the node image {}: {e}", options.image.display()))?;
+    let image: Arc<[u8]> = image.into();
+    let allocator = LocalNodeAllocator::new();
+    let reachable_at = SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 3), FRONT_END_GUEST_PORT);
+    let mut pending = Vec::new();
+    for i in 0..options.nodes {
+        let token = random_token(i);
+        let expectation = front.expect_at(token, reachable_at);
+        let started = Instant::now();
+        let spec = NodeSpec {
+            network: NodeNetwork::User {
+                forwards: Vec::new(),
+                guest_forwards: vec![GuestForward {
+                    endpoint_port: FRONT_END_GUEST_PORT,
+                    host: SocketAddrV4::new(Ipv4Addr::LOCALHOST, host_port),
+                }],
+                outbound: false,
+            },
+            args: vec![
+                "--ebb-front-end".into(),
+                reachable_at.to_string(),
+                "--ebb-join-token".into(),
+                format!("{token:x}"),
+            ],
+            ..NodeSpec::new(NodeImage::Bytes(image.clone()))
+        };
+        let handle = allocator
+            .allocate(spec)
+            .map_err(|e| format!("cannot boot node {}: {e}", i + 1))?;
+        pending.push((expectation, started, handle));
+    }
+    let mut nodes = Vec::new();
+    for (expectation, started, handle) in pending {
+        let info = ebb::timeout(JOIN_TIMEOUT, expectation)
+            .await
+            .map_err(|_| {
+                format!(
+                    "a node did not join within {JOIN_TIMEOUT:?}; its console:\n{}",
+                    handle.console().text()
+                )
+            })?
+            .map_err(|e| format!("a node could not join: {e}"))?;
+        let joined_in = started.elapsed();
+        println!(
+            "cluster: {} joined in {:.1} ms (allocate → joined; {})",
+            info.node,
+            joined_in.as_secs_f64() * 1e3,
+            handle.name()
+        );
+        nodes.push(Node {
+            id: info.node,
+            handle: Some(handle),
+            joined_in,
+        });
+    }
+    let ids: Vec<NodeId> = nodes.iter().map(|n| n.id).collect();
+
+    // The key-value workload through the fragmented map, checked against a model.
+    let map = MapClient::new(Rc::new(messenger.clone()), MAP, &ids);
+    let report = workload(&options, &messenger, &map, &mut nodes, &lost).await?;
+    println!("{report}");
+
+    // The replicated counter, every node at once, in both consistencies.
+    let survivors: Vec<NodeId> = nodes
+        .iter()
+        .filter(|n| n.handle.is_some())
+        .map(|n| n.id)
+        .collect();
+    for merged in [false, true] {
+        let before = home.total();
+        let started = Instant::now();
+        let calls = survivors.iter().map(|&node| {
+            let payload = encode(&Increment {
+                times: options.increments,
+                merged,
+            });
+            let messenger = messenger.clone();
+            async move {
+                let payload = payload.map_err(|e| e.to_string())?;
+                messenger
+                    .call(node, NODE, INCREMENT_KIND, payload)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        });
+        for result in ebb::future::join_all(calls).await {
+            result.map_err(|e| format!("a node could not increment: {e}"))?;
+        }
+        let added = home.total() - before;
+        let expected = i64::from(options.increments) * survivors.len() as i64;
+        let mode = if merged { "merged" } else { "synchronous" };
+        if added != expected {
+            return Err(format!(
+                "replicated counter ({mode}): {added} at home, expected {expected}"
+            ));
+        }
+        println!(
+            "cluster: replicated counter ({mode}): {} nodes × {} increments = {added} at home, exact ({:.1} ms)",
+            survivors.len(),
+            options.increments,
+            started.elapsed().as_secs_f64() * 1e3
+        );
+    }
+
+    // The file offload: a node reads a host file through the front end's file server.
+    let reader = survivors[0];
+    let path = options.file.to_string_lossy().into_owned();
+    let answer = messenger
+        .call(reader, NODE, OFFLOAD_KIND, encode(&path).map_err(|e| e.to_string())?)
+        .await
+        .map_err(|e| format!("{reader} could not read {path}: {e}"))?;
+    let got: Offloaded = decode(&answer).map_err(|e| e.to_string())?;
+    let bytes = std::fs::read(&options.file).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let want = Sha256::digest(&bytes).to_vec();
+    if got.len != bytes.len() as u64 || got.sha256 != want {
+        return Err(format!(
+            "{reader} read {} bytes of {path} through the front end, not its {} bytes (digests differ)",
+            got.len,
+            bytes.len()
+        ));
+    }
+    println!(
+        "cluster: {reader} read {path} through the front end: {} bytes in {} reads, SHA-256 {} (matches)",
+        got.len,
+        got.reads,
+        hex(&got.sha256)
+    );
+
+    // Stop: nodes see the front end go and exit; free bounds the rest.
+    messenger.shutdown();
+    for node in &mut nodes {
+        if let Some(handle) = node.handle.take() {
+            handle
+                .free()
+                .map_err(|e| format!("cannot free {}: {e}", node.id))?;
+        }
+    }
+    let joins: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("{:.1}", n.joined_in.as_secs_f64() * 1e3))
+        .collect();
+    println!("cluster: done ({} nodes; joined in {} ms)", nodes.len(), joins.join(", "));
+    Ok(())
+}
+
+/// Serves one read of an offered file.
+fn read_for(
+    offered: &HashSet<PathBuf>,
+    from: NodeId,
+    request: &IOBufChain,
+) -> Result<IOBufChain, String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let ReadRequest { path, offset, len } = decode(request).map_err(|e| e.to_string())?;
+    let path = PathBuf::from(path);
+    if !offered.contains(&path) {
+        return Err(format!("{from} may not read {}", path.display()));
+    }
+    let mut file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    file.seek(SeekFrom::Start(offset))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut buf = vec![0u8; len.min(READ_CHUNK) as usize];
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        }
+    }
+    buf.truncate(filled);
+    Ok(IOBufChain::from(IOBuf::from_vec(buf)))
+}
+
+/// The map workload: `options.ops` random gets, sets and deletes, [`IN_FLIGHT`] at a
+/// time on distinct keys, each result checked against a model; with `kill_after`, the
+/// last node is killed mid-run and its keys' operations must fail while the others'
+/// keep succeeding.
+async fn workload(
+    options: &Options,
+    messenger: &Messenger,
+    map: &MapClient,
+    nodes: &mut [Node],
+    lost: &Arc<Mutex<BTreeMap<NodeId, Instant>>>,
+) -> Result<String, String> {
+    let mut model: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
+    let mut rng = options.seed | 1;
+    let mut served: BTreeMap<NodeId, u64> = BTreeMap::new();
+    let mut dead: Option<NodeId> = None;
+    let mut failed_on_dead = 0u64;
+    let mut kill_report = String::new();
+    let started = Instant::now();
+    let mut done = 0u64;
+    while done < options.ops {
+        if dead.is_none() && options.kill_after.is_some_and(|at| done >= at) {
+            kill_report = kill_last(messenger, nodes, lost).await?;
+            dead = nodes.last().map(|n| n.id);
+            // Its keys are gone with it.
+            model.retain(|k, _| map.shard_of(&key(*k)) != dead);
+        }
+        let mut batch: Vec<(u32, Op)> = Vec::new();
+        let mut keys = HashSet::new();
+        while batch.len() < IN_FLIGHT && done + (batch.len() as u64) < options.ops {
+            let k = (next(&mut rng) % 10_000) as u32;
+            if !keys.insert(k) {
+                break;
+            }
+            let op = match next(&mut rng) % 10 {
+                0..=3 => Op::Get,
+                4..=8 => Op::Set(value(&mut rng)),
+                _ => Op::Delete,
+            };
+            batch.push((k, op));
+        }
+        let calls = batch.iter().map(|(k, op)| {
+            let key = key(*k);
+            let op = op.clone();
+            async move {
+                match op {
+                    Op::Get => map.get(&key).await,
+                    Op::Set(v) => map.set(&key, v).await,
+                    Op::Delete => map.delete(&key).await,
+                }
+            }
+        });
+        let results = ebb::future::join_all(calls).await;
+        for ((k, op), result) in batch.into_iter().zip(results) {
+            let shard = map.shard_of(&key(k)).expect("the map has shards");
+            if Some(shard) == dead {
+                match result {
+                    Err(RemoteError::Call(_)) => failed_on_dead += 1,
+                    other => {
+                        return Err(format!(
+                            "an operation on killed {shard}'s key {k} did not fail: {other:?}"
+                        ));
+                    }
+                }
+                continue;
+            }
+            let got = result.map_err(|e| format!("operation on key {k} ({shard}): {e}"))?;
+            let want = match op {
+                Op::Get => model.get(&k).cloned(),
+                Op::Set(v) => model.insert(k, v),
+                Op::Delete => model.remove(&k),
+            };
+            if got != want {
+                return Err(format!(
+                    "key {k} on {shard}: the map answered {got:?}, the model {want:?}"
+                ));
+            }
+            *served.entry(shard).or_default() += 1;
+        }
+        done = served.values().sum::<u64>() + failed_on_dead;
+    }
+    let elapsed = started.elapsed();
+    // The map as a whole equals the model: every key read back.
+    for (&k, v) in &model {
+        let got = map.get(&key(k)).await.map_err(|e| e.to_string())?;
+        if got.as_ref() != Some(v) {
+            return Err(format!("key {k}: read back {got:?}, the model holds {v:?}"));
+        }
+    }
+    let per_node: Vec<String> = served
+        .iter()
+        .map(|(node, n)| format!("{node} served {n}"))
+        .collect();
+    let mut report = format!(
+        "cluster: {done} map operations in {:.2} s ({:.0}/s): {}; the map equals the model ({} keys read back)",
+        elapsed.as_secs_f64(),
+        done as f64 / elapsed.as_secs_f64(),
+        per_node.join(", "),
+        model.len()
+    );
+    if let Some(dead) = dead {
+        report.push_str(&format!(
+            "\n{kill_report}\ncluster: after {dead} was killed, {failed_on_dead} operations on its keys failed with an error; the surviving shards kept serving"
+        ));
+    }
+    Ok(report)
+}
+
+/// Kills the last node with a call pending on it; checks that the loss is reported and
+/// the pending call fails, both within a second of the kill.
+async fn kill_last(
+    messenger: &Messenger,
+    nodes: &mut [Node],
+    lost: &Arc<Mutex<BTreeMap<NodeId, Instant>>>,
+) -> Result<String, String> {
+    let node = nodes.last_mut().ok_or("no node to kill")?;
+    let id = node.id;
+    // A call the node holds for a minute: pending when it dies.
+    let payload = IOBufChain::from(IOBuf::copy_from_slice(b"hold"));
+    let pending = ebb::spawn_local(messenger.call(id, NODE, HOLD_KIND, payload));
+    ebb::sleep(Duration::from_millis(20)).await;
+    let killed = Instant::now();
+    let handle = node.handle.take().ok_or("already killed")?;
+    let outcome = handle.free().map_err(|e| e.to_string())?;
+    let freed_in = killed.elapsed();
+    let answer = ebb::timeout(Duration::from_secs(1), pending)
+        .await
+        .map_err(|_| format!("the call pending on killed {id} did not fail within 1 s"))?;
+    let failed_in = killed.elapsed();
+    let error = match answer {
+        Err(e) => e,
+        Ok(reply) => return Err(format!("the call pending on killed {id} was answered: {reply:?}")),
+    };
+    let reported = lost
+        .lock()
+        .unwrap()
+        .get(&id)
+        .map(|at| at.duration_since(killed))
+        .ok_or_else(|| format!("{id} was killed but the Messenger did not report it lost"))?;
+    if reported > Duration::from_secs(1) {
+        return Err(format!("{id} was reported lost only {reported:?} after the kill"));
+    }
+    Ok(format!(
+        "cluster: killed {id} ({outcome:?}, freed in {:.1} ms): reported lost after {:.1} ms; its pending call failed after {:.1} ms ({error})",
+        freed_in.as_secs_f64() * 1e3,
+        reported.as_secs_f64() * 1e3,
+        failed_in.as_secs_f64() * 1e3
+    ))
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Get,
+    Set(Vec<u8>),
+    Delete,
+}
+
+fn key(k: u32) -> Vec<u8> {
+    format!("key:{k}").into_bytes()
+}
+
+fn value(rng: &mut u64) -> Vec<u8> {
+    let len = 1 + (next(rng) % 64) as usize;
+    (0..len).map(|_| next(rng) as u8).collect()
+}
+
+/// xorshift64: a fixed, seeded sequence.
+fn next(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+fn random_token(i: u32) -> u64 {
+    let mut bytes = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        bytes = (t ^ u64::from(i) << 32).to_le_bytes();
+    }
+    u64::from_le_bytes(bytes) | 1
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

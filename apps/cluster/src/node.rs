@@ -1,0 +1,171 @@
+//! A node: joins the front end named on its command line, serves its shard of the map,
+//! adds to the replicated counter when asked, reads host files through the front end,
+//! and ends when the front end goes away.
+
+use alloc::rc::Rc;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::net::SocketAddrV4;
+use core::time::Duration;
+
+use ebb::net::{self, NetConfig};
+use ebb_dist::messenger::{Messenger, MessengerConfig};
+use ebb_dist::node::NodeId;
+use ebb_dist::objects::fragmented::{MapShard, SHARD_KIND};
+use ebb_dist::objects::replicated::{Consistency, CounterClient};
+use ebb_dist::remote::{decode, encode};
+use sha2::{Digest, Sha256};
+
+use crate::protocol::{
+    COUNTER, FILES, HOLD_KIND, INCREMENT_KIND, Increment, MAP, NODE, OFFLOAD_KIND, Offloaded,
+    READ_CHUNK, READ_KIND, ReadRequest,
+};
+
+/// What a shard may hold: the rest of a 128 MiB node is its runtime's, its network's and
+/// the Messenger's queues.
+pub const SHARD_BYTES: usize = 32 << 20;
+
+/// Runs the node; the exit code.
+pub async fn run(front_end: SocketAddrV4, token: u64, rest: &[String]) -> i32 {
+    let (config, _) = match NetConfig::from_args(rest) {
+        Ok(c) => c,
+        Err(e) => {
+            ebb::eprintln!("cluster node: {e}");
+            return 2;
+        }
+    };
+    let network = match net::start(config).await {
+        Ok(n) => n,
+        Err(e) => {
+            ebb::eprintln!("cluster node: cannot start the network: {e}");
+            return 1;
+        }
+    };
+    let messenger = Messenger::new(MessengerConfig::default());
+    let shard = Arc::new(MapShard::new(SHARD_BYTES));
+    messenger.on_call(MAP, SHARD_KIND, move |_from, request| {
+        let reply = shard.serve(&request);
+        async move { reply }
+    });
+    {
+        let messenger = messenger.clone();
+        messenger.clone().on_call(NODE, INCREMENT_KIND, move |_from, request| {
+            let messenger = messenger.clone();
+            async move { increment(messenger, request).await }
+        });
+    }
+    {
+        let messenger = messenger.clone();
+        messenger.clone().on_call(NODE, OFFLOAD_KIND, move |_from, request| {
+            let messenger = messenger.clone();
+            async move { offload(messenger, request).await }
+        });
+    }
+    messenger.on_call(NODE, HOLD_KIND, |_from, request| async move {
+        ebb::sleep(Duration::from_secs(60)).await;
+        Ok(request)
+    });
+    let info = match messenger.join(&network, front_end.into(), token).await {
+        Ok(info) => info,
+        Err(e) => {
+            ebb::eprintln!("cluster node: cannot join the front end at {front_end}: {e}");
+            return 1;
+        }
+    };
+    ebb::println!(
+        "cluster node: joined as {} ({network}; global ids {:?})",
+        info.node,
+        info.global_ids
+    );
+    // Serve until the front end goes away.
+    let reason = messenger.peer_lost(NodeId::FRONT_END).await;
+    ebb::println!("cluster node {}: the front end is gone ({reason:?}); stopping", info.node);
+    0
+}
+
+/// Adds to the counter as the front end asked; answers with the count added.
+async fn increment(
+    messenger: Messenger,
+    request: ebb::IOBufChain,
+) -> Result<ebb::IOBufChain, String> {
+    let Increment { times, merged } = decode(&request).map_err(|e| e.to_string())?;
+    let mode = if merged {
+        Consistency::Merged
+    } else {
+        Consistency::Synchronous
+    };
+    let counter = CounterClient::new(Rc::new(messenger), COUNTER, NodeId::FRONT_END, mode);
+    for _ in 0..times {
+        counter.add(1).await.map_err(|e| e.to_string())?;
+    }
+    counter.flush().await.map_err(|e| e.to_string())?;
+    encode(&times).map_err(|e| e.to_string())
+}
+
+/// Reads the file the front end named, through the front end's file server, and says
+/// how long it was and what it held.
+async fn offload(
+    messenger: Messenger,
+    request: ebb::IOBufChain,
+) -> Result<ebb::IOBufChain, String> {
+    let path: String = decode(&request).map_err(|e| e.to_string())?;
+    let mut hash = Sha256::new();
+    let (mut len, mut reads) = (0u64, 0u32);
+    loop {
+        let ask = ReadRequest {
+            path: path.clone(),
+            offset: len,
+            len: READ_CHUNK,
+        };
+        let payload = encode(&ask).map_err(|e| e.to_string())?;
+        let chunk = messenger
+            .call(NodeId::FRONT_END, FILES, READ_KIND, payload)
+            .await
+            .map_err(|e| e.to_string())?;
+        reads += 1;
+        if chunk.is_empty() {
+            break;
+        }
+        for segment in chunk.segments() {
+            hash.update(segment);
+        }
+        len += chunk.len() as u64;
+    }
+    let done = Offloaded {
+        len,
+        sha256: hash.finalize().to_vec(),
+        reads,
+    };
+    encode(&done).map_err(|e| e.to_string())
+}
+
+use alloc::string::ToString;
+
+/// The node role's arguments, if these are a node's: `--ebb-front-end ADDR
+/// --ebb-join-token T` (what the front end's allocator gives a node), and the rest.
+pub fn role(args: &[String]) -> Option<Result<(SocketAddrV4, u64, Vec<String>), String>> {
+    let at = |flag: &str| args.iter().position(|a| a == flag);
+    let front = at("--ebb-front-end")?;
+    let parse = || {
+        let addr = args
+            .get(front + 1)
+            .and_then(|a| a.parse::<SocketAddrV4>().ok())
+            .ok_or("--ebb-front-end takes ADDR:PORT")?;
+        let token = at("--ebb-join-token")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|t| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok())
+            .ok_or("--ebb-join-token takes a hexadecimal token")?;
+        let rest = args
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| {
+                let flag_or_value = |f: usize| i == f || i == f + 1;
+                !flag_or_value(front) && !at("--ebb-join-token").is_some_and(flag_or_value)
+            })
+            .map(|(_, a)| a.clone())
+            .collect();
+        Ok((addr, token, rest))
+    };
+    Some(parse().map_err(|e: &str| e.to_string()))
+}

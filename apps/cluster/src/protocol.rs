@@ -1,0 +1,69 @@
+//! What the front end and the nodes say to each other: the application's Ebbs (global
+//! ids from the front end's slice, so every node names them alike), their message kinds,
+//! and the payload types (postcard, through `ebb_dist::remote`).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use ebb::EbbId;
+use serde::{Deserialize, Serialize};
+
+/// The k-th global id of the front end's slice.
+const fn front_end_global(k: u32) -> EbbId {
+    match EbbId::from_u32(ebb::FIRST_GLOBAL_ID + k) {
+        Some(id) => id,
+        None => panic!("the front end's slice holds 64 ids"),
+    }
+}
+
+/// The fragmented key-value map: a shard on every node.
+pub const MAP: EbbId = front_end_global(0);
+/// The replicated counter; its home is the front end.
+pub const COUNTER: EbbId = front_end_global(1);
+/// The front end's file server: nodes read host files through it (EbbRT's file offload).
+pub const FILES: EbbId = front_end_global(2);
+/// What the front end asks of a node (increment the counter, read a file, hold a call).
+pub const NODE: EbbId = front_end_global(3);
+
+/// [`FILES`]: read part of a file.
+pub const READ_KIND: u16 = 1;
+/// [`NODE`]: add to the counter.
+pub const INCREMENT_KIND: u16 = 1;
+/// [`NODE`]: read a file through the front end and say what it held.
+pub const OFFLOAD_KIND: u16 = 2;
+/// [`NODE`]: a call that is answered only after a minute (the fault test's pending call).
+pub const HOLD_KIND: u16 = 3;
+
+/// The largest piece of a file one read returns.
+pub const READ_CHUNK: u32 = 256 << 10;
+
+/// A read of `len` bytes of `path` from `offset`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadRequest {
+    /// A path the front end offers.
+    pub path: String,
+    /// Where to start.
+    pub offset: u64,
+    /// At most this many bytes (at most [`READ_CHUNK`]).
+    pub len: u32,
+}
+
+/// Add `times` ones to the counter, in `merged` mode or one call each.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Increment {
+    /// How many increments.
+    pub times: u32,
+    /// Merge locally and flush once (true), or call the home for each (false).
+    pub merged: bool,
+}
+
+/// What a node read through the front end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Offloaded {
+    /// Bytes read.
+    pub len: u64,
+    /// Their SHA-256.
+    pub sha256: Vec<u8>,
+    /// Reads it took.
+    pub reads: u32,
+}
