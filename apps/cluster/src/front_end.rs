@@ -58,17 +58,22 @@ impl Options {
     /// Parses the front end's arguments.
     pub fn parse(args: &[String]) -> Result<Options, String> {
         let value = |flag: &str| -> Option<&String> {
-            args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1))
+            args.iter()
+                .position(|a| a == flag)
+                .and_then(|i| args.get(i + 1))
         };
         let number = |flag: &str, default: u64| -> Result<u64, String> {
             value(flag).map_or(Ok(default), |v| {
-                v.parse().map_err(|_| format!("{flag} takes a number\n{USAGE}"))
+                v.parse()
+                    .map_err(|_| format!("{flag} takes a number\n{USAGE}"))
             })
         };
         let image = value("--node-image")
             .cloned()
             .or_else(|| std::env::var("EBB_NODE_IMAGE").ok())
-            .ok_or_else(|| format!("no node image: give --node-image or EBB_NODE_IMAGE\n{USAGE}"))?;
+            .ok_or_else(|| {
+                format!("no node image: give --node-image or EBB_NODE_IMAGE\n{USAGE}")
+            })?;
         let file = value("--file").cloned().unwrap_or_else(|| image.clone());
         Ok(Options {
             image: image.into(),
@@ -77,9 +82,10 @@ impl Options {
             increments: u32::try_from(number("--increments", 1000)?)
                 .map_err(|_| "too many increments")?,
             file: file.into(),
-            kill_after: value("--kill-after").map(|v| v.parse()).transpose().map_err(|_| {
-                format!("--kill-after takes a number\n{USAGE}")
-            })?,
+            kill_after: value("--kill-after")
+                .map(|v| v.parse())
+                .transpose()
+                .map_err(|_| format!("--kill-after takes a number\n{USAGE}"))?,
             seed: number("--seed", 1)?,
         })
     }
@@ -136,8 +142,12 @@ async fn drive(options: Options) -> Result<(), String> {
     }
 
     // Boot the nodes, all at once, and wait for each to join.
-    let image = std::fs::read(&options.image)
-        .map_err(|e| format!("cannot read the node image {}: {e}", options.image.display()))?;
+    let image = std::fs::read(&options.image).map_err(|e| {
+        format!(
+            "cannot read the node image {}: {e}",
+            options.image.display()
+        )
+    })?;
     let image: Arc<[u8]> = image.into();
     let allocator = LocalNodeAllocator::new();
     let reachable_at = SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 3), FRONT_END_GUEST_PORT);
@@ -245,7 +255,12 @@ async fn drive(options: Options) -> Result<(), String> {
     let reader = survivors[0];
     let path = options.file.to_string_lossy().into_owned();
     let answer = messenger
-        .call(reader, NODE, OFFLOAD_KIND, encode(&path).map_err(|e| e.to_string())?)
+        .call(
+            reader,
+            NODE,
+            OFFLOAD_KIND,
+            encode(&path).map_err(|e| e.to_string())?,
+        )
         .await
         .map_err(|e| format!("{reader} could not read {path}: {e}"))?;
     let got: Offloaded = decode(&answer).map_err(|e| e.to_string())?;
@@ -278,7 +293,11 @@ async fn drive(options: Options) -> Result<(), String> {
         .iter()
         .map(|n| format!("{:.1}", n.joined_in.as_secs_f64() * 1e3))
         .collect();
-    println!("cluster: done ({} nodes; joined in {} ms)", nodes.len(), joins.join(", "));
+    println!(
+        "cluster: done ({} nodes; joined in {} ms)",
+        nodes.len(),
+        joins.join(", ")
+    );
     Ok(())
 }
 
@@ -440,7 +459,11 @@ async fn kill_last(
     let failed_in = killed.elapsed();
     let error = match answer {
         Err(e) => e,
-        Ok(reply) => return Err(format!("the call pending on killed {id} was answered: {reply:?}")),
+        Ok(reply) => {
+            return Err(format!(
+                "the call pending on killed {id} was answered: {reply:?}"
+            ));
+        }
     };
     let reported = lost
         .lock()
@@ -449,7 +472,9 @@ async fn kill_last(
         .map(|at| at.duration_since(killed))
         .ok_or_else(|| format!("{id} was killed but the Messenger did not report it lost"))?;
     if reported > Duration::from_secs(1) {
-        return Err(format!("{id} was reported lost only {reported:?} after the kill"));
+        return Err(format!(
+            "{id} was reported lost only {reported:?} after the kill"
+        ));
     }
     Ok(format!(
         "cluster: killed {id} ({outcome:?}, freed in {:.1} ms): reported lost after {:.1} ms; its pending call failed after {:.1} ms ({error})",

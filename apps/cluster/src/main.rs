@@ -35,7 +35,7 @@ mod front_end;
 async fn app_main() -> i32 {
     let args = ebb::args();
     match node::role(&args) {
-        Some(Ok((front_end, token, rest))) => node::run(front_end, token, &rest).await,
+        Some(Ok(role)) => node::run(role.front_end, role.token, &role.rest).await,
         Some(Err(e)) => {
             ebb::eprintln!("cluster node: {e}");
             2

@@ -50,17 +50,21 @@ pub async fn run(front_end: SocketAddrV4, token: u64, rest: &[String]) -> i32 {
     });
     {
         let messenger = messenger.clone();
-        messenger.clone().on_call(NODE, INCREMENT_KIND, move |_from, request| {
-            let messenger = messenger.clone();
-            async move { increment(messenger, request).await }
-        });
+        messenger
+            .clone()
+            .on_call(NODE, INCREMENT_KIND, move |_from, request| {
+                let messenger = messenger.clone();
+                async move { increment(messenger, request).await }
+            });
     }
     {
         let messenger = messenger.clone();
-        messenger.clone().on_call(NODE, OFFLOAD_KIND, move |_from, request| {
-            let messenger = messenger.clone();
-            async move { offload(messenger, request).await }
-        });
+        messenger
+            .clone()
+            .on_call(NODE, OFFLOAD_KIND, move |_from, request| {
+                let messenger = messenger.clone();
+                async move { offload(messenger, request).await }
+            });
     }
     messenger.on_call(NODE, HOLD_KIND, |_from, request| async move {
         ebb::sleep(Duration::from_secs(60)).await;
@@ -80,7 +84,10 @@ pub async fn run(front_end: SocketAddrV4, token: u64, rest: &[String]) -> i32 {
     );
     // Serve until the front end goes away.
     let reason = messenger.peer_lost(NodeId::FRONT_END).await;
-    ebb::println!("cluster node {}: the front end is gone ({reason:?}); stopping", info.node);
+    ebb::println!(
+        "cluster node {}: the front end is gone ({reason:?}); stopping",
+        info.node
+    );
     0
 }
 
@@ -142,9 +149,19 @@ async fn offload(
 
 use alloc::string::ToString;
 
+/// A node's part of its command line.
+pub struct Role {
+    /// Where the front end is, as this node reaches it.
+    pub front_end: SocketAddrV4,
+    /// The token it presents to join.
+    pub token: u64,
+    /// The other arguments (network options).
+    pub rest: Vec<String>,
+}
+
 /// The node role's arguments, if these are a node's: `--ebb-front-end ADDR
 /// --ebb-join-token T` (what the front end's allocator gives a node), and the rest.
-pub fn role(args: &[String]) -> Option<Result<(SocketAddrV4, u64, Vec<String>), String>> {
+pub fn role(args: &[String]) -> Option<Result<Role, String>> {
     let at = |flag: &str| args.iter().position(|a| a == flag);
     let front = at("--ebb-front-end")?;
     let parse = || {
@@ -165,7 +182,11 @@ pub fn role(args: &[String]) -> Option<Result<(SocketAddrV4, u64, Vec<String>), 
             })
             .map(|(_, a)| a.clone())
             .collect();
-        Ok((addr, token, rest))
+        Ok(Role {
+            front_end: addr,
+            token,
+            rest,
+        })
     };
     Some(parse().map_err(|e: &str| e.to_string()))
 }

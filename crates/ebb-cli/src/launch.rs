@@ -220,6 +220,9 @@ pub fn run(
     let ws = workspace()?;
     ws.require_app(app)?;
     let app_network = ws.app_network(app)?;
+    if app_network.front_end {
+        return run_front_end(&ws, app, requested, options, cargo);
+    }
     let network = Network::resolve(&options.net, Some(&app_network));
     // The app's suggestion holds for its default forwards only.
     let hint = app_network.hint.filter(|_| {
@@ -277,6 +280,45 @@ pub fn run(
             run_hosted(&executable, app, options, &network)
         }
     }
+}
+
+/// The environment variable naming the native image a front end's nodes boot.
+pub const NODE_IMAGE_ENV: &str = "EBB_NODE_IMAGE";
+
+/// Runs a distributed application's front end: hosted, with its own native build in
+/// [`NODE_IMAGE_ENV`] for the nodes it boots (which need KVM).
+fn run_front_end(
+    ws: &Workspace,
+    app: &str,
+    requested: Requested,
+    options: &RunOptions,
+    cargo: &Cargo,
+) -> Result<i32, CliError> {
+    if requested == Requested::Native {
+        return Err(CliError::BadArgument(format!(
+            "{app} is a distributed application's front end: it runs hosted and boots its \
+             nodes natively (run it without --native)"
+        )));
+    }
+    if options.kvm_fd.is_none() {
+        ebb_vmm::kvm_usable().map_err(|e| CliError::kvm_unusable(&e))?;
+    }
+    let image = cargo.build(ws, app, Flavour::Native)?;
+    let executable = cargo.build(ws, app, Flavour::Hosted)?;
+    eprintln!(
+        "ebb: running {app} hosted as the front end of a distributed application ({}); its \
+         nodes boot natively from {}",
+        cores(options.cpus, &options.cpus_from),
+        image.display()
+    );
+    let network = Network::resolve(&options.net, None);
+    run_hosted_with(
+        &executable,
+        app,
+        options,
+        &network,
+        &[(NODE_IMAGE_ENV, image.as_os_str())],
+    )
 }
 
 /// Whether `backend` is user-mode networking with forwards: `user` (forwards in the
@@ -418,6 +460,17 @@ fn run_hosted(
     options: &RunOptions,
     network: &Network,
 ) -> Result<i32, CliError> {
+    run_hosted_with(executable, name, options, network, &[])
+}
+
+/// [`run_hosted`] with more environment variables for the app.
+fn run_hosted_with(
+    executable: &Path,
+    name: &str,
+    options: &RunOptions,
+    network: &Network,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Result<i32, CliError> {
     let net_args = network.hosted_args()?;
     let spawn_error = |source| CliError::HostedSpawn {
         path: executable.to_path_buf(),
@@ -427,6 +480,7 @@ fn run_hosted(
         .args(&net_args)
         .args(&options.args)
         .env("EBB_CPUS", options.cpus.to_string())
+        .envs(env.iter().copied())
         .spawn()
         .map_err(spawn_error)?;
     let status = match options.timeout {

@@ -17,6 +17,9 @@
 //! cores_flags = ["-t", "--threads"]     # the app's own flag for its core count
 //! ```
 //!
+//! A distributed application's front end says `front_end = true`: `ebb run` runs it
+//! hosted, with `EBB_NODE_IMAGE` naming its own native build, which its nodes boot.
+//!
 //! `cores_flags` names the app's flag that sets how many cores it serves on (memcached's
 //! `-t N`): when `ebb run` is not given `--cpus`, it boots that many vCPUs (or starts
 //! that many hosted cores), as [`cores_from_args`] reads them from the app's arguments.
@@ -143,6 +146,9 @@ pub struct AppNetwork {
     pub hint: Option<String>,
     /// The app's flags that set its core count (`cores_flags`), e.g. `-t`, `--threads`.
     pub cores_flags: Vec<String>,
+    /// The app is a distributed application's front end (`front_end = true`): `ebb run`
+    /// runs it hosted and hands it its own native build, the image its nodes boot.
+    pub front_end: bool,
 }
 
 /// The core count the app's `args` ask for through one of its `flags` (the last one
@@ -231,11 +237,16 @@ fn parse_network(ebb: &toml::Value) -> Result<AppNetwork, String> {
             })
             .collect::<Result<_, String>>()?,
     };
+    let front_end = match ebb.get("front_end") {
+        None => false,
+        Some(v) => v.as_bool().ok_or("`front_end` must be true or false")?,
+    };
     Ok(AppNetwork {
         network,
         publish,
         hint,
         cores_flags,
+        front_end,
     })
 }
 

@@ -70,31 +70,8 @@ fn guest(name: &str) -> PathBuf {
 fn echo_image() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        guest("hello"); // adds the native target if the toolchain lacks it
         let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../apps");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut build = Command::new(cargo);
-        build
-            .current_dir(repo_root())
-            .args([
-                "build",
-                "--release",
-                "--target",
-                "x86_64-unknown-none",
-                "-p",
-                "echo",
-            ])
-            .arg("--target-dir")
-            .arg(&target_dir);
-        let out = ebb_testkit::for_nested_cargo(&mut build)
-            .output()
-            .expect("run cargo to build apps/echo");
-        assert!(
-            out.status.success(),
-            "building apps/echo failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        target_dir.join("x86_64-unknown-none/release/echo")
+        ebb_testkit::guests::app_image(&repo_root(), &target_dir, "echo", "ebb-dist tests: ")
     })
     .clone()
 }

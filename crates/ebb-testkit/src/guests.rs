@@ -38,3 +38,38 @@ pub fn build(repo_root: &Path, target_dir: &Path, bins: &[&str], who: &str) -> P
     );
     target_dir.join("x86_64-unknown-none/release")
 }
+
+/// Builds the workspace app `app` (a package under `apps/`) as a native image, release,
+/// into `target_dir`, adding the native target first if the toolchain lacks it (`who`
+/// prefixes the line saying so), as `ebb build APP --native` would; the image's path.
+///
+/// # Panics
+///
+/// If the target cannot be added or the build fails (with cargo's output).
+pub fn app_image(repo_root: &Path, target_dir: &Path, app: &str, who: &str) -> PathBuf {
+    if let Err(e) = ebb_toolchain::ensure_native_target(repo_root, who) {
+        panic!("apps/{app} cannot be built natively: {e}");
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(repo_root) // for .cargo/config.toml's target rustflags
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "x86_64-unknown-none",
+            "-p",
+            app,
+        ])
+        .arg("--target-dir")
+        .arg(target_dir);
+    let out = crate::for_nested_cargo(&mut cmd)
+        .output()
+        .expect("run cargo to build an app");
+    assert!(
+        out.status.success(),
+        "building apps/{app} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    target_dir.join("x86_64-unknown-none/release").join(app)
+}

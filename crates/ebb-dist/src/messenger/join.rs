@@ -16,130 +16,21 @@
 //! aborted, and recorded in [`Messenger::recent_errors`].
 
 use alloc::collections::BTreeMap;
-use alloc::format;
-use alloc::string::String;
 use alloc::sync::{Arc, Weak};
 use core::future::Future;
 use core::pin::Pin;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::AtomicU32;
 use core::task::{Context, Poll};
 
-use ebb::future::{Promise, PromiseFuture, promise};
+use ebb::future::{PromiseFuture, promise};
 use ebb::net::{Connection, Listener, Network, SocketAddr, SocketAddrV4, TcpConnection};
-use serde::{Deserialize, Serialize};
 
+use super::control::{Control, Expected, FrontShared, PROTOCOL_VERSION};
 use super::error::{JoinError, LossReason};
 use super::link::{Link, Role};
 use super::peer::{Closing, Peer, write_loop};
 use super::{Messenger, MessengerConfig, control_frame};
-use crate::node::{MAX_NODES, NodeId, RuntimeInfo, global_ids_of};
-
-/// The join protocol's version; a Hello of another is refused.
-pub const PROTOCOL_VERSION: u32 = 1;
-
-/// The Messenger's control messages (the payload of [`FrameClass::Control`] frames,
-/// postcard-encoded).
-///
-/// [`FrameClass::Control`]: crate::wire::FrameClass::Control
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Control {
-    /// Node → front end, the first frame: who I am (the token I was given).
-    Hello {
-        /// [`PROTOCOL_VERSION`].
-        version: u32,
-        /// The token the front end expects ([`FrontEnd::expect`]).
-        token: u64,
-    },
-    /// Front end → node: admitted, with its id, global ids and the front end's address,
-    /// and the application's peer key (what a node presents to another node it connects
-    /// to directly).
-    Welcome {
-        /// Who the node is.
-        info: RuntimeInfo,
-        /// The application's peer key.
-        peer_key: u64,
-    },
-    /// Front end → node: not admitted, and why; the front end closes the connection.
-    Refused(String),
-    /// Either way, after the join: still here (see
-    /// [`MessengerConfig::silence_limit`](super::MessengerConfig::silence_limit)).
-    Heartbeat,
-    /// Node → node, the first frame of a direct connection
-    /// ([`Messenger::connect_peer`]): who I am, and the application's peer key.
-    PeerHello {
-        /// [`PROTOCOL_VERSION`].
-        version: u32,
-        /// The connecting node.
-        node: NodeId,
-        /// The peer key its Welcome carried.
-        key: u64,
-    },
-    /// Node → node: admitted; the answering node's id.
-    PeerWelcome {
-        /// The node that listened.
-        node: NodeId,
-    },
-}
-
-/// The front end's side of the join: the tokens it expects and the node ids it gave.
-pub(crate) struct FrontShared {
-    expected: spin::Mutex<BTreeMap<u64, Expected>>,
-    next_node: AtomicU32,
-    /// Where nodes reach the front end unless an expectation says otherwise.
-    default_address: SocketAddrV4,
-}
-
-struct Expected {
-    promise: Promise<Result<RuntimeInfo, JoinError>>,
-    reachable_at: SocketAddrV4,
-}
-
-/// A node being admitted: its `RuntimeInfo`, and the promise to fulfil once its Welcome
-/// is queued.
-pub(crate) struct Admission {
-    pub(crate) info: RuntimeInfo,
-    promise: Promise<Result<RuntimeInfo, JoinError>>,
-}
-
-impl Admission {
-    pub(crate) fn admitted(self) {
-        let _ = self.promise.set(Ok(self.info));
-    }
-}
-
-impl FrontShared {
-    /// Admits the node with `token`, or says why not.
-    pub(crate) fn admit(&self, token: u64) -> Result<Admission, String> {
-        let mut expected = self.expected.lock();
-        if !expected.contains_key(&token) {
-            return Err(format!("unknown join token {token:#x}"));
-        }
-        let node = NodeId(self.next_node.load(Ordering::Relaxed));
-        let Some(global_ids) = global_ids_of(node) else {
-            // Whoever expects this node hears why it never comes.
-            if let Some(expected) = expected.remove(&token) {
-                let _ = expected.promise.set(Err(JoinError::NodesExhausted));
-            }
-            return Err(format!("no node ids left (at most {MAX_NODES} nodes)"));
-        };
-        self.next_node.store(node.0 + 1, Ordering::Relaxed);
-        let Some(Expected {
-            promise,
-            reachable_at,
-        }) = expected.remove(&token)
-        else {
-            return Err(format!("unknown join token {token:#x}"));
-        };
-        Ok(Admission {
-            info: RuntimeInfo {
-                node,
-                global_ids,
-                front_end: reachable_at,
-            },
-            promise,
-        })
-    }
-}
+use crate::node::{NodeId, RuntimeInfo};
 
 /// The front end (node 0): listens for nodes, admits the ones it expects, and is their
 /// peer through its [`Messenger`]. Dropping it stops listening (joined nodes stay).

@@ -14,8 +14,8 @@ use ebb::future::Promise;
 use ebb::net::{CloseReason, SocketAddr, TcpConnection, TcpHandler};
 use ebb::{IOBuf, Instant};
 
+use super::control::{Control, FrontShared, PROTOCOL_VERSION};
 use super::error::{CallError, JoinError, LossReason, ProtocolError};
-use super::join::{Control, FrontShared, PROTOCOL_VERSION};
 use super::peer::{Closing, Peer};
 use super::{Handler, Inner, MAX_CONTROL_PAYLOAD, MAX_FAILURE_REASON, Messenger, control_frame};
 use crate::node::{NodeId, RuntimeInfo, global_ids_of};

@@ -55,6 +55,7 @@
 //! the kernel spreads a front end's accepted connections over its cores), which is why
 //! they are `Send + Sync`; call handlers' futures are local to that core.
 
+mod control;
 mod error;
 mod join;
 mod link;
@@ -72,8 +73,9 @@ use core::time::Duration;
 use ebb::net::SocketAddr;
 use ebb::{EbbId, IOBuf, IOBufChain};
 
+pub use control::{Control, PROTOCOL_VERSION};
 pub use error::{CallError, JoinError, LossReason, ProtocolError, SendError};
-pub use join::{Control, Expectation, FrontEnd, PROTOCOL_VERSION, PeerListener, join};
+pub use join::{Expectation, FrontEnd, PeerListener, join};
 
 use crate::node::NodeId;
 use crate::wire::{self, FrameClass, HEADER_LEN, Header, MAX_PAYLOAD};

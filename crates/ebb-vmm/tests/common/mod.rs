@@ -29,31 +29,8 @@ pub fn app_image(app: &str) -> PathBuf {
     if let Some((_, path)) = built.iter().find(|(name, _)| name == app) {
         return path.clone();
     }
-    guests(); // adds the native target if the toolchain lacks it
     let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../apps");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut build = Command::new(cargo);
-    build
-        .current_dir(repo_root()) // for .cargo/config.toml's target rustflags
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "x86_64-unknown-none",
-            "-p",
-            app,
-        ])
-        .arg("--target-dir")
-        .arg(&target_dir);
-    let out = ebb_testkit::for_nested_cargo(&mut build)
-        .output()
-        .expect("run cargo to build an app");
-    assert!(
-        out.status.success(),
-        "building apps/{app} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let path = target_dir.join("x86_64-unknown-none/release").join(app);
+    let path = ebb_testkit::guests::app_image(&repo_root(), &target_dir, app, "ebb-vmm tests: ");
     built.push((app.to_string(), path.clone()));
     path
 }

@@ -1,0 +1,140 @@
+//! The distributed example end to end: the hosted front end (this package's executable)
+//! boots two native nodes (this package's native build) in its own process with rootless
+//! networking, and checks every answer itself; these tests check that it says so and
+//! exits 0 — with all nodes serving, and with one node killed mid-workload.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn kvm(test: &str) -> Option<()> {
+    let usable = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm");
+    match usable {
+        Ok(_) => Some(()),
+        Err(e) => ebb_testkit::skip(
+            test,
+            ebb_testkit::Capability::Kvm,
+            &format!("/dev/kvm unusable: {e}"),
+        ),
+    }
+}
+
+/// The node image: this app built natively, once.
+fn node_image() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../apps");
+        ebb_testkit::guests::app_image(&repo_root(), &target_dir, "cluster", "cluster tests: ")
+    })
+}
+
+/// Runs the front end with `args`; its stdout, after checking it exited 0. One at a
+/// time: two front ends with two nodes each would be six busy threads on two CPUs, and
+/// a node starved of its CPU for a second is declared lost by its silence.
+fn front_end(args: &[&str]) -> String {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_cluster"))
+        .args(args)
+        .env("EBB_NODE_IMAGE", node_image())
+        .env("EBB_CPUS", "2")
+        .output()
+        .expect("run the front end");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!(
+        "{stdout}{stderr}(front end ran {:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        out.status.success(),
+        "the front end failed ({}):\n{stdout}{stderr}",
+        out.status
+    );
+    stdout
+}
+
+fn line<'a>(stdout: &'a str, starts: &str) -> &'a str {
+    stdout
+        .lines()
+        .find(|l| l.starts_with(starts))
+        .unwrap_or_else(|| panic!("no line starting {starts:?} in:\n{stdout}"))
+}
+
+#[test]
+fn two_native_nodes_serve_the_map_count_exactly_and_read_a_host_file() {
+    let test = "two_native_nodes_serve_the_map_count_exactly_and_read_a_host_file";
+    let Some(()) = kvm(test) else { return };
+    let file = repo_root().join("README.md");
+    let out = front_end(&[
+        "--ops",
+        "100000",
+        "--file",
+        file.to_str().unwrap(),
+        "--seed",
+        "7",
+    ]);
+    assert!(line(&out, "cluster: node 1 joined in").contains("allocate → joined"));
+    assert!(line(&out, "cluster: node 2 joined in").contains("allocate → joined"));
+    let map = line(&out, "cluster: 100000 map operations");
+    assert!(
+        map.contains("node 1 served") && map.contains("node 2 served"),
+        "{map}"
+    );
+    assert!(map.contains("the map equals the model"), "{map}");
+    for mode in ["synchronous", "merged"] {
+        let counter = line(&out, &format!("cluster: replicated counter ({mode})"));
+        assert!(
+            counter.contains("2 nodes × 1000 increments = 2000 at home, exact"),
+            "{counter}"
+        );
+    }
+    let read = out
+        .lines()
+        .find(|l| l.contains("through the front end:"))
+        .expect("the file offload line");
+    let len = std::fs::metadata(&file).unwrap().len();
+    assert!(
+        read.contains(&format!("{len} bytes")) && read.ends_with("(matches)"),
+        "{read}"
+    );
+    assert!(line(&out, "cluster: done (2 nodes").contains("joined in"));
+}
+
+#[test]
+fn a_node_killed_mid_workload_is_reported_fails_its_calls_and_the_rest_keep_serving() {
+    let test = "a_node_killed_mid_workload_is_reported_fails_its_calls_and_the_rest_keep_serving";
+    let Some(()) = kvm(test) else { return };
+    let out = front_end(&[
+        "--ops",
+        "40000",
+        "--kill-after",
+        "20000",
+        "--increments",
+        "200",
+    ]);
+    let killed = line(&out, "cluster: killed node 2");
+    // The front end itself asserts both within 1 s; the line says how long they took.
+    assert!(killed.contains("reported lost after"), "{killed}");
+    assert!(killed.contains("its pending call failed after"), "{killed}");
+    let after = line(&out, "cluster: after node 2 was killed");
+    assert!(
+        after.contains("the surviving shards kept serving"),
+        "{after}"
+    );
+    assert!(line(&out, "cluster: 40000 map operations").contains("the map equals the model"));
+    let counter = line(&out, "cluster: replicated counter (merged)");
+    assert!(
+        counter.contains("1 nodes × 200 increments = 200 at home, exact"),
+        "{counter}"
+    );
+}
