@@ -49,10 +49,12 @@ pub struct Options {
     pub kill_after: Option<u64>,
     /// The workload's seed.
     pub seed: u64,
+    /// Rounds of the Messenger benchmark to run first (`--bench N`; 0: none).
+    pub bench: u32,
 }
 
 const USAGE: &str = "usage: cluster [--nodes N] [--ops N] [--increments N] [--file PATH] \
-[--kill-after OPS] [--seed N] [--node-image PATH]   (the image: else $EBB_NODE_IMAGE)";
+[--kill-after OPS] [--seed N] [--bench ROUNDS] [--node-image PATH]   (the image: else $EBB_NODE_IMAGE)";
 
 impl Options {
     /// Parses the front end's arguments.
@@ -87,6 +89,7 @@ impl Options {
                 .transpose()
                 .map_err(|_| format!("--kill-after takes a number\n{USAGE}"))?,
             seed: number("--seed", 1)?,
+            bench: u32::try_from(number("--bench", 0)?).map_err(|_| "too many rounds")?,
         })
     }
 }
@@ -203,6 +206,13 @@ async fn drive(options: Options) -> Result<(), String> {
         });
     }
     let ids: Vec<NodeId> = nodes.iter().map(|n| n.id).collect();
+    if options.bench > 0 {
+        let first = *ids.iter().min().ok_or("no nodes")?;
+        println!(
+            "{}",
+            crate::bench::run(&messenger, first, options.bench).await?
+        );
+    }
 
     // The key-value workload through the fragmented map, checked against a model.
     let map = MapClient::new(Rc::new(messenger.clone()), MAP, &ids);

@@ -15,6 +15,9 @@
 //! * with `--kill-after OPS`, the last node is killed mid-workload: the loss is reported,
 //!   a call pending on it fails, and the other shards keep serving.
 //!
+//! With `--bench ROUNDS` it first measures the Messenger between the front end and node
+//! 1 beside plain Linux TCP between two processes (see `bench.rs`).
+//!
 //! It prints what happened (nodes up, time to join, operations served per node) and
 //! exits 0 when every check held. Natively the same image is a node: it finds the front
 //! end's address and its join token on its command line (`--ebb-front-end`,
@@ -29,6 +32,8 @@ extern crate alloc;
 mod node;
 mod protocol;
 
+#[cfg(not(target_os = "none"))]
+mod bench;
 #[cfg(not(target_os = "none"))]
 mod front_end;
 
@@ -46,6 +51,9 @@ async fn app_main() -> i32 {
 
 #[cfg(not(target_os = "none"))]
 async fn front_end_main(args: &[alloc::string::String]) -> i32 {
+    if args.iter().any(|a| a == "--tcp-peer") {
+        return bench::tcp_peer();
+    }
     match front_end::Options::parse(args) {
         Ok(options) => front_end::run(options).await,
         Err(e) => {

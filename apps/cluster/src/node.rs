@@ -18,8 +18,9 @@ use ebb_dist::remote::{decode, encode};
 use sha2::{Digest, Sha256};
 
 use crate::protocol::{
-    COUNTER, FILES, HOLD_KIND, INCREMENT_KIND, Increment, MAP, NODE, OFFLOAD_KIND, Offloaded,
-    READ_CHUNK, READ_KIND, ReadRequest,
+    COUNTER, ECHO_KIND, FILES, HOLD_KIND, INCREMENT_KIND, Increment, MAP, NODE, OFFLOAD_KIND,
+    Offloaded, PING_KIND, PONG_KIND, READ_CHUNK, READ_KIND, ReadRequest, SINK_KIND,
+    SINK_TOTAL_KIND,
 };
 
 /// What a shard may hold: the rest of a 128 MiB node is its runtime's, its network's and
@@ -65,6 +66,32 @@ pub async fn run(front_end: SocketAddrV4, token: u64, rest: &[String]) -> i32 {
                 let messenger = messenger.clone();
                 async move { offload(messenger, request).await }
             });
+    }
+    messenger.on_call(NODE, ECHO_KIND, |_from, request| async move { Ok(request) });
+    {
+        let m = messenger.clone();
+        messenger.on_message(NODE, PING_KIND, move |from, payload| {
+            let _ = m.send(from, NODE, PONG_KIND, payload);
+        });
+    }
+    {
+        // The throughput run: count the bytes, answer once the announced total arrived.
+        let sink = Arc::new(spin::Mutex::new((0u64, u64::MAX)));
+        let (m, s) = (messenger.clone(), sink.clone());
+        messenger.on_message(NODE, SINK_TOTAL_KIND, move |_from, payload| {
+            let total = decode::<u64>(&payload).unwrap_or(u64::MAX);
+            *s.lock() = (0, total);
+            let _ = &m;
+        });
+        let m = messenger.clone();
+        messenger.on_message(NODE, SINK_KIND, move |from, payload| {
+            let mut counted = sink.lock();
+            counted.0 += payload.len() as u64;
+            if counted.0 >= counted.1 {
+                counted.1 = u64::MAX;
+                let _ = m.send(from, NODE, PONG_KIND, ebb::IOBufChain::default());
+            }
+        });
     }
     messenger.on_call(NODE, HOLD_KIND, |_from, request| async move {
         ebb::sleep(Duration::from_secs(60)).await;

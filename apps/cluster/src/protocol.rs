@@ -34,6 +34,18 @@ pub const OFFLOAD_KIND: u16 = 2;
 /// [`NODE`]: a call that is answered only after a minute (the fault test's pending call).
 pub const HOLD_KIND: u16 = 3;
 
+/// [`NODE`]: answer with the request (the call round trip, `--bench`).
+pub const ECHO_KIND: u16 = 4;
+/// [`NODE`]: a one-way message the node answers with one of its own ([`PONG_KIND`]).
+pub const PING_KIND: u16 = 5;
+/// [`NODE`] on the front end: the node's answer to a [`PING_KIND`].
+pub const PONG_KIND: u16 = 6;
+/// [`NODE`]: one-way messages the node counts; after `SINK_TOTAL`-announcing message it
+/// answers [`PONG_KIND`] once that many bytes arrived (the throughput run).
+pub const SINK_KIND: u16 = 7;
+/// [`NODE`]: announces how many bytes of [`SINK_KIND`] messages follow.
+pub const SINK_TOTAL_KIND: u16 = 8;
+
 /// The largest piece of a file one read returns.
 pub const READ_CHUNK: u32 = 256 << 10;
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Distributed Ebbs (issue 25): the figures of docs/benchmarks.md, "Distributed Ebbs".
+#
+#   1. allocate → joined: apps/cluster's front end boots two native nodes in its own
+#      process (rootless user-mode networking, a guest-to-host forward to its Messenger)
+#      and prints, per node, the time from `allocate` to the node having joined (connected
+#      back, received its node id). RUNS runs.
+#   2. allocate → first network answer, in-process against a child `ebb run` (the
+#      NodeAllocator's two backends; crates/ebb-dist/tests/nodes.rs, allocation_time).
+#   3. the Messenger between the front end and node 1 beside plain Linux TCP between two
+#      processes on loopback, ROUNDS alternating rounds (`cluster --bench ROUNDS`): 64 B
+#      call and message round trips against a 64 B TCP ping-pong, 1 MiB messages against
+#      a TCP stream to a sink process.
+#
+# Raw output goes to OUT (default bench/results/dist/DATE-*.txt).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+RUNS=${RUNS:-5}
+ROUNDS=${ROUNDS:-5}
+OUT=${OUT:-bench/results/dist/$(date +%F)}
+mkdir -p "$(dirname "$OUT")"
+cargo build --release -q -p cluster
+cargo build --release -q -p cluster --target x86_64-unknown-none
+image=target/x86_64-unknown-none/release/cluster
+front=target/release/cluster
+
+echo "== allocate → joined ($RUNS runs of two nodes)" | tee "$OUT-join.txt"
+for i in $(seq "$RUNS"); do
+  "$front" --node-image "$image" --ops 1000 --increments 10 | grep "joined in" | tee -a "$OUT-join.txt"
+done
+
+echo "== allocate → first answer: in-process against a child ebb run" | tee "$OUT-alloc.txt"
+cargo test --release -q -p ebb-dist --test nodes -- --nocapture allocation_time 2>&1 \
+  | grep -vE "^(running|test |$)" | tee -a "$OUT-alloc.txt"
+
+echo "== the Messenger, front end ↔ native node, against Linux TCP ($ROUNDS rounds)" | tee "$OUT-messenger.txt"
+"$front" --node-image "$image" --bench "$ROUNDS" --ops 1000 --increments 10 \
+  | grep -E "^bench" | tee -a "$OUT-messenger.txt"
