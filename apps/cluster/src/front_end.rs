@@ -12,6 +12,9 @@ use ebb::{IOBuf, IOBufChain};
 use ebb_dist::allocator::{
     GuestForward, LocalNodeAllocator, NodeAllocator, NodeHandle, NodeImage, NodeNetwork, NodeSpec,
 };
+use ebb_dist::global_id_map::{
+    EmbeddedIdMap, GLOBAL_ID_MAP_EBB, GlobalIdMap, ID_MAP_CHANGED_KIND, ID_MAP_KIND, IdMapReply,
+};
 use ebb_dist::messenger::{FrontEnd, Messenger, MessengerConfig};
 use ebb_dist::node::NodeId;
 use ebb_dist::objects::fragmented::MapClient;
@@ -20,8 +23,8 @@ use ebb_dist::remote::{RemoteError, decode, encode};
 use sha2::{Digest, Sha256};
 
 use crate::protocol::{
-    COUNTER, FILES, HOLD_KIND, INCREMENT_KIND, Increment, MAP, NODE, OFFLOAD_KIND, Offloaded,
-    READ_CHUNK, READ_KIND, ReadRequest,
+    COUNTER, FILES, FileServerEntry, HOLD_KIND, INCREMENT_KIND, Increment, MAP, NODE, OFFLOAD_KIND,
+    Offloaded, READ_CHUNK, READ_KIND, ReadRequest,
 };
 
 /// The port a node connects to on the user-mode endpoint (10.0.2.3), spliced by its
@@ -136,11 +139,41 @@ async fn drive(options: Options) -> Result<(), String> {
         let reply = read_for(&offered, from, &request);
         async move { reply }
     });
+    // The GlobalIdMap (embedded: this front end holds it) and what it publishes: where
+    // the file server is, for nodes to resolve on first use.
+    let names = EmbeddedIdMap::new();
+    {
+        let (names, messenger) = (names.clone(), messenger.clone());
+        messenger
+            .clone()
+            .on_call(GLOBAL_ID_MAP_EBB, ID_MAP_KIND, move |from, request| {
+                let messenger = messenger.clone();
+                let reply = names.serve(from, &request, move |node, id, entry| {
+                    if let Ok(change) = encode(&IdMapReply::Changed(id.as_u32(), entry.clone())) {
+                        let _ =
+                            messenger.send(node, GLOBAL_ID_MAP_EBB, ID_MAP_CHANGED_KIND, change);
+                    }
+                });
+                async move { reply }
+            });
+    }
+    let entry = FileServerEntry {
+        owner: NodeId::FRONT_END.0,
+        offered: vec![options.file.to_string_lossy().into_owned()],
+    };
+    let entry = ebb_dist::remote::encode(&entry)
+        .map_err(|e| e.to_string())?
+        .to_vec();
+    names
+        .set(FILES, entry)
+        .await
+        .map_err(|e| format!("cannot publish the file server: {e}"))?;
     let lost: Arc<Mutex<BTreeMap<NodeId, Instant>>> = Arc::default();
     {
-        let lost = lost.clone();
+        let (lost, names) = (lost.clone(), names.clone());
         messenger.on_peer_lost(move |node, _reason| {
             lost.lock().unwrap().insert(node, Instant::now());
+            names.forget_node(node);
         });
     }
 
@@ -261,34 +294,45 @@ async fn drive(options: Options) -> Result<(), String> {
         );
     }
 
-    // The file offload: a node reads a host file through the front end's file server.
+    // The file offload: a node reads a host file through the front end's file server,
+    // twice — the first time its use of the file server's global Ebb misses and is
+    // resolved through the GlobalIdMap, the second finds it bound.
     let reader = survivors[0];
     let path = options.file.to_string_lossy().into_owned();
-    let answer = messenger
-        .call(
-            reader,
-            NODE,
-            OFFLOAD_KIND,
-            encode(&path).map_err(|e| e.to_string())?,
-        )
-        .await
-        .map_err(|e| format!("{reader} could not read {path}: {e}"))?;
-    let got: Offloaded = decode(&answer).map_err(|e| e.to_string())?;
     let bytes = std::fs::read(&options.file).map_err(|e| format!("cannot read {path}: {e}"))?;
     let want = Sha256::digest(&bytes).to_vec();
-    if got.len != bytes.len() as u64 || got.sha256 != want {
-        return Err(format!(
-            "{reader} read {} bytes of {path} through the front end, not its {} bytes (digests differ)",
+    for attempt in 1..=2 {
+        let request = encode(&path).map_err(|e| e.to_string())?;
+        let answer = messenger
+            .call(reader, NODE, OFFLOAD_KIND, request)
+            .await
+            .map_err(|e| format!("{reader} could not read {path}: {e}"))?;
+        let got: Offloaded = decode(&answer).map_err(|e| e.to_string())?;
+        if got.len != bytes.len() as u64 || got.sha256 != want {
+            return Err(format!(
+                "{reader} read {} bytes of {path} through the front end, not its {} bytes (digests differ)",
+                got.len,
+                bytes.len()
+            ));
+        }
+        if got.server_was_bound != (attempt == 2) {
+            return Err(format!(
+                "{reader}'s file server Ebb was {}bound on read {attempt}",
+                if got.server_was_bound { "" } else { "not " }
+            ));
+        }
+        let how = if got.server_was_bound {
+            "the file server's Ebb already bound there"
+        } else {
+            "a global miss on the file server's Ebb, resolved through the front end's GlobalIdMap"
+        };
+        println!(
+            "cluster: {reader} read {path} through the front end ({how}): {} bytes in {} reads, SHA-256 {} (matches)",
             got.len,
-            bytes.len()
-        ));
+            got.reads,
+            hex(&got.sha256)
+        );
     }
-    println!(
-        "cluster: {reader} read {path} through the front end: {} bytes in {} reads, SHA-256 {} (matches)",
-        got.len,
-        got.reads,
-        hex(&got.sha256)
-    );
 
     // Stop: nodes see the front end go and exit; free bounds the rest.
     messenger.shutdown();

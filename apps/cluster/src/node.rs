@@ -9,7 +9,9 @@ use alloc::vec::Vec;
 use core::net::SocketAddrV4;
 use core::time::Duration;
 
+use ebb::SharedEbb;
 use ebb::net::{self, NetConfig};
+use ebb_dist::global_id_map::{GlobalEbb, RemoteIdMap, Versioned, resolve};
 use ebb_dist::messenger::{Messenger, MessengerConfig};
 use ebb_dist::node::NodeId;
 use ebb_dist::objects::fragmented::{MapShard, SHARD_KIND};
@@ -18,8 +20,8 @@ use ebb_dist::remote::{decode, encode};
 use sha2::{Digest, Sha256};
 
 use crate::protocol::{
-    COUNTER, ECHO_KIND, FILES, HOLD_KIND, INCREMENT_KIND, Increment, MAP, NODE, OFFLOAD_KIND,
-    Offloaded, PING_KIND, PONG_KIND, READ_CHUNK, READ_KIND, ReadRequest, SINK_KIND,
+    COUNTER, ECHO_KIND, FILES, FileServerEntry, HOLD_KIND, INCREMENT_KIND, Increment, MAP, NODE,
+    OFFLOAD_KIND, Offloaded, PING_KIND, PONG_KIND, READ_CHUNK, READ_KIND, ReadRequest, SINK_KIND,
     SINK_TOTAL_KIND,
 };
 
@@ -144,6 +146,17 @@ async fn offload(
     request: ebb::IOBufChain,
 ) -> Result<ebb::IOBufChain, String> {
     let path: String = decode(&request).map_err(|e| e.to_string())?;
+    // The file server is a global Ebb: on this node's first use, a miss resolved through
+    // the front end's GlobalIdMap; then bound here.
+    let server_was_bound = SharedEbb::<FileServer>::lookup(FILES).is_ok();
+    let map = RemoteIdMap::new(Rc::new(messenger.clone()));
+    let server = resolve::<FileServer>(&map, FILES)
+        .await
+        .map_err(|e| e.to_string())?
+        .rep();
+    if !server.offered.contains(&path) {
+        return Err(alloc::format!("the file server does not offer {path}"));
+    }
     let mut hash = Sha256::new();
     let (mut len, mut reads) = (0u64, 0u32);
     loop {
@@ -154,7 +167,7 @@ async fn offload(
         };
         let payload = encode(&ask).map_err(|e| e.to_string())?;
         let chunk = messenger
-            .call(NodeId::FRONT_END, FILES, READ_KIND, payload)
+            .call(server.owner, FILES, READ_KIND, payload)
             .await
             .map_err(|e| e.to_string())?;
         reads += 1;
@@ -170,11 +183,32 @@ async fn offload(
         len,
         sha256: hash.finalize().to_vec(),
         reads,
+        server_was_bound,
     };
     encode(&done).map_err(|e| e.to_string())
 }
 
 use alloc::string::ToString;
+
+/// This node's representative of the front end's file server: who serves, what.
+struct FileServer {
+    owner: NodeId,
+    offered: Vec<String>,
+}
+
+impl GlobalEbb for FileServer {
+    fn from_entry(_id: ebb::EbbId, entry: &Versioned) -> Result<Self, String> {
+        let e: FileServerEntry = postcard_entry(&entry.value)?;
+        Ok(FileServer {
+            owner: NodeId(e.owner),
+            offered: e.offered,
+        })
+    }
+}
+
+fn postcard_entry(bytes: &[u8]) -> Result<FileServerEntry, String> {
+    decode(&ebb::IOBufChain::from(ebb::IOBuf::copy_from_slice(bytes))).map_err(|e| e.to_string())
+}
 
 /// A node's part of its command line.
 pub struct Role {

@@ -69,6 +69,17 @@ pub struct Increment {
     pub merged: bool,
 }
 
+/// What the front end publishes in the GlobalIdMap under [`FILES`]: where the file
+/// server is and what it offers. A node builds its representative of [`FILES`] from it
+/// on first use (a global miss, resolved through the front end).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileServerEntry {
+    /// The node serving the files.
+    pub owner: u32,
+    /// The paths it offers.
+    pub offered: Vec<String>,
+}
+
 /// What a node read through the front end.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Offloaded {
@@ -78,4 +89,7 @@ pub struct Offloaded {
     pub sha256: Vec<u8>,
     /// Reads it took.
     pub reads: u32,
+    /// Whether the file server's Ebb was already bound on the node (`false`: this call
+    /// missed and resolved it through the front end's GlobalIdMap).
+    pub server_was_bound: bool,
 }

@@ -98,15 +98,32 @@ fn two_native_nodes_serve_the_map_count_exactly_and_read_a_host_file() {
             "{counter}"
         );
     }
-    let read = out
+    // The file offload, twice: the first a global miss resolved through the front end's
+    // GlobalIdMap, the second a local hit; the file's exact bytes both times.
+    let reads: Vec<&str> = out
         .lines()
-        .find(|l| l.contains("through the front end:"))
-        .expect("the file offload line");
-    let len = std::fs::metadata(&file).unwrap().len();
+        .filter(|l| l.contains("through the front end ("))
+        .collect();
+    assert_eq!(reads.len(), 2, "{out}");
     assert!(
-        read.contains(&format!("{len} bytes")) && read.ends_with("(matches)"),
-        "{read}"
+        reads[0].contains(
+            "a global miss on the file server's Ebb, resolved through the front end's GlobalIdMap"
+        ),
+        "{}",
+        reads[0]
     );
+    assert!(
+        reads[1].contains("the file server's Ebb already bound there"),
+        "{}",
+        reads[1]
+    );
+    let len = std::fs::metadata(&file).unwrap().len();
+    for read in reads {
+        assert!(
+            read.contains(&format!("{len} bytes")) && read.ends_with("(matches)"),
+            "{read}"
+        );
+    }
     assert!(line(&out, "cluster: done (2 nodes").contains("joined in"));
 }
 

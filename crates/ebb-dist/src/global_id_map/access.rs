@@ -2,18 +2,21 @@
 //! remote calls ([`RemoteIdMap`]), and resolving a global Ebb on first use ([`resolve`]).
 
 use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
 use alloc::rc::Rc;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::cell::Cell;
+use core::sync::atomic::{AtomicU64, Ordering};
 
-use ebb::{EbbError, EbbId, EbbRef, IOBufChain, SharedEbb};
+use ebb::{CoreId, EbbError, EbbId, EbbRef, Handle, IOBufChain, SharedEbb};
 
 use super::{
     GlobalIdMap, IdMapError, IdMapReply, IdMapRequest, IdMapTable, MapFuture, Versioned, WatchId,
     Watcher, global_id,
 };
+use crate::messenger::Messenger;
 use crate::node::NodeId;
 use crate::remote::{Caller, Served, decode, encode};
 
@@ -21,6 +24,9 @@ use crate::remote::{Caller, Served, decode, encode};
 pub const GLOBAL_ID_MAP_EBB: EbbId = EbbId::new_static(1);
 /// The message kind of its requests.
 pub const ID_MAP_KIND: u16 = 1;
+/// The kind of the one-way messages the front end sends a node that watches an entry
+/// (an [`IdMapReply::Changed`]), to [`GLOBAL_ID_MAP_EBB`] on the node.
+pub const ID_MAP_CHANGED_KIND: u16 = 2;
 
 /// The embedded backend, used on the front end itself: the table, in this process,
 /// shared by its cores behind a spin lock held for one operation (watchers run under it,
@@ -28,6 +34,8 @@ pub const ID_MAP_KIND: u16 = 1;
 #[derive(Clone, Debug, Default)]
 pub struct EmbeddedIdMap {
     table: Arc<spin::Mutex<IdMapTable>>,
+    /// The watches nodes asked for, one per (node, id).
+    remote_watches: Arc<spin::Mutex<BTreeMap<(NodeId, EbbId), WatchId>>>,
 }
 
 impl EmbeddedIdMap {
@@ -61,17 +69,46 @@ impl EmbeddedIdMap {
             }
             IdMapRequest::Watch(n) => match global_id(n) {
                 Ok(id) => {
-                    let notify = notify.clone();
-                    self.table
-                        .lock()
-                        .watch(id, Box::new(move |id, e| notify(from, id, e)));
+                    let mut remote = self.remote_watches.lock();
+                    if let alloc::collections::btree_map::Entry::Vacant(slot) =
+                        remote.entry((from, id))
+                    {
+                        let notify = notify.clone();
+                        let watch = self
+                            .table
+                            .lock()
+                            .watch(id, Box::new(move |id, e| notify(from, id, e)));
+                        slot.insert(watch);
+                    }
                     IdMapReply::Done
                 }
                 Err(e) => IdMapReply::Refused(e.to_string()),
             },
-            IdMapRequest::Unwatch(_) => IdMapReply::Done,
+            IdMapRequest::Unwatch(n) => {
+                let watch = global_id(n)
+                    .ok()
+                    .and_then(|id| self.remote_watches.lock().remove(&(from, id)));
+                if let Some(watch) = watch {
+                    self.table.lock().unwatch(watch);
+                }
+                IdMapReply::Done
+            }
         };
         encode(&reply).map_err(|e| e.to_string())
+    }
+
+    /// Drops every watch `node` asked for (call it when the node is lost).
+    pub fn forget_node(&self, node: NodeId) {
+        let gone: Vec<WatchId> = {
+            let mut remote = self.remote_watches.lock();
+            let keys: Vec<(NodeId, EbbId)> =
+                remote.keys().filter(|(n, _)| *n == node).copied().collect();
+            keys.iter().filter_map(|k| remote.remove(k)).collect()
+        };
+        let mut table = self.table.lock();
+        for watch in gone {
+            table.unwatch(watch);
+        }
     }
 
     /// The table (for inspection and tests).
@@ -106,6 +143,7 @@ impl GlobalIdMap for EmbeddedIdMap {
 pub struct RemoteIdMap {
     caller: Rc<dyn Caller>,
     reads: Cell<u64>,
+    watches: Option<Arc<NodeWatches>>,
 }
 
 impl core::fmt::Debug for RemoteIdMap {
@@ -122,6 +160,17 @@ impl RemoteIdMap {
         RemoteIdMap {
             caller,
             reads: Cell::new(0),
+            watches: None,
+        }
+    }
+
+    /// The map on the front end, through `caller`, able to watch entries: `watches` (from
+    /// [`NodeWatches::install`] on this node's Messenger) receives the front end's change
+    /// messages.
+    pub fn with_watches(caller: Rc<dyn Caller>, watches: Arc<NodeWatches>) -> RemoteIdMap {
+        RemoteIdMap {
+            watches: Some(watches),
+            ..RemoteIdMap::new(caller)
         }
     }
 
@@ -177,17 +226,134 @@ impl GlobalIdMap for RemoteIdMap {
         })
     }
 
-    /// Remote watches need the front end's change messages delivered to this node: the
-    /// Messenger registers them. Without that, refused rather than silently never firing.
-    fn watch(&self, id: EbbId, _on_change: Watcher) -> MapFuture<WatchId> {
+    /// Registers `on_change` here (run on the calling core) and asks the front end to
+    /// send this node the entry's changes. Needs [`with_watches`](Self::with_watches):
+    /// without a way to receive the changes, refused rather than never firing.
+    fn watch(&self, id: EbbId, on_change: Watcher) -> MapFuture<WatchId> {
+        let Some(watches) = self.watches.clone() else {
+            return Box::pin(async move {
+                Err(IdMapError::Backend(alloc::format!(
+                    "watching {id} from a node needs RemoteIdMap::with_watches"
+                )))
+            });
+        };
+        let Some(handle) = Handle::current() else {
+            return Box::pin(async { Err(IdMapError::Backend("watch off a core".into())) });
+        };
+        let watch = watches.add(id, handle, ebb::core_id(), on_change);
+        let asked = self.request(IdMapRequest::Watch(id.as_u32()));
         Box::pin(async move {
-            Err(IdMapError::Backend(alloc::format!(
-                "watching {id} from a node needs the Messenger's change messages"
-            )))
+            match asked.await {
+                Ok(IdMapReply::Done) => Ok(watch),
+                Ok(other) => {
+                    watches.remove(watch);
+                    unexpected(other)
+                }
+                Err(e) => {
+                    watches.remove(watch);
+                    Err(e)
+                }
+            }
         })
     }
 
-    fn unwatch(&self, _watch: WatchId) {}
+    /// Stops the watch here; the front end is told once no watch of its id is left.
+    fn unwatch(&self, watch: WatchId) {
+        let Some(watches) = &self.watches else { return };
+        if let Some(id) = watches.remove(watch) {
+            let told = self.request(IdMapRequest::Unwatch(id.as_u32()));
+            let _detached = ebb::spawn_local(async move {
+                let _ = told.await;
+            });
+        }
+    }
+}
+
+/// A node's watches on the front end's map, fed by the front end's change messages
+/// ([`ID_MAP_CHANGED_KIND`]): each change is delivered as an event on the core that asked
+/// for the watch.
+#[derive(Default)]
+pub struct NodeWatches {
+    watchers: spin::Mutex<BTreeMap<EbbId, Vec<NodeWatch>>>,
+    next: AtomicU64,
+}
+
+struct NodeWatch {
+    watch: WatchId,
+    handle: Handle,
+    core: CoreId,
+    on_change: Arc<spin::Mutex<Watcher>>,
+}
+
+impl core::fmt::Debug for NodeWatches {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("NodeWatches")
+            .field("watched_ids", &self.watchers.lock().len())
+            .finish()
+    }
+}
+
+impl NodeWatches {
+    /// Registers the handler for the front end's change messages on `messenger` (a
+    /// node's); the registry [`RemoteIdMap::with_watches`] adds to.
+    pub fn install(messenger: &Messenger) -> Arc<NodeWatches> {
+        let watches = Arc::new(NodeWatches::default());
+        let w = watches.clone();
+        messenger.on_message(
+            GLOBAL_ID_MAP_EBB,
+            ID_MAP_CHANGED_KIND,
+            move |from, payload| {
+                // Only the front end holds the map; a change from anyone else is ignored.
+                if from != NodeId::FRONT_END {
+                    return;
+                }
+                if let Ok(IdMapReply::Changed(n, entry)) = decode::<IdMapReply>(&payload)
+                    && let Some(id) = EbbId::from_u32(n)
+                {
+                    w.deliver(id, entry);
+                }
+            },
+        );
+        watches
+    }
+
+    fn add(&self, id: EbbId, handle: Handle, core: CoreId, on_change: Watcher) -> WatchId {
+        let watch = WatchId(self.next.fetch_add(1, Ordering::Relaxed) + 1);
+        self.watchers.lock().entry(id).or_default().push(NodeWatch {
+            watch,
+            handle,
+            core,
+            on_change: Arc::new(spin::Mutex::new(on_change)),
+        });
+        watch
+    }
+
+    /// Removes `watch`; its id if it was the id's last watch here.
+    fn remove(&self, watch: WatchId) -> Option<EbbId> {
+        let mut watchers = self.watchers.lock();
+        let id = *watchers
+            .iter()
+            .find(|(_, ws)| ws.iter().any(|w| w.watch == watch))?
+            .0;
+        let ws = watchers.get_mut(&id)?;
+        ws.retain(|w| w.watch != watch);
+        if ws.is_empty() {
+            watchers.remove(&id);
+            Some(id)
+        } else {
+            None
+        }
+    }
+
+    fn deliver(&self, id: EbbId, entry: Versioned) {
+        let watchers = self.watchers.lock();
+        for w in watchers.get(&id).into_iter().flatten() {
+            let (on_change, entry) = (w.on_change.clone(), entry.clone());
+            let _ = w
+                .handle
+                .spawn_on(w.core, move || (on_change.lock())(id, &entry));
+        }
+    }
 }
 
 /// A distributed Ebb whose local representative is built from its GlobalIdMap entry.

@@ -36,7 +36,8 @@ use ebb::EbbId;
 use serde::{Deserialize, Serialize};
 
 pub use access::{
-    EmbeddedIdMap, GLOBAL_ID_MAP_EBB, GlobalEbb, ID_MAP_KIND, RemoteIdMap, ResolveError, resolve,
+    EmbeddedIdMap, GLOBAL_ID_MAP_EBB, GlobalEbb, ID_MAP_CHANGED_KIND, ID_MAP_KIND, NodeWatches,
+    RemoteIdMap, ResolveError, resolve,
 };
 pub use table::{IdMapTable, WatchId};
 
