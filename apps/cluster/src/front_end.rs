@@ -40,8 +40,10 @@ const IN_FLIGHT: usize = 64;
 pub struct Options {
     /// The node image (the native build of this app).
     pub image: PathBuf,
-    /// Nodes to boot.
+    /// Native nodes to boot.
     pub nodes: u32,
+    /// Hosted nodes to start as well (this executable in processes of their own).
+    pub hosted_nodes: u32,
     /// Random map operations to run.
     pub ops: u64,
     /// Counter increments per node, in each mode.
@@ -56,7 +58,7 @@ pub struct Options {
     pub bench: u32,
 }
 
-const USAGE: &str = "usage: cluster [--nodes N] [--ops N] [--increments N] [--file PATH] \
+const USAGE: &str = "usage: cluster [--nodes N] [--hosted-nodes N] [--ops N] [--increments N] [--file PATH] \
 [--kill-after OPS] [--seed N] [--bench ROUNDS] [--node-image PATH]   (the image: else $EBB_NODE_IMAGE)";
 
 impl Options {
@@ -83,6 +85,8 @@ impl Options {
         Ok(Options {
             image: image.into(),
             nodes: u32::try_from(number("--nodes", 2)?).map_err(|_| "too many nodes")?,
+            hosted_nodes: u32::try_from(number("--hosted-nodes", 0)?)
+                .map_err(|_| "too many nodes")?,
             ops: number("--ops", 100_000)?,
             increments: u32::try_from(number("--increments", 1000)?)
                 .map_err(|_| "too many increments")?,
@@ -100,8 +104,41 @@ impl Options {
 /// A node the front end booted.
 struct Node {
     id: NodeId,
-    handle: Option<NodeHandle>,
+    /// What runs it, until it is stopped.
+    running: Option<Running>,
     joined_in: Duration,
+}
+
+/// A node's runner: a VM in this process, or a hosted node in a child process.
+enum Running {
+    Native(NodeHandle),
+    Hosted(std::process::Child),
+}
+
+impl Running {
+    /// Stops the node; how it ended.
+    fn stop(self) -> Result<String, String> {
+        match self {
+            Running::Native(handle) => handle
+                .free()
+                .map(|outcome| format!("{outcome:?}"))
+                .map_err(|e| e.to_string()),
+            Running::Hosted(mut child) => {
+                let _ = child.kill();
+                child
+                    .wait()
+                    .map(|status| format!("hosted process ended: {status}"))
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Running::Native(handle) => format!("native, its VM {} in this process", handle.name()),
+            Running::Hosted(child) => format!("hosted, process {}", child.id()),
+        }
+    }
 }
 
 /// Runs the front end; the exit code.
@@ -212,17 +249,36 @@ async fn drive(options: Options) -> Result<(), String> {
         let handle = allocator
             .allocate(spec)
             .map_err(|e| format!("cannot boot node {}: {e}", i + 1))?;
-        pending.push((expectation, started, handle));
+        pending.push((expectation, started, Running::Native(handle)));
+    }
+    // Hosted nodes: this executable again, as a node, in processes of their own, reaching
+    // the front end on loopback.
+    for i in 0..options.hosted_nodes {
+        let token = random_token(1000 + i);
+        let expectation = front.expect(token);
+        let started = Instant::now();
+        let child = std::process::Command::new(
+            std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?,
+        )
+        .args(["--ebb-front-end", &format!("127.0.0.1:{host_port}")])
+        .args(["--ebb-join-token", &format!("{token:x}")])
+        .env("EBB_CPUS", "1")
+        .spawn()
+        .map_err(|e| format!("cannot start a hosted node: {e}"))?;
+        pending.push((expectation, started, Running::Hosted(child)));
     }
     let mut nodes = Vec::new();
-    for (expectation, started, handle) in pending {
+    for (expectation, started, running) in pending {
         let info = ebb::timeout(JOIN_TIMEOUT, expectation)
             .await
-            .map_err(|_| {
-                format!(
+            .map_err(|_| match &running {
+                Running::Native(handle) => format!(
                     "a node did not join within {JOIN_TIMEOUT:?}; its console:\n{}",
                     handle.console().text()
-                )
+                ),
+                Running::Hosted(_) => {
+                    format!("a hosted node did not join within {JOIN_TIMEOUT:?}")
+                }
             })?
             .map_err(|e| format!("a node could not join: {e}"))?;
         let joined_in = started.elapsed();
@@ -230,11 +286,11 @@ async fn drive(options: Options) -> Result<(), String> {
             "cluster: {} joined in {:.1} ms (allocate → joined; {})",
             info.node,
             joined_in.as_secs_f64() * 1e3,
-            handle.name()
+            running.describe()
         );
         nodes.push(Node {
             id: info.node,
-            handle: Some(handle),
+            running: Some(running),
             joined_in,
         });
     }
@@ -255,7 +311,7 @@ async fn drive(options: Options) -> Result<(), String> {
     // The replicated counter, every node at once, in both consistencies.
     let survivors: Vec<NodeId> = nodes
         .iter()
-        .filter(|n| n.handle.is_some())
+        .filter(|n| n.running.is_some())
         .map(|n| n.id)
         .collect();
     for merged in [false, true] {
@@ -337,10 +393,10 @@ async fn drive(options: Options) -> Result<(), String> {
     // Stop: nodes see the front end go and exit; free bounds the rest.
     messenger.shutdown();
     for node in &mut nodes {
-        if let Some(handle) = node.handle.take() {
-            handle
-                .free()
-                .map_err(|e| format!("cannot free {}: {e}", node.id))?;
+        if let Some(running) = node.running.take() {
+            running
+                .stop()
+                .map_err(|e| format!("cannot stop {}: {e}", node.id))?;
         }
     }
     let joins: Vec<String> = nodes
@@ -504,8 +560,8 @@ async fn kill_last(
     let pending = ebb::spawn_local(messenger.call(id, NODE, HOLD_KIND, payload));
     ebb::sleep(Duration::from_millis(20)).await;
     let killed = Instant::now();
-    let handle = node.handle.take().ok_or("already killed")?;
-    let outcome = handle.free().map_err(|e| e.to_string())?;
+    let running = node.running.take().ok_or("already killed")?;
+    let outcome = running.stop()?;
     let freed_in = killed.elapsed();
     let answer = ebb::timeout(Duration::from_secs(1), pending)
         .await
@@ -531,7 +587,7 @@ async fn kill_last(
         ));
     }
     Ok(format!(
-        "cluster: killed {id} ({outcome:?}, freed in {:.1} ms): reported lost after {:.1} ms; its pending call failed after {:.1} ms ({error})",
+        "cluster: killed {id} ({outcome}, stopped in {:.1} ms): reported lost after {:.1} ms; its pending call failed after {:.1} ms ({error})",
         freed_in.as_secs_f64() * 1e3,
         reported.as_secs_f64() * 1e3,
         failed_in.as_secs_f64() * 1e3

@@ -139,11 +139,16 @@ fn a_node_killed_mid_workload_is_reported_fails_its_calls_and_the_rest_keep_serv
         "--increments",
         "200",
     ]);
-    let killed = line(&out, "cluster: killed node 2");
+    let killed = line(&out, "cluster: killed node ");
     // The front end itself asserts both within 1 s; the line says how long they took.
     assert!(killed.contains("reported lost after"), "{killed}");
     assert!(killed.contains("its pending call failed after"), "{killed}");
-    let after = line(&out, "cluster: after node 2 was killed");
+    let victim = killed
+        .trim_start_matches("cluster: killed ")
+        .split(" (")
+        .next()
+        .unwrap();
+    let after = line(&out, &format!("cluster: after {victim} was killed"));
     assert!(
         after.contains("the surviving shards kept serving"),
         "{after}"
@@ -152,6 +157,46 @@ fn a_node_killed_mid_workload_is_reported_fails_its_calls_and_the_rest_keep_serv
     let counter = line(&out, "cluster: replicated counter (merged)");
     assert!(
         counter.contains("1 nodes × 200 increments = 200 at home, exact"),
+        "{counter}"
+    );
+}
+
+/// Hosted and native nodes in one application: a hosted node (this executable in a
+/// process of its own) holds a shard beside two native ones.
+#[test]
+fn a_hosted_node_serves_beside_native_ones() {
+    let test = "a_hosted_node_serves_beside_native_ones";
+    let Some(()) = kvm(test) else { return };
+    let out = front_end(&[
+        "--hosted-nodes",
+        "1",
+        "--ops",
+        "30000",
+        "--increments",
+        "100",
+    ]);
+    assert!(line(&out, "cluster: node ").contains("joined in"));
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.contains("joined in") && l.contains("hosted, process"))
+            .count(),
+        1,
+        "{out}"
+    );
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.contains("joined in") && l.contains("native, its VM"))
+            .count(),
+        2,
+        "{out}"
+    );
+    let map = line(&out, "cluster: 30000 map operations");
+    for node in ["node 1 served", "node 2 served", "node 3 served"] {
+        assert!(map.contains(node), "{map}");
+    }
+    let counter = line(&out, "cluster: replicated counter (merged)");
+    assert!(
+        counter.contains("3 nodes × 100 increments = 300 at home, exact"),
         "{counter}"
     );
 }
