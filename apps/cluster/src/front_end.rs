@@ -56,10 +56,14 @@ pub struct Options {
     pub seed: u64,
     /// Rounds of the Messenger benchmark to run first (`--bench N`; 0: none).
     pub bench: u32,
+    /// `--tap-bridge BRIDGE:ADDR` (root): the native nodes get TAP devices enslaved to
+    /// this existing bridge, addresses next to ADDR (the bridge's own), and reach the
+    /// front end, which listens on ADDR, directly — no user-mode network.
+    pub tap_bridge: Option<(String, Ipv4Addr)>,
 }
 
 const USAGE: &str = "usage: cluster [--nodes N] [--hosted-nodes N] [--ops N] [--increments N] [--file PATH] \
-[--kill-after OPS] [--seed N] [--bench ROUNDS] [--node-image PATH]   (the image: else $EBB_NODE_IMAGE)";
+[--kill-after OPS] [--seed N] [--bench ROUNDS] [--tap-bridge BRIDGE:ADDR] [--node-image PATH]   (the image: else $EBB_NODE_IMAGE)";
 
 impl Options {
     /// Parses the front end's arguments.
@@ -97,6 +101,13 @@ impl Options {
                 .map_err(|_| format!("--kill-after takes a number\n{USAGE}"))?,
             seed: number("--seed", 1)?,
             bench: u32::try_from(number("--bench", 0)?).map_err(|_| "too many rounds")?,
+            tap_bridge: value("--tap-bridge")
+                .map(|v| {
+                    v.split_once(':')
+                        .and_then(|(br, ip)| Some((br.to_string(), ip.parse().ok()?)))
+                        .ok_or_else(|| format!("--tap-bridge takes BRIDGE:ADDR\n{USAGE}"))
+                })
+                .transpose()?,
         })
     }
 }
@@ -153,7 +164,14 @@ pub async fn run(options: Options) -> i32 {
 }
 
 async fn drive(options: Options) -> Result<(), String> {
-    let network = net::start(NetConfig::default())
+    // Linux sockets, on loopback — or on the bridge's address, where TAP nodes reach it.
+    let listen_on = options
+        .tap_bridge
+        .as_ref()
+        .map_or(Ipv4Addr::LOCALHOST, |(_, ip)| *ip);
+    let (net_config, _) = NetConfig::from_args(&["--addr".into(), listen_on.to_string()])
+        .map_err(|e| e.to_string())?;
+    let network = net::start(net_config)
         .await
         .map_err(|e| format!("cannot start the network: {e}"))?;
     let front = FrontEnd::start(&network, 0, MessengerConfig::default())
@@ -223,32 +241,52 @@ async fn drive(options: Options) -> Result<(), String> {
     })?;
     let image: Arc<[u8]> = image.into();
     let allocator = LocalNodeAllocator::new();
-    let reachable_at = SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 3), FRONT_END_GUEST_PORT);
     let mut pending = Vec::new();
     for i in 0..options.nodes {
         let token = random_token(i);
-        let expectation = front.expect_at(token, reachable_at);
         let started = Instant::now();
+        // Rootless: the node reaches the front end at its monitor's endpoint, spliced to
+        // the front end's port on loopback. On a bridge: directly.
+        let (network, reachable_at, mut args) = match &options.tap_bridge {
+            None => {
+                let at = SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 3), FRONT_END_GUEST_PORT);
+                let network = NodeNetwork::User {
+                    forwards: Vec::new(),
+                    guest_forwards: vec![GuestForward {
+                        endpoint_port: FRONT_END_GUEST_PORT,
+                        host: SocketAddrV4::new(Ipv4Addr::LOCALHOST, host_port),
+                    }],
+                    outbound: false,
+                };
+                (network, at, Vec::new())
+            }
+            Some((bridge, ip)) => {
+                let [a, b, c, d] = ip.octets();
+                let mine = Ipv4Addr::new(a, b, c, d.wrapping_add(10 + i as u8));
+                let tap = format!("{}t{i}", &bridge[..bridge.len().min(11)]);
+                let args = vec!["--ip".into(), format!("{mine}/24")];
+                let at = SocketAddrV4::new(*ip, host_port);
+                (NodeNetwork::Tap(tap), at, args)
+            }
+        };
+        let expectation = front.expect_at(token, reachable_at);
+        args.extend([
+            "--ebb-front-end".into(),
+            reachable_at.to_string(),
+            "--ebb-join-token".into(),
+            format!("{token:x}"),
+        ]);
         let spec = NodeSpec {
-            network: NodeNetwork::User {
-                forwards: Vec::new(),
-                guest_forwards: vec![GuestForward {
-                    endpoint_port: FRONT_END_GUEST_PORT,
-                    host: SocketAddrV4::new(Ipv4Addr::LOCALHOST, host_port),
-                }],
-                outbound: false,
-            },
-            args: vec![
-                "--ebb-front-end".into(),
-                reachable_at.to_string(),
-                "--ebb-join-token".into(),
-                format!("{token:x}"),
-            ],
+            network: network.clone(),
+            args,
             ..NodeSpec::new(NodeImage::Bytes(image.clone()))
         };
         let handle = allocator
             .allocate(spec)
             .map_err(|e| format!("cannot boot node {}: {e}", i + 1))?;
+        if let (NodeNetwork::Tap(tap), Some((bridge, _))) = (&network, &options.tap_bridge) {
+            enslave(tap, bridge)?;
+        }
         pending.push((expectation, started, Running::Native(handle)));
     }
     // Hosted nodes: this executable again, as a node, in processes of their own, reaching
@@ -260,7 +298,7 @@ async fn drive(options: Options) -> Result<(), String> {
         let child = std::process::Command::new(
             std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?,
         )
-        .args(["--ebb-front-end", &format!("127.0.0.1:{host_port}")])
+        .args(["--ebb-front-end", &format!("{listen_on}:{host_port}")])
         .args(["--ebb-join-token", &format!("{token:x}")])
         .env("EBB_CPUS", "1")
         .spawn()
@@ -408,6 +446,23 @@ async fn drive(options: Options) -> Result<(), String> {
         nodes.len(),
         joins.join(", ")
     );
+    Ok(())
+}
+
+/// Puts a node's TAP device on the bridge and up (`ip`, as root).
+fn enslave(tap: &str, bridge: &str) -> Result<(), String> {
+    for args in [
+        &["link", "set", tap, "master", bridge][..],
+        &["link", "set", tap, "up"][..],
+    ] {
+        let status = std::process::Command::new("ip")
+            .args(args)
+            .status()
+            .map_err(|e| format!("cannot run ip: {e}"))?;
+        if !status.success() {
+            return Err(format!("ip {} failed ({status})", args.join(" ")));
+        }
+    }
     Ok(())
 }
 

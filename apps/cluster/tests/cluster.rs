@@ -200,3 +200,45 @@ fn a_hosted_node_serves_beside_native_ones() {
         "{counter}"
     );
 }
+
+/// As root: the native nodes on TAP devices enslaved to a bridge, each with its own
+/// address, reaching the front end (listening on the bridge's address) directly.
+#[test]
+fn two_native_nodes_on_a_tap_bridge() {
+    let test = "two_native_nodes_on_a_tap_bridge";
+    let Some(()) = kvm(test) else { return };
+    let Some(()) = ebb_testkit::netns::need_namespace_and_tap(test, &[]) else {
+        return;
+    };
+    let bridge = ebb_testkit::netns::unique_name("ebcb");
+    let ip = |args: &[&str]| ebb_testkit::netns::ip(args);
+    ip(&["link", "add", &bridge, "type", "bridge"]);
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["link", "del", &self.0]).status();
+        }
+    }
+    let _gone = Gone(bridge.clone());
+    ip(&["addr", "add", "10.77.0.1/24", "dev", &bridge]);
+    ip(&["link", "set", &bridge, "up"]);
+    let out = front_end(&[
+        "--tap-bridge",
+        &format!("{bridge}:10.77.0.1"),
+        "--ops",
+        "30000",
+        "--increments",
+        "100",
+    ]);
+    let map = line(&out, "cluster: 30000 map operations");
+    assert!(
+        map.contains("node 1 served") && map.contains("node 2 served"),
+        "{map}"
+    );
+    assert!(map.contains("the map equals the model"), "{map}");
+    let counter = line(&out, "cluster: replicated counter (merged)");
+    assert!(
+        counter.contains("2 nodes × 100 increments = 200 at home, exact"),
+        "{counter}"
+    );
+}
