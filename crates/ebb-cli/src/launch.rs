@@ -594,6 +594,7 @@ mod tests {
             publish: vec!["8080:80".parse().expect("forward")],
             hint: None,
             cores_flags: Vec::new(),
+            front_end: false,
         };
         let quiet = AppNetwork::default();
         let default = Network::resolve(&request(None, &[], None), Some(&web));

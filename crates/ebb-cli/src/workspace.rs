@@ -279,6 +279,10 @@ mod tests {
             net("[package]\nname = \"b\"\n[package.metadata.ebb]\ncores_flags = [\"t\"]\n")
                 .is_err()
         );
+        let front = net("[package]\nname = \"c\"\n[package.metadata.ebb]\nfront_end = true\n")
+            .expect("valid");
+        assert!(front.front_end && !front.network);
+        assert!(net("[package]\nname = \"c\"\n[package.metadata.ebb]\nfront_end = 1\n").is_err());
     }
 
     #[test]
