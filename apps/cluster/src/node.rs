@@ -29,6 +29,9 @@ use crate::protocol::{
 /// the Messenger's queues.
 pub const SHARD_BYTES: usize = 32 << 20;
 
+/// The largest payload the node accepts from the front end.
+const MAX_REQUEST: u32 = 1 << 20;
+
 /// Runs the node; the exit code.
 pub async fn run(front_end: SocketAddrV4, token: u64, rest: &[String]) -> i32 {
     let (config, _) = match NetConfig::from_args(rest) {
@@ -45,7 +48,13 @@ pub async fn run(front_end: SocketAddrV4, token: u64, rest: &[String]) -> i32 {
             return 1;
         }
     };
-    let messenger = Messenger::new(MessengerConfig::default());
+    // A request's payload is decoded into owned values (postcard into `Vec`s), which a
+    // 128 MiB node allocates whole: bound it well below the wire's 16 MiB so no request
+    // can exhaust the node's heap (the largest here are the bench's 1 MiB messages).
+    let messenger = Messenger::new(MessengerConfig {
+        max_payload: MAX_REQUEST,
+        ..MessengerConfig::default()
+    });
     let shard = Arc::new(MapShard::new(SHARD_BYTES));
     messenger.on_call(MAP, SHARD_KIND, move |_from, request| {
         let reply = shard.serve(&request);
