@@ -71,6 +71,10 @@ impl Platform for HostedPlatform {
             LAST_EPOLL.with(|l| l.set(now));
             return found + self.epoll_step(core, deadline);
         }
+        if deadline != Instant::ZERO && reactor::polls_memory() && reactor::arm_memory() {
+            // A device found work while being armed for the sleep: do not sleep.
+            return reactor::poll_memory() + self.epoll_step(core, Instant::ZERO);
+        }
         self.epoll_step(core, deadline)
     }
 

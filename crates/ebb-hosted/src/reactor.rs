@@ -31,6 +31,14 @@ pub trait PolledSource {
 
     /// Work was seen: let the device's owner poll it.
     fn dispatch(self: Rc<Self>);
+
+    /// The core is about to sleep in epoll: a device whose other side must be told to
+    /// wake it (a shared-memory ring) says so now, then looks once more. Returns whether
+    /// work is there already (the core then does not sleep). The default does nothing:
+    /// a device whose descriptor's readiness wakes the core needs nothing more.
+    fn arm(&self) -> bool {
+        false
+    }
 }
 
 /// A memory-polled registration's name, to remove it.
@@ -178,6 +186,20 @@ pub(crate) fn poll_memory() -> usize {
         source.dispatch();
     }
     found
+}
+
+/// Arms the calling core's memory-polled devices before it sleeps (see
+/// [`PolledSource::arm`]); returns whether any found work.
+pub(crate) fn arm_memory() -> bool {
+    REACTOR.with(|r| {
+        r.borrow().as_ref().is_some_and(|reactor| {
+            // Every device is armed (no short cut): each must ask for its wake.
+            reactor
+                .polled
+                .iter()
+                .fold(false, |found, (_, source)| source.arm() | found)
+        })
+    })
 }
 
 /// How many sources the calling core has registered.

@@ -58,8 +58,8 @@ use alloc::sync::Arc;
 use core::fmt;
 use core::sync::atomic::{Ordering, fence};
 
-pub use window::Mapping;
 use window::Window;
+pub use window::{HeapWindow, Mapping};
 
 /// Bytes of the control page at the window's start.
 pub const CONTROL_BYTES: usize = 4096;
@@ -216,7 +216,9 @@ pub fn capacity_of(len: usize) -> Option<usize> {
 /// ends at once instead of waiting for silence.
 pub fn mark_reset(mapping: Arc<dyn Mapping>, side: Side) -> Result<(), WindowError> {
     let window = Window::new(mapping)?;
-    window.u32(side.end()).store(State::Reset as u32, Ordering::Release);
+    window
+        .u32(side.end())
+        .store(State::Reset as u32, Ordering::Release);
     Ok(())
 }
 
@@ -269,7 +271,9 @@ impl Endpoint {
         // Start where the window's indices are (zero, unless a confused peer wrote them:
         // then the first look reports it).
         let rx = side.other().tx_ring();
-        let produced = window.u64(side.tx_ring() + PRODUCED).load(Ordering::Acquire);
+        let produced = window
+            .u64(side.tx_ring() + PRODUCED)
+            .load(Ordering::Acquire);
         let consumed = window.u64(rx + CONSUMED).load(Ordering::Acquire);
         Ok(Endpoint {
             window,
@@ -383,8 +387,12 @@ impl Endpoint {
     pub fn write(&mut self, bytes: &[u8]) -> Result<usize, Corrupt> {
         let n = bytes.len().min(self.room()?);
         let ring = self.tx();
-        self.window
-            .copy_in(self.data(ring), self.capacity as usize, self.produced, &bytes[..n]);
+        self.window.copy_in(
+            self.data(ring),
+            self.capacity as usize,
+            self.produced,
+            &bytes[..n],
+        );
         self.produced = self.produced.wrapping_add(n as u64);
         Ok(n)
     }

@@ -6,47 +6,8 @@ use alloc::vec::Vec;
 use core::sync::atomic::AtomicU64;
 use proptest::prelude::*;
 
-/// A page-aligned heap window, standing in for guest memory.
-struct HeapWindow {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the buffer is owned by the value and only reached through its raw pointer.
-unsafe impl Send for HeapWindow {}
-// SAFETY: as above.
-unsafe impl Sync for HeapWindow {}
-
-impl HeapWindow {
-    fn shared(len: usize) -> Arc<dyn Mapping> {
-        let layout = core::alloc::Layout::from_size_align(len, 4096).unwrap();
-        // SAFETY: a non-zero size.
-        let ptr = unsafe { alloc::alloc::alloc_zeroed(layout) };
-        assert!(!ptr.is_null());
-        Arc::new(HeapWindow { ptr, len })
-    }
-}
-
-impl Drop for HeapWindow {
-    fn drop(&mut self) {
-        let layout = core::alloc::Layout::from_size_align(self.len, 4096).unwrap();
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { alloc::alloc::dealloc(self.ptr, layout) }
-    }
-}
-
-// SAFETY: the buffer lives as long as the value; nothing makes references into it.
-unsafe impl Mapping for HeapWindow {
-    fn base(&self) -> *mut u8 {
-        self.ptr
-    }
-    fn size(&self) -> usize {
-        self.len
-    }
-}
-
 fn pair(len: usize) -> (Endpoint, Endpoint, Arc<dyn Mapping>) {
-    let w = HeapWindow::shared(len);
+    let w: Arc<dyn Mapping> = HeapWindow::new(len).unwrap();
     let host = Endpoint::open(w.clone(), Side::Host, 0).unwrap();
     let guest = Endpoint::open(w.clone(), Side::Guest, 3).unwrap();
     (host, guest, w)
@@ -69,7 +30,7 @@ fn capacity_is_the_largest_power_of_two_that_fits() {
 
 #[test]
 fn a_small_or_misaligned_window_is_refused() {
-    let w = HeapWindow::shared(8192);
+    let w: Arc<dyn Mapping> = HeapWindow::new(8192).unwrap();
     assert_eq!(
         Endpoint::open(w, Side::Host, 0).unwrap_err(),
         WindowError::TooSmall(8192)
@@ -166,8 +127,12 @@ fn lying_indices_are_corrupt_not_trusted() {
     assert!(matches!(host.room(), Err(Corrupt::Consumed { .. })));
     // A state that is no state.
     // SAFETY: the guest end's word, in the control page.
-    unsafe { &*w.base().add(END_GUEST).cast::<core::sync::atomic::AtomicU32>() }
-        .store(99, Ordering::Release);
+    unsafe {
+        &*w.base()
+            .add(END_GUEST)
+            .cast::<core::sync::atomic::AtomicU32>()
+    }
+    .store(99, Ordering::Release);
     assert_eq!(host.peer_state(), PeerState::Invalid(99));
 }
 

@@ -72,7 +72,11 @@ impl Window {
     /// The data area at `start` of `capacity` bytes, checked to lie in the window.
     fn area(&self, start: usize, capacity: usize) -> *mut u8 {
         assert!(capacity.is_power_of_two() && start >= CONTROL_BYTES);
-        assert!(start.checked_add(capacity).is_some_and(|end| end <= self.len));
+        assert!(
+            start
+                .checked_add(capacity)
+                .is_some_and(|end| end <= self.len)
+        );
         let _ = &self.mapping;
         // SAFETY: `start < len` (asserted), so the pointer stays in the mapping.
         unsafe { self.base.add(start) }
@@ -108,5 +112,52 @@ impl Window {
             core::ptr::copy_nonoverlapping(area.add(offset), dst.as_mut_ptr(), first);
             core::ptr::copy_nonoverlapping(area, dst.as_mut_ptr().add(first), dst.len() - first);
         }
+    }
+}
+
+/// A window in this program's own heap, zeroed and page-aligned: two ends in one process
+/// (tests, benchmarks of the rings themselves, a front end playing a node).
+pub struct HeapWindow {
+    base: *mut u8,
+    size: usize,
+}
+
+// SAFETY: the buffer is owned by the value and reached only through its raw pointer.
+unsafe impl Send for HeapWindow {}
+// SAFETY: as above; shared access is through atomics and raw copies only.
+unsafe impl Sync for HeapWindow {}
+
+impl HeapWindow {
+    /// A zeroed window of `size` bytes (rounded up to whole pages), or `None` when the
+    /// allocation fails or `size` is zero.
+    pub fn new(size: usize) -> Option<Arc<HeapWindow>> {
+        let size = size.checked_next_multiple_of(4096)?;
+        let layout = core::alloc::Layout::from_size_align(size, 4096).ok()?;
+        if size == 0 {
+            return None;
+        }
+        // SAFETY: the layout's size is not zero.
+        let base = unsafe { alloc::alloc::alloc_zeroed(layout) };
+        (!base.is_null()).then(|| Arc::new(HeapWindow { base, size }))
+    }
+}
+
+impl Drop for HeapWindow {
+    fn drop(&mut self) {
+        if let Ok(layout) = core::alloc::Layout::from_size_align(self.size, 4096) {
+            // SAFETY: allocated in `new` with this very layout, freed once.
+            unsafe { alloc::alloc::dealloc(self.base, layout) }
+        }
+    }
+}
+
+// SAFETY: the buffer stays allocated while the value lives; its base and size never
+// change; nothing makes references into it (only `Window`'s atomics and copies).
+unsafe impl Mapping for HeapWindow {
+    fn base(&self) -> *mut u8 {
+        self.base
+    }
+    fn size(&self) -> usize {
+        self.size
     }
 }

@@ -68,6 +68,7 @@ mod platform;
 mod cmdline;
 pub mod mem;
 pub mod net;
+pub mod shm;
 
 pub use platform::*;
 

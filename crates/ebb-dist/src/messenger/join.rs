@@ -97,6 +97,15 @@ impl FrontEnd {
         self.listener.local_addr()
     }
 
+    /// Takes a node's shared-memory connection (the front end's end of the window of a
+    /// node it runs in its own process, [`ebb::shm::attach`]): the node joins through it
+    /// exactly as through TCP — its Hello must carry a token this front end expects — and
+    /// every later message to and from it takes the window, with no system call per
+    /// message. The connection belongs to the calling core.
+    pub fn accept_shared(&self, conn: Connection) {
+        accept(&self.messenger, self.shared.clone(), conn);
+    }
+
     /// Expects a node presenting `token`; resolves to its [`RuntimeInfo`] once it joined.
     /// The node reaches the front end at the listener's address. Dropping the future
     /// withdraws the expectation (a later Hello with the token is refused); wrap it in
@@ -261,6 +270,31 @@ impl Messenger {
             Ok(Err(kind)) => return Err(JoinError::Connect(kind)),
             Err(_) => return Err(JoinError::TimedOut(timeout)),
         };
+        self.join_over(conn, token).await
+    }
+
+    /// [`join`](Self::join) through `conn`, a connection to the front end already open:
+    /// on a native node its front end runs in-process, the shared window's
+    /// ([`ebb::shm::connect_to_front_end`]), so that every message to the front end
+    /// takes memory instead of the network. The front end must
+    /// [`accept_shared`](FrontEnd::accept_shared) its end.
+    pub async fn join_shared(
+        &self,
+        conn: Connection,
+        token: u64,
+    ) -> Result<RuntimeInfo, JoinError> {
+        if !self.start_joining() {
+            return Err(JoinError::AlreadyJoined);
+        }
+        let result = self.join_over(conn, token).await;
+        if result.is_err() {
+            self.stop_joining();
+        }
+        result
+    }
+
+    async fn join_over(&self, conn: Connection, token: u64) -> Result<RuntimeInfo, JoinError> {
+        let timeout = self.inner.config.handshake_timeout;
         let peer = Arc::new(Peer::new(None, self.inner.config.queue_limit));
         let (promise, welcome) = promise();
         let link = Link::new(

@@ -236,15 +236,22 @@ pub struct Connection(ConnectionKind);
 enum ConnectionKind {
     Socket(SocketConn),
     Ebb(ebb_net::tcp::TcpConn),
+    /// Not TCP: a front end and its in-process node's shared window ([`crate::shm`]).
+    Shared(crate::shm::SharedConn),
 }
 
 impl Connection {
+    pub(crate) fn shared(conn: crate::shm::SharedConn) -> Connection {
+        Connection(ConnectionKind::Shared(conn))
+    }
+
     /// Installs the handler that gets this connection's data and events from now on
     /// (events that came before wait for it).
     pub fn set_handler(&self, handler: impl TcpHandler) {
         match &self.0 {
             ConnectionKind::Socket(c) => c.set_handler(handler),
             ConnectionKind::Ebb(c) => c.set_handler(handler),
+            ConnectionKind::Shared(c) => c.set_handler(handler),
         }
     }
 
@@ -252,6 +259,7 @@ impl Connection {
         match &self.0 {
             ConnectionKind::Socket(c) => c,
             ConnectionKind::Ebb(c) => c,
+            ConnectionKind::Shared(c) => c,
         }
     }
 }

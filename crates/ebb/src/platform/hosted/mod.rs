@@ -16,6 +16,7 @@ use core::fmt;
 pub(crate) mod memory;
 pub(crate) mod network;
 mod options;
+pub(crate) mod shm;
 
 pub use ebb_hosted::{Config, ConfigError as RunError, run};
 pub use options::{CPUS_ENV, CoresError, IDLE_POLL_ENV, hosted_cores, hosted_cores_for};

@@ -16,6 +16,7 @@ use core::fmt;
 
 pub(crate) mod memory;
 pub(crate) mod network;
+pub(crate) mod shm;
 
 /// The app's arguments, without the program name: the boot command line split on spaces
 /// (empty pieces dropped).
