@@ -26,7 +26,7 @@ impl Vm {
     /// structures and creates the vCPUs. Console output goes to `sink`.
     pub fn new(bytes: &[u8], config: VmConfig, sink: Sink) -> Result<Self, VmError> {
         let image = Image::parse(bytes)?;
-        let layout = Layout::new(config.mem_size, config.cpus, image.start, image.end)?;
+        let layout = Layout::new(config.mem_size, config.cpus, image.start, image.end, 0)?;
         let vcpu_threads = spawn_vcpu_threads(layout.cpus, config.pin)?;
         if config.cmdline.len() as u64 > ebb_abi::CMDLINE_MAX {
             return Err(LayoutError::CmdlineTooLong(config.cmdline.len()).into());
