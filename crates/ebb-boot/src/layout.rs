@@ -36,10 +36,10 @@ pub enum LayoutError {
     /// The vCPU count must be between 1 and [`MAX_CPUS`].
     #[error("{0} vCPUs requested: must be between 1 and {MAX_CPUS}")]
     BadCpuCount(u32),
-    /// The image, stacks and a minimum of free memory do not fit.
+    /// The image, stacks, a minimum of free memory and the shared window do not fit.
     #[error(
-        "image ({image_start:#x}..{image_end:#x}) and {cpus} stacks need {needed:#x} bytes, \
-         guest memory has {mem_size:#x}"
+        "image ({image_start:#x}..{image_end:#x}), {cpus} stacks and a shared window of \
+         {shared_window:#x} bytes need {needed:#x} bytes, guest memory has {mem_size:#x}"
     )]
     TooSmall {
         /// Lowest image address.
@@ -48,6 +48,8 @@ pub enum LayoutError {
         image_end: u64,
         /// vCPUs (one stack each).
         cpus: u32,
+        /// Bytes of the shared window.
+        shared_window: u64,
         /// Bytes needed.
         needed: u64,
         /// Bytes available.
@@ -200,6 +202,7 @@ impl Layout {
             image_start,
             image_end,
             cpus,
+            shared_window,
             needed,
             mem_size,
         };
