@@ -25,7 +25,8 @@
 //! | [`IMAGE_BASE`]`..image_end` | the ELF image's segments | user, read-write, executable |
 //! | `percore_addr` = `image_end` + core × [`PERCORE_STRIDE`] | per-core blocks ([`PerCore`] header, then the runtime's part) | user, read-write |
 //! | after the per-core blocks | per-core stacks, each below a 4 KiB guard page | user, read-write |
-//! | the rest up to `mem_size` | free ([`MemKind::Usable`]) | user, read-write |
+//! | the rest up to the shared window | free ([`MemKind::Usable`]) | user, read-write |
+//! | the top `shared` bytes, if the VM has a shared window | [`MemKind::Shared`] | user, read-write |
 
 #![no_std]
 #![forbid(unsafe_code)]
@@ -37,8 +38,8 @@ pub mod virtio;
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"EBBFLOW1");
 /// Version of this protocol; the guest refuses a block with another one. Version 3 added
 /// [`BootInfo::host`] (who built the block: the monitor or the PVH entry stub), version 4
-/// [`BootInfo::flags`].
-pub const BOOT_VERSION: u32 = 4;
+/// [`BootInfo::flags`], version 5 [`MemKind::Shared`] and [`DOORBELL_PORT`].
+pub const BOOT_VERSION: u32 = 5;
 
 /// [`BootInfo::flags`]: every vCPU shares its host CPU with one of the monitor's device
 /// threads (the process may run on no more CPUs than it has vCPUs), and runs at a lower
@@ -97,6 +98,13 @@ pub const HYPERCALL_PORT: u16 = 0x0eb0;
 /// I/O port of the kick: a 32-bit `out` of the target core's id wakes that core from its
 /// [`HC_WAIT`]. The host kernel handles it (ioeventfd): it never returns to the monitor.
 pub const KICK_PORT: u16 = 0x0eb4;
+/// I/O port of the host doorbell: a 32-bit `out` of any value tells the program that
+/// embeds the monitor that the guest wrote something into the shared window
+/// ([`MemKind::Shared`]). The host kernel handles it (ioeventfd signals an eventfd the
+/// embedder polls): like a kick, it never returns to the monitor. Present only when the
+/// memory map has a [`MemKind::Shared`] region; otherwise a write is an ABI violation like
+/// one to any unknown port.
+pub const DOORBELL_PORT: u16 = 0x0eb8;
 
 /// Hypercall: drain the calling core's [`ConsoleRing`] now. No arguments.
 pub const HC_CONSOLE_FLUSH: u32 = 1;
@@ -204,6 +212,10 @@ pub enum MemKind {
     Usable = 4,
     /// The per-core blocks (GS bases).
     PerCore = 5,
+    /// The window shared with the program that embeds the monitor (the top of guest
+    /// memory): both sides read and write it concurrently, and the guest's allocators
+    /// never use it. [`DOORBELL_PORT`] tells the host that the guest wrote to it.
+    Shared = 6,
 }
 
 /// One core's block; the vCPU's GS base points at it, so `gs:[0]` is its own address.

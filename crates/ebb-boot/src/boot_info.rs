@@ -151,7 +151,7 @@ mod tests {
 
     #[test]
     fn the_boot_info_encodes_at_the_documented_offsets() {
-        let l = Layout::new(64 << 20, 2, IMAGE_BASE, IMAGE_BASE + 0x5000).unwrap();
+        let l = Layout::new(64 << 20, 2, IMAGE_BASE, IMAGE_BASE + 0x5000, 0).unwrap();
         let info = boot_info(&l, 7, 2_000_000, HOST_EBB_VMM, 1);
         let mut bytes = [0xaa; BOOT_INFO_BYTES];
         encode_boot_info(&info, &mut bytes);
@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn a_per_core_block_names_its_core_stack_and_console() {
-        let l = Layout::new(64 << 20, 2, IMAGE_BASE, IMAGE_BASE + 0x5000).unwrap();
+        let l = Layout::new(64 << 20, 2, IMAGE_BASE, IMAGE_BASE + 0x5000, 0).unwrap();
         let block = per_core(&l, 1);
         let mut bytes = [0xaa; PER_CORE_BYTES];
         encode_per_core(&block, &mut bytes);
@@ -187,5 +187,26 @@ mod tests {
         assert_eq!(u64_at(&bytes, 16), BOOT_INFO_ADDR);
         assert_eq!((u64_at(&bytes, 24), u64_at(&bytes, 32)), l.stack(1));
         assert_eq!(u64_at(&bytes, 40), CONSOLE_ADDR + CONSOLE_STRIDE);
+    }
+
+    #[test]
+    fn the_boot_info_carries_the_shared_window_as_the_last_region() {
+        let window = 1 << 20;
+        let l = Layout::new(64 << 20, 2, IMAGE_BASE, IMAGE_BASE + 0x5000, window).unwrap();
+        let info = boot_info(&l, 0, 0, HOST_EBB_VMM, 0);
+        let mut bytes = [0xaa; BOOT_INFO_BYTES];
+        encode_boot_info(&info, &mut bytes);
+        assert_eq!(u32_at(&bytes, 88), 6, "region_count");
+        let usable = 96 + 4 * 24;
+        assert_eq!(
+            u64_at(&bytes, usable + 8),
+            (64 << 20) - window - l.stacks_end
+        );
+        assert_eq!(u32_at(&bytes, usable + 16), MemKind::Usable as u32);
+        let shared = 96 + 5 * 24;
+        assert_eq!(u64_at(&bytes, shared), (64 << 20) - window);
+        assert_eq!(u64_at(&bytes, shared + 8), window);
+        assert_eq!(u32_at(&bytes, shared + 16), MemKind::Shared as u32);
+        assert!(bytes[96 + 6 * 24..96 + 8 * 24].iter().all(|&b| b == 0));
     }
 }

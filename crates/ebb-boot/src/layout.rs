@@ -1,10 +1,15 @@
 //! Where everything goes in guest-physical memory, and how each page is mapped.
 //!
 //! Pure computation (no KVM, no guest memory, no allocation): [`Layout::new`] places the
-//! image, the stacks and the free memory for a VM and [`Layout::page_map`] says how every
-//! 4 KiB page is mapped; [`crate::paging`] turns that into page tables. The fixed part of
+//! image, the stacks, the free memory and the shared window for a VM and
+//! [`Layout::page_map`] says how every 4 KiB page is mapped; [`crate::paging`] turns that
+//! into page tables. The fixed part of
 //! the layout is in [`ebb_abi`]. The monitor lays out every VM with it, and the PVH stub
 //! lays out its one core with it, so both boot paths place everything alike.
+//!
+//! Invariants: the memory map and the page map are sorted and disjoint; the shared window,
+//! when there is one, is the top of guest memory, page-aligned, never part of the
+//! `Usable` region (the guest's allocators take only that) and mapped as user data.
 
 use core::ops::Deref;
 use ebb_abi::{
@@ -31,10 +36,10 @@ pub enum LayoutError {
     /// The vCPU count must be between 1 and [`MAX_CPUS`].
     #[error("{0} vCPUs requested: must be between 1 and {MAX_CPUS}")]
     BadCpuCount(u32),
-    /// The image, stacks and a minimum of free memory do not fit.
+    /// The image, stacks, a minimum of free memory and the shared window do not fit.
     #[error(
-        "image ({image_start:#x}..{image_end:#x}) and {cpus} stacks need {needed:#x} bytes, \
-         guest memory has {mem_size:#x}"
+        "image ({image_start:#x}..{image_end:#x}), {cpus} stacks and a shared window of \
+         {shared_window:#x} bytes need {needed:#x} bytes, guest memory has {mem_size:#x}"
     )]
     TooSmall {
         /// Lowest image address.
@@ -43,9 +48,22 @@ pub enum LayoutError {
         image_end: u64,
         /// vCPUs (one stack each).
         cpus: u32,
+        /// Bytes of the shared window.
+        shared_window: u64,
         /// Bytes needed.
         needed: u64,
         /// Bytes available.
+        mem_size: u64,
+    },
+    /// The shared window is not a multiple of 4 KiB no larger than half of guest memory.
+    #[error(
+        "shared window of {shared:#x} bytes: must be a multiple of 4 KiB and at most half \
+         of guest memory ({mem_size:#x} bytes)"
+    )]
+    BadSharedWindow {
+        /// Bytes asked for.
+        shared: u64,
+        /// Bytes of guest memory.
         mem_size: u64,
     },
     /// The command line is longer than [`CMDLINE_MAX`].
@@ -77,11 +95,28 @@ pub struct MappedRange {
     pub kind: PageKind,
 }
 
-/// Regions of [`Layout::memory_map`].
-pub const MEMORY_MAP_LEN: usize = 5;
+/// Most regions of a [`Layout::memory_map`]: five, and the shared window if any.
+pub const MEMORY_MAP_LEN: usize = 6;
 
-/// Most ranges of a [`PageMap`]: the fixed ones, one stack per core and the free memory.
-pub const PAGE_MAP_MAX: usize = 6 + MAX_CPUS as usize + 1;
+/// Most ranges of a [`PageMap`]: the fixed ones, one stack per core, the free memory and
+/// the shared window.
+pub const PAGE_MAP_MAX: usize = 6 + MAX_CPUS as usize + 2;
+
+/// The memory map of a layout ([`Layout::memory_map`]), sorted and disjoint, held in
+/// place like a [`PageMap`]; it reads as a slice.
+#[derive(Clone, Debug)]
+pub struct MemoryMap {
+    regions: [MemRegion; MEMORY_MAP_LEN],
+    len: usize,
+}
+
+impl Deref for MemoryMap {
+    type Target = [MemRegion];
+
+    fn deref(&self) -> &[MemRegion] {
+        &self.regions[..self.len]
+    }
+}
 
 /// Every mapped range of a layout ([`Layout::page_map`]), sorted and disjoint, held in
 /// place (the PVH stub has no heap); it reads as a slice.
@@ -125,6 +160,9 @@ pub struct Layout {
     pub stacks_start: u64,
     /// End of the stack area; free memory starts here.
     pub stacks_end: u64,
+    /// Bytes of the shared window at the top of guest memory (0: none); free memory ends
+    /// where it starts ([`Layout::shared_window_start`]).
+    pub shared_window: u64,
 }
 
 /// Least free memory a layout leaves for the guest's allocators.
@@ -135,8 +173,9 @@ fn align_up(x: u64, a: u64) -> Option<u64> {
 }
 
 impl Layout {
-    /// Places an image spanning `[image_start, image_end)` and `cpus` stacks in `mem_size`
-    /// bytes. The image bounds come from the monitor's ELF parser (`ebb-vmm`'s `image`,
+    /// Places an image spanning `[image_start, image_end)`, `cpus` stacks and a shared
+    /// window of `shared_window` bytes (0 for none; a multiple of 4 KiB, at most half of
+    /// `mem_size`) at the top of `mem_size` bytes. The image bounds come from the monitor's ELF parser (`ebb-vmm`'s `image`,
     /// which checked that `image_start >= IMAGE_BASE`) or, in the PVH stub, from
     /// [`IMAGE_BASE`] and the linker's end of the image; a lower start is raised to
     /// [`IMAGE_BASE`].
@@ -145,6 +184,7 @@ impl Layout {
         cpus: u32,
         image_start: u64,
         image_end: u64,
+        shared_window: u64,
     ) -> Result<Self, LayoutError> {
         if !(MIN_MEM..=MAX_MEM).contains(&mem_size) || !mem_size.is_multiple_of(LARGE_PAGE_SIZE) {
             return Err(LayoutError::BadMemSize(mem_size));
@@ -152,10 +192,17 @@ impl Layout {
         if cpus == 0 || cpus > MAX_CPUS {
             return Err(LayoutError::BadCpuCount(cpus));
         }
+        if !shared_window.is_multiple_of(PAGE_SIZE) || shared_window > mem_size / 2 {
+            return Err(LayoutError::BadSharedWindow {
+                shared: shared_window,
+                mem_size,
+            });
+        }
         let too_small = |needed| LayoutError::TooSmall {
             image_start,
             image_end,
             cpus,
+            shared_window,
             needed,
             mem_size,
         };
@@ -170,7 +217,10 @@ impl Layout {
             .checked_mul(PAGE_SIZE + STACK_SIZE)
             .and_then(|s| s.checked_add(stacks_start))
             .ok_or(too_small(u64::MAX))?;
-        let needed = stacks_end.saturating_add(MIN_FREE);
+        // The window comes out of the free memory, which keeps its minimum.
+        let needed = stacks_end
+            .saturating_add(MIN_FREE)
+            .saturating_add(shared_window);
         if needed > mem_size {
             return Err(too_small(needed));
         }
@@ -182,7 +232,14 @@ impl Layout {
             percore_start,
             stacks_start,
             stacks_end,
+            shared_window,
         })
+    }
+
+    /// First byte of the shared window, which is also the end of the free memory
+    /// (`mem_size` when there is no window).
+    pub fn shared_window_start(&self) -> u64 {
+        self.mem_size - self.shared_window
     }
 
     /// `(bottom, top)` of core `core`'s stack; the page below `bottom` is an unmapped guard.
@@ -201,21 +258,31 @@ impl Layout {
         CONSOLE_ADDR + u64::from(core) * CONSOLE_STRIDE
     }
 
-    /// The memory map handed to the guest in the boot info.
-    pub fn memory_map(&self) -> [MemRegion; MEMORY_MAP_LEN] {
+    /// The memory map handed to the guest in the boot info: the `Shared` region last, and
+    /// only when the layout has a window.
+    pub fn memory_map(&self) -> MemoryMap {
         let region = |start: u64, end: u64, kind: MemKind| MemRegion {
             start,
             len: end - start,
             kind: kind as u32,
             reserved: 0,
         };
-        [
-            region(0, IMAGE_BASE, MemKind::Monitor),
-            region(IMAGE_BASE, self.image_end, MemKind::Image),
-            region(self.percore_start, self.stacks_start, MemKind::PerCore),
-            region(self.stacks_start, self.stacks_end, MemKind::Stacks),
-            region(self.stacks_end, self.mem_size, MemKind::Usable),
-        ]
+        let window = self.shared_window_start();
+        let mut map = MemoryMap {
+            regions: [
+                region(0, IMAGE_BASE, MemKind::Monitor),
+                region(IMAGE_BASE, self.image_end, MemKind::Image),
+                region(self.percore_start, self.stacks_start, MemKind::PerCore),
+                region(self.stacks_start, self.stacks_end, MemKind::Stacks),
+                region(self.stacks_end, window, MemKind::Usable),
+                region(window, self.mem_size, MemKind::Shared),
+            ],
+            len: MEMORY_MAP_LEN,
+        };
+        if self.shared_window == 0 {
+            map.len -= 1;
+        }
+        map
     }
 
     /// Every mapped range, sorted and non-overlapping; pages in no range are not present
@@ -254,7 +321,11 @@ impl Layout {
             let (bottom, top) = self.stack(core);
             map.push(r(bottom, top, PageKind::UserData));
         }
-        map.push(r(self.stacks_end, self.mem_size, PageKind::UserData));
+        let window = self.shared_window_start();
+        map.push(r(self.stacks_end, window, PageKind::UserData));
+        if self.shared_window != 0 {
+            map.push(r(window, self.mem_size, PageKind::UserData));
+        }
         map
     }
 }
@@ -266,24 +337,24 @@ mod tests {
     #[test]
     fn rejects_bad_sizes() {
         assert_eq!(
-            Layout::new(3 << 20, 1, IMAGE_BASE, IMAGE_BASE + 10).unwrap_err(),
+            Layout::new(3 << 20, 1, IMAGE_BASE, IMAGE_BASE + 10, 0).unwrap_err(),
             LayoutError::BadMemSize(3 << 20)
         );
-        assert!(Layout::new(MAX_MEM + LARGE_PAGE_SIZE, 1, IMAGE_BASE, IMAGE_BASE).is_err());
+        assert!(Layout::new(MAX_MEM + LARGE_PAGE_SIZE, 1, IMAGE_BASE, IMAGE_BASE, 0).is_err());
         assert_eq!(
-            Layout::new(64 << 20, 0, IMAGE_BASE, IMAGE_BASE).unwrap_err(),
+            Layout::new(64 << 20, 0, IMAGE_BASE, IMAGE_BASE, 0).unwrap_err(),
             LayoutError::BadCpuCount(0)
         );
         assert!(matches!(
-            Layout::new(8 << 20, 1, IMAGE_BASE, IMAGE_BASE + (7 << 20)),
+            Layout::new(8 << 20, 1, IMAGE_BASE, IMAGE_BASE + (7 << 20), 0),
             Err(LayoutError::TooSmall { .. })
         ));
-        assert!(Layout::new(64 << 20, 1, IMAGE_BASE, u64::MAX - 5).is_err());
+        assert!(Layout::new(64 << 20, 1, IMAGE_BASE, u64::MAX - 5, 0).is_err());
     }
 
     #[test]
     fn page_map_is_sorted_and_disjoint() {
-        let l = Layout::new(64 << 20, 4, IMAGE_BASE, IMAGE_BASE + 0x1234).unwrap();
+        let l = Layout::new(64 << 20, 4, IMAGE_BASE, IMAGE_BASE + 0x1234, 0).unwrap();
         let map = l.page_map();
         for w in map.windows(2) {
             assert!(w[0].end <= w[1].start, "{w:?}");
@@ -295,5 +366,74 @@ mod tests {
         let (bottom, top) = l.stack(3);
         assert_eq!(top, l.stacks_end);
         assert!(!map.iter().any(|m| m.start < bottom && bottom - 1 < m.end));
+    }
+
+    #[test]
+    fn a_shared_window_is_the_top_of_memory_and_not_usable() {
+        let mem = 64 << 20;
+        let window = 1 << 20;
+        let l = Layout::new(mem, 2, IMAGE_BASE, IMAGE_BASE + 0x1234, window).unwrap();
+        assert_eq!(l.shared_window_start(), mem - window);
+        let map = l.memory_map();
+        assert_eq!(map.len(), MEMORY_MAP_LEN);
+        let usable = map[4];
+        let shared = map[5];
+        assert_eq!(usable.kind, MemKind::Usable as u32);
+        assert_eq!(
+            usable.start + usable.len,
+            mem - window,
+            "Usable ends below the window"
+        );
+        assert_eq!(shared.kind, MemKind::Shared as u32);
+        assert_eq!((shared.start, shared.len), (mem - window, window));
+        for w in map.windows(2) {
+            assert!(w[0].start + w[0].len <= w[1].start, "{w:?}");
+        }
+        let pages = l.page_map();
+        let last = pages.last().unwrap();
+        assert_eq!(
+            (last.start, last.end, last.kind),
+            (mem - window, mem, PageKind::UserData),
+            "the window is user data: read-write, not executable"
+        );
+        for w in pages.windows(2) {
+            assert!(w[0].end <= w[1].start, "{w:?}");
+        }
+    }
+
+    #[test]
+    fn without_a_window_there_is_no_shared_region() {
+        let l = Layout::new(64 << 20, 1, IMAGE_BASE, IMAGE_BASE + 0x1000, 0).unwrap();
+        let map = l.memory_map();
+        assert_eq!(map.len(), MEMORY_MAP_LEN - 1);
+        assert!(!map.iter().any(|r| r.kind == MemKind::Shared as u32));
+        assert_eq!(
+            map.last().unwrap().start + map.last().unwrap().len,
+            64 << 20
+        );
+        assert_eq!(l.shared_window_start(), 64 << 20);
+    }
+
+    #[test]
+    fn rejects_bad_shared_windows() {
+        let mem = 64 << 20;
+        let bad = |window| {
+            Layout::new(mem, 1, IMAGE_BASE, IMAGE_BASE + 0x1000, window)
+                .map(|_| ())
+                .unwrap_err()
+        };
+        let expected = |shared| LayoutError::BadSharedWindow {
+            shared,
+            mem_size: mem,
+        };
+        assert_eq!(bad(0x800), expected(0x800), "not a multiple of 4 KiB");
+        assert_eq!(bad(mem / 2 + PAGE_SIZE), expected(mem / 2 + PAGE_SIZE));
+        assert_eq!(bad(u64::MAX), expected(u64::MAX));
+        assert!(Layout::new(mem, 1, IMAGE_BASE, IMAGE_BASE + 0x1000, mem / 2).is_ok());
+        // Half of memory, but the image leaves too little free memory below it.
+        assert!(matches!(
+            Layout::new(mem, 1, IMAGE_BASE, IMAGE_BASE + (30 << 20), mem / 2),
+            Err(LayoutError::TooSmall { .. })
+        ));
     }
 }

@@ -6,8 +6,8 @@
 //! `pvh::boot`) writes the same at ring 0. The addresses and structure layouts are the
 //! ABI in [`ebb_abi`]; this crate decides their contents:
 //!
-//! * [`layout`]: where the image, per-core blocks, stacks and free memory go, and how
-//!   every page is mapped;
+//! * [`layout`]: where the image, per-core blocks, stacks, free memory and the shared
+//!   window go, and how every page is mapped;
 //! * [`paging`]: the identity-mapped page tables of a layout;
 //! * [`cpu`]: the GDT and TSS bytes, and the control-register bits of a CPL-3 start;
 //! * [`boot_info`]: the boot info and per-core blocks.

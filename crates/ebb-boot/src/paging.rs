@@ -216,7 +216,7 @@ mod tests {
     #[test]
     fn maps_layout_like_the_page_map() {
         let mem = 1u64 << 31; // 2 GiB: two page directories
-        let l = Layout::new(mem, 2, IMAGE_BASE, IMAGE_BASE + 0x5_3000).unwrap();
+        let l = Layout::new(mem, 2, IMAGE_BASE, IMAGE_BASE + 0x5_3000, 0).unwrap();
         let map = l.page_map();
         let pt = tables(&map, mem);
         assert_eq!(translate(&pt, 0), None, "null page must fault");
@@ -259,16 +259,35 @@ mod tests {
     }
 
     #[test]
+    fn the_shared_window_is_mapped_user_read_write_not_executable() {
+        let mem = 64 << 20;
+        let window = 0x5_3000; // not a 2 MiB multiple: its low end shares a chunk
+        let l = Layout::new(mem, 1, IMAGE_BASE, IMAGE_BASE + 0x1000, window).unwrap();
+        let pt = tables(&l.page_map(), mem);
+        for addr in [mem - window, mem - window + 0x1234, mem - 8] {
+            let (pa, f) = translate(&pt, addr).unwrap();
+            assert_eq!(pa, addr);
+            assert_eq!(f & (USER | WRITABLE), USER | WRITABLE, "{addr:#x}");
+            assert_ne!(f & NO_EXECUTE, 0, "{addr:#x}");
+        }
+        assert!(
+            translate(&pt, mem - window - 8).is_some(),
+            "free memory below it"
+        );
+        assert_eq!(translate(&pt, mem), None);
+    }
+
+    #[test]
     fn the_largest_memory_fits_the_area() {
         let mem = crate::layout::MAX_MEM;
-        let l = Layout::new(mem, 64, IMAGE_BASE, IMAGE_BASE + (40 << 20)).unwrap();
+        let l = Layout::new(mem, 64, IMAGE_BASE, IMAGE_BASE + (40 << 20), 0).unwrap();
         tables(&l.page_map(), mem);
     }
 
     #[test]
     fn the_virtio_window_is_mapped_uncached_for_the_user() {
         for mem in [64 << 20, crate::layout::MAX_MEM] {
-            let l = Layout::new(mem, 1, IMAGE_BASE, IMAGE_BASE + 0x1000).unwrap();
+            let l = Layout::new(mem, 1, IMAGE_BASE, IMAGE_BASE + 0x1000, 0).unwrap();
             let tables = tables(&l.page_map(), mem);
             let (phys, flags) = translate(&tables, ebb_abi::virtio::MMIO_BASE + 0x50)
                 .expect("the window is mapped");
@@ -283,7 +302,7 @@ mod tests {
     #[test]
     fn without_nx_nothing_is_marked_not_executable() {
         let mem = 64 << 20;
-        let l = Layout::new(mem, 1, IMAGE_BASE, IMAGE_BASE + 0x1000).unwrap();
+        let l = Layout::new(mem, 1, IMAGE_BASE, IMAGE_BASE + 0x1000, 0).unwrap();
         let mut area = vec![0; AREA_WORDS];
         let pages = build(&l.page_map(), mem, false, &mut area).unwrap();
         let with_nx = tables(&l.page_map(), mem);
@@ -313,7 +332,8 @@ mod tests {
         ] {
             for cpus in [1, 2, 7, 64] {
                 for image_len in [0x1000, 0x5_3000, 2 << 20, (2 << 20) + 0x1000] {
-                    let Ok(l) = Layout::new(mem, cpus, IMAGE_BASE, IMAGE_BASE + image_len) else {
+                    let Ok(l) = Layout::new(mem, cpus, IMAGE_BASE, IMAGE_BASE + image_len, 0)
+                    else {
                         continue;
                     };
                     let mut area = vec![0; AREA_WORDS];
@@ -331,7 +351,7 @@ mod tests {
     #[test]
     fn a_small_area_is_refused_not_overrun() {
         let mem = 64 << 20;
-        let l = Layout::new(mem, 1, IMAGE_BASE, IMAGE_BASE + 0x1000).unwrap();
+        let l = Layout::new(mem, 1, IMAGE_BASE, IMAGE_BASE + 0x1000, 0).unwrap();
         let mut area = vec![0; 3 * ENTRIES];
         assert!(matches!(
             build(&l.page_map(), mem, true, &mut area),

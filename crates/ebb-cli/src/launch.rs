@@ -399,6 +399,7 @@ fn boot(
         net,
         kvm_fd: options.kvm_fd,
         huge_pages: true,
+        shared_window: 0,
     };
     // `Vm::new` validates the image before it opens /dev/kvm, so a bad image is reported
     // as such even where KVM is unusable.

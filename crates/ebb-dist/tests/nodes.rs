@@ -1,13 +1,14 @@
 //! The NodeAllocator from a hosted test process (KVM required; SKIPPED without, as the
 //! other KVM tests): native nodes booted in this process by [`LocalNodeAllocator`]
 //! (and as child `ebb run` processes by [`ProcessNodeAllocator`]) running `apps/echo`
-//! and the test guests `panic` and `exit_code`.
+//! and the test guests `panic`, `exit_code` and `window`.
 //!
 //! Shown: two nodes serve echoes through their forwarded ports; freeing one is bounded,
 //! closes its port and leaves the other serving; a node whose guest panics or exits is
 //! reported through the exit notification — blocking wait and future — within 1 s; a
-//! node allocated from a thread pinned to one CPU runs its vCPUs unpinned; after every
-//! node is freed, no VM thread is left. The tests take one lock: they count this
+//! node allocated from a thread pinned to one CPU runs its vCPUs unpinned; a node with a
+//! shared window hands it out (its size, at the top of the node's memory) and rings and
+//! is woken through it; after every node is freed, no VM thread is left. The tests take one lock: they count this
 //! process's threads and share two CPUs.
 //!
 //! `allocation_time_in_process_and_as_a_child` prints the time from `allocate` to the
@@ -309,6 +310,70 @@ fn an_exiting_node_reports_its_code_within_a_second() {
     assert_eq!(node.exit().wait(EXIT_BOUND), Some(NodeOutcome::Exited(42)));
     drop(node); // freeing an ended node
     assert_eq!(vm_threads(), Vec::<String>::new());
+}
+
+#[test]
+fn a_node_with_a_shared_window_shares_it_and_rings_both_ways() {
+    let test = "a_node_with_a_shared_window_shares_it_and_rings_both_ways";
+    let _serial = serial();
+    let Some(()) = kvm(test) else { return };
+    let window_bytes = 1 << 20;
+    let spec = NodeSpec {
+        shared_window: window_bytes,
+        timeout: Some(Duration::from_secs(60)),
+        ..NodeSpec::new(NodeImage::Path(guest("window")))
+    };
+    let memory = spec.memory;
+    let node = LocalNodeAllocator::new()
+        .allocate(spec.clone())
+        .expect("allocate");
+    let window = Arc::clone(node.shared_window().expect("a window was asked for"));
+    assert_eq!(window.len() as u64, window_bytes);
+    assert_eq!(window.guest_addr(), memory - window_bytes);
+    // The `window` guest rings once it has written its second word, then sleeps until
+    // the third word is set and its core woken.
+    let deadline = Instant::now() + START;
+    while window.doorbell().read().is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "no doorbell: {}",
+            node.console().text()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let third = window
+        .as_ptr()
+        .wrapping_add(16)
+        .cast::<std::sync::atomic::AtomicU64>();
+    assert!(third.is_aligned() && 24 <= window.len());
+    // SAFETY: inside the window (checked), which `window` keeps mapped; aligned; the
+    // guest reads it concurrently, which an atomic allows.
+    unsafe { (*third).store(1, std::sync::atomic::Ordering::Release) };
+    assert!(window.wake_vcpu(0));
+    assert_eq!(
+        node.exit().wait(START),
+        Some(NodeOutcome::Exited(0)),
+        "{}",
+        node.console().text()
+    );
+    drop(node);
+    assert_eq!(vm_threads(), Vec::<String>::new());
+    // The window outlives the node; waking its ended vCPU is harmless.
+    assert!(window.wake_vcpu(0));
+
+    // The process backend cannot share memory, and says so.
+    let refused = ProcessNodeAllocator::new("/nonexistent/ebb").allocate(spec);
+    assert!(
+        matches!(
+            refused,
+            Err(ebb_dist::allocator::AllocateError::Unsupported(_))
+        ),
+        "{refused:?}"
+    );
+    let plain = LocalNodeAllocator::new()
+        .allocate(NodeSpec::new(NodeImage::Path(guest("exit_code"))))
+        .expect("allocate");
+    assert!(plain.shared_window().is_none());
 }
 
 /// The signals this process catches (`SigCgt` of /proc/self/status), as a bit mask.

@@ -1,6 +1,7 @@
 //! The guest's global allocator: ebb-mem's [`GeneralPurposeAllocator`] (per-core slab
 //! caches with remote-free lists over a buddy page allocator) fed with every
-//! [`MemKind::Usable`] region of the boot memory map.
+//! [`MemKind::Usable`] region of the boot memory map — and only those: the shared window
+//! ([`MemKind::Shared`], see [`crate::window`]) belongs to the guest and the host together.
 //!
 //! The regions are handed over on the first allocation, from whichever core allocates
 //! first (a `spin::Once`, so concurrent first allocations wait for it). Allocation failure

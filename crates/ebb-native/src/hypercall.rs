@@ -8,7 +8,7 @@
 
 use crate::abi::{
     HC_CLOCK, HC_CONSOLE_FLUSH, HC_EXIT, HC_PANIC, HC_WAIT, HYPERCALL_PORT, HcClock,
-    HcConsoleFlush, HcExit, HcPanic, HcWait, HypercallHeader, KICK_PORT, WAIT_KICKED,
+    DOORBELL_PORT, HcConsoleFlush, HcExit, HcPanic, HcWait, HypercallHeader, KICK_PORT, WAIT_KICKED,
 };
 use crate::arch::out32;
 use crate::pvh;
@@ -93,6 +93,17 @@ pub fn kick(core: u32) {
         return; // one vCPU: no other core to wake
     }
     out32(KICK_PORT, core);
+}
+
+/// Rings the host's doorbell ([`DOORBELL_PORT`]; any value does). Only for a VM with a
+/// shared window — without one the write ends the VM — so call it through
+/// [`crate::window::ring_host_doorbell`], which checks. Handled in the host kernel, like a
+/// kick.
+pub fn doorbell() {
+    if pvh::active() {
+        return; // no embedding program to ring
+    }
+    out32(DOORBELL_PORT, 1);
 }
 
 /// Reports a panic and ends the VM.

@@ -28,7 +28,10 @@
 //! * `netstack` — ebb-net over those queue pairs: `netstack::start` is what
 //!   `ebb::net` calls natively (the counterpart of `ebb_hosted::netstack::start`);
 //! * `hypercall` — typed wrappers around the port-I/O hypercalls (exit, clock, wait,
-//!   kick, console flush, panic);
+//!   kick, doorbell, console flush, panic);
+//! * `window` — the window of guest memory shared with the program that embeds the
+//!   monitor (`shared_window()`, a `MemKind::Shared` region the heap never takes) and
+//!   `ring_host_doorbell()`, which tells that program the guest wrote to it;
 //! * `console` — `print!`/`println!` into this core's shared-memory console ring: no exit
 //!   per line, the monitor drains the ring;
 //! * a `#[panic_handler]` that sends the message and a frame-pointer backtrace through the
@@ -109,9 +112,11 @@ guest_only! {
     pub mod pvh;
     pub mod runtime;
     pub mod virtio;
+    pub mod window;
 
     pub use ebb_core;
     pub use entry::{boot_info, cmdline, core_id, park};
+    pub use window::{ring_host_doorbell, shared_window};
 }
 
 /// Declares the image's entry functions: `entry!(main)` runs `fn main() -> i32` on core 0

@@ -91,6 +91,17 @@ pub enum AbiError {
         /// The value written to the kick port.
         target: u64,
     },
+    /// A write to the doorbell port reached the monitor: the VM has no shared window, so
+    /// no ioeventfd claims the port (with a window, KVM signals the doorbell instead).
+    #[error(
+        "write of the doorbell port {port:#x} (value {value:#x}), but this VM has no shared \
+         window",
+        port = ebb_abi::DOORBELL_PORT
+    )]
+    DoorbellWithoutWindow {
+        /// The value written.
+        value: u64,
+    },
     /// A guest-physical access outside guest memory (an MMIO exit).
     #[error("{dir} of guest-physical address {addr:#x}, outside guest memory")]
     Mmio {

@@ -20,8 +20,9 @@
 //! other, however indirectly (`tests/architecture` checks the circles):
 //!
 //! 1. Guest memory and what goes into it: [`guest`], [`layout`], [`paging`], [`cpu`],
-//!    [`image`], `sys`; the error a hostile guest ends its VM with, [`abi_error`]; and
-//!    [`option_values`].
+//!    [`image`], `sys`; the error a hostile guest ends its VM with, [`abi_error`];
+//!    [`option_values`]; and [`window`], the part of guest memory an embedding program
+//!    shares, with its doorbells.
 //! 2. What a running VM's threads share: [`report`] (how a VM ends), [`console`], and
 //!    [`shared`] (guest memory, console, stop flag and outcome, in one
 //!    [`Shared`](shared::Shared)).
@@ -70,7 +71,9 @@ mod testing;
 mod vcpu;
 pub mod virtio;
 pub mod vm;
+pub mod window;
 
 pub use ebb_boot::layout;
 pub use report::Outcome;
 pub use vm::{Remains, VCPU_NICE_ON_SHARED_CPUS, Vm, VmConfig, VmError, VmStopper, kvm_usable};
+pub use window::SharedWindow;

@@ -95,6 +95,7 @@ fn main() -> ExitCode {
         pin: args.pin,
         kvm_fd: args.kvm_fd,
         huge_pages: args.huge_pages,
+        shared_window: 0,
     };
     let bytes = match image::read(&args.image) {
         Ok(b) => b,

@@ -45,7 +45,7 @@ impl FakeGuest {
         let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)])
             .expect("host memory for the fake guest");
         let mem = GuestMem::new(mem, MEM_SIZE);
-        let layout = Layout::new(MEM_SIZE, cpus, IMAGE_BASE, IMAGE_BASE + 0x1000)
+        let layout = Layout::new(MEM_SIZE, cpus, IMAGE_BASE, IMAGE_BASE + 0x1000, 0)
             .expect("a layout for the fake guest");
         let console_out = Collected::default();
         let console = Console::new(&mem, &layout, Box::new(console_out.clone()))

@@ -9,7 +9,7 @@ use crate::hypercall::{self, Caller, Step};
 use crate::report::{Outcome, VcpuState};
 use crate::shared::Shared;
 use crate::virtio::VirtioNetDevice;
-use ebb_abi::{HYPERCALL_PORT, KICK_PORT};
+use ebb_abi::{DOORBELL_PORT, HYPERCALL_PORT, KICK_PORT};
 use kvm_ioctls::{VcpuExit, VcpuFd};
 use std::sync::Arc;
 use vmm_sys_util::eventfd::EventFd;
@@ -119,6 +119,12 @@ pub fn run(
                 &vcpu,
                 AbiError::BadKick {
                     target: value(&data),
+                },
+            ),
+            Exit::PortWrite(DOORBELL_PORT, data) => violation(
+                &vcpu,
+                AbiError::DoorbellWithoutWindow {
+                    value: value(&data),
                 },
             ),
             Exit::PortWrite(port, data) => violation(

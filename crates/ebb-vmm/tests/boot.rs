@@ -106,6 +106,11 @@ fn hostile_guests_end_only_their_vm_with_a_clear_error() {
         ("misaligned", ABI, "0x200003 is not 8-byte aligned"),
         ("bad-port", ABI, "write of unexpected I/O port 0x80"),
         ("bad-kick", ABI, "kick of core 99, which does not exist"),
+        (
+            "doorbell",
+            ABI,
+            "write of the doorbell port 0xeb8 (value 0x7), but this VM has no shared window",
+        ),
         ("corrupt-console", ABI, "console ring of core 0 is corrupt"),
         ("cli", FAULT, "triple fault"),
         ("hlt", FAULT, "triple fault"),

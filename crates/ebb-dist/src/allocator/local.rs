@@ -2,7 +2,8 @@
 //! its own (see the module docs of [`allocator`](super)).
 //!
 //! A node's thread widens its CPU affinity, builds the VM (`Vm::new`: image, memory,
-//! vCPU threads, network link), reports that to `allocate` with the VM's stopper, runs
+//! vCPU threads, network link), reports that to `allocate` with the VM's stopper and
+//! shared window (both only obtainable before the run takes the VM), runs
 //! it (`Vm::run_embedded`, which joins the vCPU and device threads before it returns),
 //! publishes the outcome, then tears the VM down (≈ 10 ms) and ends. `free` stops the
 //! VM through its stopper and joins that thread.
@@ -21,7 +22,7 @@ use ebb_usernet::{UserNet, UserNetConfig};
 use ebb_vmm::image::Symbolizer;
 use ebb_vmm::virtio::{HostLink, HostLinkError, PortForward};
 use ebb_vmm::vm::{ExternalLink, HostLinkConfig, HostLinkFactory, VmNetwork};
-use ebb_vmm::{Outcome, Vm, VmConfig, VmStopper};
+use ebb_vmm::{Outcome, SharedWindow, Vm, VmConfig, VmStopper};
 
 use super::{
     AllocateError, ConsoleLog, ForwardedPort, FreeError, NodeAllocator, NodeControl, NodeExit,
@@ -86,6 +87,7 @@ impl NodeAllocator for LocalNodeAllocator {
             net,
             kvm_fd: None,
             huge_pages: true,
+            shared_window: spec.shared_window,
         };
         let exit = NodeExit::default();
         let console = ConsoleLog::default();
@@ -101,8 +103,8 @@ impl NodeAllocator for LocalNodeAllocator {
                     source,
                 })?
         };
-        let stopper = match ready_rx.recv_timeout(START_BOUND) {
-            Ok(Ok(stopper)) => stopper,
+        let Ready { stopper, window } = match ready_rx.recv_timeout(START_BOUND) {
+            Ok(Ok(ready)) => ready,
             Ok(Err(message)) => {
                 let _ = thread.join();
                 return Err(AllocateError::Vm(message));
@@ -127,6 +129,7 @@ impl NodeAllocator for LocalNodeAllocator {
             forwards,
             exit,
             console,
+            shared_window: window.map(Arc::new),
             control: Some(Box::new(LocalControl {
                 stopper,
                 thread: Some(thread),
@@ -215,12 +218,18 @@ impl HostLinkFactory for NodeLink {
     }
 }
 
+/// What the node's thread hands `allocate` once the VM is built.
+struct Ready {
+    stopper: VmStopper,
+    window: Option<SharedWindow>,
+}
+
 /// The node's thread: see the module docs.
 fn node_main(
     image: LoadedImage,
     config: VmConfig,
     sink: ebb_vmm::console::Sink,
-    ready: mpsc::Sender<Result<VmStopper, String>>,
+    ready: mpsc::Sender<Result<Ready, String>>,
     exit: NodeExit,
 ) {
     widen_affinity();
@@ -231,7 +240,11 @@ fn node_main(
             return;
         }
     };
-    if ready.send(Ok(vm.stopper())).is_err() {
+    let built = Ready {
+        stopper: vm.stopper(),
+        window: vm.shared_window(),
+    };
+    if ready.send(Ok(built)).is_err() {
         // `allocate` gave up waiting (START_BOUND): nobody could ever stop this VM, so it
         // never runs (dropped unrun, its vCPU threads end).
         return;

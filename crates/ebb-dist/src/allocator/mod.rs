@@ -3,7 +3,8 @@
 //!
 //! A front end asks for a node with a [`NodeSpec`] — an image, vCPUs, memory, a network
 //! and the image's command line — and gets a [`NodeHandle`]: where the node's forwarded
-//! ports are on the host, its console, an **exit notification** ([`NodeExit`]: a
+//! ports are on the host, its console, its **shared window** when the spec asked for one
+//! (local backend only: [`NodeHandle::shared_window`]), an **exit notification** ([`NodeExit`]: a
 //! blocking wait with a bound, or a future) that says how the node ended — exit code,
 //! guest panic, fault — and [`NodeHandle::free`], which stops the node and releases
 //! everything it held within a stated bound.
@@ -62,6 +63,7 @@ use std::vec::Vec;
 
 pub use console::{CONSOLE_KEEP, ConsoleLog};
 pub use ebb_usernet::GuestForward;
+pub use ebb_vmm::SharedWindow;
 pub use exit::{NodeExit, NodeExitFuture, NodeOutcome};
 pub use local::LocalNodeAllocator;
 pub use process::ProcessNodeAllocator;
@@ -124,6 +126,10 @@ pub struct NodeSpec {
     /// Also copy the node's console to this process's stdout (it is kept in the
     /// handle's [`ConsoleLog`] either way).
     pub console_to_stdout: bool,
+    /// Bytes of guest memory shared with this process ([`NodeHandle::shared_window`]):
+    /// the top of the node's memory, a multiple of 4 KiB, at most half of `memory`; 0 for
+    /// none. Only the local backend can share memory; the process backend refuses it.
+    pub shared_window: u64,
 }
 
 impl NodeSpec {
@@ -137,6 +143,7 @@ impl NodeSpec {
             args: Vec::new(),
             timeout: None,
             console_to_stdout: false,
+            shared_window: 0,
         }
     }
 }
@@ -212,6 +219,8 @@ pub struct NodeHandle {
     forwards: Vec<ForwardedPort>,
     exit: NodeExit,
     console: ConsoleLog,
+    /// The node's shared window, when it has one (local backend).
+    shared_window: Option<Arc<SharedWindow>>,
     control: Option<Box<dyn NodeControl>>,
 }
 
@@ -254,9 +263,18 @@ impl NodeHandle {
         &self.console
     }
 
+    /// The window of the node's guest memory shared with this process, with its doorbells
+    /// (see [`SharedWindow`]: the guest writes it concurrently and is not trusted); `None`
+    /// unless [`NodeSpec::shared_window`] asked for one (and for the process backend). A
+    /// clone keeps the node's guest memory mapped after the node ended or was freed.
+    pub fn shared_window(&self) -> Option<&Arc<SharedWindow>> {
+        self.shared_window.as_ref()
+    }
+
     /// Stops the node (if it still runs) and releases everything it held — its threads
-    /// joined (or its process reaped), its ports closed, its guest memory unmapped —
-    /// within [`FREE_BOUND`]. Returns how it ended ([`NodeOutcome::Freed`] if this
+    /// joined (or its process reaped), its ports closed, its guest memory unmapped (once
+    /// no clone of its [`shared_window`](Self::shared_window) is left) — within
+    /// [`FREE_BOUND`]. Returns how it ended ([`NodeOutcome::Freed`] if this
     /// stopped it).
     pub fn free(mut self) -> Result<NodeOutcome, FreeError> {
         self.shut_down()

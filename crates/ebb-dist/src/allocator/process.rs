@@ -68,6 +68,13 @@ fn free_port() -> Result<u16, AllocateError> {
 
 impl NodeAllocator for ProcessNodeAllocator {
     fn allocate(&self, spec: NodeSpec) -> Result<NodeHandle, AllocateError> {
+        if spec.shared_window != 0 {
+            return Err(AllocateError::Unsupported(
+                "a child `ebb run` cannot share its guest memory with this process: use \
+                 LocalNodeAllocator"
+                    .to_string(),
+            ));
+        }
         let index = self.next.fetch_add(1, Ordering::Relaxed);
         let name = format!("process-node{index}");
         let mut cmd = Command::new(&self.ebb);
@@ -216,6 +223,7 @@ impl NodeAllocator for ProcessNodeAllocator {
             forwards,
             exit,
             console,
+            shared_window: None,
             control: Some(Box::new(control)),
         })
     }

@@ -212,8 +212,9 @@ extern "C" fn ebb_pvh_setup(start_info_addr: u64) -> ! {
     super::BOOT_TSC.store(crate::arch::rdtsc(), core::sync::atomic::Ordering::Relaxed);
     let (mem_size, cmdline_len) = read_start_info(start_info_addr);
     let image_end = (&raw const __image_end) as u64;
-    // The monitor's layout for one core: the same checks, the same placement.
-    let Ok(layout) = Layout::new(mem_size, 1, IMAGE_BASE, image_end) else {
+    // The monitor's layout for one core: the same checks, the same placement. No shared
+    // window: under a standard hypervisor there is no embedding program to share it with.
+    let Ok(layout) = Layout::new(mem_size, 1, IMAGE_BASE, image_end, 0) else {
         fail(b"pvh: guest memory too small for the image and its stack\n");
     };
     let tsc_khz = tsc_khz();

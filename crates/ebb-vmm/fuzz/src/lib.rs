@@ -25,7 +25,7 @@ pub fn load(bytes: &[u8], mem: &GuestMem) -> Result<u64, String> {
     for addr in [image.entry, image.start, image.end, 0, u64::MAX] {
         let _ = (sym.describe(addr), sym.describe_return(addr));
     }
-    let layout = Layout::new(MEM_SIZE, 2, image.start, image.end).map_err(|e| e.to_string())?;
+    let layout = Layout::new(MEM_SIZE, 2, image.start, image.end, 0).map_err(|e| e.to_string())?;
     PageTables::build(&layout.page_map(), layout.mem_size).map_err(|e| e.to_string())?;
     for seg in &image.segments {
         assert!(

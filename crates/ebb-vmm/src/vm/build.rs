@@ -13,9 +13,10 @@ use crate::layout::{Layout, LayoutError};
 use crate::paging::PageTables;
 use crate::shared::Shared;
 use crate::sys;
-use ebb_abi::{BOOT_INFO_ADDR, BootInfo, CMDLINE_ADDR, KICK_PORT};
+use crate::window::SharedWindow;
+use ebb_abi::{BOOT_INFO_ADDR, BootInfo, CMDLINE_ADDR, DOORBELL_PORT, KICK_PORT};
 use kvm_bindings::KVM_MAX_CPUID_ENTRIES;
-use kvm_ioctls::{IoEventAddress, Kvm};
+use kvm_ioctls::{IoEventAddress, Kvm, NoDatamatch, VmFd};
 use std::mem::offset_of;
 use std::sync::Arc;
 use vm_memory::{GuestAddress, GuestMemoryMmap};
@@ -26,7 +27,13 @@ impl Vm {
     /// structures and creates the vCPUs. Console output goes to `sink`.
     pub fn new(bytes: &[u8], config: VmConfig, sink: Sink) -> Result<Self, VmError> {
         let image = Image::parse(bytes)?;
-        let layout = Layout::new(config.mem_size, config.cpus, image.start, image.end)?;
+        let layout = Layout::new(
+            config.mem_size,
+            config.cpus,
+            image.start,
+            image.end,
+            config.shared_window,
+        )?;
         let vcpu_threads = spawn_vcpu_threads(layout.cpus, config.pin)?;
         if config.cmdline.len() as u64 > ebb_abi::CMDLINE_MAX {
             return Err(LayoutError::CmdlineTooLong(config.cmdline.len()).into());
@@ -112,6 +119,7 @@ impl Vm {
             vcpus.push((vcpu, kick));
         }
         log::debug!("vCPUs created");
+        let window = shared_window(&vm, &mem, &layout, &vcpus)?;
         mem.write_u64(
             BOOT_INFO_ADDR + offset_of!(BootInfo, tsc_khz) as u64,
             u64::from(tsc_khz),
@@ -165,8 +173,51 @@ impl Vm {
             net,
             net_io,
             cpus_shared,
+            window,
         })
     }
+}
+
+/// The layout's shared window, if it has one: its doorbell registered on
+/// [`DOORBELL_PORT`] and duplicates of the vCPUs' kick eventfds for
+/// [`SharedWindow::wake_vcpu`].
+fn shared_window(
+    vm: &VmFd,
+    mem: &GuestMem,
+    layout: &Layout,
+    vcpus: &[(kvm_ioctls::VcpuFd, EventFd)],
+) -> Result<Option<SharedWindow>, VmError> {
+    if layout.shared_window == 0 {
+        return Ok(None);
+    }
+    let os = |what| move |source| VmError::Os { what, source };
+    let doorbell = EventFd::new(EFD_NONBLOCK).map_err(os("creating the doorbell eventfd"))?;
+    // No datamatch: any value rings. kvm-ioctls then registers length 0, which KVM takes
+    // as "any width at exactly this port", so the guest's 32-bit `out` is claimed in the
+    // host kernel like a kick and never reaches the monitor.
+    vm.register_ioevent(
+        &doorbell,
+        &IoEventAddress::Pio(u64::from(DOORBELL_PORT)),
+        NoDatamatch,
+    )
+    .map_err(kvm_err("KVM_IOEVENTFD (doorbell)"))?;
+    let mut kicks = Vec::with_capacity(vcpus.len());
+    for (_, kick) in vcpus {
+        kicks.push(kick.try_clone().map_err(os("cloning a kick eventfd"))?);
+    }
+    let len = usize::try_from(layout.shared_window)
+        .map_err(|_| VmError::GuestWrite("the shared window (larger than this address space)"))?;
+    SharedWindow::new(
+        mem.inner().clone(),
+        layout.shared_window_start(),
+        len,
+        doorbell,
+        kicks,
+    )
+    .map(Some)
+    .ok_or(VmError::GuestWrite(
+        "the shared window (outside guest memory)",
+    ))
 }
 
 /// Asks for the guest's free memory (above its image, per-core blocks and stacks, from the

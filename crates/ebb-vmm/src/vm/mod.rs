@@ -36,6 +36,7 @@ use crate::layout::LayoutError;
 use crate::paging::PagingError;
 use crate::shared::Shared;
 use crate::virtio::{IoThread, VirtioNetDevice};
+use crate::window::SharedWindow;
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,6 +64,10 @@ pub struct VmConfig {
     /// Ask for the guest's free memory on transparent huge pages (`--huge-pages`, default
     /// on; see [`Vm::new`]).
     pub huge_pages: bool,
+    /// Bytes of a window at the top of guest memory shared with the program that embeds
+    /// the monitor ([`Vm::shared_window`]): a multiple of 4 KiB, at most half of
+    /// `mem_size`; 0 (the default) for none.
+    pub shared_window: u64,
 }
 
 impl Default for VmConfig {
@@ -76,6 +81,7 @@ impl Default for VmConfig {
             net: None,
             kvm_fd: None,
             huge_pages: true,
+            shared_window: 0,
         }
     }
 }
@@ -156,6 +162,8 @@ pub struct Vm {
     /// Whether the vCPUs share their host CPUs with the device thread (decided once, in
     /// [`Vm::new`]); they then run below it ([`VCPU_NICE_ON_SHARED_CPUS`]).
     cpus_shared: bool,
+    /// The shared window and its doorbells, when [`VmConfig::shared_window`] asked for one.
+    window: Option<SharedWindow>,
 }
 
 impl std::fmt::Debug for Vm {

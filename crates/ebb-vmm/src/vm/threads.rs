@@ -162,6 +162,14 @@ impl Vm {
         self.run_with(false)
     }
 
+    /// The window of guest memory shared with the program that embeds the monitor, with
+    /// its doorbells, when [`VmConfig::shared_window`](super::VmConfig::shared_window) asked
+    /// for one; call it after [`Vm::new`] and before the run, like
+    /// [`stopper`](Self::stopper). The window stays usable (mapped) after the VM ended.
+    pub fn shared_window(&self) -> Option<crate::window::SharedWindow> {
+        self.window.clone()
+    }
+
     /// What ends this VM from another thread: see [`VmStopper`].
     pub fn stopper(&self) -> VmStopper {
         VmStopper {
@@ -183,6 +191,7 @@ impl Vm {
             net,
             net_io,
             cpus_shared,
+            window: _,
         } = self;
         let mut io_thread = None;
         if let Some(io) = net_io {

@@ -1,7 +1,7 @@
 //! Misbehaves in the way its command line names, to test that the monitor reports each
 //! misbehaviour clearly and ends only this VM. Cases: bad-pointer, huge-length,
-//! unknown-hypercall, block-outside, misaligned, bad-port, bad-kick, corrupt-console,
-//! cli, hlt, mov-cr3, wild-jump, spin.
+//! unknown-hypercall, block-outside, misaligned, bad-port, bad-kick, doorbell (with no
+//! shared window), corrupt-console, cli, hlt, mov-cr3, wild-jump, spin.
 #![no_std]
 #![no_main]
 
@@ -45,6 +45,8 @@ fn main() -> i32 {
         "misaligned" => arch::out32(ebb_native::abi::HYPERCALL_PORT, 0x20_0003),
         "bad-port" => arch::out32(0x80, 0x1234),
         "bad-kick" => hypercall::kick(99),
+        // This VM has no shared window, so the doorbell port is not the host's.
+        "doorbell" => arch::out32(ebb_native::abi::DOORBELL_PORT, 7),
         "corrupt-console" => {
             let ring = arch::percore().console as *mut ConsoleRing;
             // SAFETY: none needed for the guest's own memory — this scribbles a head that
