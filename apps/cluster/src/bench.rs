@@ -25,7 +25,7 @@ use ebb_dist::remote::encode;
 
 use crate::protocol::{ECHO_KIND, NODE, PING_KIND, PONG_KIND, SINK_KIND, SINK_TOTAL_KIND};
 
-const SAMPLES: usize = 2000;
+const SAMPLES: usize = 20_000;
 const MESSAGE: usize = 1 << 20;
 const TOTAL: usize = 64 << 20;
 
@@ -42,8 +42,79 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Runs `rounds` alternating rounds; the report.
-pub async fn run(messenger: &Messenger, node: NodeId, rounds: u32) -> Result<String, String> {
+/// CPU time of every thread of process `pid` so far, in ns (the scheduler's own
+/// accounting, `/proc/PID/task/*/schedstat`): this process's event loops, its monitor's
+/// vCPU and I/O threads, or the TCP peer's.
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// CPU time the whole machine spent busy so far (every CPU, every process: user, system,
+/// interrupts, guests), in ns, from `/proc/stat`: the check on `cpu_ns`, which a vCPU's
+/// time in the guest may escape.
+fn machine_busy_ns() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return 0;
+    };
+    let Some(line) = stat.lines().next() else {
+        return 0;
+    };
+    // cpu user nice system idle iowait irq softirq steal guest guest_nice (ticks)
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let busy: u64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| f.get(i)).sum();
+    busy * (1_000_000_000 / 100)
+}
+
+/// The calling thread's CPU time so far, in ns.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Round trips per sample run (`EBB_BENCH_SAMPLES`, default 2000).
+fn samples() -> usize {
+    std::env::var("EBB_BENCH_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SAMPLES)
+}
+
+fn range(v: &[f64]) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(0.0, f64::max);
+    format!("{:.2}x [{lo:.2}-{hi:.2}]", median(v.to_vec()))
+}
+
+/// What one path's rounds gave, as ratios to Linux TCP's figures of the same round.
+#[derive(Default)]
+struct Ratios {
+    call: Vec<f64>,
+    message: Vec<f64>,
+    throughput: Vec<f64>,
+    cpu: Vec<f64>,
+    call_vs_message: Vec<f64>,
+}
+
+/// Runs `rounds` alternating rounds against every node of `targets` (its id and how it
+/// is reached); the report.
+pub async fn run(
+    messenger: &Messenger,
+    targets: &[(NodeId, &'static str)],
+    rounds: u32,
+) -> Result<String, String> {
     let waiter: Waiter = Arc::default();
     {
         let w = waiter.clone();
@@ -54,44 +125,70 @@ pub async fn run(messenger: &Messenger, node: NodeId, rounds: u32) -> Result<Str
         });
     }
     let mut peer = TcpPeer::start()?;
+    let port = peer.port;
+    let me = std::process::id();
     let mut out = String::new();
-    let (mut call_ratios, mut msg_ratios, mut tput_ratios, mut call_vs_msg) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut ratios: Vec<Ratios> = targets.iter().map(|_| Ratios::default()).collect();
     for round in 1..=rounds {
-        let call = summary(call_rtts(messenger, node).await?);
-        let msg = summary(message_rtts(messenger, node, &waiter).await?);
-        let tcp = summary(peer.rtts()?);
-        let ours_tput = throughput(messenger, node, &waiter).await?;
-        let tcp_tput = peer.throughput()?;
+        // Both sides of the ping-pong: the client thread's CPU (measured by itself) and
+        // the peer process's (it serves on its main thread).
+        let peer_before = cpu_ns(peer.child.id());
+        let busy_before = machine_busy_ns();
+        let (rtts, client_cpu) = off_loop(move || TcpPeer::rtts(port)).await?;
+        let tcp_busy = (machine_busy_ns() - busy_before) as f64 / samples() as f64 / 1e3;
+        let tcp = summary(rtts);
+        let tcp_cpu =
+            (client_cpu + cpu_ns(peer.child.id()) - peer_before) as f64 / samples() as f64 / 1e3;
+        let tcp_tput = off_loop(move || TcpPeer::throughput(port)).await?;
         out.push_str(&format!(
-            "bench round {round}: 64 B round trip median/p99 µs: call {:.1}/{:.1}, message {:.1}/{:.1}, Linux TCP {:.1}/{:.1}; 1 MiB messages {:.0} MB/s, Linux TCP {:.0} MB/s\n",
-            call.0, call.1, msg.0, msg.1, tcp.0, tcp.1, ours_tput, tcp_tput
+            "bench round {round}: Linux TCP between two processes: 64 B round trip median/p99 {:.1}/{:.1} µs, {tcp_cpu:.1} µs CPU per round trip (both processes; the machine: {tcp_busy:.1} µs); 1 MiB writes {tcp_tput:.0} MB/s\n",
+            tcp.0, tcp.1
         ));
-        call_ratios.push(call.0 / tcp.0);
-        msg_ratios.push(msg.0 / tcp.0);
-        tput_ratios.push(ours_tput / tcp_tput);
-        call_vs_msg.push(call.0 / msg.0);
+        for ((node, path), r) in targets.iter().zip(ratios.iter_mut()) {
+            let call = summary(call_rtts(messenger, *node).await?);
+            let cpu_before = cpu_ns(me);
+            let busy_before = machine_busy_ns();
+            let shm_before = ebb::shm::stats();
+            let msg = summary(message_rtts(messenger, *node, &waiter).await?);
+            let cpu = (cpu_ns(me) - cpu_before) as f64 / samples() as f64 / 1e3;
+            let busy = (machine_busy_ns() - busy_before) as f64 / samples() as f64 / 1e3;
+            let shm = ebb::shm::stats();
+            let per = |after: u64, before: u64| (after - before) as f64 / samples() as f64;
+            let wakes = format!(
+                "wakes per round trip: {:.3} sent to the node, {:.3} from it",
+                per(shm.wakes_sent, shm_before.wakes_sent),
+                per(shm.wakes_received, shm_before.wakes_received)
+            );
+            let tput = throughput(messenger, *node, &waiter).await?;
+            out.push_str(&format!(
+                "bench round {round}: {node} ({path}): 64 B round trip median/p99 µs: call {:.1}/{:.1}, message {:.1}/{:.1}, {cpu:.1} µs CPU per message round trip (the whole front end process: event loops, vCPUs, monitor threads; the machine: {busy:.1} µs; {wakes}); 1 MiB messages {tput:.0} MB/s\n",
+                call.0, call.1, msg.0, msg.1
+            ));
+            r.call.push(call.0 / tcp.0);
+            r.message.push(msg.0 / tcp.0);
+            r.throughput.push(tput / tcp_tput);
+            r.cpu.push(cpu / tcp_cpu);
+            r.call_vs_message.push(call.0 / msg.0);
+        }
     }
     peer.stop();
-    let range = |v: &[f64]| {
-        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().copied().fold(0.0, f64::max);
-        format!("{:.2}x [{lo:.2}-{hi:.2}]", median(v.to_vec()))
-    };
-    out.push_str(&format!(
-        "bench summary ({rounds} rounds, front end ↔ {node} through user-mode forwards; Linux TCP between two processes on loopback): call round trip {} Linux TCP's; message round trip {}; throughput {}; a call against a raw message round trip {}",
-        range(&call_ratios),
-        range(&msg_ratios),
-        range(&tput_ratios),
-        range(&call_vs_msg)
-    ));
-    Ok(out)
+    for ((node, path), r) in targets.iter().zip(&ratios) {
+        out.push_str(&format!(
+            "bench summary ({rounds} rounds, front end ↔ {node} over {path}; against Linux TCP between two processes on loopback): call round trip {}; message round trip {}; throughput {}; CPU per round trip {}; a call against a raw message round trip {}\n",
+            range(&r.call),
+            range(&r.message),
+            range(&r.throughput),
+            range(&r.cpu),
+            range(&r.call_vs_message)
+        ));
+    }
+    Ok(out.trim_end().to_string())
 }
 
 async fn call_rtts(messenger: &Messenger, node: NodeId) -> Result<Vec<f64>, String> {
     let payload = IOBufChain::from(IOBuf::copy_from_slice(&[7u8; 64]));
-    let mut us = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
+    let mut us = Vec::with_capacity(samples());
+    for _ in 0..samples() {
         let t = Instant::now();
         messenger
             .call(node, NODE, ECHO_KIND, payload.clone())
@@ -108,8 +205,8 @@ async fn message_rtts(
     waiter: &Waiter,
 ) -> Result<Vec<f64>, String> {
     let payload = IOBufChain::from(IOBuf::copy_from_slice(&[7u8; 64]));
-    let mut us = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
+    let mut us = Vec::with_capacity(samples());
+    for _ in 0..samples() {
         let (p, answered) = promise();
         *waiter.lock() = Some(p);
         let t = Instant::now();
@@ -149,6 +246,19 @@ async fn throughput(messenger: &Messenger, node: NodeId, waiter: &Waiter) -> Res
     Ok(TOTAL as f64 / t.elapsed().as_secs_f64() / 1e6)
 }
 
+/// Runs the blocking `f` on a thread of its own, so this core's event loop goes on
+/// (heartbeats, the nodes' traffic) while the TCP peer is measured.
+async fn off_loop<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    let (p, done) = promise();
+    std::thread::spawn(move || {
+        let _ = p.set(f());
+    });
+    done.await
+        .map_err(|_| "the measuring thread ended early".to_string())?
+}
+
 /// The peer: this executable as a plain TCP server in another process.
 struct TcpPeer {
     child: Child,
@@ -174,28 +284,30 @@ impl TcpPeer {
         Ok(TcpPeer { child, port })
     }
 
-    fn connect(&self, mode: u8) -> Result<TcpStream, String> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| e.to_string())?;
+    fn connect(port: u16, mode: u8) -> Result<TcpStream, String> {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
         s.set_nodelay(true).map_err(|e| e.to_string())?;
         s.write_all(&[mode]).map_err(|e| e.to_string())?;
         Ok(s)
     }
 
-    fn rtts(&mut self) -> Result<Vec<f64>, String> {
-        let mut s = self.connect(b'e')?;
+    /// The round trips, and the CPU time this thread spent on them (ns).
+    fn rtts(port: u16) -> Result<(Vec<f64>, u64), String> {
+        let mut s = TcpPeer::connect(port, b'e')?;
+        let cpu_before = thread_cpu_ns();
         let (ping, mut pong) = ([7u8; 64], [0u8; 64]);
-        let mut us = Vec::with_capacity(SAMPLES);
-        for _ in 0..SAMPLES {
+        let mut us = Vec::with_capacity(samples());
+        for _ in 0..samples() {
             let t = Instant::now();
             s.write_all(&ping).map_err(|e| e.to_string())?;
             s.read_exact(&mut pong).map_err(|e| e.to_string())?;
             us.push(t.elapsed().as_secs_f64() * 1e6);
         }
-        Ok(us)
+        Ok((us, thread_cpu_ns() - cpu_before))
     }
 
-    fn throughput(&mut self) -> Result<f64, String> {
-        let mut s = self.connect(b's')?;
+    fn throughput(port: u16) -> Result<f64, String> {
+        let mut s = TcpPeer::connect(port, b's')?;
         let block = vec![0x5au8; MESSAGE];
         let t = Instant::now();
         for _ in 0..TOTAL / MESSAGE {
@@ -217,6 +329,13 @@ impl TcpPeer {
     }
 }
 
+impl Drop for TcpPeer {
+    /// An error return must not leave the peer process behind.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// `--tcp-peer`: listens on 127.0.0.1, prints the port, and serves each connection by
 /// its first byte: `e` echoes, `s` counts until EOF and answers the count.
 pub fn tcp_peer() -> i32 {
@@ -229,8 +348,10 @@ pub fn tcp_peer() -> i32 {
     };
     println!("{}", listener.local_addr().map_or(0, |a| a.port()));
     let _ = std::io::stdout().flush();
+    // One connection at a time, on this thread: the bench's are sequential, and the
+    // process's CPU time stays on a thread that lives (`cpu_ns` reads live threads).
     for conn in listener.incoming().flatten() {
-        std::thread::spawn(move || serve(conn));
+        serve(conn);
     }
     0
 }

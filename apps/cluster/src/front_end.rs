@@ -60,10 +60,38 @@ pub struct Options {
     /// this existing bridge, addresses next to ADDR (the bridge's own), and reach the
     /// front end, which listens on ADDR, directly — no user-mode network.
     pub tap_bridge: Option<(String, Ipv4Addr)>,
+    /// How the native nodes reach the front end.
+    pub transport: Transport,
 }
 
+/// How a native node talks to the front end (`--transport`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// A shared-memory window (the node runs in this process): no network at all.
+    Shared,
+    /// TCP: through the node's user-mode network (or the TAP bridge).
+    Network,
+    /// Node 1 through a window, the others through the network (to compare both in one
+    /// run).
+    Mixed,
+}
+
+impl Transport {
+    fn shared_for(self, index: u32) -> bool {
+        match self {
+            Transport::Shared => true,
+            Transport::Network => false,
+            Transport::Mixed => index == 0,
+        }
+    }
+}
+
+/// The window a node with a shared-memory transport gets: rings of 2 MiB each way.
+const SHARED_WINDOW: u64 = (4 << 20) + 4096;
+
 const USAGE: &str = "usage: cluster [--nodes N] [--hosted-nodes N] [--ops N] [--increments N] [--file PATH] \
-[--kill-after OPS] [--seed N] [--bench ROUNDS] [--tap-bridge BRIDGE:ADDR] [--node-image PATH]   (the image: else $EBB_NODE_IMAGE)";
+[--kill-after OPS] [--seed N] [--bench ROUNDS] [--tap-bridge BRIDGE:ADDR] [--transport shared|network|mixed] \
+[--node-image PATH]   (the image: else $EBB_NODE_IMAGE)";
 
 impl Options {
     /// Parses the front end's arguments.
@@ -108,6 +136,16 @@ impl Options {
                         .ok_or_else(|| format!("--tap-bridge takes BRIDGE:ADDR\n{USAGE}"))
                 })
                 .transpose()?,
+            transport: match value("--transport").map(String::as_str) {
+                None | Some("shared") => Transport::Shared,
+                Some("network") => Transport::Network,
+                Some("mixed") => Transport::Mixed,
+                Some(other) => {
+                    return Err(format!(
+                        "--transport takes shared, network or mixed, not {other:?}\n{USAGE}"
+                    ));
+                }
+            },
         })
     }
 }
@@ -127,6 +165,15 @@ enum Running {
 }
 
 impl Running {
+    /// How the node talks to the front end.
+    fn path(&self) -> &'static str {
+        match self {
+            Running::Native(handle) if handle.shared_window().is_some() => "shared memory",
+            Running::Native(_) => "TCP through its network",
+            Running::Hosted(_) => "TCP on loopback",
+        }
+    }
+
     /// Stops the node; how it ended.
     fn stop(self) -> Result<String, String> {
         match self {
@@ -146,7 +193,11 @@ impl Running {
 
     fn describe(&self) -> String {
         match self {
-            Running::Native(handle) => format!("native, its VM {} in this process", handle.name()),
+            Running::Native(handle) => format!(
+                "native, its VM {} in this process, {}",
+                handle.name(),
+                self.path()
+            ),
             Running::Hosted(child) => format!("hosted, process {}", child.id()),
         }
     }
@@ -276,14 +327,24 @@ async fn drive(options: Options) -> Result<(), String> {
             "--ebb-join-token".into(),
             format!("{token:x}"),
         ]);
+        let shared = options.transport.shared_for(i);
         let spec = NodeSpec {
             network: network.clone(),
             args,
+            shared_window: if shared { SHARED_WINDOW } else { 0 },
             ..NodeSpec::new(NodeImage::Bytes(image.clone()))
         };
         let handle = allocator
             .allocate(spec)
             .map_err(|e| format!("cannot boot node {}: {e}", i + 1))?;
+        if let Some(window) = handle.host_window() {
+            // The node finds its window and joins through it (with its token, as over
+            // TCP); this core polls the front end's end.
+            let window = window.map_err(|e| format!("cannot open node {}'s window: {e}", i + 1))?;
+            let conn = ebb::shm::attach(window)
+                .map_err(|e| format!("cannot open node {}'s window: {e}", i + 1))?;
+            front.accept_shared(conn);
+        }
         if let (NodeNetwork::Tap(tap), Some((bridge, _))) = (&network, &options.tap_bridge) {
             enslave(tap, bridge)?;
         }
@@ -334,10 +395,18 @@ async fn drive(options: Options) -> Result<(), String> {
     }
     let ids: Vec<NodeId> = nodes.iter().map(|n| n.id).collect();
     if options.bench > 0 {
-        let first = *ids.iter().min().ok_or("no nodes")?;
+        // Every native node: each of its paths (shared memory, TCP through its network)
+        // beside Linux TCP, in the same rounds.
+        let targets: Vec<(NodeId, &'static str)> = nodes
+            .iter()
+            .filter_map(|n| match &n.running {
+                Some(r @ Running::Native(_)) => Some((n.id, r.path())),
+                _ => None,
+            })
+            .collect();
         println!(
             "{}",
-            crate::bench::run(&messenger, first, options.bench).await?
+            crate::bench::run(&messenger, &targets, options.bench).await?
         );
     }
 

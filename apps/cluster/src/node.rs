@@ -108,7 +108,23 @@ pub async fn run(front_end: SocketAddrV4, token: u64, rest: &[String]) -> i32 {
         ebb::sleep(Duration::from_secs(60)).await;
         Ok(request)
     });
-    let info = match messenger.join(&network, front_end.into(), token).await {
+    // A window from the front end (it runs this node in its own process): join through
+    // it, no network. Otherwise over TCP.
+    let (joined, path) = match ebb::shm::connect_to_front_end() {
+        Ok(conn) => (
+            messenger.join_shared(conn, token).await,
+            alloc::format!("shared memory with the front end; {network} for the rest"),
+        ),
+        Err(ebb::shm::ShmError::NoWindow(_)) => (
+            messenger.join(&network, front_end.into(), token).await,
+            alloc::format!("{network}"),
+        ),
+        Err(e) => {
+            ebb::eprintln!("cluster node: cannot open the shared window: {e}");
+            return 1;
+        }
+    };
+    let info = match joined {
         Ok(info) => info,
         Err(e) => {
             ebb::eprintln!("cluster node: cannot join the front end at {front_end}: {e}");
@@ -116,7 +132,7 @@ pub async fn run(front_end: SocketAddrV4, token: u64, rest: &[String]) -> i32 {
         }
     };
     ebb::println!(
-        "cluster node: joined as {} ({network}; global ids {:?})",
+        "cluster node: joined as {} ({path}; global ids {:?})",
         info.node,
         info.global_ids
     );

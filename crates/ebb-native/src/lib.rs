@@ -71,7 +71,8 @@
 //! * `unsafe` lives in `arch` (instructions), `console` (the ring in shared memory),
 //!   `entry` (the boot info and command line the monitor wrote, the app's entry
 //!   functions), `heap` (handing the memory map to the allocator), `pvh` (the ring-0
-//!   stub) and `virtio::mmio` (device registers and shared rings), each block with a
+//!   stub), `virtio::mmio` (device registers and shared rings) and `window` (the shared
+//!   window as an `ebb_shm::Mapping`), each block with a
 //!   `// SAFETY:` comment; the crate root denies it everywhere else.
 
 #![no_std]
@@ -112,6 +113,7 @@ guest_only! {
     pub mod pvh;
     pub mod runtime;
     pub mod virtio;
+    #[allow(unsafe_code)] // see the crate docs
     pub mod window;
 
     pub use ebb_core;

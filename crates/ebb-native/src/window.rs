@@ -42,3 +42,30 @@ pub fn ring_host_doorbell() {
         hypercall::doorbell();
     }
 }
+
+/// The window as `ebb-shm`'s rings see it (what `ebb::shm` opens on a node).
+#[derive(Clone, Copy, Debug)]
+pub struct GuestWindow {
+    base: usize,
+    size: usize,
+}
+
+impl GuestWindow {
+    /// This VM's window, if it has one.
+    pub fn get() -> Option<GuestWindow> {
+        shared_window().map(|(base, size)| GuestWindow { base, size })
+    }
+}
+
+// SAFETY: the Shared region is identity-mapped read-write for the VM's whole life (the
+// monitor's page tables, built before boot, never change) and no allocator hands it out,
+// so nothing in the guest holds references into it; its bounds come from the boot info,
+// which never changes.
+unsafe impl ebb_shm::Mapping for GuestWindow {
+    fn base(&self) -> *mut u8 {
+        self.base as *mut u8
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+}

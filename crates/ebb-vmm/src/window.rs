@@ -129,6 +129,17 @@ impl SharedWindow {
     }
 }
 
+impl SharedWindow {
+    /// The doorbell (see [`doorbell`](Self::doorbell)) as a descriptor of its own (a
+    /// duplicate), for an event loop that owns what it polls.
+    pub fn doorbell_fd(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        crate::sys::borrow_eventfd(&self.inner.doorbell).try_clone_to_owned()
+    }
+}
+
+// `SharedWindow` is an `ebb_shm::Mapping` (the rings `ebb::shm` runs in the window):
+// the `unsafe impl` is in `sys.rs`, the crate's one module with `unsafe`.
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,6 +33,7 @@ use alloc::boxed::Box;
 use alloc::rc::Rc;
 use alloc::string::String;
 use core::cell::{Cell, RefCell};
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use ebb_core::iobuf::{IOBuf, IOBufChain};
 use ebb_core::net::{
@@ -42,6 +43,7 @@ use ebb_core::net::{
 use ebb_shm::{Endpoint, PeerState, State};
 pub use ebb_shm::{Mapping, Side, WindowError, capacity_of, mark_reset};
 
+#[allow(unused_imports)] // empty natively: the front end's side is hosted only
 pub use crate::platform::shm::host::*;
 
 /// The error code a connection fails with when the other side broke the ring protocol.
@@ -53,6 +55,46 @@ pub const RECEIVE_CHUNK: usize = 64 * 1024;
 /// Receive callbacks per dispatch at most, so one busy connection cannot keep its core
 /// from the rest of its work.
 const RECEIVES_PER_DISPATCH: usize = 4;
+
+/// What this node's shared-memory connections counted (all of them, since it started).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShmStats {
+    /// Wakes sent to a sleeping peer (natively a doorbell `out`; hosted a write to the
+    /// vCPU's kick eventfd, one system call).
+    pub wakes_sent: u64,
+    /// Wakes received from the peer (hosted: the doorbell's readiness; natively the
+    /// vCPU's kick is not told apart from other kicks, so 0).
+    pub wakes_received: u64,
+    /// Dispatches of a connection (each found work: bytes, room, or an end).
+    pub dispatches: u64,
+    /// Bytes sent and received through windows.
+    pub bytes_sent: u64,
+    /// Bytes received.
+    pub bytes_received: u64,
+}
+
+static WAKES_SENT: AtomicU64 = AtomicU64::new(0);
+static WAKES_RECEIVED: AtomicU64 = AtomicU64::new(0);
+static DISPATCHES: AtomicU64 = AtomicU64::new(0);
+static BYTES_SENT: AtomicU64 = AtomicU64::new(0);
+static BYTES_RECEIVED: AtomicU64 = AtomicU64::new(0);
+
+/// What this node's shared-memory connections counted so far.
+pub fn stats() -> ShmStats {
+    ShmStats {
+        wakes_sent: WAKES_SENT.load(Ordering::Relaxed),
+        wakes_received: WAKES_RECEIVED.load(Ordering::Relaxed),
+        dispatches: DISPATCHES.load(Ordering::Relaxed),
+        bytes_sent: BYTES_SENT.load(Ordering::Relaxed),
+        bytes_received: BYTES_RECEIVED.load(Ordering::Relaxed),
+    }
+}
+
+/// A platform saw the peer's wake.
+#[allow(dead_code)] // natively unused: a window's kick is not told apart from others
+pub(crate) fn count_wake_received() {
+    WAKES_RECEIVED.fetch_add(1, Ordering::Relaxed);
+}
 
 /// Why a shared-memory connection could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +182,11 @@ impl ConnCore {
         }
     }
 
+    fn wake(&self, endpoint: &Endpoint) {
+        WAKES_SENT.fetch_add(1, Ordering::Relaxed);
+        (self.notify)(endpoint);
+    }
+
     /// Ends the connection for `reason` at the next dispatch, resetting our end now so
     /// the peer stops at once.
     fn reset(&self, reason: CloseReason) {
@@ -148,7 +195,7 @@ impl ConnCore {
         }
         let mut endpoint = self.endpoint.borrow_mut();
         if endpoint.set_state(State::Reset) {
-            (self.notify)(&endpoint);
+            self.wake(&endpoint);
         }
         *self.queued.borrow_mut() = IOBufChain::default();
         self.ending.set(Some(reason));
@@ -187,8 +234,9 @@ impl ConnCore {
                 }
             }
         }
+        BYTES_SENT.fetch_add(written as u64, Ordering::Relaxed);
         if written > 0 && endpoint.publish() {
-            (self.notify)(&endpoint);
+            self.wake(&endpoint);
         }
         drop(endpoint);
         let rest = data.split_off(written).unwrap_or_default();
@@ -259,6 +307,7 @@ impl ConnCore {
         let Some(mut handler) = self.handler.borrow_mut().take() else {
             return;
         };
+        DISPATCHES.fetch_add(1, Ordering::Relaxed);
         let conn = SharedConn(self.clone());
         if self.step(&mut *handler, &conn) {
             self.finish(handler);
@@ -314,7 +363,7 @@ impl ConnCore {
             self.finish_sent.set(true);
             let mut endpoint = self.endpoint.borrow_mut();
             if endpoint.set_state(State::Finished) {
-                (self.notify)(&endpoint);
+                self.wake(&endpoint);
             }
         }
         if self.finish_sent.get() && self.peer_finish_delivered.get() {
@@ -354,8 +403,9 @@ impl ConnCore {
         if buf.commit(n).is_err() {
             return Ok(None);
         }
+        BYTES_RECEIVED.fetch_add(n as u64, Ordering::Relaxed);
         if endpoint.release() {
-            (self.notify)(&endpoint);
+            self.wake(&endpoint);
         }
         Ok(Some(buf))
     }

@@ -271,6 +271,23 @@ impl NodeHandle {
         self.shared_window.as_ref()
     }
 
+    /// The node's window as the front end opens it ([`ebb::shm::attach`]): its memory, a
+    /// descriptor of its doorbell and the wake of its vCPUs. `None` without a window;
+    /// `Some(Err)` when the doorbell's descriptor cannot be duplicated.
+    pub fn host_window(&self) -> Option<std::io::Result<ebb::shm::HostWindow>> {
+        let window = self.shared_window.clone()?;
+        Some(window.doorbell_fd().map(|doorbell| {
+            let wake = window.clone();
+            ebb::shm::HostWindow {
+                mapping: window,
+                doorbell,
+                wake_guest: Arc::new(move |core| {
+                    wake.wake_vcpu(core);
+                }),
+            }
+        }))
+    }
+
     /// Stops the node (if it still runs) and releases everything it held — its threads
     /// joined (or its process reaped), its ports closed, its guest memory unmapped (once
     /// no clone of its [`shared_window`](Self::shared_window) is left) — within

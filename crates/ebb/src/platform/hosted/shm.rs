@@ -101,7 +101,9 @@ impl Source for Doorbell {
     fn ready(self: Rc<Self>, _flags: EventFlags) {
         // Drain the counter (edge-triggered: the next ring is a new edge).
         let mut count = [0u8; 8];
-        let _ = rustix::io::read(&*self.fd, &mut count);
+        if rustix::io::read(&*self.fd, &mut count).is_ok() {
+            crate::shm::count_wake_received();
+        }
         if self.core.has_work() {
             self.core.dispatch();
         }
