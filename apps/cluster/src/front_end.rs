@@ -137,6 +137,8 @@ impl Options {
                 })
                 .transpose()?,
             transport: match value("--transport").map(String::as_str) {
+                // On a bridge the nodes are on the network by default.
+                None if value("--tap-bridge").is_some() => Transport::Network,
                 None | Some("shared") => Transport::Shared,
                 Some("network") => Transport::Network,
                 Some("mixed") => Transport::Mixed,

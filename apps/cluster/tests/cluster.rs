@@ -70,12 +70,14 @@ fn line<'a>(stdout: &'a str, starts: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no line starting {starts:?} in:\n{stdout}"))
 }
 
-#[test]
-fn two_native_nodes_serve_the_map_count_exactly_and_read_a_host_file() {
-    let test = "two_native_nodes_serve_the_map_count_exactly_and_read_a_host_file";
-    let Some(()) = kvm(test) else { return };
+/// Two native nodes reaching the front end by `transport` (the front end's
+/// `--transport`), described so in their join lines as `path`: the whole example,
+/// checked.
+fn two_native_nodes(transport: &str, path: &str) {
     let file = repo_root().join("README.md");
     let out = front_end(&[
+        "--transport",
+        transport,
         "--ops",
         "100000",
         "--file",
@@ -83,8 +85,11 @@ fn two_native_nodes_serve_the_map_count_exactly_and_read_a_host_file() {
         "--seed",
         "7",
     ]);
-    assert!(line(&out, "cluster: node 1 joined in").contains("allocate → joined"));
-    assert!(line(&out, "cluster: node 2 joined in").contains("allocate → joined"));
+    for node in ["node 1", "node 2"] {
+        let joined = line(&out, &format!("cluster: {node} joined in"));
+        assert!(joined.contains("allocate → joined"), "{joined}");
+        assert!(joined.contains(path), "{joined}");
+    }
     let map = line(&out, "cluster: 100000 map operations");
     assert!(
         map.contains("node 1 served") && map.contains("node 2 served"),
@@ -127,11 +132,38 @@ fn two_native_nodes_serve_the_map_count_exactly_and_read_a_host_file() {
     assert!(line(&out, "cluster: done (2 nodes").contains("joined in"));
 }
 
+/// The default: each node joins and talks through a shared-memory window with the front
+/// end that runs it — no network at all.
+#[test]
+fn two_native_nodes_over_shared_memory_serve_the_map_count_exactly_and_read_a_host_file() {
+    let test =
+        "two_native_nodes_over_shared_memory_serve_the_map_count_exactly_and_read_a_host_file";
+    let Some(()) = kvm(test) else { return };
+    two_native_nodes("shared", "shared memory");
+}
+
+/// Over TCP through each node's rootless user-mode network (a guest-to-host forward).
+#[test]
+fn two_native_nodes_over_user_mode_networking_serve_the_map_count_exactly_and_read_a_host_file()
+{
+    let test = "two_native_nodes_over_user_mode_networking_serve_the_map_count_exactly_and_read_a_host_file";
+    let Some(()) = kvm(test) else { return };
+    two_native_nodes("network", "TCP through its network");
+}
+
 #[test]
 fn a_node_killed_mid_workload_is_reported_fails_its_calls_and_the_rest_keep_serving() {
     let test = "a_node_killed_mid_workload_is_reported_fails_its_calls_and_the_rest_keep_serving";
     let Some(()) = kvm(test) else { return };
+    for transport in ["shared", "network"] {
+        killed_mid_workload(transport);
+    }
+}
+
+fn killed_mid_workload(transport: &str) {
     let out = front_end(&[
+        "--transport",
+        transport,
         "--ops",
         "40000",
         "--kill-after",
