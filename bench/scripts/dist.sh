@@ -7,10 +7,15 @@
 #      back, received its node id). RUNS runs.
 #   2. allocate → first network answer, in-process against a child `ebb run` (the
 #      NodeAllocator's two backends; crates/ebb-dist/tests/nodes.rs, allocation_time).
-#   3. the Messenger between the front end and node 1 beside plain Linux TCP between two
-#      processes on loopback, ROUNDS alternating rounds (`cluster --bench ROUNDS`): 64 B
-#      call and message round trips against a 64 B TCP ping-pong, 1 MiB messages against
-#      a TCP stream to a sink process.
+#   3. the Messenger between the front end and a native node beside plain Linux TCP
+#      between two processes on loopback, ROUNDS alternating rounds (`cluster --bench
+#      ROUNDS`): 64 B call and message round trips against a 64 B TCP ping-pong, 1 MiB
+#      messages against a TCP stream to a sink process, CPU per round trip on both sides
+#      — once with the node on the shared-memory window (the default), once on TCP
+#      through its user-mode network.
+#   4. system calls per shared-memory round trip: `strace -f -c` over the whole front
+#      end process (event loops, vCPU and monitor threads), message round trips only, at
+#      two sample counts; the difference divided by the extra round trips.
 #
 # Raw output goes to OUT (default bench/results/dist/DATE-*.txt).
 set -euo pipefail
@@ -33,6 +38,22 @@ echo "== allocate → first answer: in-process against a child ebb run" | tee "$
 cargo test --release -q -p ebb-dist --test nodes -- --nocapture allocation_time 2>&1 \
   | grep -vE "^(running|test |$)" | tee -a "$OUT-alloc.txt"
 
-echo "== the Messenger, front end ↔ native node, against Linux TCP ($ROUNDS rounds)" | tee "$OUT-messenger.txt"
-"$front" --node-image "$image" --bench "$ROUNDS" --ops 1000 --increments 10 \
-  | grep -E "^bench" | tee -a "$OUT-messenger.txt"
+for transport in shared network; do
+  echo "== the Messenger, front end ↔ native node over $transport, against Linux TCP ($ROUNDS rounds)" | tee -a "$OUT-messenger.txt"
+  "$front" --node-image "$image" --nodes 1 --transport "$transport" --bench "$ROUNDS" --ops 1000 --increments 10 \
+    | grep -E "^bench" | tee -a "$OUT-messenger.txt"
+done
+
+if command -v strace >/dev/null; then
+  echo "== system calls per shared-memory round trip (strace -f -c, whole front end process)" | tee "$OUT-syscalls.txt"
+  count() { # $1: round trips; prints the total system calls of the run
+    EBB_BENCH_MESSAGES_ONLY=1 EBB_BENCH_SAMPLES="$1" strace -f -c -o "$OUT-strace-$1.txt" \
+      "$front" --node-image "$image" --nodes 1 --transport shared --bench 1 --ops 1000 --increments 10 \
+      | grep -E "^bench" >&2
+    awk '/^100.00/ {print $4}' "$OUT-strace-$1.txt"
+  }
+  small=$(count 1000); large=$(count 101000)
+  echo "1000 round trips: $small system calls; 101000: $large; per extra round trip: $(echo "scale=3; ($large - $small) / 100000" | bc)" | tee -a "$OUT-syscalls.txt"
+else
+  echo "SKIPPED: system calls per round trip: strace is not installed" | tee "$OUT-syscalls.txt"
+fi

@@ -84,6 +84,7 @@ fn the_monitor_depends_on_no_guest_runtime_and_no_stack() {
             "ebb-testkit",
             "ebb-toolchain",
             "ebb-bytestream",
+            "ebb-shm",
             // Tests only: the device's hostile-guest cases run again with the backend
             // behind ebb-usernet's forwarder, the backend `ebb run` gives the monitor
             // (virtio/tests/usernet.rs). The library below never depends on it.
@@ -101,6 +102,8 @@ fn the_monitor_depends_on_no_guest_runtime_and_no_stack() {
             "ebb-net-driver",
             "ebb-tap",
             "ebb-xdp",
+            // The shared window is an `ebb_shm::Mapping` (that crate depends on nothing).
+            "ebb-shm",
         ],
     );
 }
@@ -119,6 +122,9 @@ fn devices_depend_on_the_driver_crate_not_on_the_stack() {
     only(&edges, "ebb-xdp", &["ebb-core", "ebb-net-driver"]);
     // The boot writers write the boot protocol, whose layout is ebb-abi's.
     only(&edges, "ebb-boot", &["ebb-abi"]);
+    // The rings of a shared window: plain memory, no runtime, so the monitor, both
+    // runtimes and the facade can all use them.
+    only(&edges, "ebb-shm", &[]);
 }
 
 #[test]

@@ -124,6 +124,20 @@ pub async fn run(
             }
         });
     }
+    if std::env::var_os("EBB_BENCH_MESSAGES_ONLY").is_some() {
+        // Only message round trips, no TCP peer: what `strace -c` counts the system calls
+        // of (bench/scripts/dist.sh runs it at two sample counts and takes the difference).
+        let mut out = String::new();
+        for (node, path) in targets {
+            let msg = summary(message_rtts(messenger, *node, &waiter).await?);
+            out.push_str(&format!(
+                "bench messages only: {node} ({path}): {} round trips, median {:.1} µs\n",
+                samples(),
+                msg.0
+            ));
+        }
+        return Ok(out.trim_end().to_string());
+    }
     let mut peer = TcpPeer::start()?;
     let port = peer.port;
     let me = std::process::id();

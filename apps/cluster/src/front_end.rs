@@ -24,12 +24,16 @@ use sha2::{Digest, Sha256};
 
 use crate::protocol::{
     COUNTER, FILES, FileServerEntry, HOLD_KIND, INCREMENT_KIND, Increment, MAP, NODE, OFFLOAD_KIND,
-    Offloaded, READ_CHUNK, READ_KIND, ReadRequest,
+    Offloaded, PEER_KIND, PEER_PORT, PeerLink, PeerReport, READ_CHUNK, READ_KIND, ReadRequest,
 };
 
 /// The port a node connects to on the user-mode endpoint (10.0.2.3), spliced by its
 /// monitor to the front end's Messenger on the host.
 const FRONT_END_GUEST_PORT: u16 = 7100;
+/// The endpoint port on which a node reaches the first node's peer port (rootless).
+const PEER_ENDPOINT_PORT: u16 = 7101;
+/// Calls a node makes to another over their direct connection.
+const PEER_CALLS: u32 = 2000;
 /// How long a node may take from `allocate` to joined.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Operations in flight at once (each on a distinct key, so their order does not matter).
@@ -295,6 +299,10 @@ async fn drive(options: Options) -> Result<(), String> {
     let image: Arc<[u8]> = image.into();
     let allocator = LocalNodeAllocator::new();
     let mut pending = Vec::new();
+    // Where the first native node listens for other nodes, as the others reach it: through
+    // a guest-to-host forward to its published peer port (rootless), or its bridge address.
+    let mut first_peer: Option<(SocketAddrV4, &'static str)> = None;
+    let mut first_peer_host: Option<SocketAddrV4> = None;
     for i in 0..options.nodes {
         let token = random_token(i);
         let started = Instant::now();
@@ -303,12 +311,22 @@ async fn drive(options: Options) -> Result<(), String> {
         let (network, reachable_at, mut args) = match &options.tap_bridge {
             None => {
                 let at = SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 3), FRONT_END_GUEST_PORT);
+                let mut guest_forwards = vec![GuestForward {
+                    endpoint_port: FRONT_END_GUEST_PORT,
+                    host: SocketAddrV4::new(Ipv4Addr::LOCALHOST, host_port),
+                }];
+                // The first node publishes its peer port on the host; the others reach it
+                // through a guest-to-host forward of their own.
+                let forwards = if i == 0 { vec![PEER_PORT] } else { Vec::new() };
+                if let Some(host) = first_peer_host {
+                    guest_forwards.push(GuestForward {
+                        endpoint_port: PEER_ENDPOINT_PORT,
+                        host,
+                    });
+                }
                 let network = NodeNetwork::User {
-                    forwards: Vec::new(),
-                    guest_forwards: vec![GuestForward {
-                        endpoint_port: FRONT_END_GUEST_PORT,
-                        host: SocketAddrV4::new(Ipv4Addr::LOCALHOST, host_port),
-                    }],
+                    forwards,
+                    guest_forwards,
                     outbound: false,
                 };
                 (network, at, Vec::new())
@@ -319,6 +337,12 @@ async fn drive(options: Options) -> Result<(), String> {
                 let tap = format!("{}t{i}", &bridge[..bridge.len().min(11)]);
                 let args = vec!["--ip".into(), format!("{mine}/24")];
                 let at = SocketAddrV4::new(*ip, host_port);
+                if i == 0 {
+                    first_peer = Some((
+                        SocketAddrV4::new(mine, PEER_PORT),
+                        "directly on the TAP bridge",
+                    ));
+                }
                 (NodeNetwork::Tap(tap), at, args)
             }
         };
@@ -346,6 +370,15 @@ async fn drive(options: Options) -> Result<(), String> {
             let conn = ebb::shm::attach(window)
                 .map_err(|e| format!("cannot open node {}'s window: {e}", i + 1))?;
             front.accept_shared(conn);
+        }
+        if i == 0 && first_peer_host.is_none() {
+            first_peer_host = handle.forwarded(PEER_PORT);
+            if first_peer_host.is_some() {
+                first_peer = Some((
+                    SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 3), PEER_ENDPOINT_PORT),
+                    "rootless: a guest-to-host forward to the first node's published port",
+                ));
+            }
         }
         if let (NodeNetwork::Tap(tap), Some((bridge, _))) = (&network, &options.tap_bridge) {
             enslave(tap, bridge)?;
@@ -409,6 +442,33 @@ async fn drive(options: Options) -> Result<(), String> {
         println!(
             "{}",
             crate::bench::run(&messenger, &targets, options.bench).await?
+        );
+    }
+
+    // Node to node: the last native node connects to the first directly (not through
+    // the front end) and calls it.
+    if let (Some((addr, how)), true) = (first_peer, options.nodes >= 2) {
+        let (a, b) = (nodes[0].id, nodes[options.nodes as usize - 1].id);
+        let link = PeerLink {
+            node: a.0,
+            ip: addr.ip().octets(),
+            port: addr.port(),
+            calls: PEER_CALLS,
+        };
+        let request = encode(&link).map_err(|e| e.to_string())?;
+        let answer = ebb::timeout(
+            Duration::from_secs(30),
+            messenger.call(b, NODE, PEER_KIND, request),
+        )
+        .await
+        .map_err(|_| format!("{b} did not finish its calls to {a} in 30 s"))?
+        .map_err(|e| format!("{b} could not call {a} directly: {e}"))?;
+        let report: PeerReport = decode(&answer).map_err(|e| e.to_string())?;
+        println!(
+            "cluster: {b} → {a} directly ({how}): {} calls over their own connection, each answered with its bytes; round trip median {:.1} µs, p99 {:.1} µs",
+            report.calls,
+            report.median_ns as f64 / 1e3,
+            report.p99_ns as f64 / 1e3
         );
     }
 

@@ -21,9 +21,12 @@ use sha2::{Digest, Sha256};
 
 use crate::protocol::{
     COUNTER, ECHO_KIND, FILES, FileServerEntry, HOLD_KIND, INCREMENT_KIND, Increment, MAP, NODE,
-    OFFLOAD_KIND, Offloaded, PING_KIND, PONG_KIND, READ_CHUNK, READ_KIND, ReadRequest, SINK_KIND,
-    SINK_TOTAL_KIND,
+    OFFLOAD_KIND, Offloaded, PEER_KIND, PEER_PORT, PING_KIND, PONG_KIND, PeerLink, PeerReport,
+    READ_CHUNK, READ_KIND, ReadRequest, SINK_KIND, SINK_TOTAL_KIND,
 };
+
+/// The node's network, per core (only the core that started it has one).
+type CoreNetwork = ebb::EbbRef<ebb::MulticoreEbb<core::cell::RefCell<Option<Rc<net::Network>>>>>;
 
 /// What a shard may hold: the rest of a 128 MiB node is its runtime's, its network's and
 /// the Messenger's queues.
@@ -79,6 +82,35 @@ pub async fn run(front_end: SocketAddrV4, token: u64, rest: &[String]) -> i32 {
             });
     }
     messenger.on_call(NODE, ECHO_KIND, |_from, request| async move { Ok(request) });
+    // The network is this core's (not `Send`): a per-core Ebb hands it to the peer
+    // handler's future, which runs here.
+    let network = Rc::new(network);
+    let here = {
+        let network = network.clone();
+        let here: CoreNetwork = match ebb::MulticoreEbb::create(|_| core::cell::RefCell::new(None))
+        {
+            Ok(here) => here,
+            Err(e) => {
+                ebb::eprintln!("cluster node: no Ebb id for its network: {e}");
+                return 1;
+            }
+        };
+        *here.rep().borrow_mut() = Some(network);
+        here
+    };
+    {
+        let messenger = messenger.clone();
+        messenger
+            .clone()
+            .on_call(NODE, PEER_KIND, move |_from, request| {
+                let messenger = messenger.clone();
+                let network = here.try_rep().ok().and_then(|n| n.borrow().clone());
+                async move {
+                    let network = network.ok_or("this core has no network")?;
+                    call_peer(messenger, &network, request).await
+                }
+            });
+    }
     {
         let m = messenger.clone();
         messenger.on_message(NODE, PING_KIND, move |from, payload| {
@@ -136,6 +168,14 @@ pub async fn run(front_end: SocketAddrV4, token: u64, rest: &[String]) -> i32 {
         info.node,
         info.global_ids
     );
+    // Other nodes may connect directly (the front end tells them where this port is).
+    let _peers = match messenger.listen_for_peers(&network, PEER_PORT).await {
+        Ok(listener) => Some(listener),
+        Err(e) => {
+            ebb::eprintln!("cluster node: cannot listen for other nodes on {PEER_PORT}: {e}");
+            None
+        }
+    };
     // Serve until the front end goes away.
     let reason = messenger.peer_lost(NodeId::FRONT_END).await;
     ebb::println!(
@@ -214,6 +254,52 @@ async fn offload(
 }
 
 use alloc::string::ToString;
+
+/// Connects to the node the front end named (unless connected already) and calls it
+/// directly: node-to-node traffic, not through the front end.
+async fn call_peer(
+    messenger: Messenger,
+    network: &net::Network,
+    request: ebb::IOBufChain,
+) -> Result<ebb::IOBufChain, String> {
+    let link: PeerLink = decode(&request).map_err(|e| e.to_string())?;
+    let node = NodeId(link.node);
+    let connected = messenger
+        .peers()
+        .iter()
+        .any(|&(n, alive)| n == node && alive);
+    if !connected {
+        let [a, b, c, d] = link.ip;
+        let addr = SocketAddrV4::new(core::net::Ipv4Addr::new(a, b, c, d), link.port);
+        messenger
+            .connect_peer(network, node, addr.into())
+            .await
+            .map_err(|e| alloc::format!("cannot connect to {node} at {addr}: {e}"))?;
+    }
+    let payload = ebb::IOBufChain::from(ebb::IOBuf::copy_from_slice(&[0x6e; 64]));
+    let mut rtts = Vec::new();
+    rtts.try_reserve(link.calls as usize)
+        .map_err(|_| "no memory for the round trips".to_string())?;
+    for _ in 0..link.calls {
+        let start = ebb::now();
+        let reply = messenger
+            .call(node, NODE, ECHO_KIND, payload.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        if reply.to_vec() != payload.to_vec() {
+            return Err(alloc::format!("{node} echoed other bytes"));
+        }
+        rtts.push(ebb::now().saturating_duration_since(start).as_nanos() as u64);
+    }
+    rtts.sort_unstable();
+    let at = |q: usize| rtts.get(rtts.len() * q / 100).copied().unwrap_or(0);
+    encode(&PeerReport {
+        calls: link.calls,
+        median_ns: at(50),
+        p99_ns: at(99),
+    })
+    .map_err(|e| e.to_string())
+}
 
 /// This node's representative of the front end's file server: who serves, what.
 struct FileServer {

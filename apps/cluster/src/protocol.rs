@@ -46,6 +46,37 @@ pub const SINK_KIND: u16 = 7;
 /// [`NODE`]: announces how many bytes of [`SINK_KIND`] messages follow.
 pub const SINK_TOTAL_KIND: u16 = 8;
 
+/// [`NODE`]: connect directly to another node and call it ([`PeerLink`]), answering
+/// with a [`PeerReport`].
+pub const PEER_KIND: u16 = 9;
+
+/// The guest port on which every node listens for direct connections from other nodes.
+pub const PEER_PORT: u16 = 7200;
+
+/// Connect to `node` at `addr` (as this node reaches it) and make `calls` echo calls.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerLink {
+    /// The other node.
+    pub node: u32,
+    /// Its address as this node reaches it: IPv4 octets and port.
+    pub ip: [u8; 4],
+    /// Its port.
+    pub port: u16,
+    /// Echo calls to make.
+    pub calls: u32,
+}
+
+/// What the calls over a direct node-to-node connection gave.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerReport {
+    /// Calls made, each answered with its own bytes.
+    pub calls: u32,
+    /// Round trips: median and 99th percentile, in ns.
+    pub median_ns: u64,
+    /// The 99th percentile.
+    pub p99_ns: u64,
+}
+
 /// The largest piece of a file one read returns.
 pub const READ_CHUNK: u32 = 256 << 10;
 

@@ -130,6 +130,20 @@ fn two_native_nodes(transport: &str, path: &str) {
         );
     }
     assert!(line(&out, "cluster: done (2 nodes").contains("joined in"));
+    node_to_node(&out, "rootless: a guest-to-host forward");
+}
+
+/// The nodes' direct traffic: one node called the other over a connection of their own.
+fn node_to_node(out: &str, how: &str) {
+    let direct = out
+        .lines()
+        .find(|l| l.contains(" directly ("))
+        .unwrap_or_else(|| panic!("no node-to-node line in:\n{out}"));
+    assert!(direct.contains(how), "{direct}");
+    assert!(
+        direct.contains("2000 calls over their own connection, each answered with its bytes"),
+        "{direct}"
+    );
 }
 
 /// The default: each node joins and talks through a shared-memory window with the front
@@ -144,8 +158,7 @@ fn two_native_nodes_over_shared_memory_serve_the_map_count_exactly_and_read_a_ho
 
 /// Over TCP through each node's rootless user-mode network (a guest-to-host forward).
 #[test]
-fn two_native_nodes_over_user_mode_networking_serve_the_map_count_exactly_and_read_a_host_file()
-{
+fn two_native_nodes_over_user_mode_networking_serve_the_map_count_exactly_and_read_a_host_file() {
     let test = "two_native_nodes_over_user_mode_networking_serve_the_map_count_exactly_and_read_a_host_file";
     let Some(()) = kvm(test) else { return };
     two_native_nodes("network", "TCP through its network");
@@ -273,4 +286,5 @@ fn two_native_nodes_on_a_tap_bridge() {
         counter.contains("2 nodes × 100 increments = 200 at home, exact"),
         "{counter}"
     );
+    node_to_node(&out, "directly on the TAP bridge");
 }
