@@ -47,7 +47,8 @@
 //!   is no IDT: any exception becomes a triple fault (or, under PVM, an internal error),
 //!   reported with registers and a symbolized RIP.
 //! * `unsafe` lives only in [`sys`] (denied everywhere else), each block with a
-//!   `// SAFETY:` comment.
+//!   `// SAFETY:` comment — and one `unsafe impl` in [`window`]: the shared window is an
+//!   `ebb_shm::Mapping`, whose contract (the memory stays mapped) the window keeps.
 
 #![deny(unsafe_code)]
 #![forbid(unsafe_op_in_unsafe_fn)]

@@ -392,16 +392,3 @@ mod tests {
         assert_eq!(g.host_ptr(1 << 16, 1), None);
     }
 }
-
-// SAFETY: `as_ptr()..as_ptr() + len()` lies inside the guest mapping (checked in `new`),
-// which the clone of `GuestMemoryMmap` in `inner` keeps mapped read-write while any clone
-// of the window lives; base and length never change; the monitor itself never makes
-// references into the window (it only maps it).
-unsafe impl ebb_shm::Mapping for crate::window::SharedWindow {
-    fn base(&self) -> *mut u8 {
-        self.as_ptr()
-    }
-    fn size(&self) -> usize {
-        self.len()
-    }
-}

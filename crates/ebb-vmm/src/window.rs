@@ -137,8 +137,21 @@ impl SharedWindow {
     }
 }
 
-// `SharedWindow` is an `ebb_shm::Mapping` (the rings `ebb::shm` runs in the window):
-// the `unsafe impl` is in `sys.rs`, the crate's one module with `unsafe`.
+// The rings `ebb::shm` runs in the window see it as an `ebb_shm::Mapping`: the crate's
+// one `unsafe` outside `sys` (a promise, no code that could break it).
+#[allow(unsafe_code)]
+// SAFETY: `as_ptr()..as_ptr() + len()` lies inside the guest mapping (checked in `new`),
+// which the clone of `GuestMemoryMmap` in `inner` keeps mapped read-write while any clone
+// of the window lives; base and length never change; the monitor itself never makes
+// references into the window (it only maps it).
+unsafe impl ebb_shm::Mapping for SharedWindow {
+    fn base(&self) -> *mut u8 {
+        self.as_ptr()
+    }
+    fn size(&self) -> usize {
+        self.len()
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -3,9 +3,10 @@
 //!
 //! A node booted by the front end's own monitor (`ebb-dist`'s LocalNodeAllocator with a
 //! shared window) has a [shared window](ebb_shm) at the top of its memory. Each side opens
-//! its end and gets a [`Connection`](crate::net::Connection) like a TCP one — the same
-//! [`TcpHandler`] callbacks, `try_send` with back-pressure, FIN and reset — so whatever
-//! runs over TCP (the Messenger) runs over it unchanged:
+//! its end and gets a [`SharedConn`] with a TCP connection's shape — the same
+//! [`TcpHandler`] callbacks, `try_send` with back-pressure, FIN and reset — which becomes
+//! an `ebb::net::Connection` (`Connection::from`), so whatever runs over TCP (the
+//! Messenger) runs over it unchanged:
 //!
 //! * the node: [`connect_to_front_end`];
 //! * the front end (hosted only): [`attach`] with the node's [`HostWindow`].
@@ -118,7 +119,7 @@ pub(crate) type Unregister = Box<dyn FnOnce()>;
 
 /// Opens the node's end of the shared window its front end gave it and returns the
 /// connection, owned by the calling core. Natively only; a hosted process has no window.
-pub fn connect_to_front_end() -> Result<crate::net::Connection, ShmError> {
+pub fn connect_to_front_end() -> Result<SharedConn, ShmError> {
     let (mapping, notify) = crate::platform::shm::guest_window()?;
     let endpoint = Endpoint::open(mapping, Side::Guest, ebb_core::event::core_id().0)?;
     open(endpoint, notify, crate::platform::shm::register_guest)
@@ -129,11 +130,11 @@ pub(crate) fn open(
     endpoint: Endpoint,
     notify: Notify,
     register: impl FnOnce(Rc<ConnCore>) -> Result<Unregister, ShmError>,
-) -> Result<crate::net::Connection, ShmError> {
+) -> Result<SharedConn, ShmError> {
     let core = Rc::new(ConnCore::new(endpoint, notify));
     let unregister = register(core.clone())?;
     *core.unregister.borrow_mut() = Some(unregister);
-    Ok(crate::net::Connection::shared(SharedConn(core)))
+    Ok(SharedConn(core))
 }
 
 /// A connection over a shared window (see the module docs).

@@ -102,8 +102,8 @@ impl FrontEnd {
     /// exactly as through TCP — its Hello must carry a token this front end expects — and
     /// every later message to and from it takes the window, with no system call per
     /// message. The connection belongs to the calling core.
-    pub fn accept_shared(&self, conn: Connection) {
-        accept(&self.messenger, self.shared.clone(), conn);
+    pub fn accept_shared(&self, conn: ebb::shm::SharedConn) {
+        accept(&self.messenger, self.shared.clone(), Connection::from(conn));
     }
 
     /// Expects a node presenting `token`; resolves to its [`RuntimeInfo`] once it joined.
@@ -280,13 +280,13 @@ impl Messenger {
     /// [`accept_shared`](FrontEnd::accept_shared) its end.
     pub async fn join_shared(
         &self,
-        conn: Connection,
+        conn: ebb::shm::SharedConn,
         token: u64,
     ) -> Result<RuntimeInfo, JoinError> {
         if !self.start_joining() {
             return Err(JoinError::AlreadyJoined);
         }
-        let result = self.join_over(conn, token).await;
+        let result = self.join_over(Connection::from(conn), token).await;
         if result.is_err() {
             self.stop_joining();
         }

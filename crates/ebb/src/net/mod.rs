@@ -240,11 +240,14 @@ enum ConnectionKind {
     Shared(crate::shm::SharedConn),
 }
 
-impl Connection {
-    pub(crate) fn shared(conn: crate::shm::SharedConn) -> Connection {
+/// A shared-memory connection ([`crate::shm`]) runs wherever a TCP one does.
+impl From<crate::shm::SharedConn> for Connection {
+    fn from(conn: crate::shm::SharedConn) -> Connection {
         Connection(ConnectionKind::Shared(conn))
     }
+}
 
+impl Connection {
     /// Installs the handler that gets this connection's data and events from now on
     /// (events that came before wait for it).
     pub fn set_handler(&self, handler: impl TcpHandler) {

@@ -38,7 +38,7 @@ pub mod host {
 
     /// Opens the front end's end of `window` and returns the connection, owned and
     /// polled by the calling core (hosted only).
-    pub fn attach(window: HostWindow) -> Result<crate::net::Connection, ShmError> {
+    pub fn attach(window: HostWindow) -> Result<crate::shm::SharedConn, ShmError> {
         attach_end(window, Side::Host)
     }
 
@@ -46,7 +46,7 @@ pub mod host {
     /// in one process (tests, and benchmarks of the rings without a VM) opens the other
     /// end with `Side::Guest`, its `doorbell` the eventfd the host end's `wake_guest`
     /// writes and its `wake_guest` writing the host end's doorbell.
-    pub fn attach_end(window: HostWindow, side: Side) -> Result<crate::net::Connection, ShmError> {
+    pub fn attach_end(window: HostWindow, side: Side) -> Result<crate::shm::SharedConn, ShmError> {
         let HostWindow {
             mapping,
             doorbell,
