@@ -211,12 +211,6 @@ impl Platform for NativePlatform {
             counter.fetch_add(1, Ordering::Relaxed);
             c.in_wait.store(false, Ordering::Release);
         }
-        if kicked {
-            // A kick is a device's (or another core's) doorbell: what woke the core is
-            // dispatched now and counted, so the event loop sees a sleep a device ended —
-            // its evidence that polling a little longer would have caught it.
-            return crate::poll::poll();
-        }
         0
     }
 

@@ -29,9 +29,15 @@ use futures_util::task::{ArcWake, waker_ref};
 /// many iterations, so a stream of synthetic events cannot starve the network.
 const DEVICE_POLL_INTERVAL: u32 = 32;
 /// The least idle-poll budget kept before polling stops altogether, as a fraction of
-/// the window: 1/64 of the hosted 50 µs is under a microsecond, about the cost of one
-/// `epoll_wait` that finds nothing.
-const MIN_IDLE_POLL_FRACTION: u32 = 64;
+/// the window, and where a budget grows from: 1/16 of the hosted 50 µs is about 3 µs.
+/// A floor below a peer's round trip locks polling out: each poll from the floor runs
+/// out and halves what the sleep before it doubled, so the core sleeps before every
+/// event — measured with the shared-memory Messenger, whose 1.6–2.6 µs round trip a
+/// 1/64 floor (0.8 µs) never caught: 17 µs round trips, a wake every other message.
+/// (Growing to twice the time a sleep lasted instead made the core poll through the
+/// 40 µs round trips of a node behind its user-mode network, and on two CPUs took the
+/// time its device thread needed: 6–13× Linux TCP's round trip against 2–3×.)
+const MIN_IDLE_POLL_FRACTION: u32 = 16;
 
 type RemoteEvent = Box<dyn FnOnce() + Send>;
 
@@ -342,7 +348,7 @@ impl CoreContext {
             // No time at all: a platform that hands over events found at once in the
             // next poll, not this one (the test platform does) — no evidence either way.
             if dispatched > 0 && !asleep.is_zero() && asleep < window {
-                self.grow_idle_poll(asleep);
+                self.grow_idle_poll();
             }
         } else {
             platform.poll_events(self.id, deadline);
@@ -360,16 +366,11 @@ impl CoreContext {
             .set(if half < floor { Duration::ZERO } else { half });
     }
 
-    /// A device event ended a sleep `asleep` after it began: polling that long would
-    /// have caught it. Doubles the idle-poll budget (from the floor when it was none) and
-    /// makes it at least twice `asleep`, up to the window. Doubling alone can lock in a
-    /// loss: with events `T` apart and a budget below `T`, each poll runs out and halves
-    /// what each sleep doubled, so the core slept before every event (measured: a 1.6 µs
-    /// shared-memory round trip became 17 µs, a wake every other one).
-    fn grow_idle_poll(&self, asleep: Duration) {
+    /// Doubles the idle-poll budget (from the floor when it was none), up to the window.
+    fn grow_idle_poll(&self) {
         let window = self.shared.idle_poll;
         let floor = window / MIN_IDLE_POLL_FRACTION;
-        let grown = (self.idle_poll_budget.get() * 2).max(floor).max(asleep * 2);
+        let grown = (self.idle_poll_budget.get() * 2).max(floor);
         self.idle_poll_budget.set(grown.min(window));
     }
 
