@@ -400,6 +400,7 @@ fn boot(
         kvm_fd: options.kvm_fd,
         huge_pages: true,
         shared_window: 0,
+        vcpu_avoid_cpu: None,
     };
     // `Vm::new` validates the image before it opens /dev/kvm, so a bad image is reported
     // as such even where KVM is unusable.

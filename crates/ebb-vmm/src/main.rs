@@ -96,6 +96,7 @@ fn main() -> ExitCode {
         kvm_fd: args.kvm_fd,
         huge_pages: args.huge_pages,
         shared_window: 0,
+        vcpu_avoid_cpu: None,
     };
     let bytes = match image::read(&args.image) {
         Ok(b) => b,

@@ -78,6 +78,18 @@ impl NodeAllocator for LocalNodeAllocator {
             NodeImage::Bytes(bytes) => LoadedImage::Bytes(bytes.clone()),
         };
         let (net, link, guest_ports) = network(&spec.network, index);
+        // A node with a window talks to the allocating thread's core through memory:
+        // that core polls the window and answers, so the node's vCPUs run elsewhere if
+        // the core is pinned to one CPU: the scheduler likes to put a woken thread beside
+        // its waker, and a vCPU there waits for the core's idle poll to lapse (measured:
+        // 48 µs round trips against 1.6). Only the vCPUs: the node's own thread builds
+        // the VM on every CPU. (A node on the network keeps every CPU: its monitor's I/O
+        // thread is on its path too.)
+        let avoid = if spec.shared_window > 0 {
+            pinned_cpu()
+        } else {
+            None
+        };
         let config = VmConfig {
             mem_size: spec.memory,
             cpus: spec.cpus,
@@ -88,25 +100,17 @@ impl NodeAllocator for LocalNodeAllocator {
             kvm_fd: None,
             huge_pages: true,
             shared_window: spec.shared_window,
+            vcpu_avoid_cpu: avoid,
         };
         let exit = NodeExit::default();
         let console = ConsoleLog::default();
         let (ready_tx, ready_rx) = mpsc::channel();
-        // A node with a window talks to the allocating thread's core through memory:
-        // that core polls the window and answers, so the node's vCPUs run elsewhere if
-        // the core is pinned to one CPU. (A node on the network keeps every CPU: its
-        // monitor's I/O thread is on its path too.)
-        let avoid = if spec.shared_window > 0 {
-            pinned_cpu()
-        } else {
-            None
-        };
         let thread = {
             let exit = exit.clone();
             let sink = console.sink(spec.console_to_stdout);
             std::thread::Builder::new()
                 .name(name.clone())
-                .spawn(move || node_main(image, config, Box::new(sink), ready_tx, exit, avoid))
+                .spawn(move || node_main(image, config, Box::new(sink), ready_tx, exit))
                 .map_err(|source| AllocateError::Os {
                     what: "spawning a node's thread",
                     source,
@@ -240,9 +244,8 @@ fn node_main(
     sink: ebb_vmm::console::Sink,
     ready: mpsc::Sender<Result<Ready, String>>,
     exit: NodeExit,
-    avoid: Option<usize>,
 ) {
-    widen_affinity(avoid);
+    widen_affinity();
     let vm = match Vm::new(&image, config, sink) {
         Ok(vm) => vm,
         Err(e) => {
@@ -305,23 +308,13 @@ fn pinned_cpu() -> Option<usize> {
 }
 
 /// Lets this thread (and the VM threads it creates) run on every CPU the process's
-/// cpuset allows but `avoid`: a thread of a pinned event loop would otherwise pass its
-/// one CPU on. `avoid` is the CPU of the core that allocated the node, which serves it:
-/// a vCPU there waits for that core's idle poll to lapse before it runs (the scheduler
-/// likes to put a woken thread beside its waker) — measured, 48 µs shared-memory round
-/// trips against 1.6 µs. Where no other CPU is allowed, `avoid` is allowed too. The
-/// kernel intersects the request with the cpuset.
-fn widen_affinity(avoid: Option<usize>) {
+/// cpuset allows: a thread of a pinned event loop would otherwise pass its one CPU on.
+/// The kernel intersects the request with the cpuset. (The vCPU threads of a node with a
+/// window then leave the allocating core's CPU: `VmConfig::vcpu_avoid_cpu`.)
+fn widen_affinity() {
     let mut all = rustix::thread::CpuSet::new();
     for cpu in 0..rustix::thread::CpuSet::MAX_CPU {
         all.set(cpu);
-    }
-    if let Some(cpu) = avoid {
-        let mut others = all;
-        others.unset(cpu);
-        if rustix::thread::sched_setaffinity(None, &others).is_ok() {
-            return;
-        }
     }
     if let Err(e) = rustix::thread::sched_setaffinity(None, &all) {
         log::warn!("ebb-dist: a node's thread keeps its creator's CPU affinity: {e}");

@@ -34,7 +34,7 @@ impl Vm {
             image.end,
             config.shared_window,
         )?;
-        let vcpu_threads = spawn_vcpu_threads(layout.cpus, config.pin)?;
+        let vcpu_threads = spawn_vcpu_threads(layout.cpus, config.pin, config.vcpu_avoid_cpu)?;
         if config.cmdline.len() as u64 > ebb_abi::CMDLINE_MAX {
             return Err(LayoutError::CmdlineTooLong(config.cmdline.len()).into());
         }

@@ -55,6 +55,10 @@ pub struct VmConfig {
     pub timeout: Option<Duration>,
     /// Pin vCPU `i` to host CPU `i` (modulo the host's CPU count).
     pub pin: bool,
+    /// Without `pin`: keep the vCPU threads off this host CPU where the process may use
+    /// another (an embedder whose pinned event loop on that CPU serves the guest through
+    /// shared memory: a vCPU beside it would wait for it to stop polling).
+    pub vcpu_avoid_cpu: Option<usize>,
     /// A virtio-net device, if any.
     pub net: Option<VmNetwork>,
     /// An open `/dev/kvm` to use instead of opening it (`--kvm-fd`): a parent that may
@@ -78,6 +82,7 @@ impl Default for VmConfig {
             cmdline: String::new(),
             timeout: None,
             pin: false,
+            vcpu_avoid_cpu: None,
             net: None,
             kvm_fd: None,
             huge_pages: true,

@@ -88,7 +88,11 @@ pub(super) struct VcpuThread {
 /// Their start-up `mmap`s then mostly happen before the VM exists, too, when they are
 /// cheaper (under nested PVM the host keeps shadow page tables of a process that owns a
 /// KVM VM in sync with every mapping change).
-pub(super) fn spawn_vcpu_threads(cpus: u32, pin: bool) -> Result<Vec<VcpuThread>, VmError> {
+pub(super) fn spawn_vcpu_threads(
+    cpus: u32,
+    pin: bool,
+    avoid: Option<usize>,
+) -> Result<Vec<VcpuThread>, VmError> {
     // Only read when pinning: it parses cgroup files, which costs boot time.
     let host_cpus = if pin {
         std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -108,6 +112,14 @@ pub(super) fn spawn_vcpu_threads(cpus: u32, pin: bool) -> Result<Vec<VcpuThread>
                     if let Err(e) = rustix::thread::sched_setaffinity(None, &set) {
                         log::warn!("cannot pin vcpu{core} to host cpu {cpu}: {e}");
                     }
+                } else if let Some(cpu) = avoid {
+                    // Every CPU but `cpu`; the kernel intersects with the cpuset and
+                    // refuses an empty result, which leaves the thread as it was.
+                    let mut set = rustix::thread::CpuSet::new();
+                    for other in (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| c != cpu) {
+                        set.set(other);
+                    }
+                    let _ = rustix::thread::sched_setaffinity(None, &set);
                 }
                 // Make glibc create this thread's malloc arena now, before the VM exists.
                 drop(std::hint::black_box(Box::new(0u64)));
