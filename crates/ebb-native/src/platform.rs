@@ -211,6 +211,15 @@ impl Platform for NativePlatform {
             counter.fetch_add(1, Ordering::Relaxed);
             c.in_wait.store(false, Ordering::Release);
         }
+        if kicked {
+            // A kick is a device's doorbell (or another core's wake): what woke the core
+            // is dispatched now and counted, so the event loop sees a sleep that a device
+            // ended — its evidence that polling a little longer would have caught it.
+            // Reporting none kept a budget that had shrunk to nothing there for good: a
+            // node whose front end once paused then slept before every message of a
+            // shared-memory round trip, and each took a vCPU wake.
+            return crate::poll::poll();
+        }
         0
     }
 
