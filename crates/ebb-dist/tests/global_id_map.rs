@@ -2,7 +2,6 @@
 //! joined over loopback TCP resolving a global Ebb on first use, writing, and watching
 //! an entry (changes delivered as messages, on the watching core).
 
-use std::future::Future;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,26 +12,14 @@ use ebb_dist::global_id_map::{
     EmbeddedIdMap, GLOBAL_ID_MAP_EBB, GlobalEbb, GlobalIdMap, ID_MAP_CHANGED_KIND, ID_MAP_KIND,
     IdMapReply, NodeWatches, RemoteIdMap, Versioned, resolve,
 };
-use ebb_dist::messenger::{FrontEnd, Messenger, MessengerConfig};
+use ebb_dist::messenger::{FrontEnd, Messenger};
 use ebb_dist::remote::encode;
 
-fn run<T: Send + 'static, F: Future<Output = T> + 'static>(main: impl FnOnce() -> F + Send) -> T {
-    let config = ebb::Config {
-        pin: false,
-        ..ebb::Config::with_cores(2)
-    };
-    ebb::run(config, main).expect("the hosted runtime runs")
-}
+mod common;
+use common::{run, tolerant};
 
 fn gid(k: u32) -> EbbId {
     EbbId::from_u32(ebb::FIRST_GLOBAL_ID + k).unwrap()
-}
-
-fn tolerant() -> MessengerConfig {
-    MessengerConfig {
-        silence_limit: Some(Duration::from_secs(10)),
-        ..MessengerConfig::default()
-    }
 }
 
 /// What a watcher saw: (version, bytes, the core it ran on).

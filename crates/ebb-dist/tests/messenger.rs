@@ -5,7 +5,6 @@
 //!
 //! Run: `cargo test -p ebb-dist --test messenger`.
 
-use std::future::Future;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -13,14 +12,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ebb::future::{PromiseFuture, promise};
-use ebb::net::{NetConfig, Network, SocketAddr};
-use ebb::{CoreId, EbbId, IOBuf, IOBufChain};
+use ebb::net::{Network, SocketAddr};
+use ebb::{CoreId, EbbId, IOBufChain};
 use ebb_dist::messenger::{
     CallError, Control, FrontEnd, JoinError, LossReason, MAX_CONTROL_PAYLOAD, Messenger,
     MessengerConfig, PROTOCOL_VERSION, ProtocolError, SendError,
 };
 use ebb_dist::node::{NodeId, RuntimeInfo};
 use ebb_dist::wire::{FrameClass, HEADER_LEN, Header, MAX_PAYLOAD, WireError};
+
+mod common;
+use common::{chain, network, pattern, run, tolerant};
 
 const COUNTER: EbbId = match EbbId::from_u32(2100) {
     Some(id) => id,
@@ -32,19 +34,6 @@ const REFUSE: u16 = 3;
 const NEVER: u16 = 4;
 const SLOW: u16 = 5;
 const LIMIT: Duration = Duration::from_secs(20);
-
-/// Runs `main` on a fresh two-core hosted runtime (unpinned: tests share the machine).
-fn run<T: Send + 'static, F: Future<Output = T> + 'static>(main: impl FnOnce() -> F + Send) -> T {
-    let config = ebb::Config {
-        pin: false,
-        ..ebb::Config::with_cores(2)
-    };
-    ebb::run(config, main).expect("the hosted runtime runs")
-}
-
-fn chain(bytes: &[u8]) -> IOBufChain {
-    IOBufChain::from(IOBuf::copy_from_slice(bytes))
-}
 
 /// What a node's handlers received: (sender, payload bytes).
 type Inbox = Arc<Mutex<Vec<(NodeId, Vec<u8>)>>>;
@@ -72,22 +61,6 @@ fn serve(messenger: &Messenger, inbox: &Inbox) {
         ebb::sleep(Duration::from_millis(300)).await;
         Ok(payload)
     });
-}
-
-/// The default configuration with a generous silence limit: these tests run beside
-/// others on a loaded machine, where a core may be starved for a second (the heartbeat
-/// test uses a short limit on purpose).
-fn tolerant() -> MessengerConfig {
-    MessengerConfig {
-        silence_limit: Some(Duration::from_secs(10)),
-        ..MessengerConfig::default()
-    }
-}
-
-async fn network() -> Network {
-    ebb::net::start(NetConfig::default())
-        .await
-        .expect("Linux sockets start")
 }
 
 /// A front end and `nodes` joined nodes, all serving the test handlers.
@@ -134,12 +107,6 @@ fn in_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Promi
         let _ = promise.set(f());
     });
     future
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3] ^ seed)
-        .collect()
 }
 
 #[test]

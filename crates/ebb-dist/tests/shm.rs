@@ -7,18 +7,20 @@
 //!
 //! Run: `cargo test -p ebb-dist --test shm`.
 
-use std::future::Future;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ebb::net::{NetConfig, Network};
+use ebb::net::Network;
 use ebb::shm::{HostWindow, Side};
-use ebb::{CoreId, EbbId, IOBuf, IOBufChain};
-use ebb_dist::messenger::{CallError, FrontEnd, LossReason, Messenger, MessengerConfig};
+use ebb::{CoreId, EbbId, IOBufChain};
+use ebb_dist::messenger::{CallError, FrontEnd, LossReason, Messenger};
 use ebb_dist::node::NodeId;
 use ebb_shm::{Endpoint, HeapWindow, Mapping};
 use rustix::event::{EventfdFlags, eventfd};
+
+mod common;
+use common::{chain, network, pattern, run, tolerant};
 
 const COUNTER: EbbId = match EbbId::from_u32(2100) {
     Some(id) => id,
@@ -27,31 +29,6 @@ const COUNTER: EbbId = match EbbId::from_u32(2100) {
 const NOTE: u16 = 1;
 const ECHO: u16 = 2;
 const LIMIT: Duration = Duration::from_secs(20);
-
-fn run<T: Send + 'static, F: Future<Output = T> + 'static>(main: impl FnOnce() -> F + Send) -> T {
-    let config = ebb::Config {
-        pin: false,
-        ..ebb::Config::with_cores(2)
-    };
-    ebb::run(config, main).expect("the hosted runtime runs")
-}
-
-fn chain(bytes: &[u8]) -> IOBufChain {
-    IOBufChain::from(IOBuf::copy_from_slice(bytes))
-}
-
-fn tolerant() -> MessengerConfig {
-    MessengerConfig {
-        silence_limit: Some(Duration::from_secs(10)),
-        ..MessengerConfig::default()
-    }
-}
-
-async fn network() -> Network {
-    ebb::net::start(NetConfig::default())
-        .await
-        .expect("Linux sockets start")
-}
 
 fn ring(fd: &OwnedFd) {
     let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
@@ -93,12 +70,6 @@ async fn until(what: &str, done: impl Fn() -> bool) {
         assert!(start.elapsed() < LIMIT, "timed out waiting until {what}");
         ebb::sleep(Duration::from_millis(1)).await;
     }
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3] ^ seed)
-        .collect()
 }
 
 /// A front end (core 0) and a node (core 1) joined through `window_pair`.
