@@ -457,14 +457,22 @@ impl Link {
             send_answer(&self.messenger, &self.peer, request, failure(reason));
             return;
         }
-        let fut = handler(node, payload);
+        let mut fut = handler(node, payload);
+        // Most handlers answer without waiting (a map lookup, a counter): poll once here
+        // and answer at once, saving the task a spawn would cost (a fifth of a
+        // shared-memory round trip). The no-op waker loses nothing: a handler that is
+        // not ready is polled again, first thing, by the task below, which registers
+        // the real waker.
+        let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
+        if let core::task::Poll::Ready(result) = fut.as_mut().poll(&mut cx) {
+            self.peer.finish_incoming_call();
+            send_answer(&self.messenger, &self.peer, request, Answer::from(result));
+            return;
+        }
         let messenger = self.messenger.clone();
         let peer = self.peer.clone();
         let _detached = ebb::spawn_local(async move {
-            let answer = match fut.await {
-                Ok(reply) => Answer::Reply(reply),
-                Err(reason) => Answer::Failure(reason),
-            };
+            let answer = Answer::from(fut.await);
             peer.finish_incoming_call();
             send_answer(&messenger, &peer, request, answer);
         });
@@ -474,6 +482,15 @@ impl Link {
 enum Answer {
     Reply(ebb::IOBufChain),
     Failure(String),
+}
+
+impl From<Result<ebb::IOBufChain, String>> for Answer {
+    fn from(served: Result<ebb::IOBufChain, String>) -> Answer {
+        match served {
+            Ok(reply) => Answer::Reply(reply),
+            Err(reason) => Answer::Failure(reason),
+        }
+    }
 }
 
 /// Queues the answer to `request` (beyond the queue's limit: the caller waits for it).
