@@ -22,7 +22,7 @@ use ebb_net::wire::EthernetAddress;
 use rustix::event::epoll;
 
 use crate::port::EndpointPort;
-use crate::splice::{GuestSide, Next, Splice, SpliceHandler};
+use crate::splice::{GuestSide, Next, ReadBuffer, Splice, SpliceHandler};
 use crate::{UserNetConfig, UserNetCounters, UserNetError};
 
 /// Epoll tokens: listeners are `0..n`, splices `SPLICE_BASE + id`, the rest's socket
@@ -80,6 +80,8 @@ pub(crate) struct Forwarder {
     events: Vec<epoll::Event>,
     work: Vec<u64>,
     again: Vec<u64>,
+    /// Where host sockets are read into (one buffer for every splice).
+    reads: ReadBuffer,
 }
 
 impl Forwarder {
@@ -160,6 +162,7 @@ impl Forwarder {
             events: Vec::with_capacity(64),
             work: Vec::new(),
             again: Vec::new(),
+            reads: ReadBuffer::new(),
         })
     }
 
@@ -241,6 +244,9 @@ impl Forwarder {
                     if flags.intersects(epoll::EventFlags::IN | epoll::EventFlags::RDHUP | problem)
                     {
                         s.readable = true;
+                    }
+                    if flags.intersects(epoll::EventFlags::RDHUP | problem) {
+                        s.hangup_seen = true;
                     }
                     if flags.intersects(epoll::EventFlags::OUT | problem) {
                         s.writable = true;
@@ -390,7 +396,7 @@ impl Forwarder {
         let Some(splice) = self.splices.get_mut(&id) else {
             return;
         };
-        match splice.service() {
+        match splice.service(&mut self.reads) {
             Next::Wait => {}
             Next::Again => again.push(id),
             next @ (Next::Done | Next::Reset) => {
