@@ -299,6 +299,15 @@ impl UserNet {
         self.inner.get().fwd.buffered()
     }
 
+    /// Frames the endpoint queued for the guest that the device has not taken yet, and
+    /// the most it queues (past that its TCP waits on back-pressure).
+    pub fn frames_for_guest(&self) -> (usize, usize) {
+        (
+            self.inner.get().fwd.stack.device().to_guest.len(),
+            port::TO_GUEST_LIMIT,
+        )
+    }
+
     /// Bytes the endpoint's TCP holds for connections that cannot take them now.
     pub fn endpoint_held_bytes(&self) -> usize {
         self.inner.get().fwd.stack.tcp().held_bytes()

@@ -161,7 +161,8 @@ impl ReadBuffer {
         buf.commit(n).map_err(out_of_memory)?;
         if n <= COPY_READ_MAX {
             let mut copy = IOBuf::try_with_capacity(n).map_err(out_of_memory)?;
-            copy.extend_from_slice(buf.as_slice()).map_err(out_of_memory)?;
+            copy.extend_from_slice(buf.as_slice())
+                .map_err(out_of_memory)?;
             return Ok(HostRead::Data(copy, drained));
         }
         let whole = self.buf.take().ok_or(ErrorKind::OutOfMemory)?;

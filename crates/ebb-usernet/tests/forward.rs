@@ -625,6 +625,59 @@ fn random_frames_to_the_endpoint_are_survived() {
 }
 
 #[test]
+fn a_guest_that_takes_no_frames_does_not_make_the_forwarder_spin() {
+    // Host clients keep sending while the guest, its receive ring full, takes no frame:
+    // the endpoint's queue toward the guest fills and its TCP waits on back-pressure. The
+    // forwarder must not ask to be polled "now" on that account: it did, and the device
+    // thread spun on the CPU the guest needed to free the queue (a flood of requests made
+    // the main job serve half as many).
+    let mut rig = Rig::new();
+    // The guest reads 64 KiB per connection, its window open until then: enough
+    // connections' windows to fill the queue toward the guest.
+    const CLIENTS: usize = 64;
+    let addr = rig.addr(2);
+    for _ in 0..CLIENTS {
+        thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            let chunk = vec![7u8; 64 * 1024];
+            while s.write_all(&chunk).is_ok() {}
+        });
+    }
+    rig.run_until(|r| r.usernet.active_connections() == CLIENTS);
+    // The handshakes through the guest.
+    for _ in 0..20 {
+        rig.step();
+    }
+    let (mut full_rounds, mut due_rounds, mut most) = (0, 0, 0);
+    let stop = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < stop {
+        let now = rig.now();
+        let mut rx = Vec::new();
+        rig.usernet.drain();
+        rig.usernet.receive(now, &mut rx, 0);
+        assert!(rx.is_empty(), "the guest asked for no frame");
+        let (queued, limit) = rig.usernet.frames_for_guest();
+        most = most.max(queued);
+        if queued >= limit {
+            full_rounds += 1;
+            if rig.usernet.poll_at().is_some_and(|at| at <= now) {
+                due_rounds += 1;
+            }
+        }
+        thread::sleep(Duration::from_micros(200));
+    }
+    assert!(
+        full_rounds > 0,
+        "the queue toward the guest never filled (at most {most} frames)"
+    );
+    assert_eq!(
+        due_rounds, 0,
+        "with the guest taking nothing, the forwarder asked to be polled at once in \
+         {due_rounds} of {full_rounds} rounds"
+    );
+}
+
+#[test]
 fn a_guest_that_stops_reading_stops_the_host_sender_with_bounded_memory() {
     // The guest takes 64 KiB and closes its window: the forwarder must stop reading the
     // host socket (the host's writes then block in its kernel) rather than buffer what
