@@ -40,7 +40,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 mc_requests() {
   python3 - "$1" "${2:-127.0.0.1}" <<'PY'
 import socket, sys
-s = socket.create_connection((sys.argv[2], int(sys.argv[1])))
+s = socket.create_connection((sys.argv[2], int(sys.argv[1])), timeout=120)
 s.sendall(b"stats\r\n")
 buf = b""
 while not buf.endswith(b"END\r\n"):
