@@ -158,6 +158,7 @@ impl Vm {
                     queue_kicks,
                     vcpu_wakes,
                     idle_poll: crate::virtio::net::io_poll_window(cpus_shared),
+                    guest_first: cpus_shared,
                 })
             }
             _ => None,
