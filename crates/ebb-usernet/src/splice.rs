@@ -165,6 +165,8 @@ impl ReadBuffer {
                 .map_err(out_of_memory)?;
             return Ok(HostRead::Data(copy, drained));
         }
+        // `Some`: filled just above. (Were it not, this read's bytes would be lost, so an
+        // error, which resets the connection, is the honest answer.)
         let whole = self.buf.take().ok_or(ErrorKind::OutOfMemory)?;
         Ok(HostRead::Data(whole, drained))
     }

@@ -60,6 +60,14 @@ struct Pair {
     rx_starved: bool,
 }
 
+impl Pair {
+    /// Frames for the guest wait for its receive buffers: in the backlog, or (direct and
+    /// copying backends) in the backend.
+    fn waits_for_guest(&self) -> bool {
+        !self.backlog.is_empty() || self.rx_starved
+    }
+}
+
 /// The I/O thread's live queues and what it carries from one round to the next. One
 /// [`step`](Self::step) is one round of processing without the sleeping, so the
 /// hostile-guest tests drive the device a round at a time over fake guest memory and an
@@ -264,7 +272,7 @@ impl Engine {
                 arrived |= tx.set_kicks_wanted(mem, wanted).unwrap_or(false);
             }
             if let Some(rx) = &pair.rx {
-                let waiting = !pair.backlog.is_empty() || pair.rx_starved;
+                let waiting = pair.waits_for_guest();
                 arrived |= rx.set_kicks_wanted(mem, wanted && waiting).unwrap_or(false) && waiting;
             }
         }
@@ -278,9 +286,7 @@ impl Engine {
     /// and what frees the buffers is the guest's receive kick (asked for by
     /// [`want_kicks`](Self::want_kicks)), not more input from the host.
     pub(crate) fn guest_behind(&self) -> bool {
-        self.pairs
-            .iter()
-            .any(|p| !p.backlog.is_empty() || p.rx_starved)
+        self.pairs.iter().any(Pair::waits_for_guest)
     }
 
     /// Whether frames taken from the guest still wait for the backend to accept them
