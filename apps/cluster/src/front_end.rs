@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use ebb::net::{self, Ipv4Addr, NetConfig, SocketAddrV4};
 use ebb::{IOBuf, IOBufChain};
 use ebb_dist::allocator::{
-    GuestForward, LocalNodeAllocator, NodeAllocator, NodeHandle, NodeImage, NodeNetwork, NodeSpec,
+    GuestForward, LocalNodeAllocator, NodeHandle, NodeImage, NodeNetwork, NodeSpec,
+    allocate_in_background,
 };
 use ebb_dist::global_id_map::{
     EmbeddedIdMap, GLOBAL_ID_MAP_EBB, GlobalIdMap, ID_MAP_CHANGED_KIND, ID_MAP_KIND, IdMapReply,
@@ -297,7 +298,8 @@ async fn drive(options: Options) -> Result<(), String> {
         )
     })?;
     let image: Arc<[u8]> = image.into();
-    let allocator = LocalNodeAllocator::new();
+    // Nodes are built off this event loop (it keeps serving the joins under way).
+    let allocator = std::sync::Arc::new(LocalNodeAllocator::new());
     let mut pending = Vec::new();
     // Where the first native node listens for other nodes, as the others reach it: through
     // a guest-to-host forward to its published peer port (rootless), or its bridge address.
@@ -360,8 +362,8 @@ async fn drive(options: Options) -> Result<(), String> {
             shared_window: if shared { SHARED_WINDOW } else { 0 },
             ..NodeSpec::new(NodeImage::Bytes(image.clone()))
         };
-        let handle = allocator
-            .allocate(spec)
+        let handle = allocate_in_background(allocator.clone(), spec)
+            .await
             .map_err(|e| format!("cannot boot node {}: {e}", i + 1))?;
         if let Some(window) = handle.host_window() {
             // The node finds its window and joins through it (with its token, as over

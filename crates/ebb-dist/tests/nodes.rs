@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use ebb_dist::allocator::{
     FREE_BOUND, LocalNodeAllocator, NodeAllocator, NodeHandle, NodeImage, NodeNetwork, NodeOutcome,
-    NodeSpec, ProcessNodeAllocator,
+    NodeSpec, ProcessNodeAllocator, allocate_in_background,
 };
 
 /// The echo app's port natively.
@@ -422,6 +422,91 @@ fn a_front_end_event_loop_awaits_a_node_end_and_keeps_its_signals() {
         );
     }
     assert_eq!(vm_threads(), Vec::<String>::new());
+}
+
+#[test]
+fn an_event_loop_that_allocates_in_the_background_keeps_running() {
+    // A front end's one event loop starts a node with `allocate_in_background` and a
+    // ticker task beside it: the ticker runs while the VM is built (with the blocking
+    // `allocate` it could not run before the allocation returned), and the node serves.
+    let test = "an_event_loop_that_allocates_in_the_background_keeps_running";
+    let _serial = serial();
+    let Some(()) = kvm(test) else { return };
+    echo_image();
+    let (node, ticks, longest_gap, took) =
+        ebb_hosted::run(ebb_hosted::Config::with_cores(1), || async {
+            let ticks = std::rc::Rc::new(std::cell::Cell::new((0u32, Duration::ZERO)));
+            let started = Instant::now();
+            let allocation =
+                allocate_in_background(Arc::new(LocalNodeAllocator::new()), echo_spec());
+            let done = std::rc::Rc::new(std::cell::Cell::new(false));
+            let ticker = {
+                let (ticks, done) = (ticks.clone(), done.clone());
+                ebb::spawn_local(async move {
+                    let mut last = Instant::now();
+                    while !done.get() {
+                        let (n, gap) = ticks.get();
+                        ticks.set((n + 1, gap.max(last.elapsed())));
+                        last = Instant::now();
+                        ebb::sleep(Duration::from_micros(200)).await;
+                    }
+                })
+            };
+            let node = allocation.await.expect("allocate");
+            let took = started.elapsed();
+            let (n, gap) = ticks.get();
+            done.set(true);
+            let _ = ticker.await;
+            (node, n, gap, took)
+        })
+        .expect("the front end runs");
+    println!(
+        "{test}: allocation took {took:?}; the loop ticked {ticks} times meanwhile, \
+         longest gap {longest_gap:?}"
+    );
+    assert!(
+        ticks >= 2,
+        "the loop stalled while the node was built: {ticks} ticks in {took:?}"
+    );
+    assert_echoes(&node, 11);
+    node.free().expect("free");
+    assert_eq!(vm_threads(), Vec::<String>::new());
+}
+
+#[test]
+fn a_background_allocation_nobody_awaits_frees_its_node() {
+    // The future is dropped at once: the node the thread builds anyway is freed, and no
+    // VM thread is left.
+    let test = "a_background_allocation_nobody_awaits_frees_its_node";
+    let _serial = serial();
+    let Some(()) = kvm(test) else { return };
+    echo_image();
+    drop(allocate_in_background(
+        Arc::new(LocalNodeAllocator::new()),
+        echo_spec(),
+    ));
+    let deadline = Instant::now() + START + FREE_BOUND;
+    let mut threads = vm_threads();
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        threads = vm_threads();
+        let allocating = std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim() == "ebb-allocate")
+            });
+        if threads.is_empty() && !allocating {
+            break;
+        }
+    }
+    assert_eq!(
+        threads,
+        Vec::<String>::new(),
+        "a node outlived its allocation"
+    );
 }
 
 /// Linux's signal numbers (no libc dependency for three constants).

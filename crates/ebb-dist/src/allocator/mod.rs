@@ -54,6 +54,7 @@ mod local;
 mod process;
 
 use std::boxed::Box;
+use std::future::Future;
 use std::net::SocketAddrV4;
 use std::path::PathBuf;
 use std::string::String;
@@ -200,9 +201,41 @@ pub trait NodeAllocator {
     /// Boots a node as `spec` says; returns once it runs (its ports forwarded, its exit
     /// watched) — not once its application is ready, which it says on its own. It
     /// blocks the caller while the VM is built (2-15 ms measured locally, a child
-    /// process's start for the process backend): an event loop that allocates stalls
-    /// that long.
+    /// process's start for the process backend): from an event loop, use
+    /// [`allocate_in_background`], which does not stall it.
     fn allocate(&self, spec: NodeSpec) -> Result<NodeHandle, AllocateError>;
+}
+
+/// [`NodeAllocator::allocate`] without stalling the calling event loop: the allocation
+/// runs on a thread of its own, and the future completes with its result (woken from
+/// that thread), while the loop serves everything else — a join already under way, the
+/// Messenger's heartbeats. Dropping the future before it completes frees the node once
+/// it is built: a node nobody holds is never left running.
+pub fn allocate_in_background<A>(
+    allocator: Arc<A>,
+    spec: NodeSpec,
+) -> impl Future<Output = Result<NodeHandle, AllocateError>> + 'static
+where
+    A: NodeAllocator + Send + Sync + ?Sized + 'static,
+{
+    let (promise, answer) = ebb::future::promise();
+    let started = std::thread::Builder::new()
+        .name("ebb-allocate".into())
+        .spawn(move || {
+            // `Err(handle)`: the caller is gone; dropping the handle frees the node.
+            let _ = promise.set(allocator.allocate(spec));
+        });
+    async move {
+        started.map_err(|source| AllocateError::Os {
+            what: "spawning the allocating thread",
+            source,
+        })?;
+        answer.await.unwrap_or_else(|_| {
+            Err(AllocateError::Vm(
+                "the allocating thread ended without an answer".into(),
+            ))
+        })
+    }
 }
 
 /// How a backend stops and releases one node.
