@@ -22,7 +22,9 @@
 //!
 //! * Everything a peer sends is hostile input: a frame that does not decode closes that
 //!   connection with a [`wire::WireError`]; nothing a peer sends panics a node or makes it
-//!   allocate more than [`wire::MAX_PAYLOAD`] bytes per connection ahead of delivery.
+//!   allocate more than [`wire::MAX_PAYLOAD`] bytes per connection ahead of delivery;
+//!   decoding what it sent allocates fallibly ([`fallible`]): short of memory, that call
+//!   or message fails, the node goes on.
 //! * Message kinds are numbers the receiving Ebb registered, never a compiler's type hash
 //!   (EbbRT's portability bug): two builds of one application always agree on the wire.
 //! * `no_std` + `alloc`, so native images link it (the hosted-only `allocator` uses
@@ -41,6 +43,7 @@ extern crate std;
 
 #[cfg(not(target_os = "none"))]
 pub mod allocator;
+pub mod fallible;
 pub mod global_id_map;
 pub mod hash_ring;
 pub mod messenger;

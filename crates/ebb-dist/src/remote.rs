@@ -56,16 +56,13 @@ pub fn encode<T: Serialize>(value: &T) -> Result<IOBufChain, RemoteError> {
     Ok(IOBufChain::from(IOBuf::from_vec(bytes)))
 }
 
-/// Decodes a payload as a `T` (a payload is hostile input: a bad one is an error).
+/// Decodes a payload as a `T` (a payload is hostile input: a bad one is an error). A
+/// multi-segment payload is copied into one buffer reserved fallibly; `T`'s own fields
+/// allocate as their `Deserialize` does — the crate's request types use [`fallible`](crate::fallible).
 pub fn decode<T: DeserializeOwned>(payload: &IOBufChain) -> Result<T, RemoteError> {
-    let parse = |bytes: &[u8]| {
-        postcard::from_bytes(bytes).map_err(|e| RemoteError::BadPayload(e.to_string()))
-    };
-    match payload.segment_count() {
-        0 => parse(&[]),
-        1 => parse(payload.front().map_or(&[][..], IOBuf::as_slice)),
-        _ => parse(&payload.to_vec()),
-    }
+    let bytes = crate::fallible::contiguous(payload)
+        .ok_or_else(|| RemoteError::BadPayload("out of memory for a peer's payload".into()))?;
+    postcard::from_bytes(&bytes).map_err(|e| RemoteError::BadPayload(e.to_string()))
 }
 
 impl Caller for Messenger {

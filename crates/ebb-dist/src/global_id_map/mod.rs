@@ -72,6 +72,7 @@ pub struct Versioned {
     /// 1 for the first `set`, one more for each after.
     pub version: u64,
     /// The bytes.
+    #[serde(deserialize_with = "crate::fallible::bytes")]
     pub value: Vec<u8>,
 }
 
@@ -97,7 +98,10 @@ pub enum IdMapRequest {
     /// Read an entry.
     Get(u32),
     /// Write an entry.
-    Set(u32, Vec<u8>),
+    Set(
+        u32,
+        #[serde(deserialize_with = "crate::fallible::bytes")] Vec<u8>,
+    ),
     /// Send a [`IdMapReply::Changed`] message on every later change.
     Watch(u32),
     /// Stop those messages.
@@ -114,7 +118,7 @@ pub enum IdMapReply {
     /// A watch or unwatch took effect.
     Done,
     /// The request failed; the reason.
-    Refused(alloc::string::String),
+    Refused(#[serde(deserialize_with = "crate::fallible::string")] alloc::string::String),
     /// An entry changed (sent to watchers, unasked).
     Changed(u32, Versioned),
 }

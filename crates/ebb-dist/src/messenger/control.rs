@@ -41,7 +41,7 @@ pub enum Control {
         peer_key: u64,
     },
     /// Front end → node: not admitted, and why; the front end closes the connection.
-    Refused(String),
+    Refused(#[serde(deserialize_with = "crate::fallible::string")] String),
     /// Either way, after the join: still here (see
     /// [`MessengerConfig::silence_limit`](super::MessengerConfig::silence_limit)).
     Heartbeat,

@@ -549,10 +549,11 @@ fn truncate_to_char_boundary(s: &mut String, max: usize) {
 }
 
 fn failure_reason(frame: &Frame) -> String {
+    // At most MAX_FAILURE_REASON bytes: a small allocation, and a stack buffer first.
+    let mut bytes = [0u8; MAX_FAILURE_REASON];
     let len = frame.payload.len().min(MAX_FAILURE_REASON);
-    let mut bytes = alloc::vec![0u8; len];
-    let _ = frame.payload.cursor().read_into(&mut bytes);
-    String::from_utf8_lossy(&bytes).into_owned()
+    let _ = frame.payload.cursor().read_into(&mut bytes[..len]);
+    String::from_utf8_lossy(&bytes[..len]).into_owned()
 }
 
 /// Decodes a control frame's payload.
@@ -563,7 +564,8 @@ fn control(frame: &Frame) -> Result<Control, ProtocolError> {
             when: "before the join",
         });
     }
-    let bytes = frame.payload.to_vec();
+    let bytes = crate::fallible::contiguous(&frame.payload)
+        .ok_or_else(|| ProtocolError::BadControl("out of memory for its payload".into()))?;
     postcard::from_bytes(&bytes).map_err(|e| ProtocolError::BadControl(format!("{e}")))
 }
 

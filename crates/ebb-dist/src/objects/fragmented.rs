@@ -20,6 +20,7 @@ use core::cell::RefCell;
 use ebb::EbbId;
 use serde::{Deserialize, Serialize};
 
+use crate::fallible::{self, Bytes};
 use crate::hash_ring::HashRing;
 use crate::node::NodeId;
 use crate::remote::{Caller, RemoteError, Served, decode, encode};
@@ -27,26 +28,31 @@ use crate::remote::{Caller, RemoteError, Served, decode, encode};
 /// The message kind a shard registers.
 pub const SHARD_KIND: u16 = 2;
 
-type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+/// Entries as they travel: keys and values that decode fallibly ([`Bytes`]).
+type Entries = Vec<(Bytes, Bytes)>;
 
 /// A call to a shard.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MapRequest {
     /// The value of a key.
-    Get(Vec<u8>),
+    Get(#[serde(deserialize_with = "fallible::bytes")] Vec<u8>),
     /// Store a value; answered with the old one.
-    Set(Vec<u8>, Vec<u8>),
+    Set(
+        #[serde(deserialize_with = "fallible::bytes")] Vec<u8>,
+        #[serde(deserialize_with = "fallible::bytes")] Vec<u8>,
+    ),
     /// Remove a key; answered with the old value.
-    Delete(Vec<u8>),
+    Delete(#[serde(deserialize_with = "fallible::bytes")] Vec<u8>),
     /// Remove and return every entry the ring of these nodes does not place on `me`.
     TakeMoved {
         /// The shard nodes after the change.
+        #[serde(deserialize_with = "fallible::seq")]
         nodes: Vec<u32>,
         /// The shard asked.
         me: u32,
     },
     /// Store these entries (a move's second half).
-    Put(Entries),
+    Put(#[serde(deserialize_with = "fallible::seq")] Entries),
     /// How many entries the shard holds.
     Count,
 }
@@ -55,9 +61,9 @@ pub enum MapRequest {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MapReply {
     /// A value, or none.
-    Value(Option<Vec<u8>>),
+    Value(#[serde(deserialize_with = "fallible::option_bytes")] Option<Vec<u8>>),
     /// Entries handed over.
-    Entries(Entries),
+    Entries(#[serde(deserialize_with = "fallible::seq")] Entries),
     /// A count.
     Count(u64),
     /// Done.
@@ -141,17 +147,17 @@ impl MapShard {
                 for k in moving {
                     if let Some(v) = entries.remove(&k) {
                         *bytes = *bytes - k.len() - v.len();
-                        out.push((k, v));
+                        out.push((Bytes(k), Bytes(v)));
                     }
                 }
                 MapReply::Entries(out)
             }
             MapRequest::Put(batch) => {
-                let added: usize = batch.iter().map(|(k, v)| k.len() + v.len()).sum();
+                let added: usize = batch.iter().map(|(k, v)| k.0.len() + v.0.len()).sum();
                 if *bytes + added > self.max_bytes {
                     return Err("shard full: cannot take the moved entries".to_string());
                 }
-                for (k, v) in batch {
+                for (Bytes(k), Bytes(v)) in batch {
                     let (kl, vl) = (k.len(), v.len());
                     if let Some(old) = entries.insert(k, v) {
                         *bytes = *bytes - kl - old.len();
