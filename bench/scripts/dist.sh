@@ -16,8 +16,13 @@
 #   4. system calls per shared-memory round trip: `strace -f -c` over the whole front
 #      end process (event loops, vCPU and monitor threads), message round trips only, at
 #      two sample counts; the difference divided by the extra round trips.
+#   5. as root: the Messenger between the front end and a native node on a TAP device
+#      enslaved to a bridge, against Linux TCP across a veth pair (the peer process in a
+#      network namespace at its far end), ROUNDS alternating rounds. The script makes the
+#      bridge, the pair and the namespace, and removes them.
 #
-# Raw output goes to OUT (default bench/results/dist/DATE-*.txt).
+# Raw output goes to OUT (default bench/results/dist/DATE-*.txt). PARTS (default
+# "join alloc messenger syscalls tap") picks the parts to run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-5}
@@ -28,23 +33,33 @@ cargo build --release -q -p cluster
 cargo build --release -q -p cluster --target x86_64-unknown-none
 image=target/x86_64-unknown-none/release/cluster
 front=target/release/cluster
+PARTS=${PARTS:-join alloc messenger syscalls tap}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 
+if part join; then
 echo "== allocate → joined ($RUNS runs of two nodes)" | tee "$OUT-join.txt"
 for i in $(seq "$RUNS"); do
   "$front" --node-image "$image" --ops 1000 --increments 10 | grep "joined in" | tee -a "$OUT-join.txt"
 done
+fi
 
+if part alloc; then
 echo "== allocate → first answer: in-process against a child ebb run" | tee "$OUT-alloc.txt"
 cargo test --release -q -p ebb-dist --test nodes -- --nocapture allocation_time 2>&1 \
   | grep -vE "^(running|test |$)" | tee -a "$OUT-alloc.txt"
+fi
 
+if part messenger; then
 for transport in shared network; do
   echo "== the Messenger, front end ↔ native node over $transport, against Linux TCP ($ROUNDS rounds)" | tee -a "$OUT-messenger.txt"
   "$front" --node-image "$image" --nodes 1 --transport "$transport" --bench "$ROUNDS" --ops 1000 --increments 10 \
     | grep -E "^bench" | tee -a "$OUT-messenger.txt"
 done
+fi
 
-if command -v strace >/dev/null; then
+if ! part syscalls; then
+  :
+elif command -v strace >/dev/null; then
   echo "== system calls per shared-memory round trip (strace -f -c, whole front end process)" | tee "$OUT-syscalls.txt"
   count() { # $1: round trips; prints the total system calls of the run
     EBB_BENCH_MESSAGES_ONLY=1 EBB_BENCH_SAMPLES="$1" strace -f -c -o "$OUT-strace-$1.txt" \
@@ -56,4 +71,24 @@ if command -v strace >/dev/null; then
   echo "1000 round trips: $small system calls; 101000: $large; per extra round trip: $(echo "scale=3; ($large - $small) / 100000" | bc)" | tee -a "$OUT-syscalls.txt"
 else
   echo "SKIPPED: system calls per round trip: strace is not installed" | tee "$OUT-syscalls.txt"
+fi
+
+if part tap; then
+  if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then
+    echo "SKIPPED: the Messenger on a TAP bridge: needs root and ip(8)" | tee "$OUT-tap.txt"
+  else
+    bridge=ebbdb$$; netns=ebbdp$$; veth=ebbdv$$
+    cleanup() { ip link del "$bridge" 2>/dev/null; ip link del "$veth" 2>/dev/null; ip netns del "$netns" 2>/dev/null; true; }
+    trap cleanup EXIT
+    ip link add "$bridge" type bridge && ip addr add 10.77.0.1/24 dev "$bridge" && ip link set "$bridge" up
+    ip netns add "$netns"
+    ip link add "$veth" type veth peer name "${veth}p" netns "$netns"
+    ip addr add 10.78.0.1/24 dev "$veth" && ip link set "$veth" up
+    ip -n "$netns" addr add 10.78.0.2/24 dev "${veth}p" && ip -n "$netns" link set "${veth}p" up
+    echo "== the Messenger, front end ↔ native node on a TAP bridge, against Linux TCP across a veth pair ($ROUNDS rounds)" | tee "$OUT-tap.txt"
+    EBB_BENCH_PEER_NETNS="$netns:10.78.0.2" "$front" --node-image "$image" --nodes 1 \
+      --tap-bridge "$bridge:10.77.0.1" --bench "$ROUNDS" --ops 1000 --increments 10 \
+      | grep -E "^bench|joined" | tee -a "$OUT-tap.txt"
+    cleanup
+  fi
 fi

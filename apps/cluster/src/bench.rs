@@ -9,10 +9,13 @@
 //!
 //! The node is behind its monitor's user-mode network (a guest-to-host forward), so its
 //! figures include that hop: guest ebb-net ↔ virtio ↔ the monitor's ebb-net endpoint ↔
-//! a host socket ↔ the front end.
+//! a host socket ↔ the front end. With `--tap-bridge` it is on a TAP device enslaved to
+//! a bridge (guest ebb-net ↔ virtio ↔ TAP ↔ bridge ↔ the front end's socket), and the
+//! fair peer is Linux TCP across a veth pair: [`PEER_NETNS_ENV`] puts the peer process
+//! in a namespace at the far end of one.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -139,7 +142,8 @@ pub async fn run(
         return Ok(out.trim_end().to_string());
     }
     let mut peer = TcpPeer::start()?;
-    let port = peer.port;
+    let port = peer.at;
+    let peer_path = peer.path.clone();
     let me = std::process::id();
     let mut out = String::new();
     let mut ratios: Vec<Ratios> = targets.iter().map(|_| Ratios::default()).collect();
@@ -155,7 +159,7 @@ pub async fn run(
             (client_cpu + cpu_ns(peer.child.id()) - peer_before) as f64 / samples() as f64 / 1e3;
         let tcp_tput = off_loop(move || TcpPeer::throughput(port)).await?;
         out.push_str(&format!(
-            "bench round {round}: Linux TCP between two processes: 64 B round trip median/p99 {:.1}/{:.1} µs, {tcp_cpu:.1} µs CPU per round trip (both processes; the machine: {tcp_busy:.1} µs); 1 MiB writes {tcp_tput:.0} MB/s\n",
+            "bench round {round}: Linux TCP between two processes {peer_path}: 64 B round trip median/p99 {:.1}/{:.1} µs, {tcp_cpu:.1} µs CPU per round trip (both processes; the machine: {tcp_busy:.1} µs); 1 MiB writes {tcp_tput:.0} MB/s\n",
             tcp.0, tcp.1
         ));
         for ((node, path), r) in targets.iter().zip(ratios.iter_mut()) {
@@ -188,7 +192,7 @@ pub async fn run(
     peer.stop();
     for ((node, path), r) in targets.iter().zip(&ratios) {
         out.push_str(&format!(
-            "bench summary ({rounds} rounds, front end ↔ {node} over {path}; against Linux TCP between two processes on loopback): call round trip {}; message round trip {}; throughput {}; CPU per round trip {}; a call against a raw message round trip {}\n",
+            "bench summary ({rounds} rounds, front end ↔ {node} over {path}; against Linux TCP between two processes {peer_path}): call round trip {}; message round trip {}; throughput {}; CPU per round trip {}; a call against a raw message round trip {}\n",
             range(&r.call),
             range(&r.message),
             range(&r.throughput),
@@ -273,17 +277,48 @@ async fn off_loop<T: Send + 'static>(
         .map_err(|_| "the measuring thread ended early".to_string())?
 }
 
+/// Where the TCP peer runs instead of beside the front end on loopback: `NETNS:ADDR`, a
+/// network namespace and its address (the far end of a veth pair, for the comparison
+/// with nodes on a TAP bridge: `bench/scripts/dist.sh` sets it up as root).
+pub const PEER_NETNS_ENV: &str = "EBB_BENCH_PEER_NETNS";
+
 /// The peer: this executable as a plain TCP server in another process.
 struct TcpPeer {
     child: Child,
-    port: u16,
+    at: SocketAddrV4,
+    /// How the client reaches it, for the report ("on loopback", "over a veth pair").
+    path: String,
 }
 
 impl TcpPeer {
     fn start() -> Result<TcpPeer, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let mut child = Command::new(exe)
-            .arg("--tcp-peer")
+        let (mut command, addr, path) = match std::env::var(PEER_NETNS_ENV) {
+            Ok(spec) => {
+                let (netns, addr) = spec
+                    .split_once(':')
+                    .ok_or_else(|| format!("{PEER_NETNS_ENV}={spec:?} is not NETNS:ADDR"))?;
+                let addr: Ipv4Addr = addr
+                    .parse()
+                    .map_err(|_| format!("{PEER_NETNS_ENV}: {addr:?} is not an IPv4 address"))?;
+                // `ip netns exec` enters the namespace and execs: the child's pid is the
+                // peer's own (its CPU time is read from /proc).
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", netns]).arg(exe);
+                (
+                    command,
+                    addr,
+                    format!("over a veth pair (the peer in netns {netns})"),
+                )
+            }
+            Err(_) => (
+                Command::new(exe),
+                Ipv4Addr::LOCALHOST,
+                "on loopback".to_string(),
+            ),
+        };
+        let mut child = command
+            .args(["--tcp-peer", "--listen", &addr.to_string()])
             .stdout(Stdio::piped())
             .spawn()
             .map_err(|e| format!("cannot start the TCP peer: {e}"))?;
@@ -295,18 +330,22 @@ impl TcpPeer {
             .trim()
             .parse()
             .map_err(|_| format!("the TCP peer said {line:?}"))?;
-        Ok(TcpPeer { child, port })
+        Ok(TcpPeer {
+            child,
+            at: SocketAddrV4::new(addr, port),
+            path,
+        })
     }
 
-    fn connect(port: u16, mode: u8) -> Result<TcpStream, String> {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    fn connect(at: SocketAddrV4, mode: u8) -> Result<TcpStream, String> {
+        let mut s = TcpStream::connect(at).map_err(|e| e.to_string())?;
         s.set_nodelay(true).map_err(|e| e.to_string())?;
         s.write_all(&[mode]).map_err(|e| e.to_string())?;
         Ok(s)
     }
 
     /// The round trips, and the CPU time this thread spent on them (ns).
-    fn rtts(port: u16) -> Result<(Vec<f64>, u64), String> {
+    fn rtts(port: SocketAddrV4) -> Result<(Vec<f64>, u64), String> {
         let mut s = TcpPeer::connect(port, b'e')?;
         let cpu_before = thread_cpu_ns();
         let (ping, mut pong) = ([7u8; 64], [0u8; 64]);
@@ -320,7 +359,7 @@ impl TcpPeer {
         Ok((us, thread_cpu_ns() - cpu_before))
     }
 
-    fn throughput(port: u16) -> Result<f64, String> {
+    fn throughput(port: SocketAddrV4) -> Result<f64, String> {
         let mut s = TcpPeer::connect(port, b's')?;
         let block = vec![0x5au8; MESSAGE];
         let t = Instant::now();
@@ -350,10 +389,20 @@ impl Drop for TcpPeer {
     }
 }
 
-/// `--tcp-peer`: listens on 127.0.0.1, prints the port, and serves each connection by
-/// its first byte: `e` echoes, `s` counts until EOF and answers the count.
-pub fn tcp_peer() -> i32 {
-    let listener = match TcpListener::bind("127.0.0.1:0") {
+/// `--tcp-peer [--listen ADDR]`: listens on ADDR (127.0.0.1 by default), prints the
+/// port, and serves each connection by its first byte: `e` echoes, `s` counts until EOF
+/// and answers the count.
+pub fn tcp_peer(args: &[String]) -> i32 {
+    let addr = args
+        .iter()
+        .position(|a| a == "--listen")
+        .and_then(|i| args.get(i + 1))
+        .map_or(Ok(Ipv4Addr::LOCALHOST), |a| a.parse::<Ipv4Addr>());
+    let Ok(addr) = addr else {
+        eprintln!("cluster --tcp-peer: --listen takes an IPv4 address");
+        return 2;
+    };
+    let listener = match TcpListener::bind((addr, 0)) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("cluster --tcp-peer: {e}");

@@ -300,6 +300,9 @@ async fn drive(options: Options) -> Result<(), String> {
     let image: Arc<[u8]> = image.into();
     // Nodes are built off this event loop (it keeps serving the joins under way).
     let allocator = std::sync::Arc::new(LocalNodeAllocator::new());
+    // TAP devices the front end made (with --tap-bridge): removed when this returns,
+    // after the nodes that use them (declared later, dropped first).
+    let mut taps: Vec<BridgedTap> = Vec::new();
     let mut pending = Vec::new();
     // Where the first native node listens for other nodes, as the others reach it: through
     // a guest-to-host forward to its published peer port (rootless), or its bridge address.
@@ -362,6 +365,11 @@ async fn drive(options: Options) -> Result<(), String> {
             shared_window: if shared { SHARED_WINDOW } else { 0 },
             ..NodeSpec::new(NodeImage::Bytes(image.clone()))
         };
+        if let (NodeNetwork::Tap(tap), Some((bridge, _))) = (&network, &options.tap_bridge) {
+            // On the bridge before the node runs: a TAP enslaved after the guest's first
+            // ARP request or SYN lost it, and the join waited for a retransmission (1 s).
+            taps.push(BridgedTap::create(tap, bridge)?);
+        }
         let handle = allocate_in_background(allocator.clone(), spec)
             .await
             .map_err(|e| format!("cannot boot node {}: {e}", i + 1))?;
@@ -381,9 +389,6 @@ async fn drive(options: Options) -> Result<(), String> {
                     "rootless: a guest-to-host forward to the first node's published port",
                 ));
             }
-        }
-        if let (NodeNetwork::Tap(tap), Some((bridge, _))) = (&network, &options.tap_bridge) {
-            enslave(tap, bridge)?;
         }
         pending.push((expectation, started, Running::Native(handle)));
     }
@@ -437,7 +442,13 @@ async fn drive(options: Options) -> Result<(), String> {
         let targets: Vec<(NodeId, &'static str)> = nodes
             .iter()
             .filter_map(|n| match &n.running {
-                Some(r @ Running::Native(_)) => Some((n.id, r.path())),
+                Some(r @ Running::Native(_)) => Some((
+                    n.id,
+                    match (r.path(), &options.tap_bridge) {
+                        ("TCP through its network", Some(_)) => "TCP on its TAP bridge",
+                        (path, _) => path,
+                    },
+                )),
                 _ => None,
             })
             .collect();
@@ -582,21 +593,39 @@ async fn drive(options: Options) -> Result<(), String> {
     Ok(())
 }
 
-/// Puts a node's TAP device on the bridge and up (`ip`, as root).
-fn enslave(tap: &str, bridge: &str) -> Result<(), String> {
-    for args in [
-        &["link", "set", tap, "master", bridge][..],
-        &["link", "set", tap, "up"][..],
-    ] {
-        let status = std::process::Command::new("ip")
-            .args(args)
-            .status()
-            .map_err(|e| format!("cannot run ip: {e}"))?;
-        if !status.success() {
-            return Err(format!("ip {} failed ({status})", args.join(" ")));
+/// A node's TAP device, made persistent by the front end and on the bridge before the
+/// node's monitor opens it (one queue: the nodes have one vCPU); deleted when dropped.
+struct BridgedTap(String);
+
+impl BridgedTap {
+    fn create(tap: &str, bridge: &str) -> Result<BridgedTap, String> {
+        ip(&["tuntap", "add", "dev", tap, "mode", "tap"])?;
+        let made = BridgedTap(tap.to_string());
+        ip(&["link", "set", tap, "master", bridge])?;
+        ip(&["link", "set", tap, "up"])?;
+        Ok(made)
+    }
+}
+
+impl Drop for BridgedTap {
+    fn drop(&mut self) {
+        if let Err(e) = ip(&["link", "del", &self.0]) {
+            eprintln!("cluster: removing {}: {e}", self.0);
         }
     }
-    Ok(())
+}
+
+/// Runs `ip ARGS` (as root).
+fn ip(args: &[&str]) -> Result<(), String> {
+    let status = std::process::Command::new("ip")
+        .args(args)
+        .status()
+        .map_err(|e| format!("cannot run ip: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("ip {} failed ({status})", args.join(" ")))
+    }
 }
 
 /// Serves one read of an offered file.

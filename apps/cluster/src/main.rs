@@ -52,7 +52,7 @@ async fn app_main() -> i32 {
 #[cfg(not(target_os = "none"))]
 async fn front_end_main(args: &[alloc::string::String]) -> i32 {
     if args.iter().any(|a| a == "--tcp-peer") {
-        return bench::tcp_peer();
+        return bench::tcp_peer(args);
     }
     match front_end::Options::parse(args) {
         Ok(options) => front_end::run(options).await,
