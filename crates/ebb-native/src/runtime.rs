@@ -45,10 +45,22 @@ pub struct Config {
 /// within a millisecond.
 pub const SHARED_CPUS_IDLE_POLL: Duration = Duration::from_millis(1);
 
+/// How long an idle core polls before it sleeps, by default: longer than a sleeping
+/// vCPU takes to be woken (80-110 µs under the nested KVM of our machines: the WAIT
+/// hypercall's exit, the monitor's wake, the re-entry), so that a core whose next event
+/// comes within what a wake would cost does not pay for one — the classic rule of
+/// spinning as long as blocking costs, which keeps the worst case within twice the best.
+/// With 50 µs, a front end's 64-byte Messenger ping-pong with a node took 3.8× Linux
+/// TCP's round trip on a TAP bridge and 8.0× through the user-mode network, the node
+/// sleeping between messages; with 150 µs, 1.8× and 2.2×, at half the CPU per round trip
+/// or less (docs/benchmarks.md, "Distributed Ebbs"). The runtime's adaptive budget still
+/// cuts the polling of a core whose polls find nothing.
+pub const IDLE_POLL: Duration = Duration::from_micros(150);
+
 impl Default for Config {
     fn default() -> Self {
         Config {
-            idle_poll: Duration::from_micros(50),
+            idle_poll: IDLE_POLL,
             wait_early: Duration::ZERO,
         }
     }
