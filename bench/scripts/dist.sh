@@ -16,6 +16,7 @@
 #   4. system calls per shared-memory round trip: `strace -f -c` over the whole front
 #      end process (event loops, vCPU and monitor threads), message round trips only, at
 #      two sample counts; the difference divided by the extra round trips.
+#      A node on the network runs beside a front end of NET_FRONT_END_CPUS cores (1).
 #   5. as root: the Messenger between the front end and a native node on a TAP device
 #      enslaved to a bridge, against Linux TCP across a veth pair (the peer process in a
 #      network namespace at its far end), ROUNDS alternating rounds. The script makes the
@@ -34,6 +35,12 @@ cargo build --release -q -p cluster --target x86_64-unknown-none
 image=target/x86_64-unknown-none/release/cluster
 front=target/release/cluster
 PARTS=${PARTS:-join alloc messenger syscalls tap}
+# The front end's cores for a node on the network (parts messenger and tap): one by
+# default. On two CPUs a second front-end core took the CPU the node's vCPU and device
+# thread need (a message round trip 4x Linux TCP's with two, 1.7-2.2x with one, in
+# alternation); a node on the shared window keeps every core (its vCPU avoids the core
+# that polls the window).
+NET_FRONT_END_CPUS=${NET_FRONT_END_CPUS:-1}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 
 if part join; then
@@ -52,7 +59,8 @@ fi
 if part messenger; then
 for transport in shared network; do
   echo "== the Messenger, front end ↔ native node over $transport, against Linux TCP ($ROUNDS rounds)" | tee -a "$OUT-messenger.txt"
-  "$front" --node-image "$image" --nodes 1 --transport "$transport" --bench "$ROUNDS" --ops 1000 --increments 10 \
+  cpus=$(nproc); [[ $transport == network ]] && cpus=$NET_FRONT_END_CPUS
+  EBB_CPUS=$cpus "$front" --node-image "$image" --nodes 1 --transport "$transport" --bench "$ROUNDS" --ops 1000 --increments 10 \
     | grep -E "^bench" | tee -a "$OUT-messenger.txt"
 done
 fi
@@ -86,7 +94,7 @@ if part tap; then
     ip addr add 10.78.0.1/24 dev "$veth" && ip link set "$veth" up
     ip -n "$netns" addr add 10.78.0.2/24 dev "${veth}p" && ip -n "$netns" link set "${veth}p" up
     echo "== the Messenger, front end ↔ native node on a TAP bridge, against Linux TCP across a veth pair ($ROUNDS rounds)" | tee "$OUT-tap.txt"
-    EBB_BENCH_PEER_NETNS="$netns:10.78.0.2" "$front" --node-image "$image" --nodes 1 \
+    EBB_CPUS=$NET_FRONT_END_CPUS EBB_BENCH_PEER_NETNS="$netns:10.78.0.2" "$front" --node-image "$image" --nodes 1 \
       --tap-bridge "$bridge:10.77.0.1" --bench "$ROUNDS" --ops 1000 --increments 10 \
       | grep -E "^bench|joined" | tee -a "$OUT-tap.txt"
     cleanup
