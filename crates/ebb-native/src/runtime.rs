@@ -52,8 +52,8 @@ pub const SHARED_CPUS_IDLE_POLL: Duration = Duration::from_millis(1);
 /// spinning as long as blocking costs, which keeps the worst case within twice the best.
 /// With 50 µs, a front end's 64-byte Messenger ping-pong with a node took 3.8× Linux
 /// TCP's round trip on a TAP bridge and 8.0× through the user-mode network, the node
-/// sleeping between messages; with 150 µs, 1.8× and 2.2×, at half the CPU per round trip
-/// or less (docs/benchmarks.md, "Distributed Ebbs"). The runtime's adaptive budget still
+/// sleeping between messages; with 150 µs, 1.8× and 2.2×, with 40-67% less CPU per
+/// round trip (docs/benchmarks.md, "Distributed Ebbs"). The runtime's adaptive budget still
 /// cuts the polling of a core whose polls find nothing.
 pub const IDLE_POLL: Duration = Duration::from_micros(150);
 
