@@ -8,6 +8,8 @@
 
 use core::net::Ipv4Addr;
 
+use ebb_core::IOBufChain;
+
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_ARP: u16 = 0x0806;
 /// Ethernet header: destination, source, EtherType.
@@ -16,6 +18,10 @@ const ETH_LEN: usize = 14;
 const IPV4_DST: usize = ETH_LEN + 16;
 /// Where an ARP packet (Ethernet/IPv4) keeps its target protocol address.
 const ARP_TPA: usize = ETH_LEN + 24;
+
+/// The bytes of a frame the demux reads at most (Ethernet, and an IPv4 header's or an
+/// ARP message's target address within them).
+pub(crate) const HEADERS: usize = 64;
 
 /// Where a frame from the guest goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +32,23 @@ pub(crate) enum Route {
     Rest,
     /// Shorter than the headers its EtherType promises: dropped and counted.
     Malformed,
+}
+
+/// [`route`] for a frame in segments: its headers gathered on the stack when its first
+/// segment does not hold them all (no allocation for a guest's frame).
+pub(crate) fn route_chain(frame: &IOBufChain, endpoint: Ipv4Addr) -> Route {
+    match frame.front() {
+        Some(first) if first.len() >= HEADERS || frame.segment_count() == 1 => {
+            route(first.as_slice(), endpoint)
+        }
+        _ => {
+            let mut head = [0u8; HEADERS];
+            let n = frame.len().min(HEADERS);
+            // Cannot fail: `n` is at most the chain's length.
+            let _ = frame.copy_to_slice(&mut head[..n]);
+            route(&head[..n], endpoint)
+        }
+    }
 }
 
 /// Decides where `frame` goes, for an endpoint at `endpoint`.
@@ -49,6 +72,7 @@ pub(crate) fn route(frame: &[u8], endpoint: Ipv4Addr) -> Route {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ebb_core::IOBuf;
 
     const EP: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
 
@@ -69,6 +93,25 @@ mod tests {
         assert_eq!(route(&frame(0x0800, 60, IPV4_DST, other), EP), Route::Rest);
         assert_eq!(route(&frame(0x0806, 42, ARP_TPA, other), EP), Route::Rest);
         assert_eq!(route(&frame(0x86dd, 60, 0, EP), EP), Route::Rest, "IPv6");
+    }
+
+    #[test]
+    fn a_frame_in_segments_routes_as_the_same_bytes_in_one() {
+        let other = Ipv4Addr::new(10, 0, 2, 2);
+        for (ethertype, len, at) in [(0x0800, 60, IPV4_DST), (0x0806, 42, ARP_TPA)] {
+            for to in [EP, other] {
+                let whole = frame(ethertype, len, at, to);
+                for cut in [1, 13, 14, at, at + 2, len - 1] {
+                    let mut chain = IOBufChain::from(IOBuf::copy_from_slice(&whole[..cut]));
+                    chain.push_back(IOBuf::copy_from_slice(&whole[cut..]));
+                    assert_eq!(route_chain(&chain, EP), route(&whole, EP), "cut at {cut}");
+                }
+                // Cut short inside the address: malformed, as in one piece.
+                let mut short = IOBufChain::from(IOBuf::copy_from_slice(&whole[..5]));
+                short.push_back(IOBuf::copy_from_slice(&whole[5..at + 3]));
+                assert_eq!(route_chain(&short, EP), Route::Malformed);
+            }
+        }
     }
 
     #[test]

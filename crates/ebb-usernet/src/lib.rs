@@ -86,7 +86,7 @@ use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::BorrowedFd;
 
-use ebb_core::{IOBuf, Instant};
+use ebb_core::Instant;
 use ebb_net::iface::InterfaceCounters;
 use ebb_net_driver::{DeviceCapabilities, DeviceCounters, NetDevice, RxFrame, TxFrame};
 use ebb_vmm::virtio::{HostLink, PortForward};
@@ -361,12 +361,7 @@ impl NetDevice for UserNet {
         let inner = self.inner.get_mut();
         let mut taken = 0;
         while let Some(frame) = frames.front() {
-            let route = match frame.chain.front() {
-                Some(first) if first.len() >= 64 || frame.chain.segment_count() == 1 => {
-                    demux::route(first.as_slice(), inner.endpoint)
-                }
-                _ => demux::route(&frame.chain.to_vec(), inner.endpoint),
-            };
+            let route = demux::route_chain(&frame.chain, inner.endpoint);
             let c = &mut inner.fwd.counters;
             match route {
                 Route::Endpoint => {
@@ -375,13 +370,14 @@ impl NetDevice for UserNet {
                         break;
                     };
                     inner.counters.record_tx(frame.len());
-                    let mut chain = frame.into_complete();
-                    let buf = if chain.segment_count() <= 1 {
-                        chain.pop_front().unwrap_or_default()
-                    } else {
-                        IOBuf::from_vec(chain.to_vec())
-                    };
-                    inner.fwd.stack.device_mut().push_from_guest(buf);
+                    match port::contiguous(frame.into_complete()) {
+                        Ok(buf) => {
+                            inner.fwd.stack.device_mut().push_from_guest(buf);
+                        }
+                        // No memory for the copy: dropped like a frame a full queue
+                        // refuses (counted); the guest's TCP sends it again.
+                        Err(_) => inner.fwd.stack.device_mut().drop_from_guest(),
+                    }
                 }
                 Route::Rest if inner.rest.is_some() => {
                     if inner.rest_out.len() >= REST_BACKLOG {

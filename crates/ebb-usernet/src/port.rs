@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 
-use ebb_core::{IOBuf, Instant};
+use ebb_core::{IOBuf, IOBufChain, Instant};
 use ebb_net_driver::{DeviceCapabilities, DeviceCounters, DropReason, NetDevice, RxFrame, TxFrame};
 
 /// Frames from the guest the endpoint has not processed yet, at most.
@@ -27,6 +27,12 @@ pub(crate) struct EndpointPort {
 }
 
 impl EndpointPort {
+    /// Counts a frame from the guest dropped for want of memory to copy it (as a full
+    /// queue's: a NIC with no buffer for it).
+    pub(crate) fn drop_from_guest(&mut self) {
+        self.counters.rx_dropped.record(DropReason::QueueFull);
+    }
+
     /// Queues a frame the guest sent to the endpoint; `false`: the queue was full and the
     /// frame is dropped (counted).
     pub(crate) fn push_from_guest(&mut self, frame: IOBuf) -> bool {
@@ -63,11 +69,14 @@ impl NetDevice for EndpointPort {
             };
             // No offload is offered: checksums are complete already; one contiguous
             // buffer for the virtio device's scatter.
-            let mut chain = frame.into_complete();
-            let buf = if chain.segment_count() <= 1 {
-                chain.pop_front().unwrap_or_default()
-            } else {
-                IOBuf::from_vec(chain.to_vec())
+            let buf = match contiguous(frame.into_complete()) {
+                Ok(buf) => buf,
+                Err(chain) => {
+                    // No memory for the copy now: the frame waits in the stack's queue
+                    // (back-pressure, as a full queue toward the guest), nothing lost.
+                    frames.push_front(TxFrame::new(chain));
+                    break;
+                }
             };
             self.counters.record_tx(buf.len());
             self.to_guest.push_back(buf);
@@ -78,5 +87,41 @@ impl NetDevice for EndpointPort {
 
     fn counters(&self) -> DeviceCounters {
         self.counters
+    }
+}
+
+/// A frame's bytes as one buffer (what the virtio device scatters from, and what the
+/// endpoint's stack parses): its one segment, or the segments copied into a buffer
+/// reserved fallibly; `Err` gives the chain back when there is no memory for the copy.
+pub(crate) fn contiguous(mut chain: IOBufChain) -> Result<IOBuf, IOBufChain> {
+    if chain.segment_count() <= 1 {
+        return Ok(chain.pop_front().unwrap_or_default());
+    }
+    let mut bytes = Vec::new();
+    if bytes.try_reserve_exact(chain.len()).is_err() {
+        return Err(chain);
+    }
+    for segment in chain.segments() {
+        bytes.extend_from_slice(segment);
+    }
+    Ok(IOBuf::from_vec(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_becomes_one_buffer_of_its_bytes() {
+        let mut chain = IOBufChain::from(IOBuf::copy_from_slice(b"head"));
+        chain.push_back(IOBuf::copy_from_slice(b"er and payload"));
+        let one = contiguous(chain).expect("memory for 18 bytes");
+        assert_eq!(one.as_slice(), b"header and payload");
+        let single = IOBuf::copy_from_slice(b"whole");
+        let same = contiguous(IOBufChain::from(single.clone())).expect("no copy");
+        assert!(
+            same.shares_storage_with(&single),
+            "one segment is passed on, not copied"
+        );
     }
 }

@@ -32,17 +32,23 @@ pub(super) fn chain_header(
 }
 
 /// The frame of a transmit chain (its bytes after the virtio-net header) and the header,
-/// copied out once each.
+/// copied out once each. The frame is `None` when the monitor has no memory for it (the
+/// caller drops it, counted, as a NIC drops what it has no buffer for): a guest's frame
+/// never aborts the monitor.
 pub(super) fn gather(
     mem: &GuestMem,
     chain: &Chain,
     offload: TxOffload,
-) -> Result<(IOBuf, NetHdr), QueueError> {
+) -> Result<(Option<IOBuf>, NetHdr), QueueError> {
     let (header, len) = chain_header(mem, chain, offload)?;
-    let mut frame = vec![0u8; len];
+    let mut frame = Vec::new();
+    if frame.try_reserve_exact(len).is_err() {
+        return Ok((None, header));
+    }
+    frame.resize(len, 0);
     read_at(mem, &chain.readable, NET_HDR_LEN, &mut frame)
         .ok_or(QueueError::Access("a transmit buffer"))?;
-    Ok((IOBuf::from_vec(frame), header))
+    Ok((Some(IOBuf::from_vec(frame)), header))
 }
 
 /// The pieces of bytes `at..at + len` of the chain made of `bufs` (guest ranges, in

@@ -385,6 +385,14 @@ impl Engine {
                     break;
                 };
                 let (frame, header) = gather(mem, &chain, copying).map_err(&on)?;
+                let Some(frame) = frame else {
+                    // No memory for it: dropped and counted, the chain returned.
+                    let old = tx.push_used(mem, chain.head, 0).map_err(&on)?;
+                    returned.get_or_insert(old);
+                    device.stats.tx_dropped.fetch_add(1, Ordering::Relaxed);
+                    worked = true;
+                    continue;
+                };
                 let request = tx_request(&header, chain.head, frame.len(), copying).map_err(&on)?;
                 request.count(&device.stats);
                 let old = tx.push_used(mem, chain.head, 0).map_err(&on)?;
