@@ -31,14 +31,7 @@ pub fn contiguous(payload: &IOBufChain) -> Option<Cow<'_, [u8]>> {
         1 => Some(Cow::Borrowed(
             payload.front().map_or(&[][..], |b| b.as_slice()),
         )),
-        _ => {
-            let mut bytes = Vec::new();
-            bytes.try_reserve_exact(payload.len()).ok()?;
-            for segment in payload.segments() {
-                bytes.extend_from_slice(segment);
-            }
-            Some(Cow::Owned(bytes))
-        }
+        _ => payload.try_to_vec().map(Cow::Owned),
     }
 }
 

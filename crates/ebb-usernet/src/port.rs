@@ -97,14 +97,10 @@ pub(crate) fn contiguous(mut chain: IOBufChain) -> Result<IOBuf, IOBufChain> {
     if chain.segment_count() <= 1 {
         return Ok(chain.pop_front().unwrap_or_default());
     }
-    let mut bytes = Vec::new();
-    if bytes.try_reserve_exact(chain.len()).is_err() {
-        return Err(chain);
+    match chain.try_to_vec() {
+        Some(bytes) => Ok(IOBuf::from_vec(bytes)),
+        None => Err(chain),
     }
-    for segment in chain.segments() {
-        bytes.extend_from_slice(segment);
-    }
-    Ok(IOBuf::from_vec(bytes))
 }
 
 #[cfg(test)]

@@ -276,6 +276,17 @@ impl IOBufChain {
         Ok(())
     }
 
+    /// [`to_vec`](Self::to_vec) with its one allocation reserved fallibly: `None` when
+    /// there is no memory for it (what a path that input drives copies with).
+    pub fn try_to_vec(&self) -> Option<Vec<u8>> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(self.len).ok()?;
+        for seg in self.segments() {
+            v.extend_from_slice(seg);
+        }
+        Some(v)
+    }
+
     /// Copies all bytes into a new `Vec` (for tests and slow paths).
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len);

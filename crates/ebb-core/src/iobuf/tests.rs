@@ -527,6 +527,7 @@ fn chain_basics() {
     assert_eq!(c.segment_count(), 2, "empty buffers are skipped");
     assert_eq!(c.len(), 4);
     assert_eq!(c.to_vec(), b"abcd");
+    assert_eq!(c.try_to_vec().as_deref(), Some(&b"abcd"[..]));
     assert_eq!(c.segments().collect::<Vec<_>>(), [&b"ab"[..], &b"cd"[..]]);
     assert_eq!(c.iter().count(), 2);
     assert_eq!((&c).into_iter().count(), 2);
