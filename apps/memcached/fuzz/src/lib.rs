@@ -176,7 +176,7 @@ fn check_zero_copy(cmd: &Command, received: &[IOBuf]) {
 /// by every other reply kind, so each encoder path runs for each protocol and opcode.
 fn natural_replies(cmd: &Command, out: &mut IOBufChain) {
     let to: &ReplyTo = &cmd.reply_to;
-    let data = IOBufChain::from(IOBuf::from_static(b"cached value"));
+    let data = [IOBuf::from_static(b"cached value")];
     match &cmd.request {
         Request::Get { keys, .. } => {
             for (i, key) in keys.iter().enumerate() {
@@ -201,7 +201,7 @@ fn natural_replies(cmd: &Command, out: &mut IOBufChain) {
                 key,
                 flags: 0,
                 cas: 3,
-                data: value,
+                data: &value.iter().cloned().collect::<Vec<_>>(),
             };
             encode(to, &value, out);
         }
@@ -228,7 +228,7 @@ fn natural_replies(cmd: &Command, out: &mut IOBufChain) {
         Request::MetaGet { key, flags }
         | Request::MetaDelete { key, flags }
         | Request::MetaArith { key, flags } => {
-            meta_replies(key, flags, &data, out);
+            meta_replies(key, flags, &data.iter().cloned().collect(), out);
         }
         Request::MetaSet {
             key, flags, value, ..

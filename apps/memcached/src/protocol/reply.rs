@@ -32,8 +32,10 @@ pub enum Response<'a> {
         flags: u32,
         /// The item's CAS id (text shows it for `gets`/`gats` only).
         cas: u64,
-        /// The value (without any `"\r\n"`).
-        data: &'a IOBufChain,
+        /// The value's buffers, in order (without any `"\r\n"`): borrowed from the
+        /// stored item (`Store::get_with`) or from a chain
+        /// ([`IOBufChain::make_contiguous`]).
+        data: &'a [IOBuf],
     },
     /// A get miss: text nothing; binary `NOT_FOUND` (with the key for `GETK`), nothing if
     /// quiet.
@@ -161,11 +163,7 @@ static VALUE_END_END: &[u8] = b"\r\nEND\r\n";
 /// holds without allocating.
 fn push_end(out: &mut IOBufChain) {
     // After a copied value: in place, behind it (one buffer for the whole reply).
-    if out
-        .back()
-        .is_some_and(|b| b.tailroom() >= END.len() && b.is_unique())
-    {
-        out.extend_from_slices(&[END], IOBuf::with_capacity);
+    if out.try_extend_back(END) {
         return;
     }
     let terminator = IOBuf::from_static(VALUE_END);
@@ -178,6 +176,77 @@ fn push_end(out: &mut IOBufChain) {
     } else {
         push_static(out, END);
     }
+}
+
+/// The number of decimal digits of `v`.
+fn decimal_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 10 {
+        v /= 10;
+        n += 1;
+    }
+    n
+}
+
+/// Writes `v` in decimal into the whole of `dst`, which is [`decimal_len`] bytes long.
+fn put_decimal(dst: &mut [u8], mut v: u64) {
+    for d in dst.iter_mut().rev() {
+        *d = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+}
+
+/// A text `VALUE` line with the value and its terminator, written straight into the
+/// reply's buffer: `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
+struct ValueLine<'a> {
+    key: &'a [u8],
+    /// Flags, length and (for `gets`) CAS id, with their decimal lengths.
+    numbers: [(u64, usize); 3],
+    shown: usize,
+    data: &'a [IOBuf],
+}
+
+impl ValueLine<'_> {
+    /// The bytes of the header line (through its `\r\n`).
+    fn header_len(&self) -> usize {
+        let numbers: usize = self.numbers.iter().take(self.shown).map(|n| 1 + n.1).sum();
+        6 + self.key.len() + numbers + 2
+    }
+
+    /// Writes the header line into the start of `dst`; returns what follows it.
+    fn put_header<'d>(&self, dst: &'d mut [u8]) -> &'d mut [u8] {
+        let mut rest = put(dst, b"VALUE ");
+        rest = put(rest, self.key);
+        for &(v, len) in self.numbers.iter().take(self.shown) {
+            rest = put(rest, b" ");
+            let (digits, after) = split(rest, len);
+            put_decimal(digits, v);
+            rest = after;
+        }
+        put(rest, b"\r\n")
+    }
+}
+
+/// `dst` split at `at` (the tail empty when `dst` is shorter: the lengths written
+/// are computed beforehand from the same pieces, so that does not happen).
+fn split(dst: &mut [u8], at: usize) -> (&mut [u8], &mut [u8]) {
+    let at = at.min(dst.len());
+    dst.split_at_mut(at)
+}
+
+/// Copies `src` into the start of `dst`; returns the rest of `dst`.
+#[inline(always)]
+fn put<'d>(dst: &'d mut [u8], src: &[u8]) -> &'d mut [u8] {
+    let (head, rest) = split(dst, src.len());
+    if let Some(src) = src.get(..head.len()) {
+        head.copy_from_slice(src);
+    }
+    rest
+}
+
+/// The bytes of a value's buffers.
+fn value_len(data: &[IOBuf]) -> usize {
+    data.iter().map(IOBuf::len).sum()
 }
 
 /// Appends `v` in decimal.
@@ -197,34 +266,8 @@ fn push_u64(buf: &mut Vec<u8>, mut v: u64) {
     buf.extend_from_slice(digits.get(i..).unwrap_or_default());
 }
 
-/// ` <n>` for each of `numbers` (at most three), then `\r\n`: written backwards from
-/// the end of `buf`, so the digits land in place.
-fn numbers_line_end<'b>(buf: &'b mut [u8; 2 + 3 * 21], numbers: &[u64]) -> &'b [u8] {
-    let mut at = buf.len();
-    let mut put = |at: &mut usize, b: u8| {
-        *at = at.saturating_sub(1);
-        if let Some(d) = buf.get_mut(*at) {
-            *d = b;
-        }
-    };
-    put(&mut at, b'\n');
-    put(&mut at, b'\r');
-    for &n in numbers.iter().rev() {
-        let mut v = n;
-        loop {
-            put(&mut at, b'0' + (v % 10) as u8);
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        put(&mut at, b' ');
-    }
-    buf.get(at..).unwrap_or_default()
-}
-
 /// Pushes a value's segments: shared, not copied.
-fn push_value(out: &mut IOBufChain, data: &IOBufChain) {
+fn push_value(out: &mut IOBufChain, data: &[IOBuf]) {
     for seg in data {
         out.push_back(seg.clone());
     }
@@ -238,35 +281,38 @@ fn text(show_cas: bool, resp: &Response<'_>, out: &mut IOBufChain, spare: &mut I
             cas,
             data,
         } => {
-            // Copied straight into a buffer of its size: one allocation (a `Vec` adopted
-            // by `IOBuf::from_vec` is two, the `Vec` and the region's header).
-            let numbers = [u64::from(*flags), data.len() as u64, *cas];
-            let numbers = numbers.get(..if show_cas { 3 } else { 2 });
-            let mut end = [0; 2 + 3 * 21];
-            let end = numbers_line_end(&mut end, numbers.unwrap_or_default());
-            if data.len() > COPY_VALUE_MAX {
-                out.push_back(IOBuf::copy_from_slices(&[b"VALUE ", key, end]));
+            let len = value_len(data);
+            let numbers = [u64::from(*flags), len as u64, *cas].map(|v| (v, decimal_len(v)));
+            let line = ValueLine {
+                key,
+                numbers,
+                shown: if show_cas { 3 } else { 2 },
+                data,
+            };
+            let header = line.header_len();
+            if len > COPY_VALUE_MAX {
+                let mut buf = IOBuf::with_capacity(header);
+                if let Ok(dst) = buf.append_for_overwrite(header) {
+                    line.put_header(dst);
+                }
+                out.push_back(buf);
                 push_value(out, data);
                 push_static(out, VALUE_END);
                 return;
             }
-            // Header line, value and terminator copied into one buffer, with room for
-            // the `END` (or the next hit) behind them.
-            let total = 6 + key.len() + end.len() + data.len() + VALUE_END_END.len();
-            let fresh = |_| reply_buffer(spare, total);
-            match data.front() {
-                Some(only) if data.segment_count() == 1 => {
-                    let parts = [b"VALUE ", *key, end, only.as_slice(), VALUE_END];
-                    out.extend_from_slices(&parts, fresh);
+            // Header line, value and terminator formatted straight into one buffer, with
+            // room for the `END` (or the next hit) behind them: one allocation at most (a
+            // `Vec` adopted by `IOBuf::from_vec` is two, the `Vec` and the region's
+            // header), and no staging copy.
+            let total = header + len + VALUE_END.len();
+            let fresh = |_| reply_buffer(spare, total + END.len());
+            out.append_with(total, fresh, |dst| {
+                let mut rest = line.put_header(dst);
+                for segment in line.data {
+                    rest = put(rest, segment.as_slice());
                 }
-                _ => {
-                    out.extend_from_slices(&[b"VALUE ", key, end], fresh);
-                    for segment in data.segments() {
-                        out.extend_from_slices(&[segment], IOBuf::with_capacity);
-                    }
-                    out.extend_from_slices(&[VALUE_END], IOBuf::with_capacity);
-                }
-            }
+                put(rest, VALUE_END);
+            });
         }
         Response::Miss { .. } | Response::Quit => {}
         Response::End => push_end(out),
@@ -383,7 +429,7 @@ fn binary(meta: &BinaryMeta, resp: &Response<'_>, out: &mut IOBufChain) {
                 &flags.to_be_bytes(),
                 key,
                 &[],
-                data.len(),
+                value_len(data),
                 *cas,
             ));
             push_value(out, data);

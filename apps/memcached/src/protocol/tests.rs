@@ -15,6 +15,11 @@ fn chain(bytes: &[u8]) -> IOBufChain {
     IOBufChain::from(IOBuf::copy_from_slice(bytes))
 }
 
+/// A chain's buffers, as a reply's value borrows them.
+fn bufs(chain: &IOBufChain) -> Vec<IOBuf> {
+    chain.iter().cloned().collect()
+}
+
 /// Feeds `segments` one at a time, parsing after each until the parser needs more (or
 /// closes), as a connection would.
 fn feed(limits: Limits, segments: &[&[u8]]) -> (Vec<Parsed>, IOBufChain) {
@@ -1363,7 +1368,7 @@ fn one_key_hit_of_a_small_value_is_one_buffer() {
         key: b"k",
         flags: 0,
         cas: 0,
-        data: &data,
+        data: &bufs(&data),
     };
     let mut out = IOBufChain::new();
     encode(&text_to(false), &value, &mut out);
@@ -1393,7 +1398,7 @@ fn one_key_hit_of_a_large_value_fits_a_chain_without_spilling() {
         key: b"k",
         flags: 0,
         cas: 0,
-        data: &data,
+        data: &bufs(&data),
     };
     let mut out = IOBufChain::new();
     encode(&text_to(false), &value, &mut out);
@@ -1421,7 +1426,7 @@ fn text_replies() {
         key: b"k",
         flags: 3,
         cas: 42,
-        data: &data,
+        data: &bufs(&data),
     };
     assert_eq!(
         encoded(
@@ -1511,7 +1516,7 @@ fn text_value_reply_is_zero_copy_above_the_copy_limit() {
                 key: b"k",
                 flags: 0,
                 cas: 0,
-                data: &data,
+                data: &bufs(&data),
             },
             &mut out,
         );
@@ -1533,7 +1538,7 @@ fn text_value_reply_is_zero_copy_above_the_copy_limit() {
 
 #[test]
 fn binary_replies() {
-    let data = chain(b"val");
+    let data = bufs(&chain(b"val"));
     let hit = |k: &'static [u8]| Response::Value {
         key: k,
         flags: 7,
@@ -1706,7 +1711,7 @@ fn binary_value_reply_is_zero_copy() {
             key: b"k",
             flags: 0,
             cas: 1,
-            data: &data,
+            data: &bufs(&data),
         },
         &mut out,
     );
@@ -1877,7 +1882,7 @@ impl Toy {
                                 key: k,
                                 flags: *flags,
                                 cas: *cas,
-                                data,
+                                data: &bufs(data),
                             },
                             out,
                         ),

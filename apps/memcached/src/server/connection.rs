@@ -150,20 +150,42 @@ impl McConnection {
         };
         while let Some(key) = get.keys.get(get.next) {
             get.next += 1;
-            let hit = match get.touch {
-                Some(exptime) => store.gat(cx, key, exptime),
-                None => store.get(cx, key),
-            };
-            let response = match &hit {
-                Some(hit) => Response::Value {
+            let reply_to = &get.reply_to;
+            let spare = &mut self.reply_buffer;
+            let hit = |flags, cas, data: &[IOBuf], out: &mut IOBufChain, spare: &mut IOBuf| {
+                let response = Response::Value {
                     key,
-                    flags: hit.flags,
-                    cas: hit.cas,
-                    data: &hit.value,
-                },
-                None => Response::Miss { key },
+                    flags,
+                    cas,
+                    data,
+                };
+                encode_reusing(reply_to, &response, out, spare);
             };
-            encode_reusing(&get.reply_to, &response, out, &mut self.reply_buffer);
+            let found = match get.touch {
+                // A get reads the item in place: its reply is copied (or its buffers
+                // cloned) straight from it.
+                None => store
+                    .get_with(cx, key, |item| {
+                        hit(item.flags, item.cas, item.value, out, spare)
+                    })
+                    .is_some(),
+                Some(exptime) => match store.gat(cx, key, exptime) {
+                    Some(mut found) => {
+                        hit(
+                            found.flags,
+                            found.cas,
+                            found.value.make_contiguous(),
+                            out,
+                            spare,
+                        );
+                        true
+                    }
+                    None => false,
+                },
+            };
+            if !found {
+                encode_reusing(reply_to, &Response::Miss { key }, out, spare);
+            }
             if out.len() >= FLUSH_AT && get.next < get.keys.len() {
                 return true;
             }

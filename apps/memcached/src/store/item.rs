@@ -120,13 +120,17 @@ impl Value {
         }
     }
 
-    /// The value's bytes, piece by piece.
-    pub(super) fn segments(&self) -> impl Iterator<Item = &[u8]> {
-        let bufs: &[IOBuf] = match self {
+    /// The value's buffers, in order.
+    pub(super) fn buffers(&self) -> &[IOBuf] {
+        match self {
             Value::One(b) => core::slice::from_ref(b),
             Value::Many(bs) => bs,
-        };
-        bufs.iter().map(IOBuf::as_slice)
+        }
+    }
+
+    /// The value's bytes, piece by piece.
+    pub(super) fn segments(&self) -> impl Iterator<Item = &[u8]> {
+        self.buffers().iter().map(IOBuf::as_slice)
     }
 
     /// The value's length.

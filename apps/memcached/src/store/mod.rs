@@ -235,6 +235,17 @@ pub struct Hit {
     pub value: IOBufChain,
 }
 
+/// A live item as [`Store::get_with`] lends it: borrowed for the call, not kept.
+#[derive(Clone, Copy, Debug)]
+pub struct ItemView<'a> {
+    /// The client's flags.
+    pub flags: u32,
+    /// The CAS unique id.
+    pub cas: u64,
+    /// The value's buffers, in order (none empty, or one empty buffer).
+    pub value: &'a [IOBuf],
+}
+
 /// A key found by a meta get (`mg`): the hit and what the meta flags report about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetaHit {
@@ -555,15 +566,51 @@ impl Store {
         self.touch_with(cx, key, exptime, bump)
     }
 
+    /// `get`/`gets` without taking the value: `f` sees the live item (flags, CAS id and
+    /// the value's buffers, borrowed) while the read holds it, and its result is
+    /// returned. Counted and expired exactly as [`get`](Self::get). For a reply that
+    /// copies a small value (or clones the buffers of a large one) straight from the
+    /// item: no chain is built for it, no reference is taken and dropped.
+    pub fn get_with<R>(&self, cx: Ctx, key: &[u8], f: impl FnOnce(ItemView<'_>) -> R) -> Option<R> {
+        self.read_with(cx, key, true, |item| {
+            f(ItemView {
+                flags: item.flags,
+                cas: item.cas,
+                value: item.value.buffers(),
+            })
+        })
+    }
+
     fn read(&self, cx: Ctx, key: &[u8], bump: bool) -> Option<MetaHit> {
+        self.read_with(cx, key, bump, |item| MetaHit {
+            hit: Hit {
+                flags: item.flags,
+                cas: item.cas,
+                value: item.value.to_chain(),
+            },
+            exptime: item.exptime.load(Ordering::Relaxed),
+            time: item.time,
+            fetched: item.was_fetched(),
+        })
+    }
+
+    /// The read behind every get: `live` runs on the live item for `key` (before this
+    /// read marks it fetched); a flushed or expired one is a miss, removed on the way.
+    fn read_with<R>(
+        &self,
+        cx: Ctx,
+        key: &[u8],
+        bump: bool,
+        live: impl FnOnce(&Item) -> R,
+    ) -> Option<R> {
         // `cmd_get` is not counted: it is `get_hits + get_misses`, one atomic less
         // on the hot path.
         let Some((_, shard)) = self.shard_for(key) else {
             self.count(cx, Counter::GetMisses);
             return None;
         };
-        enum Found {
-            Live(MetaHit, u8),
+        enum Found<R> {
+            Live(R, u8),
             Flushed(Arc<Item>),
             Expired(Arc<Item>),
         }
@@ -573,30 +620,18 @@ impl Store {
             } else if item.expired(cx.now) {
                 Found::Expired(item.clone())
             } else {
-                let fetched = item.was_fetched();
+                let result = live(item);
                 if bump {
                     item.mark_read();
                 }
-                Found::Live(
-                    MetaHit {
-                        hit: Hit {
-                            flags: item.flags,
-                            cas: item.cas,
-                            value: item.value.to_chain(),
-                        },
-                        exptime: item.exptime.load(Ordering::Relaxed),
-                        time: item.time,
-                        fetched,
-                    },
-                    item.class,
-                )
+                Found::Live(result, item.class)
             }
         });
         let dead = match found {
-            Some(Found::Live(hit, class)) => {
+            Some(Found::Live(result, class)) => {
                 self.count(cx, Counter::GetHits);
                 self.count_class(cx, class, ClassCounter::GetHits);
-                return Some(hit);
+                return Some(result);
             }
             None => None,
             Some(Found::Flushed(item)) => {

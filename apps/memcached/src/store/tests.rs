@@ -96,6 +96,32 @@ fn get_is_zero_copy() {
 }
 
 #[test]
+fn get_with_lends_the_item_and_counts_as_a_get() {
+    let s = store();
+    let stored = IOBuf::copy_from_slice(b"lent, not cloned");
+    let StoreOutcome::Stored { cas } = s.set(cx(T0), b"k", 9, 10, stored.clone().into()).unwrap()
+    else {
+        panic!("not stored")
+    };
+    let seen = s
+        .get_with(cx(T0), b"k", |item| {
+            assert!(item.value[0].shares_storage_with(&stored));
+            (item.flags, item.cas, item.value.len())
+        })
+        .unwrap();
+    assert_eq!(seen, (9, cas, 1));
+    assert_eq!(s.get_with(cx(T0), b"other", |_| ()), None);
+    // Expired: a miss, counted and removed as `get` does, and `f` never runs.
+    assert_eq!(
+        s.get_with(cx(T0 + 10), b"k", |_| unreachable!("expired")),
+        None
+    );
+    let st = s.stats();
+    assert_eq!((st.cmd_get, st.get_hits, st.get_misses), (3, 1, 2));
+    assert_eq!((st.get_expired, st.curr_items), (1, 0));
+}
+
+#[test]
 fn wasteful_values_are_compacted() {
     let s = store();
     // A 10-byte value viewed inside a 64 KiB receive buffer is copied out of it, so

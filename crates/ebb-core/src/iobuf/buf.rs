@@ -336,6 +336,25 @@ impl IOBuf {
         Ok(&mut r.into_bytes_mut()[end..end + n])
     }
 
+    /// Grows the view `n` bytes into the tailroom and returns those bytes as they are,
+    /// for a caller that overwrites every one of them: [`append`](Self::append)
+    /// without zeroing what a recycled region held there before. Bytes never
+    /// initialized are zeroed (once per region), so nothing uninitialized is exposed;
+    /// what the caller does not overwrite shows old bytes of this same buffer.
+    ///
+    /// # Errors
+    ///
+    /// As [`append`](Self::append).
+    pub fn append_for_overwrite(&mut self, n: usize) -> Result<&mut [u8]> {
+        self.check_tailroom(n)?;
+        let end = self.end();
+        let mut r = self.storage.unique_mut()?;
+        r.init_zeroed(end + n);
+        // Within the region's capacity (checked above), so within 32 bits.
+        self.len += offset(n);
+        Ok(&mut r.into_bytes_mut()[end..end + n])
+    }
+
     /// Copies `data` into the tailroom and grows the view over it.
     ///
     /// # Errors

@@ -62,6 +62,12 @@ impl IOBufChain {
         self.bufs.iter().map(IOBuf::as_slice)
     }
 
+    /// The segments as one slice of buffers, in order (the chain's storage is rotated
+    /// to make them contiguous if it has to be; no buffer is copied or cloned).
+    pub fn make_contiguous(&mut self) -> &[IOBuf] {
+        self.bufs.make_contiguous()
+    }
+
     /// The first segment.
     pub fn front(&self) -> Option<&IOBuf> {
         self.bufs.front()
@@ -135,6 +141,64 @@ impl IOBufChain {
             buf = IOBuf::copy_from_slices(parts);
         }
         self.len += total;
+        self.bufs.push_back(buf);
+    }
+
+    /// Copies `data` into the last segment's tailroom when that segment's storage is
+    /// unique and has room for it, and returns true; otherwise changes nothing and
+    /// returns false.
+    pub fn try_extend_back(&mut self, data: &[u8]) -> bool {
+        if let Some(back) = self.bufs.back_mut()
+            && back.tailroom() >= data.len()
+            && let Ok(bytes) = back.append_for_overwrite(data.len())
+        {
+            bytes.copy_from_slice(data);
+            self.len += data.len();
+            return true;
+        }
+        false
+    }
+
+    /// Appends `n` bytes that `fill` writes, in place: into the last segment's tailroom
+    /// when that segment's storage is unique and has room for them, else into the
+    /// buffer `fresh(n)` returns (as for [`extend_from_slices`](Self::extend_from_slices):
+    /// one without the room is replaced by a new buffer of `n` bytes). `fill` gets
+    /// exactly `n` bytes and must write every one of them (they may hold old bytes of a
+    /// recycled buffer, see [`IOBuf::append_for_overwrite`]).
+    ///
+    /// For a reply formatted straight into its buffer: no staging copy, one uniqueness
+    /// and bounds check for all its pieces.
+    ///
+    /// # Panics
+    ///
+    /// If `n` is more than [`MAX_REGION`](super::MAX_REGION) bytes.
+    pub fn append_with(
+        &mut self,
+        n: usize,
+        fresh: impl FnOnce(usize) -> IOBuf,
+        fill: impl FnOnce(&mut [u8]),
+    ) {
+        if n == 0 {
+            return;
+        }
+        if let Some(back) = self.bufs.back_mut()
+            && back.tailroom() >= n
+            && let Ok(bytes) = back.append_for_overwrite(n)
+        {
+            fill(bytes);
+            self.len += n;
+            return;
+        }
+        let mut buf = fresh(n);
+        if buf.tailroom() < n || !buf.is_unique() {
+            buf = IOBuf::with_capacity(n);
+        }
+        match buf.append_for_overwrite(n) {
+            Ok(bytes) => fill(bytes),
+            // A fresh buffer of `n` bytes is unique and has the room.
+            Err(_) => unreachable!("a new buffer of {n} bytes has room for them"),
+        }
+        self.len += n;
         self.bufs.push_back(buf);
     }
 

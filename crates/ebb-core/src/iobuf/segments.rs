@@ -208,6 +208,21 @@ impl Segments {
         }
     }
 
+    /// The buffers as one slice, in order, rotating the ring (or the heap's deque) so
+    /// that they are contiguous first.
+    pub(super) fn make_contiguous(&mut self) -> &[IOBuf] {
+        match self {
+            Self::Inline { bufs, start, len } => {
+                // The empty slots are empty statics, so rotating the whole ring keeps
+                // the invariant with the buffers from slot 0 on.
+                bufs.rotate_left(usize::from(*start));
+                *start = 0;
+                &bufs[..usize::from(*len)]
+            }
+            Self::Heap(heap) => heap.make_contiguous(),
+        }
+    }
+
     /// Removes buffers `at..` and returns them, in order. `at <= len()`.
     pub(super) fn split_off(&mut self, at: usize) -> Segments {
         match self {

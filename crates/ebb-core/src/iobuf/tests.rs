@@ -1339,3 +1339,89 @@ fn buf_extend_from_slices_copies_all_or_nothing() {
     b.extend_from_slices(&[b"xy"]).unwrap();
     assert_eq!(&b[..], b"xy");
 }
+
+#[test]
+fn append_with_writes_in_place_then_into_a_fresh_buffer() {
+    let mut chain = IOBufChain::new();
+    chain.append_with(0, |_| unreachable!("nothing to write"), |_| unreachable!());
+    chain.append_with(
+        5,
+        |_| IOBuf::with_capacity(8),
+        |d| d.copy_from_slice(b"hello"),
+    );
+    // Fits behind it: written in place, no fresh buffer.
+    chain.append_with(2, |_| unreachable!("fits"), |d| d.copy_from_slice(b"\r\n"));
+    assert_eq!(chain.segment_count(), 1);
+    // Does not fit (1 byte left): a fresh buffer, which is too small, so one of 4 bytes.
+    chain.append_with(
+        4,
+        |_| IOBuf::with_capacity(2),
+        |d| d.copy_from_slice(b"END!"),
+    );
+    assert_eq!(chain.segment_count(), 2);
+    assert_eq!(chain.to_vec(), b"hello\r\nEND!");
+    check_chain(&chain);
+    // A shared last segment is never written into; nor is a shared fresh buffer.
+    let shared = chain.back().unwrap().clone();
+    let keep = IOBuf::with_capacity(64);
+    let keep_clone = keep.clone();
+    chain.append_with(1, move |_| keep_clone, |d| d.copy_from_slice(b"x"));
+    assert_eq!(shared.as_slice(), b"END!");
+    assert!(keep.is_empty());
+    assert_eq!(chain.to_vec(), b"hello\r\nEND!x");
+}
+
+#[test]
+fn append_for_overwrite_shows_only_this_buffers_old_bytes() {
+    let mut b = IOBuf::with_capacity(8);
+    b.extend_from_slice(b"secret").unwrap();
+    assert!(b.recycle());
+    // Recycled: the old bytes are still there for a caller that overwrites them.
+    assert_eq!(b.append_for_overwrite(6).unwrap(), b"secret");
+    // Never written: zeros.
+    assert_eq!(b.append_for_overwrite(2).unwrap(), [0, 0]);
+    assert!(b.append_for_overwrite(1).is_err(), "no tailroom left");
+    assert_eq!(
+        IOBuf::from_static(b"ro").append_for_overwrite(0).err(),
+        Some(IOBufError::ReadOnly)
+    );
+}
+
+#[test]
+fn try_extend_back_copies_only_into_a_unique_last_segment_with_room() {
+    let mut chain = IOBufChain::new();
+    assert!(!chain.try_extend_back(b"x"), "no segment");
+    chain.push_back(IOBuf::from_static(b"static"));
+    assert!(!chain.try_extend_back(b"x"), "static storage");
+    let mut b = IOBuf::with_capacity(4);
+    b.extend_from_slice(b"ab").unwrap();
+    chain.push_back(b);
+    assert!(!chain.try_extend_back(b"cde"), "no room");
+    assert!(chain.try_extend_back(b"cd"));
+    assert_eq!(chain.to_vec(), b"staticabcd");
+    check_chain(&chain);
+}
+
+#[test]
+fn make_contiguous_gives_the_segments_in_order() {
+    // Inline ring wrapped by pushes at the front, and a chain spilled to the heap.
+    for n in [3, 9] {
+        let mut chain = IOBufChain::new();
+        for i in (0..n).rev() {
+            chain.push_front(IOBuf::copy_from_slice(&[b'a' + i as u8]));
+        }
+        chain.pop_back();
+        chain.push_back(IOBuf::from_static(b"z"));
+        let want = chain.to_vec();
+        let bufs = chain.make_contiguous();
+        assert_eq!(bufs.len(), n);
+        assert_eq!(
+            bufs.iter()
+                .flat_map(|b| b.as_slice().to_vec())
+                .collect::<Vec<u8>>(),
+            want
+        );
+        assert_eq!(chain.to_vec(), want);
+        check_chain(&chain);
+    }
+}
