@@ -186,6 +186,7 @@ fn natural_replies(cmd: &Command, out: &mut IOBufChain) {
                         flags: 7,
                         cas: 9,
                         data: &data,
+                        end: false,
                     }
                 } else {
                     Response::Miss { key }
@@ -202,6 +203,7 @@ fn natural_replies(cmd: &Command, out: &mut IOBufChain) {
                 flags: 0,
                 cas: 3,
                 data: &value.iter().cloned().collect::<Vec<_>>(),
+                end: false,
             };
             encode(to, &value, out);
         }

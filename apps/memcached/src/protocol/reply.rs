@@ -36,6 +36,10 @@ pub enum Response<'a> {
         /// stored item (`Store::get_with`) or from a chain
         /// ([`IOBufChain::make_contiguous`]).
         data: &'a [IOBuf],
+        /// The get's last key: text writes its `END` right behind the value, in the
+        /// same buffer, and the caller encodes no [`Response::End`] after it. Binary
+        /// has no end marker: ignored.
+        end: bool,
     },
     /// A get miss: text nothing; binary `NOT_FOUND` (with the key for `GETK`), nothing if
     /// quiet.
@@ -280,8 +284,10 @@ fn text(show_cas: bool, resp: &Response<'_>, out: &mut IOBufChain, spare: &mut I
             flags,
             cas,
             data,
+            end,
         } => {
             let len = value_len(data);
+            let terminator = if *end { VALUE_END_END } else { VALUE_END };
             let numbers = [u64::from(*flags), len as u64, *cas].map(|v| (v, decimal_len(v)));
             let line = ValueLine {
                 key,
@@ -297,21 +303,21 @@ fn text(show_cas: bool, resp: &Response<'_>, out: &mut IOBufChain, spare: &mut I
                 }
                 out.push_back(buf);
                 push_value(out, data);
-                push_static(out, VALUE_END);
+                push_static(out, terminator);
                 return;
             }
             // Header line, value and terminator formatted straight into one buffer, with
             // room for the `END` (or the next hit) behind them: one allocation at most (a
             // `Vec` adopted by `IOBuf::from_vec` is two, the `Vec` and the region's
             // header), and no staging copy.
-            let total = header + len + VALUE_END.len();
-            let fresh = |_| reply_buffer(spare, total + END.len());
+            let total = header + len + terminator.len();
+            let fresh = |_| reply_buffer(spare, header + len + VALUE_END_END.len());
             out.append_with(total, fresh, |dst| {
                 let mut rest = line.put_header(dst);
                 for segment in line.data {
                     rest = put(rest, segment.as_slice());
                 }
-                put(rest, VALUE_END);
+                put(rest, terminator);
             });
         }
         Response::Miss { .. } | Response::Quit => {}
@@ -407,6 +413,7 @@ fn binary(meta: &BinaryMeta, resp: &Response<'_>, out: &mut IOBufChain) {
             flags,
             cas,
             data,
+            end: _,
         } => {
             if meta.opcode == Opcode::Touch as u8 {
                 // A binary TOUCH hit carries the flags but no value.

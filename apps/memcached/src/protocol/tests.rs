@@ -1369,6 +1369,7 @@ fn one_key_hit_of_a_small_value_is_one_buffer() {
         flags: 0,
         cas: 0,
         data: &bufs(&data),
+        end: false,
     };
     let mut out = IOBufChain::new();
     encode(&text_to(false), &value, &mut out);
@@ -1388,6 +1389,36 @@ fn one_key_hit_of_a_small_value_is_one_buffer() {
 }
 
 #[test]
+fn a_last_value_carries_the_end_as_value_then_end_would() {
+    // `end: true` (a get's last key) writes the `END` itself: the same bytes and
+    // buffers as the value followed by `Response::End`, small and large, with and
+    // without CAS ids.
+    for size in [5, COPY_VALUE_MAX + 1] {
+        let data = bufs(&chain(&vec![b'v'; size]));
+        for show_cas in [false, true] {
+            let value = |end| Response::Value {
+                key: b"key",
+                flags: 4_294_967_295,
+                cas: 1234,
+                data: &data,
+                end,
+            };
+            let to = ReplyTo::Text {
+                noreply: false,
+                cas: show_cas,
+            };
+            let mut apart = IOBufChain::new();
+            encode(&to, &value(false), &mut apart);
+            encode(&to, &Response::End, &mut apart);
+            let mut together = IOBufChain::new();
+            encode(&to, &value(true), &mut together);
+            assert_eq!(together.to_vec(), apart.to_vec());
+            assert_eq!(together.segment_count(), apart.segment_count());
+        }
+    }
+}
+
+#[test]
 fn one_key_hit_of_a_large_value_fits_a_chain_without_spilling() {
     // Header line, the value's one buffer, "\r\nEND\r\n": three buffers, so that with
     // the header buffer ebb-net puts in front the frame is four, which a chain holds in
@@ -1399,6 +1430,7 @@ fn one_key_hit_of_a_large_value_fits_a_chain_without_spilling() {
         flags: 0,
         cas: 0,
         data: &bufs(&data),
+        end: false,
     };
     let mut out = IOBufChain::new();
     encode(&text_to(false), &value, &mut out);
@@ -1427,6 +1459,7 @@ fn text_replies() {
         flags: 3,
         cas: 42,
         data: &bufs(&data),
+        end: false,
     };
     assert_eq!(
         encoded(
@@ -1517,6 +1550,7 @@ fn text_value_reply_is_zero_copy_above_the_copy_limit() {
                 flags: 0,
                 cas: 0,
                 data: &bufs(&data),
+                end: false,
             },
             &mut out,
         );
@@ -1544,6 +1578,7 @@ fn binary_replies() {
         flags: 7,
         cas: 9,
         data: &data,
+        end: false,
     };
     let f = 7u32.to_be_bytes();
     assert_eq!(
@@ -1712,6 +1747,7 @@ fn binary_value_reply_is_zero_copy() {
             flags: 0,
             cas: 1,
             data: &bufs(&data),
+            end: false,
         },
         &mut out,
     );
@@ -1883,6 +1919,7 @@ impl Toy {
                                 flags: *flags,
                                 cas: *cas,
                                 data: &bufs(data),
+                                end: false,
                             },
                             out,
                         ),

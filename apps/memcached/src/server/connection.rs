@@ -148,8 +148,11 @@ impl McConnection {
         let Some(get) = self.pending_get.as_mut() else {
             return false;
         };
+        // Whether the last key's hit wrote the `END` behind its value already.
+        let mut ended = false;
         while let Some(key) = get.keys.get(get.next) {
             get.next += 1;
+            let last = get.next == get.keys.len();
             let reply_to = &get.reply_to;
             let spare = &mut self.reply_buffer;
             let hit = |flags, cas, data: &[IOBuf], out: &mut IOBufChain, spare: &mut IOBuf| {
@@ -158,6 +161,7 @@ impl McConnection {
                     flags,
                     cas,
                     data,
+                    end: last,
                 };
                 encode_reusing(reply_to, &response, out, spare);
             };
@@ -183,14 +187,18 @@ impl McConnection {
                     None => false,
                 },
             };
-            if !found {
+            if found {
+                ended = last;
+            } else {
                 encode_reusing(reply_to, &Response::Miss { key }, out, spare);
             }
             if out.len() >= FLUSH_AT && get.next < get.keys.len() {
                 return true;
             }
         }
-        encode(&get.reply_to, &Response::End, out);
+        if !ended {
+            encode(&get.reply_to, &Response::End, out);
+        }
         self.pending_get = None;
         false
     }
