@@ -183,20 +183,38 @@ fn push_end(out: &mut IOBufChain) {
 }
 
 /// The number of decimal digits of `v`.
-fn decimal_len(mut v: u64) -> usize {
-    let mut n = 1;
-    while v >= 10 {
-        v /= 10;
-        n += 1;
-    }
-    n
+fn decimal_len(v: u64) -> usize {
+    v.checked_ilog10().map_or(1, |l| l as usize + 1)
 }
+
+/// "00" to "99": two digits a step when writing a number.
+static DIGIT_PAIRS: [[u8; 2]; 100] = {
+    let mut pairs = [[0; 2]; 100];
+    let mut i = 0;
+    while i < 100 {
+        pairs[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
+        i += 1;
+    }
+    pairs
+};
 
 /// Writes `v` in decimal into the whole of `dst`, which is [`decimal_len`] bytes long.
 fn put_decimal(dst: &mut [u8], mut v: u64) {
-    for d in dst.iter_mut().rev() {
+    let mut end = dst.len();
+    while end >= 2 {
+        let pair = dst
+            .get_mut(end - 2..end)
+            .and_then(|p| <&mut [u8; 2]>::try_from(p).ok());
+        if let (Some(pair), Some(digits)) = (pair, DIGIT_PAIRS.get((v % 100) as usize)) {
+            *pair = *digits;
+        }
+        v /= 100;
+        end -= 2;
+    }
+    if end == 1
+        && let Some(d) = dst.first_mut()
+    {
         *d = b'0' + (v % 10) as u8;
-        v /= 10;
     }
 }
 
@@ -204,30 +222,46 @@ fn put_decimal(dst: &mut [u8], mut v: u64) {
 /// reply's buffer: `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
 struct ValueLine<'a> {
     key: &'a [u8],
-    /// Flags, length and (for `gets`) CAS id, with their decimal lengths.
-    numbers: [(u64, usize); 3],
+    /// Flags, length and (for `gets`) CAS id ...
+    numbers: [u64; 3],
+    /// ... and their decimal lengths; only the first `shown` are written.
+    lengths: [usize; 3],
     shown: usize,
     data: &'a [IOBuf],
 }
 
-impl ValueLine<'_> {
+impl<'a> ValueLine<'a> {
+    fn new(key: &'a [u8], numbers: [u64; 3], shown: usize, data: &'a [IOBuf]) -> Self {
+        let mut lengths = [0; 3];
+        for (len, &v) in lengths.iter_mut().zip(&numbers).take(shown) {
+            *len = decimal_len(v);
+        }
+        Self {
+            key,
+            numbers,
+            lengths,
+            shown,
+            data,
+        }
+    }
+
     /// The bytes of the header line (through its `\r\n`).
     fn header_len(&self) -> usize {
-        let numbers: usize = self.numbers.iter().take(self.shown).map(|n| 1 + n.1).sum();
-        6 + self.key.len() + numbers + 2
+        // "VALUE ", the key, a space and the digits of each number shown, "\r\n".
+        6 + self.key.len() + self.shown + self.lengths.iter().sum::<usize>() + 2
     }
 
     /// Writes the header line into the start of `dst`; returns what follows it.
     fn put_header<'d>(&self, dst: &'d mut [u8]) -> &'d mut [u8] {
-        let mut rest = put(dst, b"VALUE ");
+        let mut rest = put_const(dst, b"VALUE ");
         rest = put(rest, self.key);
-        for &(v, len) in self.numbers.iter().take(self.shown) {
-            rest = put(rest, b" ");
+        for (&v, &len) in self.numbers.iter().zip(&self.lengths).take(self.shown) {
+            rest = put_const(rest, b" ");
             let (digits, after) = split(rest, len);
             put_decimal(digits, v);
             rest = after;
         }
-        put(rest, b"\r\n")
+        put_const(rest, b"\r\n")
     }
 }
 
@@ -246,6 +280,19 @@ fn put<'d>(dst: &'d mut [u8], src: &[u8]) -> &'d mut [u8] {
         head.copy_from_slice(src);
     }
     rest
+}
+
+/// [`put`] of a piece whose length is known at compile time: a few moves, no `memcpy`
+/// call.
+#[inline(always)]
+fn put_const<'d, const N: usize>(dst: &'d mut [u8], src: &[u8; N]) -> &'d mut [u8] {
+    match dst.split_first_chunk_mut::<N>() {
+        Some((head, rest)) => {
+            *head = *src;
+            rest
+        }
+        None => &mut [],
+    }
 }
 
 /// The bytes of a value's buffers.
@@ -288,13 +335,8 @@ fn text(show_cas: bool, resp: &Response<'_>, out: &mut IOBufChain, spare: &mut I
         } => {
             let len = value_len(data);
             let terminator = if *end { VALUE_END_END } else { VALUE_END };
-            let numbers = [u64::from(*flags), len as u64, *cas].map(|v| (v, decimal_len(v)));
-            let line = ValueLine {
-                key,
-                numbers,
-                shown: if show_cas { 3 } else { 2 },
-                data,
-            };
+            let numbers = [u64::from(*flags), len as u64, *cas];
+            let line = ValueLine::new(key, numbers, if show_cas { 3 } else { 2 }, data);
             let header = line.header_len();
             if len > COPY_VALUE_MAX {
                 let mut buf = IOBuf::with_capacity(header);
@@ -317,7 +359,11 @@ fn text(show_cas: bool, resp: &Response<'_>, out: &mut IOBufChain, spare: &mut I
                 for segment in line.data {
                     rest = put(rest, segment.as_slice());
                 }
-                put(rest, terminator);
+                if *end {
+                    put_const(rest, b"\r\nEND\r\n");
+                } else {
+                    put_const(rest, b"\r\n");
+                }
             });
         }
         Response::Miss { .. } | Response::Quit => {}
@@ -511,5 +557,27 @@ fn binary(meta: &BinaryMeta, resp: &Response<'_>, out: &mut IOBufChain) {
             out.push_back(packet(meta, Status::OutOfMemory, &[], &[], msg, 0, 0));
         }
         Response::Noop => out.push_back(packet(meta, Status::Success, &[], &[], &[], 0, 0)),
+    }
+}
+
+#[cfg(test)]
+mod decimal_tests {
+    use super::{decimal_len, put_decimal};
+
+    #[test]
+    fn numbers_are_written_as_decimal_at_every_length() {
+        let mut v = 1u64;
+        let mut checked = alloc::vec![0, u64::MAX, u64::MAX / 10];
+        while let Some(next) = v.checked_mul(10) {
+            checked.extend([v - 1, v, v + 1]);
+            v = next;
+        }
+        for v in checked {
+            let want = alloc::format!("{v}");
+            assert_eq!(decimal_len(v), want.len(), "{v}");
+            let mut got = alloc::vec![b'x'; want.len()];
+            put_decimal(&mut got, v);
+            assert_eq!(got, want.as_bytes());
+        }
     }
 }
