@@ -484,15 +484,19 @@ impl Store {
     ) -> Self {
         let shards = config.shards.clamp(1, 1024).next_power_of_two();
         let config = StoreConfig { shards, ..config };
+        // One hasher for the shard index and every shard's map, so a read hashes its
+        // key once (`shard_for`, then `RcuHashMap::get_hashed`). The index takes the
+        // hash's high bits, the maps' buckets its low bits: they do not correlate.
+        let hasher = DefaultHashBuilder::default();
         Store {
             memory,
             shards: (0..shards)
                 .map(|_| Shard {
-                    map: RcuHashMap::new(domain.clone()),
+                    map: RcuHashMap::with_hasher(domain.clone(), hasher.clone()),
                     ring: spin::Mutex::new(Ring::default()),
                 })
                 .collect(),
-            hasher: DefaultHashBuilder::default(),
+            hasher,
             shared: Padded(WriteShared {
                 used: AtomicUsize::new(0),
                 items: AtomicUsize::new(0),
@@ -518,13 +522,21 @@ impl Store {
 
     /// The shard of `key`, or `None` for a key memcached would refuse.
     fn shard_for(&self, key: &[u8]) -> Option<(usize, &Shard)> {
+        self.shard_and_hash(key)
+            .map(|(index, shard, _)| (index, shard))
+    }
+
+    /// [`shard_for`](Self::shard_for), and the key's hash, which is also the shard's
+    /// map's (see [`Store::with_memory`]).
+    fn shard_and_hash(&self, key: &[u8]) -> Option<(usize, &Shard, u64)> {
         if key.is_empty() || key.len() > KEY_MAX_LENGTH {
             return None;
         }
-        // The high bits: the map picks buckets with the low bits of its own hash, and
-        // should the two hashers share a seed, shards must not correlate with buckets.
-        let index = (self.hasher.hash_one(key) >> 40) as usize & (self.shards.len() - 1);
-        self.shards.get(index).map(|s| (index, s))
+        // The high bits: the map picks buckets with the low bits of the same hash, and
+        // shards must not correlate with buckets.
+        let hash = self.hasher.hash_one(key);
+        let index = (hash >> 40) as usize & (self.shards.len() - 1);
+        self.shards.get(index).map(|s| (index, s, hash))
     }
 
     fn count(&self, cx: Ctx, counter: Counter) {
@@ -605,7 +617,7 @@ impl Store {
     ) -> Option<R> {
         // `cmd_get` is not counted: it is `get_hits + get_misses`, one atomic less
         // on the hot path.
-        let Some((_, shard)) = self.shard_for(key) else {
+        let Some((_, shard, hash)) = self.shard_and_hash(key) else {
             self.count(cx, Counter::GetMisses);
             return None;
         };
@@ -614,7 +626,7 @@ impl Store {
             Flushed(Arc<Item>),
             Expired(Arc<Item>),
         }
-        let found = shard.map.get(key, |item| {
+        let found = shard.map.get_hashed(hash, key, |item| {
             if self.flushed(item, cx.now) {
                 Found::Flushed(item.clone())
             } else if item.expired(cx.now) {

@@ -295,6 +295,25 @@ where
         self.read(|table| Self::find(table, hash, key).map(|node| f(&node.value)))
     }
 
+    /// [`get`](Self::get) with `key`'s hash computed already, by this map's
+    /// [`hasher`](Self::hasher) (or a clone of it): for a caller that uses the hash for
+    /// its own purposes too — picking one of several maps — so that the key is hashed
+    /// once. Any other hash finds nothing (it is a lookup in the wrong bucket, never
+    /// unsafe).
+    pub fn get_hashed<Q, R>(&self, hash: u64, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        debug_assert_eq!(hash, self.hash_builder.hash_one(key), "not this map's hash");
+        self.read(|table| Self::find(table, hash, key).map(|node| f(&node.value)))
+    }
+
+    /// The hash builder the map hashes its keys with.
+    pub fn hasher(&self) -> &S {
+        &self.hash_builder
+    }
+
     /// A clone of the value for `key`.
     pub fn get_cloned<Q>(&self, key: &Q) -> Option<V>
     where
