@@ -242,6 +242,25 @@ fn on_core0<R>(f: impl FnOnce(&Arc<RcuDomain>) -> R) -> R {
 }
 
 #[test]
+fn a_lookup_with_the_maps_own_hash_finds_what_get_finds() {
+    use core::hash::BuildHasher;
+    on_core0(|domain| {
+        let map: RcuHashMap<alloc::string::String, u32> = RcuHashMap::new(domain.clone());
+        for i in 0..100u32 {
+            map.insert(alloc::format!("k{i}"), i);
+        }
+        for i in 0..101u32 {
+            let key = alloc::format!("k{i}");
+            let hash = map.hasher().hash_one(key.as_str());
+            assert_eq!(
+                map.get_hashed(hash, key.as_str(), |v| *v),
+                map.get_cloned(key.as_str())
+            );
+        }
+    });
+}
+
+#[test]
 fn map_basic_operations() {
     on_core0(|domain| {
         let map: RcuHashMap<alloc::string::String, u32> = RcuHashMap::new(domain.clone());
