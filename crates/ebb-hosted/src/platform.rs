@@ -5,7 +5,7 @@ use ebb_core::{CoreId, Instant, Platform};
 use rustix::event::{EventfdFlags, epoll, eventfd};
 use rustix::fd::OwnedFd;
 use rustix::io::Errno;
-use rustix::time::Timespec;
+use rustix::time::{ClockId, Timespec};
 use std::cell::Cell;
 use std::io;
 use std::time::Duration;
@@ -21,7 +21,22 @@ struct CoreFds {
 /// The [`Platform`] of a hosted node: one epoll instance and one eventfd per core.
 pub struct HostedPlatform {
     cores: Box<[CoreFds]>,
-    epoch: std::time::Instant,
+    /// `CLOCK_MONOTONIC` when the platform was made, in nanoseconds: the clock's epoch.
+    epoch: u64,
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (the clock `std::time::Instant` reads), straight from
+/// rustix (the vDSO, or the system call where there is none): the event loop reads it once
+/// an iteration while a timer is armed, and `std`'s `Instant::elapsed` — a `Timespec`
+/// subtraction with its normalisation and overflow checks, then a `Duration` — cost
+/// several times the read itself.
+fn monotonic_nanos() -> u64 {
+    let now = rustix::time::clock_gettime(ClockId::Monotonic);
+    // The monotonic clock counts from boot: never negative, and u64 nanoseconds last
+    // 584 years.
+    (now.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(now.tv_nsec as u64)
 }
 
 impl HostedPlatform {
@@ -42,7 +57,7 @@ impl HostedPlatform {
             .collect::<io::Result<_>>()?;
         Ok(HostedPlatform {
             cores,
-            epoch: std::time::Instant::now(),
+            epoch: monotonic_nanos(),
         })
     }
 
@@ -53,7 +68,7 @@ impl HostedPlatform {
 
 impl Platform for HostedPlatform {
     fn now(&self) -> Instant {
-        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+        Instant::from_nanos(monotonic_nanos().saturating_sub(self.epoch))
     }
 
     fn poll_events(&self, core: CoreId, deadline: Instant) -> usize {
