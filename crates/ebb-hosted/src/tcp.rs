@@ -156,6 +156,15 @@ fn send_with<const N: usize>(fd: &OwnedFd, chain: &IOBufChain) -> rustix::io::Re
     )
 }
 
+/// What `SocketRecord::write_from` wrote of a chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Written {
+    /// All of it: the chain's bytes are all sent (the chain itself is untouched).
+    All,
+    /// Not all: the chain holds the rest (the socket is full, or closed locally).
+    Part,
+}
+
 fn sock_addr(addr: rustix::io::Result<rnet::SocketAddrAny>) -> Option<SocketAddr> {
     addr.ok().and_then(|a| SocketAddr::try_from(a).ok())
 }
@@ -277,22 +286,35 @@ impl SocketRecord {
         if !self.writable.get() {
             return;
         }
-        let written = self.write_from(&mut self.send_queue.borrow_mut());
+        let written = {
+            let mut queue = self.send_queue.borrow_mut();
+            let written = self.write_from(&mut queue);
+            if written == Ok(Written::All) {
+                *queue = IOBufChain::new();
+            }
+            written
+        };
         if let Err(reason) = written {
             self.finish(reason);
         }
     }
 
-    /// Writes from the front of `chain` until it is empty or the socket is full, trimming
-    /// what went out. Clears `writable` on a full socket; a failure is returned, not acted
-    /// on, so the caller can end the connection once it holds no borrows.
-    fn write_from(&self, chain: &mut IOBufChain) -> Result<(), CloseReason> {
+    /// Writes from the front of `chain` until all of it went or the socket is full.
+    /// What went out of a rest is trimmed off; when all of it went
+    /// ([`Written::All`]) the chain is left as it was, for the caller to drop or
+    /// clear — `send`'s chain is its own to drop, once, instead of being replaced by an
+    /// empty one that is then dropped too. Clears `writable` on a full socket; a failure
+    /// is returned, not acted on, so the caller can end the connection once it holds
+    /// no borrows.
+    fn write_from(&self, chain: &mut IOBufChain) -> Result<Written, CloseReason> {
         let fd = self.fd.borrow();
-        let Some(fd) = fd.as_ref() else { return Ok(()) };
+        let Some(fd) = fd.as_ref() else {
+            return Ok(Written::Part);
+        };
         while !chain.is_empty() {
             match send_segments(fd, chain) {
-                // All of it (the usual case): the chain is dropped whole, no trimming.
-                Ok(n) if n == chain.len() => *chain = IOBufChain::new(),
+                // All of it (the usual case): nothing to trim.
+                Ok(n) if n == chain.len() => return Ok(Written::All),
                 // `n` never exceeds the chain's length, so trimming cannot fail.
                 Ok(n) => drop(chain.trim_front(n)),
                 Err(Errno::AGAIN) => {
@@ -303,7 +325,11 @@ impl SocketRecord {
                 Err(e) => return Err(close_reason(e)),
             }
         }
-        Ok(())
+        Ok(if chain.is_empty() {
+            Written::All
+        } else {
+            Written::Part
+        })
     }
 
     /// Sends FIN once a requested close has drained, and ends the connection once both
@@ -374,13 +400,16 @@ impl SocketRecord {
                 }
                 Ok(n) => {
                     let _ = buf.commit(n);
-                    self.read_size.set(if n == capacity {
-                        (size * 2).min(MAX_READ)
-                    } else {
-                        (size / 2)
-                            .max(MIN_READ)
-                            .max((n + REGION_OVERHEAD).next_power_of_two().min(MAX_READ))
-                    });
+                    if n == capacity {
+                        self.read_size.set((size * 2).min(MAX_READ));
+                    } else if size > MIN_READ {
+                        // (At `MIN_READ` a short read leaves the size as it is.)
+                        self.read_size.set(
+                            (size / 2)
+                                .max(MIN_READ)
+                                .max((n + REGION_OVERHEAD).next_power_of_two().min(MAX_READ)),
+                        );
+                    }
                     if size <= MAX_KEPT_READ {
                         self.last_receive.set(Some(buf.clone()));
                     }
@@ -420,6 +449,30 @@ impl SocketRecord {
     }
 }
 
+impl SocketRecord {
+    /// The socket is writable: drain the queue, tell a handler waiting for the window,
+    /// and go on with a close.
+    #[inline(never)]
+    fn writable_edge(self: &Rc<Self>) {
+        let before = self.send_queue.borrow().len();
+        let mut room_opened = false;
+        if before > 0 {
+            self.flush();
+            room_opened = self.send_queue.borrow().len() < before;
+        }
+        // A `try_send` rest waits for this edge; with a queue still not drained the
+        // socket is full again and the queue's own progress decides.
+        if self.send_queue.borrow().is_empty() && self.window_wanted.get() {
+            room_opened = true;
+        }
+        if room_opened && matches!(self.state.get(), State::Open) {
+            self.window_wanted.set(false);
+            self.callback(|h, c| h.send_window_increased(c));
+        }
+        self.advance_close();
+    }
+}
+
 impl Source for SocketRecord {
     fn ready(self: Rc<Self>, flags: EventFlags) {
         if self.state.get() == State::Connecting {
@@ -455,22 +508,15 @@ impl Source for SocketRecord {
         }
         if flags.contains(EventFlags::OUT) {
             self.writable.set(true);
-            let before = self.send_queue.borrow().len();
-            let mut room_opened = false;
-            if before > 0 {
-                self.flush();
-                room_opened = self.send_queue.borrow().len() < before;
+            // With `IN` and `OUT` registered edge-triggered, every arrival reports `OUT`
+            // too. On an open connection with nothing queued and nobody waiting for the
+            // window (a request/response server between requests) that is all there is.
+            if self.state.get() != State::Open
+                || self.window_wanted.get()
+                || !self.send_queue.borrow().is_empty()
+            {
+                self.writable_edge();
             }
-            // A `try_send` rest waits for this edge; with a queue still not drained the
-            // socket is full again and the queue's own progress decides.
-            if self.send_queue.borrow().is_empty() && self.window_wanted.get() {
-                room_opened = true;
-            }
-            if room_opened && matches!(self.state.get(), State::Open) {
-                self.window_wanted.set(false);
-                self.callback(|h, c| h.send_window_increased(c));
-            }
-            self.advance_close();
         }
         if flags.intersects(EventFlags::IN | EventFlags::RDHUP | EventFlags::HUP | EventFlags::ERR)
         {
@@ -510,12 +556,14 @@ impl TcpConnection for SocketConn {
             // The usual case: straight from the caller's chain, and only a rest is queued
             // (moving every segment into the queue and out again costs more than the
             // write's own bookkeeping).
-            if let Err(reason) = self.0.write_from(&mut data) {
-                self.0.finish(reason);
-                return Err(SendError::Failed(reason));
-            }
-            if data.is_empty() {
-                return Ok(());
+            match self.0.write_from(&mut data) {
+                // Sent: `data` is dropped here, once.
+                Ok(Written::All) => return Ok(()),
+                Ok(Written::Part) => {}
+                Err(reason) => {
+                    self.0.finish(reason);
+                    return Err(SendError::Failed(reason));
+                }
             }
         }
         self.0.send_queue.borrow_mut().append(&mut data);
@@ -537,14 +585,22 @@ impl TcpConnection for SocketConn {
         if self.0.fd.borrow().is_none() {
             return Err(SendError::Closed);
         }
-        if let Err(reason) = self.0.write_from(&mut data) {
-            self.0.finish(reason);
-            return Err(SendError::Failed(reason));
+        match self.0.write_from(&mut data) {
+            Ok(Written::All) => {
+                self.0.window_wanted.set(false);
+                Ok(IOBufChain::new())
+            }
+            // A rest means `write_from` met `EAGAIN` (it stops only then, the descriptor
+            // being there), so the writable edge that ends the wait is still to come.
+            Ok(Written::Part) => {
+                self.0.window_wanted.set(!data.is_empty());
+                Ok(data)
+            }
+            Err(reason) => {
+                self.0.finish(reason);
+                Err(SendError::Failed(reason))
+            }
         }
-        // A non-empty rest means `write_from` met `EAGAIN` (it stops only then), so the
-        // writable edge that ends the wait is still to come.
-        self.0.window_wanted.set(!data.is_empty());
-        Ok(data)
     }
 
     fn send_window(&self) -> usize {
