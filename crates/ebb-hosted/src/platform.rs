@@ -72,6 +72,24 @@ impl Platform for HostedPlatform {
     }
 
     fn poll_events(&self, core: CoreId, deadline: Instant) -> usize {
+        self.poll(core, deadline, None)
+    }
+
+    fn poll_events_from(&self, core: CoreId, deadline: Instant, now: Instant) -> usize {
+        self.poll(core, deadline, Some(now))
+    }
+
+    fn wake(&self, core: CoreId) {
+        if let Some(fds) = self.cores.get(core.index()) {
+            // A full counter (EAGAIN) already guarantees a wake-up.
+            let _ = rustix::io::write(&fds.wake, &1u64.to_ne_bytes());
+        }
+    }
+}
+
+impl HostedPlatform {
+    /// `poll_events`, with the caller's clock reading if it has one (`poll_events_from`).
+    fn poll(&self, core: CoreId, deadline: Instant, now: Option<Instant>) -> usize {
         if deadline == Instant::ZERO && reactor::polls_memory() {
             // A poll on a core with memory-polled devices (a core spinning before it
             // sleeps asks many times a microsecond): look at them, and ask epoll — a
@@ -85,7 +103,7 @@ impl Platform for HostedPlatform {
                 return found;
             }
             LAST_EPOLL.with(|l| l.set(now));
-            let events = self.epoll_step(core, deadline);
+            let events = self.epoll_step(core, deadline, None);
             // Epoll that finds nothing is asked half as often, up to `EPOLL_INTERVAL_MAX`;
             // an event brings the interval back.
             let next = if events > 0 {
@@ -98,16 +116,9 @@ impl Platform for HostedPlatform {
         }
         if deadline != Instant::ZERO && reactor::polls_memory() && reactor::arm_memory() {
             // A device found work while being armed for the sleep: do not sleep.
-            return reactor::poll_memory() + self.epoll_step(core, Instant::ZERO);
+            return reactor::poll_memory() + self.epoll_step(core, Instant::ZERO, None);
         }
-        self.epoll_step(core, deadline)
-    }
-
-    fn wake(&self, core: CoreId) {
-        if let Some(fds) = self.cores.get(core.index()) {
-            // A full counter (EAGAIN) already guarantees a wake-up.
-            let _ = rustix::io::write(&fds.wake, &1u64.to_ne_bytes());
-        }
+        self.epoll_step(core, deadline, now)
     }
 }
 
@@ -134,8 +145,10 @@ thread_local! {
 
 impl HostedPlatform {
     /// One `epoll_pwait` on `core`'s instance, waiting until `deadline`, with every event
-    /// dispatched; returns how many (the wake eventfd's not counted).
-    fn epoll_step(&self, core: CoreId, deadline: Instant) -> usize {
+    /// dispatched; returns how many (the wake eventfd's not counted). The timeout to a
+    /// deadline is counted from `now` if the caller read the clock just before, else
+    /// from a fresh reading.
+    fn epoll_step(&self, core: CoreId, deadline: Instant, now: Option<Instant>) -> usize {
         #[cfg(test)]
         tests::EPOLL_STEPS.with(|n| n.set(n.get() + 1));
         let fds = &self.cores[core.index()];
@@ -149,7 +162,7 @@ impl HostedPlatform {
         } else if deadline == Instant::FAR_FUTURE {
             None
         } else {
-            let now = self.now();
+            let now = now.unwrap_or_else(|| self.now());
             if deadline <= now {
                 Some(NO_WAIT)
             } else {

@@ -246,6 +246,9 @@ impl CoreContext {
         let inbox = self.inbox();
         let mut iterations_since_device_poll = 0u32;
         let mut idle_busy = false;
+        // The clock as this iteration's timer step read it, for the sleep that may follow
+        // at once (see `sleep`); `None` when not read, or when idle handlers ran since.
+        let mut clock = None;
         loop {
             if self.stop_requested.get() || shared.is_shutting_down() {
                 break;
@@ -258,7 +261,7 @@ impl CoreContext {
                 }
             } else {
                 iterations_since_device_poll = 0;
-                self.sleep(platform, rcu, inbox);
+                self.sleep(platform, rcu, inbox, clock);
             }
 
             // `is_empty` first: it is two loads, while `pop` on an empty queue also fences.
@@ -276,11 +279,18 @@ impl CoreContext {
             if let Some(task) = task {
                 task.run(self);
             }
+            clock = None;
             if !self.timers.borrow().is_empty() {
                 let now = platform.now();
                 self.timers.borrow_mut().expire(now);
+                clock = Some(now);
             }
-            idle_busy = self.idle.run();
+            idle_busy = false;
+            if !self.idle.is_empty() {
+                // Handlers take their own time: a sleep after them reads the clock anew.
+                clock = None;
+                idle_busy = self.idle.run();
+            }
             rcu.loop_quiescent_state(self.id);
         }
     }
@@ -331,9 +341,25 @@ impl CoreContext {
         }
     }
 
-    fn sleep(&self, platform: &dyn Platform, rcu: &RcuDomain, inbox: &CoreInbox) {
-        if !self.idle_poll_budget.get().is_zero() && self.poll_before_sleep(platform, rcu) {
-            return;
+    /// Sleeps in the platform until the next timer deadline, a device event or a wake.
+    /// `clock` is the loop's reading of the clock at the end of the iteration before, if
+    /// nothing but the loop's own bookkeeping ran since: the platform turns the deadline
+    /// into a timeout from it instead of reading the clock once more (a core serving one
+    /// request at a time sleeps once per request, and a timer — memcached's sweep — is
+    /// nearly always armed).
+    fn sleep(
+        &self,
+        platform: &dyn Platform,
+        rcu: &RcuDomain,
+        inbox: &CoreInbox,
+        mut clock: Option<Instant>,
+    ) {
+        if !self.idle_poll_budget.get().is_zero() {
+            if self.poll_before_sleep(platform, rcu) {
+                return;
+            }
+            // It spun: the reading is old.
+            clock = None;
         }
         inbox.may_sleep.store(true, Ordering::SeqCst);
         // Pairs with the fence in `RuntimeShared::notify`.
@@ -363,6 +389,10 @@ impl CoreContext {
             if dispatched > 0 && !asleep.is_zero() && asleep < window {
                 self.grow_idle_poll();
             }
+        } else if let Some(now) = clock
+            && deadline != Instant::FAR_FUTURE
+        {
+            platform.poll_events_from(self.id, deadline, now);
         } else {
             platform.poll_events(self.id, deadline);
         }
