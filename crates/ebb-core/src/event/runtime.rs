@@ -247,8 +247,9 @@ impl CoreContext {
         let mut iterations_since_device_poll = 0u32;
         let mut idle_busy = false;
         // The clock as this iteration's timer step read it, for the sleep that may follow
-        // at once (see `sleep`); `None` when not read, or when idle handlers ran since.
-        let mut clock = None;
+        // at once (see `sleep`); `Instant::ZERO` when not read, or when idle handlers ran
+        // since (a sentinel, not an `Option`: this is the loop's hottest path).
+        let mut clock = Instant::ZERO;
         loop {
             if self.stop_requested.get() || shared.is_shutting_down() {
                 break;
@@ -279,16 +280,17 @@ impl CoreContext {
             if let Some(task) = task {
                 task.run(self);
             }
-            clock = None;
-            if !self.timers.borrow().is_empty() {
+            clock = if self.timers.borrow().is_empty() {
+                Instant::ZERO
+            } else {
                 let now = platform.now();
                 self.timers.borrow_mut().expire(now);
-                clock = Some(now);
-            }
+                now
+            };
             idle_busy = false;
             if !self.idle.is_empty() {
                 // Handlers take their own time: a sleep after them reads the clock anew.
-                clock = None;
+                clock = Instant::ZERO;
                 idle_busy = self.idle.run();
             }
             rcu.loop_quiescent_state(self.id);
@@ -343,23 +345,23 @@ impl CoreContext {
 
     /// Sleeps in the platform until the next timer deadline, a device event or a wake.
     /// `clock` is the loop's reading of the clock at the end of the iteration before, if
-    /// nothing but the loop's own bookkeeping ran since: the platform turns the deadline
-    /// into a timeout from it instead of reading the clock once more (a core serving one
-    /// request at a time sleeps once per request, and a timer — memcached's sweep — is
-    /// nearly always armed).
+    /// nothing but the loop's own bookkeeping ran since (else `Instant::ZERO`): the
+    /// platform turns the deadline into a timeout from it instead of reading the clock
+    /// once more (a core serving one request at a time sleeps once per request, and a
+    /// timer — memcached's sweep — is nearly always armed).
     fn sleep(
         &self,
         platform: &dyn Platform,
         rcu: &RcuDomain,
         inbox: &CoreInbox,
-        mut clock: Option<Instant>,
+        mut clock: Instant,
     ) {
         if !self.idle_poll_budget.get().is_zero() {
             if self.poll_before_sleep(platform, rcu) {
                 return;
             }
             // It spun: the reading is old.
-            clock = None;
+            clock = Instant::ZERO;
         }
         inbox.may_sleep.store(true, Ordering::SeqCst);
         // Pairs with the fence in `RuntimeShared::notify`.
@@ -389,10 +391,8 @@ impl CoreContext {
             if dispatched > 0 && !asleep.is_zero() && asleep < window {
                 self.grow_idle_poll();
             }
-        } else if let Some(now) = clock
-            && deadline != Instant::FAR_FUTURE
-        {
-            platform.poll_events_from(self.id, deadline, now);
+        } else if clock != Instant::ZERO && deadline != Instant::FAR_FUTURE {
+            platform.poll_events_from(self.id, deadline, clock);
         } else {
             platform.poll_events(self.id, deadline);
         }
