@@ -229,8 +229,11 @@ impl SocketRecord {
         }
     }
 
-    /// Calls the handler, unless a callback is already running or there is none.
-    fn callback(self: &Rc<Self>, f: impl FnOnce(&mut dyn TcpHandler, &SocketConn)) {
+    /// Calls the handler, unless a callback is already running or there is none. `conn`
+    /// is this record's handle, lent to the handler: the caller's own (an event's or a
+    /// task's), so that a callback costs no reference-count traffic.
+    fn callback(&self, conn: &SocketConn, f: impl FnOnce(&mut dyn TcpHandler, &SocketConn)) {
+        debug_assert!(core::ptr::eq(self, &*conn.0));
         if self.in_callback.get() {
             return;
         }
@@ -238,7 +241,7 @@ impl SocketRecord {
             return;
         };
         self.in_callback.set(true);
-        f(&mut *handler, &SocketConn(self.clone()));
+        f(&mut *handler, conn);
         self.in_callback.set(false);
         if let State::Closed(reason) = self.state.get() {
             // The connection ended during the callback: deliver that now, then let go of
@@ -372,18 +375,19 @@ impl SocketRecord {
     }
 
     /// Reads and delivers data while the window is open, up to a per-event budget.
-    fn read_some(self: &Rc<Self>) {
+    fn read_some(conn: &SocketConn) {
+        let this = &conn.0;
         for _ in 0..READS_PER_EVENT {
-            if !self.wants_to_read() {
+            if !this.wants_to_read() {
                 return;
             }
             // `read_size` is the buffer's whole allocation, a power of two: its bytes are
             // that less the region's header, so the allocator's size class fits it.
-            let size = self.read_size.get();
-            let mut buf = self.receive_buffer(size - REGION_OVERHEAD);
+            let size = this.read_size.get();
+            let mut buf = this.receive_buffer(size - REGION_OVERHEAD);
             let capacity = buf.tailroom();
             let result = {
-                let fd = self.fd.borrow();
+                let fd = this.fd.borrow();
                 let Some(fd) = fd.as_ref() else { return };
                 match buf.spare_capacity_mut() {
                     Ok(spare) => rustix::io::read(fd, spare),
@@ -392,59 +396,59 @@ impl SocketRecord {
             };
             match result {
                 Ok(0) => {
-                    self.readable.set(false);
-                    self.peer_eof.set(true);
-                    self.callback(|h, c| h.peer_closed(c));
-                    self.advance_close();
+                    this.readable.set(false);
+                    this.peer_eof.set(true);
+                    this.callback(conn, |h, c| h.peer_closed(c));
+                    this.advance_close();
                     return;
                 }
                 Ok(n) => {
                     let _ = buf.commit(n);
                     if n == capacity {
-                        self.read_size.set((size * 2).min(MAX_READ));
+                        this.read_size.set((size * 2).min(MAX_READ));
                     } else if size > MIN_READ {
                         // (At `MIN_READ` a short read leaves the size as it is.)
-                        self.read_size.set(
+                        this.read_size.set(
                             (size / 2)
                                 .max(MIN_READ)
                                 .max((n + REGION_OVERHEAD).next_power_of_two().min(MAX_READ)),
                         );
                     }
                     if size <= MAX_KEPT_READ {
-                        self.last_receive.set(Some(buf.clone()));
+                        this.last_receive.set(Some(buf.clone()));
                     }
-                    self.callback(|h, c| h.receive(c, buf));
-                    if n < capacity && !self.fin_pending.get() {
+                    this.callback(conn, |h, c| h.receive(c, buf));
+                    if n < capacity && !this.fin_pending.get() {
                         // A short read drained the socket; the next arrival is a new edge.
                         // Not so for a FIN that came with the data: its edge is this one,
                         // so with `fin_pending` we read on until the read returns 0.
-                        self.readable.set(false);
+                        this.readable.set(false);
                         return;
                     }
                 }
                 Err(Errno::AGAIN) => {
-                    self.readable.set(false);
+                    this.readable.set(false);
                     return;
                 }
                 Err(Errno::INTR) => {}
                 Err(e) => {
-                    self.finish(close_reason(e));
+                    this.finish(close_reason(e));
                     return;
                 }
             }
         }
         // Budget spent with data left: continue in a later event, after other work.
-        self.schedule_read();
+        this.schedule_read();
     }
 
     fn schedule_read(self: &Rc<Self>) {
         if self.read_scheduled.replace(true) {
             return;
         }
-        let conn = self.clone();
+        let conn = SocketConn(self.clone());
         let _detached = event::spawn_local(async move {
-            conn.read_scheduled.set(false);
-            conn.read_some();
+            conn.0.read_scheduled.set(false);
+            SocketRecord::read_some(&conn);
         });
     }
 }
@@ -453,7 +457,7 @@ impl SocketRecord {
     /// The socket is writable: drain the queue, tell a handler waiting for the window,
     /// and go on with a close.
     #[inline(never)]
-    fn writable_edge(self: &Rc<Self>) {
+    fn writable_edge(self: &Rc<Self>, conn: &SocketConn) {
         let before = self.send_queue.borrow().len();
         let mut room_opened = false;
         if before > 0 {
@@ -467,7 +471,7 @@ impl SocketRecord {
         }
         if room_opened && matches!(self.state.get(), State::Open) {
             self.window_wanted.set(false);
-            self.callback(|h, c| h.send_window_increased(c));
+            self.callback(conn, |h, c| h.send_window_increased(c));
         }
         self.advance_close();
     }
@@ -475,56 +479,59 @@ impl SocketRecord {
 
 impl Source for SocketRecord {
     fn ready(self: Rc<Self>, flags: EventFlags) {
-        if self.state.get() == State::Connecting {
+        // The event's reference becomes the handle callbacks lend to the handler.
+        let conn = SocketConn(self);
+        let this = &conn.0;
+        if this.state.get() == State::Connecting {
             if !flags.intersects(EventFlags::OUT | EventFlags::ERR | EventFlags::HUP) {
                 return;
             }
-            let error = self.fd.borrow().as_ref().map(rnet::sockopt::socket_error);
+            let error = this.fd.borrow().as_ref().map(rnet::sockopt::socket_error);
             match error {
-                Some(Ok(Ok(()))) => self.state.set(State::Open),
+                Some(Ok(Ok(()))) => this.state.set(State::Open),
                 Some(Ok(Err(e)) | Err(e)) => {
-                    self.state.set(State::ConnectFailed(error_kind(e)));
-                    if let Some(fd) = self.fd.borrow_mut().take()
-                        && let Some(token) = self.token.take()
+                    this.state.set(State::ConnectFailed(error_kind(e)));
+                    if let Some(fd) = this.fd.borrow_mut().take()
+                        && let Some(token) = this.token.take()
                     {
                         let _ = reactor::deregister(&fd, token);
                     }
                 }
                 None => {}
             }
-            if let Some(waker) = self.connect_waker.borrow_mut().take() {
+            if let Some(waker) = this.connect_waker.borrow_mut().take() {
                 waker.wake();
             }
-            if self.state.get() != State::Open {
+            if this.state.get() != State::Open {
                 return;
             }
         }
         if flags.contains(EventFlags::ERR) {
-            let error = self.fd.borrow().as_ref().map(rnet::sockopt::socket_error);
+            let error = this.fd.borrow().as_ref().map(rnet::sockopt::socket_error);
             if let Some(Ok(Err(e))) = error {
-                self.finish(close_reason(e));
+                this.finish(close_reason(e));
                 return;
             }
         }
         if flags.contains(EventFlags::OUT) {
-            self.writable.set(true);
+            this.writable.set(true);
             // With `IN` and `OUT` registered edge-triggered, every arrival reports `OUT`
             // too. On an open connection with nothing queued and nobody waiting for the
             // window (a request/response server between requests) that is all there is.
-            if self.state.get() != State::Open
-                || self.window_wanted.get()
-                || !self.send_queue.borrow().is_empty()
+            if this.state.get() != State::Open
+                || this.window_wanted.get()
+                || !this.send_queue.borrow().is_empty()
             {
-                self.writable_edge();
+                this.writable_edge(&conn);
             }
         }
         if flags.intersects(EventFlags::IN | EventFlags::RDHUP | EventFlags::HUP | EventFlags::ERR)
         {
             if flags.intersects(EventFlags::RDHUP | EventFlags::HUP) {
-                self.fin_pending.set(true);
+                this.fin_pending.set(true);
             }
-            self.readable.set(true);
-            self.read_some();
+            this.readable.set(true);
+            SocketRecord::read_some(&conn);
         }
     }
 }
