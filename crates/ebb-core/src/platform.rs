@@ -81,6 +81,17 @@ pub trait Platform: Send + Sync + 'static {
     /// on this core. Returns the number of device events dispatched.
     fn poll_events(&self, core: CoreId, deadline: Instant) -> usize;
 
+    /// [`poll_events`](Self::poll_events) for a caller that has just read the clock:
+    /// `now` is that reading. A platform that must turn `deadline` into a relative
+    /// timeout may use it instead of reading the clock again; the wait then ends late by
+    /// however long ago `now` was read (the event loop passes a reading taken a few
+    /// hundred instructions before, far below a kernel's timer slack). The default
+    /// ignores `now`.
+    fn poll_events_from(&self, core: CoreId, deadline: Instant, now: Instant) -> usize {
+        let _ = now;
+        self.poll_events(core, deadline)
+    }
+
     /// Makes `core` return from [`poll_events`](Self::poll_events) if it is waiting there,
     /// or from its next wait if it is about to. Called only when the target has announced
     /// that it may sleep, so a busy core is never interrupted.

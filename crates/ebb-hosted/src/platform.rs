@@ -5,7 +5,7 @@ use ebb_core::{CoreId, Instant, Platform};
 use rustix::event::{EventfdFlags, epoll, eventfd};
 use rustix::fd::OwnedFd;
 use rustix::io::Errno;
-use rustix::time::Timespec;
+use rustix::time::{ClockId, Timespec};
 use std::cell::Cell;
 use std::io;
 use std::time::Duration;
@@ -21,7 +21,22 @@ struct CoreFds {
 /// The [`Platform`] of a hosted node: one epoll instance and one eventfd per core.
 pub struct HostedPlatform {
     cores: Box<[CoreFds]>,
-    epoch: std::time::Instant,
+    /// `CLOCK_MONOTONIC` when the platform was made, in nanoseconds: the clock's epoch.
+    epoch: u64,
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (the clock `std::time::Instant` reads), straight from
+/// rustix (the vDSO, or the system call where there is none): the event loop reads it once
+/// an iteration while a timer is armed, and `std`'s `Instant::elapsed` — a `Timespec`
+/// subtraction with its normalisation and overflow checks, then a `Duration` — cost
+/// several times the read itself.
+fn monotonic_nanos() -> u64 {
+    let now = rustix::time::clock_gettime(ClockId::Monotonic);
+    // The monotonic clock counts from boot: never negative, and u64 nanoseconds last
+    // 584 years.
+    (now.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(now.tv_nsec as u64)
 }
 
 impl HostedPlatform {
@@ -42,7 +57,7 @@ impl HostedPlatform {
             .collect::<io::Result<_>>()?;
         Ok(HostedPlatform {
             cores,
-            epoch: std::time::Instant::now(),
+            epoch: monotonic_nanos(),
         })
     }
 
@@ -53,10 +68,28 @@ impl HostedPlatform {
 
 impl Platform for HostedPlatform {
     fn now(&self) -> Instant {
-        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+        Instant::from_nanos(monotonic_nanos().saturating_sub(self.epoch))
     }
 
     fn poll_events(&self, core: CoreId, deadline: Instant) -> usize {
+        self.poll(core, deadline, None)
+    }
+
+    fn poll_events_from(&self, core: CoreId, deadline: Instant, now: Instant) -> usize {
+        self.poll(core, deadline, Some(now))
+    }
+
+    fn wake(&self, core: CoreId) {
+        if let Some(fds) = self.cores.get(core.index()) {
+            // A full counter (EAGAIN) already guarantees a wake-up.
+            let _ = rustix::io::write(&fds.wake, &1u64.to_ne_bytes());
+        }
+    }
+}
+
+impl HostedPlatform {
+    /// `poll_events`, with the caller's clock reading if it has one (`poll_events_from`).
+    fn poll(&self, core: CoreId, deadline: Instant, now: Option<Instant>) -> usize {
         if deadline == Instant::ZERO && reactor::polls_memory() {
             // A poll on a core with memory-polled devices (a core spinning before it
             // sleeps asks many times a microsecond): look at them, and ask epoll — a
@@ -70,7 +103,7 @@ impl Platform for HostedPlatform {
                 return found;
             }
             LAST_EPOLL.with(|l| l.set(now));
-            let events = self.epoll_step(core, deadline);
+            let events = self.epoll_step(core, deadline, None);
             // Epoll that finds nothing is asked half as often, up to `EPOLL_INTERVAL_MAX`;
             // an event brings the interval back.
             let next = if events > 0 {
@@ -83,16 +116,9 @@ impl Platform for HostedPlatform {
         }
         if deadline != Instant::ZERO && reactor::polls_memory() && reactor::arm_memory() {
             // A device found work while being armed for the sleep: do not sleep.
-            return reactor::poll_memory() + self.epoll_step(core, Instant::ZERO);
+            return reactor::poll_memory() + self.epoll_step(core, Instant::ZERO, None);
         }
-        self.epoll_step(core, deadline)
-    }
-
-    fn wake(&self, core: CoreId) {
-        if let Some(fds) = self.cores.get(core.index()) {
-            // A full counter (EAGAIN) already guarantees a wake-up.
-            let _ = rustix::io::write(&fds.wake, &1u64.to_ne_bytes());
-        }
+        self.epoll_step(core, deadline, now)
     }
 }
 
@@ -119,8 +145,10 @@ thread_local! {
 
 impl HostedPlatform {
     /// One `epoll_pwait` on `core`'s instance, waiting until `deadline`, with every event
-    /// dispatched; returns how many (the wake eventfd's not counted).
-    fn epoll_step(&self, core: CoreId, deadline: Instant) -> usize {
+    /// dispatched; returns how many (the wake eventfd's not counted). The timeout to a
+    /// deadline is counted from `now` if the caller read the clock just before, else
+    /// from a fresh reading.
+    fn epoll_step(&self, core: CoreId, deadline: Instant, now: Option<Instant>) -> usize {
         #[cfg(test)]
         tests::EPOLL_STEPS.with(|n| n.set(n.get() + 1));
         let fds = &self.cores[core.index()];
@@ -134,7 +162,7 @@ impl HostedPlatform {
         } else if deadline == Instant::FAR_FUTURE {
             None
         } else {
-            let now = self.now();
+            let now = now.unwrap_or_else(|| self.now());
             if deadline <= now {
                 Some(NO_WAIT)
             } else {

@@ -59,7 +59,9 @@ struct CoreReactor {
 
 thread_local! {
     static REACTOR: RefCell<Option<CoreReactor>> = const { RefCell::new(None) };
-    static EVENTS: RefCell<Vec<Event>> = RefCell::new(Vec::with_capacity(256));
+    /// Filled by each `epoll_pwait` (constant-initialized: no lazy-init check per call;
+    /// its capacity is reserved on first use).
+    static EVENTS: RefCell<Vec<Event>> = const { RefCell::new(Vec::new()) };
     static REGISTERED: Cell<usize> = const { Cell::new(0) };
     static POLLED: Cell<usize> = const { Cell::new(0) };
 }
@@ -88,8 +90,18 @@ pub(crate) fn leave() {
     POLLED.with(|c| c.set(0));
 }
 
+/// Events one `epoll_pwait` returns at most.
+const EVENT_BATCH: usize = 256;
+
+/// The calling thread's epoll event buffer, with room for [`EVENT_BATCH`] events.
 pub(crate) fn with_event_buffer<R>(f: impl FnOnce(&mut Vec<Event>) -> R) -> R {
-    EVENTS.with(|events| f(&mut events.borrow_mut()))
+    EVENTS.with(|events| {
+        let mut events = events.borrow_mut();
+        if events.capacity() == 0 {
+            events.reserve_exact(EVENT_BATCH);
+        }
+        f(&mut events)
+    })
 }
 
 fn with_reactor<R>(f: impl FnOnce(&mut CoreReactor) -> io::Result<R>) -> io::Result<R> {

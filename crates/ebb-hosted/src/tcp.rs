@@ -156,6 +156,15 @@ fn send_with<const N: usize>(fd: &OwnedFd, chain: &IOBufChain) -> rustix::io::Re
     )
 }
 
+/// What `SocketRecord::write_from` wrote of a chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Written {
+    /// All of it: the chain's bytes are all sent (the chain itself is untouched).
+    All,
+    /// Not all: the chain holds the rest (the socket is full, or closed locally).
+    Part,
+}
+
 fn sock_addr(addr: rustix::io::Result<rnet::SocketAddrAny>) -> Option<SocketAddr> {
     addr.ok().and_then(|a| SocketAddr::try_from(a).ok())
 }
@@ -220,8 +229,11 @@ impl SocketRecord {
         }
     }
 
-    /// Calls the handler, unless a callback is already running or there is none.
-    fn callback(self: &Rc<Self>, f: impl FnOnce(&mut dyn TcpHandler, &SocketConn)) {
+    /// Calls the handler, unless a callback is already running or there is none. `conn`
+    /// is this record's handle, lent to the handler: the caller's own (an event's or a
+    /// task's), so that a callback costs no reference-count traffic.
+    fn callback(&self, conn: &SocketConn, f: impl FnOnce(&mut dyn TcpHandler, &SocketConn)) {
+        debug_assert!(core::ptr::eq(self, &*conn.0));
         if self.in_callback.get() {
             return;
         }
@@ -229,7 +241,7 @@ impl SocketRecord {
             return;
         };
         self.in_callback.set(true);
-        f(&mut *handler, &SocketConn(self.clone()));
+        f(&mut *handler, conn);
         self.in_callback.set(false);
         if let State::Closed(reason) = self.state.get() {
             // The connection ended during the callback: deliver that now, then let go of
@@ -277,22 +289,35 @@ impl SocketRecord {
         if !self.writable.get() {
             return;
         }
-        let written = self.write_from(&mut self.send_queue.borrow_mut());
+        let written = {
+            let mut queue = self.send_queue.borrow_mut();
+            let written = self.write_from(&mut queue);
+            if written == Ok(Written::All) {
+                *queue = IOBufChain::new();
+            }
+            written
+        };
         if let Err(reason) = written {
             self.finish(reason);
         }
     }
 
-    /// Writes from the front of `chain` until it is empty or the socket is full, trimming
-    /// what went out. Clears `writable` on a full socket; a failure is returned, not acted
-    /// on, so the caller can end the connection once it holds no borrows.
-    fn write_from(&self, chain: &mut IOBufChain) -> Result<(), CloseReason> {
+    /// Writes from the front of `chain` until all of it went or the socket is full.
+    /// What went out of a rest is trimmed off; when all of it went
+    /// ([`Written::All`]) the chain is left as it was, for the caller to drop or
+    /// clear — `send`'s chain is its own to drop, once, instead of being replaced by an
+    /// empty one that is then dropped too. Clears `writable` on a full socket; a failure
+    /// is returned, not acted on, so the caller can end the connection once it holds
+    /// no borrows.
+    fn write_from(&self, chain: &mut IOBufChain) -> Result<Written, CloseReason> {
         let fd = self.fd.borrow();
-        let Some(fd) = fd.as_ref() else { return Ok(()) };
+        let Some(fd) = fd.as_ref() else {
+            return Ok(Written::Part);
+        };
         while !chain.is_empty() {
             match send_segments(fd, chain) {
-                // All of it (the usual case): the chain is dropped whole, no trimming.
-                Ok(n) if n == chain.len() => *chain = IOBufChain::new(),
+                // All of it (the usual case): nothing to trim.
+                Ok(n) if n == chain.len() => return Ok(Written::All),
                 // `n` never exceeds the chain's length, so trimming cannot fail.
                 Ok(n) => drop(chain.trim_front(n)),
                 Err(Errno::AGAIN) => {
@@ -303,7 +328,11 @@ impl SocketRecord {
                 Err(e) => return Err(close_reason(e)),
             }
         }
-        Ok(())
+        Ok(if chain.is_empty() {
+            Written::All
+        } else {
+            Written::Part
+        })
     }
 
     /// Sends FIN once a requested close has drained, and ends the connection once both
@@ -346,18 +375,19 @@ impl SocketRecord {
     }
 
     /// Reads and delivers data while the window is open, up to a per-event budget.
-    fn read_some(self: &Rc<Self>) {
+    fn read_some(conn: &SocketConn) {
+        let this = &conn.0;
         for _ in 0..READS_PER_EVENT {
-            if !self.wants_to_read() {
+            if !this.wants_to_read() {
                 return;
             }
             // `read_size` is the buffer's whole allocation, a power of two: its bytes are
             // that less the region's header, so the allocator's size class fits it.
-            let size = self.read_size.get();
-            let mut buf = self.receive_buffer(size - REGION_OVERHEAD);
+            let size = this.read_size.get();
+            let mut buf = this.receive_buffer(size - REGION_OVERHEAD);
             let capacity = buf.tailroom();
             let result = {
-                let fd = self.fd.borrow();
+                let fd = this.fd.borrow();
                 let Some(fd) = fd.as_ref() else { return };
                 match buf.spare_capacity_mut() {
                     Ok(spare) => rustix::io::read(fd, spare),
@@ -366,119 +396,142 @@ impl SocketRecord {
             };
             match result {
                 Ok(0) => {
-                    self.readable.set(false);
-                    self.peer_eof.set(true);
-                    self.callback(|h, c| h.peer_closed(c));
-                    self.advance_close();
+                    this.readable.set(false);
+                    this.peer_eof.set(true);
+                    this.callback(conn, |h, c| h.peer_closed(c));
+                    this.advance_close();
                     return;
                 }
                 Ok(n) => {
                     let _ = buf.commit(n);
-                    self.read_size.set(if n == capacity {
-                        (size * 2).min(MAX_READ)
-                    } else {
-                        (size / 2)
-                            .max(MIN_READ)
-                            .max((n + REGION_OVERHEAD).next_power_of_two().min(MAX_READ))
-                    });
-                    if size <= MAX_KEPT_READ {
-                        self.last_receive.set(Some(buf.clone()));
+                    if n == capacity {
+                        this.read_size.set((size * 2).min(MAX_READ));
+                    } else if size > MIN_READ {
+                        // (At `MIN_READ` a short read leaves the size as it is.)
+                        this.read_size.set(
+                            (size / 2)
+                                .max(MIN_READ)
+                                .max((n + REGION_OVERHEAD).next_power_of_two().min(MAX_READ)),
+                        );
                     }
-                    self.callback(|h, c| h.receive(c, buf));
-                    if n < capacity && !self.fin_pending.get() {
+                    if size <= MAX_KEPT_READ {
+                        this.last_receive.set(Some(buf.clone()));
+                    }
+                    this.callback(conn, |h, c| h.receive(c, buf));
+                    if n < capacity && !this.fin_pending.get() {
                         // A short read drained the socket; the next arrival is a new edge.
                         // Not so for a FIN that came with the data: its edge is this one,
                         // so with `fin_pending` we read on until the read returns 0.
-                        self.readable.set(false);
+                        this.readable.set(false);
                         return;
                     }
                 }
                 Err(Errno::AGAIN) => {
-                    self.readable.set(false);
+                    this.readable.set(false);
                     return;
                 }
                 Err(Errno::INTR) => {}
                 Err(e) => {
-                    self.finish(close_reason(e));
+                    this.finish(close_reason(e));
                     return;
                 }
             }
         }
         // Budget spent with data left: continue in a later event, after other work.
-        self.schedule_read();
+        this.schedule_read();
     }
 
     fn schedule_read(self: &Rc<Self>) {
         if self.read_scheduled.replace(true) {
             return;
         }
-        let conn = self.clone();
+        let conn = SocketConn(self.clone());
         let _detached = event::spawn_local(async move {
-            conn.read_scheduled.set(false);
-            conn.read_some();
+            conn.0.read_scheduled.set(false);
+            SocketRecord::read_some(&conn);
         });
+    }
+}
+
+impl SocketRecord {
+    /// The socket is writable: drain the queue, tell a handler waiting for the window,
+    /// and go on with a close.
+    #[inline(never)]
+    fn writable_edge(self: &Rc<Self>, conn: &SocketConn) {
+        let before = self.send_queue.borrow().len();
+        let mut room_opened = false;
+        if before > 0 {
+            self.flush();
+            room_opened = self.send_queue.borrow().len() < before;
+        }
+        // A `try_send` rest waits for this edge; with a queue still not drained the
+        // socket is full again and the queue's own progress decides.
+        if self.send_queue.borrow().is_empty() && self.window_wanted.get() {
+            room_opened = true;
+        }
+        if room_opened && matches!(self.state.get(), State::Open) {
+            self.window_wanted.set(false);
+            self.callback(conn, |h, c| h.send_window_increased(c));
+        }
+        self.advance_close();
     }
 }
 
 impl Source for SocketRecord {
     fn ready(self: Rc<Self>, flags: EventFlags) {
-        if self.state.get() == State::Connecting {
+        // The event's reference becomes the handle callbacks lend to the handler.
+        let conn = SocketConn(self);
+        let this = &conn.0;
+        if this.state.get() == State::Connecting {
             if !flags.intersects(EventFlags::OUT | EventFlags::ERR | EventFlags::HUP) {
                 return;
             }
-            let error = self.fd.borrow().as_ref().map(rnet::sockopt::socket_error);
+            let error = this.fd.borrow().as_ref().map(rnet::sockopt::socket_error);
             match error {
-                Some(Ok(Ok(()))) => self.state.set(State::Open),
+                Some(Ok(Ok(()))) => this.state.set(State::Open),
                 Some(Ok(Err(e)) | Err(e)) => {
-                    self.state.set(State::ConnectFailed(error_kind(e)));
-                    if let Some(fd) = self.fd.borrow_mut().take()
-                        && let Some(token) = self.token.take()
+                    this.state.set(State::ConnectFailed(error_kind(e)));
+                    if let Some(fd) = this.fd.borrow_mut().take()
+                        && let Some(token) = this.token.take()
                     {
                         let _ = reactor::deregister(&fd, token);
                     }
                 }
                 None => {}
             }
-            if let Some(waker) = self.connect_waker.borrow_mut().take() {
+            if let Some(waker) = this.connect_waker.borrow_mut().take() {
                 waker.wake();
             }
-            if self.state.get() != State::Open {
+            if this.state.get() != State::Open {
                 return;
             }
         }
         if flags.contains(EventFlags::ERR) {
-            let error = self.fd.borrow().as_ref().map(rnet::sockopt::socket_error);
+            let error = this.fd.borrow().as_ref().map(rnet::sockopt::socket_error);
             if let Some(Ok(Err(e))) = error {
-                self.finish(close_reason(e));
+                this.finish(close_reason(e));
                 return;
             }
         }
         if flags.contains(EventFlags::OUT) {
-            self.writable.set(true);
-            let before = self.send_queue.borrow().len();
-            let mut room_opened = false;
-            if before > 0 {
-                self.flush();
-                room_opened = self.send_queue.borrow().len() < before;
+            this.writable.set(true);
+            // With `IN` and `OUT` registered edge-triggered, every arrival reports `OUT`
+            // too. On an open connection with nothing queued and nobody waiting for the
+            // window (a request/response server between requests) that is all there is.
+            if this.state.get() != State::Open
+                || this.window_wanted.get()
+                || !this.send_queue.borrow().is_empty()
+            {
+                this.writable_edge(&conn);
             }
-            // A `try_send` rest waits for this edge; with a queue still not drained the
-            // socket is full again and the queue's own progress decides.
-            if self.send_queue.borrow().is_empty() && self.window_wanted.get() {
-                room_opened = true;
-            }
-            if room_opened && matches!(self.state.get(), State::Open) {
-                self.window_wanted.set(false);
-                self.callback(|h, c| h.send_window_increased(c));
-            }
-            self.advance_close();
         }
         if flags.intersects(EventFlags::IN | EventFlags::RDHUP | EventFlags::HUP | EventFlags::ERR)
         {
             if flags.intersects(EventFlags::RDHUP | EventFlags::HUP) {
-                self.fin_pending.set(true);
+                this.fin_pending.set(true);
             }
-            self.readable.set(true);
-            self.read_some();
+            this.readable.set(true);
+            SocketRecord::read_some(&conn);
         }
     }
 }
@@ -510,12 +563,14 @@ impl TcpConnection for SocketConn {
             // The usual case: straight from the caller's chain, and only a rest is queued
             // (moving every segment into the queue and out again costs more than the
             // write's own bookkeeping).
-            if let Err(reason) = self.0.write_from(&mut data) {
-                self.0.finish(reason);
-                return Err(SendError::Failed(reason));
-            }
-            if data.is_empty() {
-                return Ok(());
+            match self.0.write_from(&mut data) {
+                // Sent: `data` is dropped here, once.
+                Ok(Written::All) => return Ok(()),
+                Ok(Written::Part) => {}
+                Err(reason) => {
+                    self.0.finish(reason);
+                    return Err(SendError::Failed(reason));
+                }
             }
         }
         self.0.send_queue.borrow_mut().append(&mut data);
@@ -537,14 +592,22 @@ impl TcpConnection for SocketConn {
         if self.0.fd.borrow().is_none() {
             return Err(SendError::Closed);
         }
-        if let Err(reason) = self.0.write_from(&mut data) {
-            self.0.finish(reason);
-            return Err(SendError::Failed(reason));
+        match self.0.write_from(&mut data) {
+            Ok(Written::All) => {
+                self.0.window_wanted.set(false);
+                Ok(IOBufChain::new())
+            }
+            // A rest means `write_from` met `EAGAIN` (it stops only then, the descriptor
+            // being there), so the writable edge that ends the wait is still to come.
+            Ok(Written::Part) => {
+                self.0.window_wanted.set(!data.is_empty());
+                Ok(data)
+            }
+            Err(reason) => {
+                self.0.finish(reason);
+                Err(SendError::Failed(reason))
+            }
         }
-        // A non-empty rest means `write_from` met `EAGAIN` (it stops only then), so the
-        // writable edge that ends the wait is still to come.
-        self.0.window_wanted.set(!data.is_empty());
-        Ok(data)
     }
 
     fn send_window(&self) -> usize {

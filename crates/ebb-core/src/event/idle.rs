@@ -22,13 +22,29 @@ pub enum IdleStatus {
 
 type Handler = Box<dyn FnMut() -> IdleStatus>;
 
+/// An installed handler. `handler` is `None` only while it runs (checked out of the list,
+/// so that it may add and remove handlers itself).
+struct Entry {
+    id: IdleId,
+    handler: Option<Handler>,
+    /// Removed during a round: skipped for the rest of it, dropped at its end.
+    removed: bool,
+}
+
 /// One core's idle handlers. Handlers may add or remove handlers (themselves included)
 /// while they run; changes take effect from the next round.
+///
+/// The loop runs them at every iteration, so a round allocates nothing and moves nothing:
+/// handlers are run in place, by index, each checked out of its slot while it runs. A
+/// round runs the handlers there were when it began (additions go to the end, beyond
+/// it); a removal during a round only marks its entry (indices stay put), and the marked
+/// entries are dropped when the round ends.
 #[derive(Default)]
 pub(crate) struct IdleHandlers {
-    handlers: RefCell<Vec<(IdleId, Handler)>>,
-    removed_while_running: RefCell<Vec<IdleId>>,
+    handlers: RefCell<Vec<Entry>>,
     running: Cell<bool>,
+    /// Some entry was marked removed during the current round.
+    removed_while_running: Cell<bool>,
     next_id: Cell<u64>,
 }
 
@@ -36,14 +52,23 @@ impl IdleHandlers {
     pub(crate) fn add(&self, handler: Handler) -> IdleId {
         let id = IdleId(self.next_id.get());
         self.next_id.set(id.0 + 1);
-        self.handlers.borrow_mut().push((id, handler));
+        self.handlers.borrow_mut().push(Entry {
+            id,
+            handler: Some(handler),
+            removed: false,
+        });
         id
     }
 
     pub(crate) fn remove(&self, id: IdleId) {
-        self.handlers.borrow_mut().retain(|(h, _)| *h != id);
+        let mut handlers = self.handlers.borrow_mut();
         if self.running.get() {
-            self.removed_while_running.borrow_mut().push(id);
+            if let Some(entry) = handlers.iter_mut().find(|e| e.id == id) {
+                entry.removed = true;
+                self.removed_while_running.set(true);
+            }
+        } else {
+            handlers.retain(|e| e.id != id);
         }
     }
 
@@ -52,31 +77,56 @@ impl IdleHandlers {
     }
 
     /// Runs every handler once. Returns whether any reported [`IdleStatus::Busy`].
+    #[inline]
     pub(crate) fn run(&self) -> bool {
         if self.is_empty() {
             return false;
         }
-        let mut running = core::mem::take(&mut *self.handlers.borrow_mut());
+        self.run_round()
+    }
+
+    fn run_round(&self) -> bool {
         self.running.set(true);
+        let count = self.handlers.borrow().len();
         let mut busy = false;
-        for (id, handler) in running.iter_mut() {
-            if self.removed_while_running.borrow().contains(id) {
-                continue;
-            }
+        for index in 0..count {
+            let handler = {
+                let mut handlers = self.handlers.borrow_mut();
+                let entry = &mut handlers[index];
+                if entry.removed {
+                    None
+                } else {
+                    entry.handler.take()
+                }
+            };
+            let Some(mut handler) = handler else { continue };
             busy |= handler() == IdleStatus::Busy;
+            // Back in its slot, removed or not: a handler that removed itself is dropped
+            // with the other marked entries below, after the round, as before.
+            self.handlers.borrow_mut()[index].handler = Some(handler);
         }
         self.running.set(false);
-        let removed = core::mem::take(&mut *self.removed_while_running.borrow_mut());
-        running.retain(|(id, _)| !removed.contains(id));
-        let mut handlers = self.handlers.borrow_mut();
-        running.append(&mut handlers);
-        *handlers = running;
+        if self.removed_while_running.replace(false) {
+            let removed: Vec<Entry> = {
+                let mut handlers = self.handlers.borrow_mut();
+                let (gone, kept) = core::mem::take(&mut *handlers)
+                    .into_iter()
+                    .partition(|e| e.removed);
+                *handlers = kept;
+                gone
+            };
+            // Dropped with no borrow held: a handler's drop may add or remove handlers.
+            drop(removed);
+        }
         busy
     }
 
     /// Drops every handler (the core is stopping).
-    pub(crate) fn clear(&self) -> Vec<(IdleId, Handler)> {
+    pub(crate) fn clear(&self) -> Vec<Box<dyn FnMut() -> IdleStatus>> {
         core::mem::take(&mut *self.handlers.borrow_mut())
+            .into_iter()
+            .filter_map(|e| e.handler)
+            .collect()
     }
 }
 
@@ -129,5 +179,35 @@ mod tests {
             101,
             "the removed handler did not run again; the new one did"
         );
+    }
+
+    #[test]
+    fn a_handler_removed_by_an_earlier_one_is_skipped_in_that_round() {
+        let idle = Rc::new(IdleHandlers::default());
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let victim = Rc::new(Cell::new(None));
+        let (i, l, v) = (idle.clone(), log.clone(), victim.clone());
+        idle.add(Box::new(move || {
+            l.borrow_mut().push(1);
+            if let Some(id) = v.take() {
+                i.remove(id);
+            }
+            IdleStatus::Idle
+        }));
+        let l = log.clone();
+        victim.set(Some(idle.add(Box::new(move || {
+            l.borrow_mut().push(2);
+            IdleStatus::Busy
+        }))));
+        let l = log.clone();
+        idle.add(Box::new(move || {
+            l.borrow_mut().push(3);
+            IdleStatus::Idle
+        }));
+        assert!(!idle.run(), "the busy handler was removed before its turn");
+        assert!(!idle.run());
+        assert_eq!(*log.borrow(), [1, 3, 1, 3]);
+        assert_eq!(idle.clear().len(), 2);
+        assert!(idle.is_empty());
     }
 }

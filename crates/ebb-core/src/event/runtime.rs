@@ -219,7 +219,12 @@ impl CoreContext {
     }
 
     fn has_pending_work(&self) -> bool {
-        let inbox = self.inbox();
+        self.has_pending_work_in(self.inbox())
+    }
+
+    /// [`has_pending_work`](Self::has_pending_work) with this core's inbox at hand.
+    #[inline]
+    fn has_pending_work_in(&self, inbox: &CoreInbox) -> bool {
         !self.ready.borrow().is_empty() || !inbox.events.is_empty() || !inbox.wakes.is_empty()
     }
 
@@ -229,16 +234,27 @@ impl CoreContext {
     /// (a `spawn_on` closure) and one ready task; fire due timers; run the idle handlers;
     /// declare a quiescent state. When none of that found work, sleep in the platform until
     /// the next timer deadline, a device event or a wake from another core.
+    ///
+    /// An iteration is the whole per-request overhead of a core that serves one request at
+    /// a time, so it touches nothing it does not need: the clock only while a timer is
+    /// armed, the idle handlers through one length check when there are none, and RCU
+    /// through three relaxed loads when no grace period waits for this core.
     fn run_loop(&self) {
-        let platform = self.shared.platform.clone();
-        let rcu = self.shared.rcu.clone();
+        let shared = &*self.shared;
+        let platform = &*shared.platform;
+        let rcu = &*shared.rcu;
+        let inbox = self.inbox();
         let mut iterations_since_device_poll = 0u32;
         let mut idle_busy = false;
+        // The clock as this iteration's timer step read it, for the sleep that may follow
+        // at once (see `sleep`); `Instant::ZERO` when not read, or when idle handlers ran
+        // since (a sentinel, not an `Option`: this is the loop's hottest path).
+        let mut clock = Instant::ZERO;
         loop {
-            if self.stop_requested.get() || self.shared.is_shutting_down() {
+            if self.stop_requested.get() || shared.is_shutting_down() {
                 break;
             }
-            if idle_busy || self.has_pending_work() {
+            if idle_busy || self.has_pending_work_in(inbox) {
                 iterations_since_device_poll += 1;
                 if iterations_since_device_poll >= DEVICE_POLL_INTERVAL {
                     iterations_since_device_poll = 0;
@@ -246,11 +262,10 @@ impl CoreContext {
                 }
             } else {
                 iterations_since_device_poll = 0;
-                self.sleep(&*platform, &rcu);
+                self.sleep(platform, rcu, inbox, clock);
             }
 
             // `is_empty` first: it is two loads, while `pop` on an empty queue also fences.
-            let inbox = self.inbox();
             if !inbox.wakes.is_empty() {
                 while let Some(task) = inbox.wakes.pop() {
                     self.push_ready(task);
@@ -265,12 +280,20 @@ impl CoreContext {
             if let Some(task) = task {
                 task.run(self);
             }
-            if !self.timers.borrow().is_empty() {
+            clock = if self.timers.borrow().is_empty() {
+                Instant::ZERO
+            } else {
                 let now = platform.now();
                 self.timers.borrow_mut().expire(now);
+                now
+            };
+            idle_busy = false;
+            if !self.idle.is_empty() {
+                // Handlers take their own time: a sleep after them reads the clock anew.
+                clock = Instant::ZERO;
+                idle_busy = self.idle.run();
             }
-            idle_busy = self.idle.run();
-            rcu.quiescent_state(self.id);
+            rcu.loop_quiescent_state(self.id);
         }
     }
 
@@ -315,20 +338,38 @@ impl CoreContext {
                 return now >= deadline;
             }
             // Spinning holds no RCU references: let grace periods go on.
-            rcu.quiescent_state(self.id);
+            rcu.loop_quiescent_state(self.id);
             core::hint::spin_loop();
         }
     }
 
-    fn sleep(&self, platform: &dyn Platform, rcu: &RcuDomain) {
-        if self.poll_before_sleep(platform, rcu) {
-            return;
+    /// Sleeps in the platform until the next timer deadline, a device event or a wake.
+    /// `clock` is the loop's reading of the clock at the end of the iteration before, if
+    /// nothing but the loop's own bookkeeping ran since (else `Instant::ZERO`): the
+    /// platform turns the deadline into a timeout from it instead of reading the clock
+    /// once more (a core serving one request at a time sleeps once per request, and a
+    /// timer — memcached's sweep — is nearly always armed).
+    fn sleep(
+        &self,
+        platform: &dyn Platform,
+        rcu: &RcuDomain,
+        inbox: &CoreInbox,
+        mut clock: Instant,
+    ) {
+        if !self.idle_poll_budget.get().is_zero() {
+            if self.poll_before_sleep(platform, rcu) {
+                return;
+            }
+            // It spun: the reading is old.
+            clock = Instant::ZERO;
         }
-        let inbox = self.inbox();
         inbox.may_sleep.store(true, Ordering::SeqCst);
         // Pairs with the fence in `RuntimeShared::notify`.
         fence(Ordering::SeqCst);
-        if self.has_pending_work() || self.shared.is_shutting_down() || self.stop_requested.get() {
+        if self.has_pending_work_in(inbox)
+            || self.shared.is_shutting_down()
+            || self.stop_requested.get()
+        {
             inbox.may_sleep.store(false, Ordering::Relaxed);
             return;
         }
@@ -337,7 +378,7 @@ impl CoreContext {
             .borrow_mut()
             .next_deadline()
             .unwrap_or(Instant::FAR_FUTURE);
-        rcu.enter_idle(self.id);
+        rcu.loop_enter_idle(self.id);
         let window = self.shared.idle_poll;
         if !window.is_zero() && self.idle_poll_budget.get() < window {
             // Polling was cut short: find out whether it would have caught this device
@@ -350,6 +391,8 @@ impl CoreContext {
             if dispatched > 0 && !asleep.is_zero() && asleep < window {
                 self.grow_idle_poll();
             }
+        } else if clock != Instant::ZERO && deadline != Instant::FAR_FUTURE {
+            platform.poll_events_from(self.id, deadline, clock);
         } else {
             platform.poll_events(self.id, deadline);
         }

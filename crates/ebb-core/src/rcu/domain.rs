@@ -132,6 +132,14 @@ const fn snap(seq: u64) -> u64 {
     (seq + 3) & !1
 }
 
+/// A quiescent state was reported inside a read-side critical section: out of line, so
+/// the check it ends stays a load and a branch where it is inlined.
+#[cold]
+#[inline(never)]
+fn read_guard_open() -> ! {
+    panic!("quiescent state inside an RCU read-side critical section")
+}
+
 /// Quiescent-state-based RCU for the cores of one runtime.
 ///
 /// Shared by all cores (typically through an `Arc`). Cores report quiescent states
@@ -240,18 +248,25 @@ impl RcuDomain {
 
     /// Checks that the calling thread may report for `core`: it runs as `core` and
     /// is not inside a read-side critical section. This is what makes reporting safe.
+    #[inline]
     fn reporting_state(&self, core: CoreId) -> &CoreState {
-        let state = self.core_state(core);
         assert_eq!(
             current_core(),
             Some(core),
             "RCU quiescent states are reported by the thread running as the core"
         );
-        assert_eq!(
-            state.read_depth.load(Ordering::Relaxed),
-            0,
-            "quiescent state inside an RCU read-side critical section"
-        );
+        self.unguarded_state(core)
+    }
+
+    /// `core`'s state, checked to have no read guard open: the half of
+    /// [`reporting_state`](Self::reporting_state) the event loop cannot vouch for (a
+    /// task may hold a guard across an `.await`).
+    #[inline]
+    fn unguarded_state(&self, core: CoreId) -> &CoreState {
+        let state = self.core_state(core);
+        if state.read_depth.load(Ordering::Relaxed) != 0 {
+            read_guard_open();
+        }
         state
     }
 
@@ -260,7 +275,7 @@ impl RcuDomain {
     /// iteration.
     ///
     /// The common case (no grace period waiting for this core, no callbacks due) is a
-    /// thread-local load and four relaxed loads of lines that are rarely written;
+    /// thread-local load and three relaxed loads of lines that are rarely written;
     /// reporting costs one swap, one fence and one shared decrement, once per grace
     /// period.
     ///
@@ -277,6 +292,29 @@ impl RcuDomain {
         self.quiescent(state);
     }
 
+    /// [`quiescent_state`](Self::quiescent_state) for the event loop of `core`, which
+    /// runs as `core` by construction (`Runtime::run_core` sets the thread's core before
+    /// the loop starts and clears it after): the thread-local look-up that checks it is
+    /// left to debug builds. The loop reports at every iteration, so its common case is
+    /// inlined into the loop: three relaxed loads and a compare, no call.
+    #[inline]
+    pub(crate) fn loop_quiescent_state(&self, core: CoreId) {
+        debug_assert_eq!(current_core(), Some(core));
+        let state = self.unguarded_state(core);
+        debug_assert!(!state.idle.load(Ordering::Relaxed));
+        self.quiescent(state);
+    }
+
+    /// [`enter_idle`](Self::enter_idle) for the event loop of `core` (see
+    /// [`loop_quiescent_state`](Self::loop_quiescent_state)).
+    #[inline]
+    pub(crate) fn loop_enter_idle(&self, core: CoreId) {
+        debug_assert_eq!(current_core(), Some(core));
+        let state = self.unguarded_state(core);
+        self.enter_idle_state(state);
+    }
+
+    #[inline]
     fn quiescent(&self, state: &CoreState) {
         let wake_at = state.wake_at.load(Ordering::Relaxed);
         let due = wake_at != u64::MAX && wake_at <= self.read_mostly.gp_seq.load(Ordering::Acquire);
@@ -299,6 +337,10 @@ impl RcuDomain {
     /// As [`quiescent_state`](Self::quiescent_state).
     pub fn enter_idle(&self, core: CoreId) {
         let state = self.reporting_state(core);
+        self.enter_idle_state(state);
+    }
+
+    fn enter_idle_state(&self, state: &CoreState) {
         self.quiescent(state);
         // Step 4 (idle Dekker): store `idle`, fence, then look at `need_qs`. The
         // starter stores `need_qs`, fences, then looks at `idle`. SeqCst fences make
@@ -367,6 +409,8 @@ impl RcuDomain {
 
     /// Slow path of a quiescent state: adopt shared callbacks, give new callbacks a
     /// grace-period target, and run the batches whose target has been reached.
+    #[cold]
+    #[inline(never)]
     fn advance_callbacks(&self, state: &CoreState) {
         let mut ready = Vec::new();
         let mut request = None;
@@ -425,6 +469,8 @@ impl RcuDomain {
 
     /// Reports `state`'s core as quiescent for the current grace period, unless
     /// someone already did.
+    #[cold]
+    #[inline(never)]
     fn report_core(&self, state: &CoreState) {
         // Exactly one swap sees `true`: the core's own or the starter's (idle case).
         if state.need_qs.swap(false, Ordering::SeqCst) {
