@@ -17,6 +17,8 @@
 //! * Every byte offset used below is within the copied line: tokens are computed from
 //!   it, and slices are taken with `get`.
 
+use alloc::borrow::Cow;
+
 use ebb::{IOBuf, IOBufChain};
 
 use super::line::{
@@ -63,9 +65,14 @@ pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
         return close(ErrorKind::LineTooLong);
     }
     let line_len = nl + 1;
-    // Borrowed when the line lies in one segment (the usual case), copied otherwise.
-    let Ok(line) = input.cursor().read_bytes(line_len) else {
-        return Parsed::Incomplete; // Unreachable: the newline is within the input.
+    // Borrowed when the line lies in the first segment (the usual case: taken from it
+    // directly, without a cursor), copied otherwise.
+    let line = match input.front().and_then(|seg| seg.get(..line_len)) {
+        Some(line) => Cow::Borrowed(line),
+        None => match input.cursor().read_bytes(line_len) {
+            Ok(line) => line,
+            Err(_) => return Parsed::Incomplete, // Unreachable: the newline is in the input.
+        },
     };
     let outcome = process_line(&line, p);
     drop(line);
@@ -183,8 +190,16 @@ fn refusal(
 /// The offset of the first `'\n'` in `input`, searching from `from` (bytes before it
 /// are known to hold none).
 fn find_newline(input: &IOBufChain, from: usize) -> Option<usize> {
-    let mut offset = 0;
-    for seg in input.segments() {
+    // The first segment alone, without the segment iterator: it holds the whole line
+    // nearly always.
+    let front = input.front().map_or(&[][..], |seg| seg.as_slice());
+    if let Some(rest) = front.get(from..)
+        && let Some(i) = memchr::memchr(b'\n', rest)
+    {
+        return Some(from + i);
+    }
+    let mut offset = front.len();
+    for seg in input.segments().skip(1) {
         let seg_end = offset + seg.len();
         if seg_end > from {
             let skip = from.saturating_sub(offset);
@@ -219,12 +234,8 @@ fn process_line(line: &[u8], p: &Parser) -> Line {
     if line.len() < 4 {
         return Line::refused(ErrorKind::BadFormat, BAD_FORMAT, false);
     }
-    let end = body_end(line);
-    let body = line.get(..end).unwrap_or_default();
-    let cl = memchr::memchr(b' ', body).unwrap_or(end);
-    let cmd = body.get(..cl).unwrap_or_default();
     let t = Tokens::new(line);
-    match cmd {
+    match t.command() {
         b"mn" => text_request(Request::Noop, false),
         b"ms" => meta_parse::set(&t, |k, f, v| p.limits.item_fits(k, f, v)),
         b"mg" => meta_parse::get(&t),
@@ -232,10 +243,10 @@ fn process_line(line: &[u8], p: &Parser) -> Line {
         b"ma" => meta_parse::arith(&t),
         // Meta debug: not offered.
         b"me" => Line::refused(ErrorKind::Unsupported, ERROR, false),
-        b"get" => get(&t, body, false, false),
-        b"gets" => get(&t, body, true, false),
-        b"gat" => get(&t, body, false, true),
-        b"gats" => get(&t, body, true, true),
+        b"get" => get(&t, line, false, false),
+        b"gets" => get(&t, line, true, false),
+        b"gat" => get(&t, line, false, true),
+        b"gats" => get(&t, line, true, true),
         b"set" => storage(&t, StoreMode::Set, p),
         b"add" => storage(&t, StoreMode::Add, p),
         b"replace" => storage(&t, StoreMode::Replace, p),
@@ -319,7 +330,7 @@ fn unknown(t: &Tokens<'_>) -> Line {
 }
 
 /// `get`/`gets` `<key>*`, `gat`/`gats` `<exptime> <key>*` (process_get_command).
-fn get(t: &Tokens<'_>, body: &[u8], cas: bool, touch: bool) -> Line {
+fn get(t: &Tokens<'_>, line: &[u8], cas: bool, touch: bool) -> Line {
     let key_token = if touch { 2 } else { 1 };
     if t.len() <= key_token {
         return Line::refused(ErrorKind::BadFormat, BAD_FORMAT, false);
@@ -331,23 +342,20 @@ fn get(t: &Tokens<'_>, body: &[u8], cas: bool, touch: bool) -> Line {
             None => return Line::refused(ErrorKind::InvalidExptime, INVALID_EXPTIME, false),
         }
     }
-    // Keys run to the end of the line, beyond the tokenizer's 23 tokens.
-    let start = t.span_start(key_token).unwrap_or(body.len());
     let mut keys = Keys::new();
-    for key in split_spaces(body.get(start..).unwrap_or_default()) {
-        if key.is_empty() {
-            continue;
-        }
-        if key.len() > KEY_MAX_LENGTH {
-            // memcached drops the replies already built for this get and sends only this.
-            return Line::refused(ErrorKind::BadFormat, BAD_FORMAT, false);
-        }
-        // The list grows with the line (up to `max_get_line`): fallible, it may be the
-        // one allocation a node has no block for.
-        if keys.try_reserve(1).is_err() {
-            return Line::refused(ErrorKind::OutOfMemory, NO_MEMORY_FOR_GET, false);
-        }
-        keys.push(Key::new(key));
+    let added = if t.complete() {
+        // The tokens are every word of the line: the keys are already split.
+        (key_token..t.len()).try_for_each(|i| add_key(&mut keys, t.get(i).unwrap_or_default()))
+    } else {
+        // Keys run to the end of the line, beyond the tokenizer's 23 tokens.
+        let body = line.get(..body_end(line)).unwrap_or_default();
+        let start = t.span_start(key_token).unwrap_or(body.len());
+        split_spaces(body.get(start..).unwrap_or_default())
+            .filter(|key| !key.is_empty())
+            .try_for_each(|key| add_key(&mut keys, key))
+    };
+    if let Err((kind, reply)) = added {
+        return Line::refused(kind, reply, false);
     }
     Line::Request(
         Request::Get {
@@ -360,6 +368,21 @@ fn get(t: &Tokens<'_>, body: &[u8], cas: bool, touch: bool) -> Line {
             cas,
         },
     )
+}
+
+/// Adds one of a get's keys (not empty), or says why the get is refused.
+fn add_key(keys: &mut Keys, key: &[u8]) -> Result<(), (ErrorKind, &'static [u8])> {
+    if key.len() > KEY_MAX_LENGTH {
+        // memcached drops the replies already built for this get and sends only this.
+        return Err((ErrorKind::BadFormat, BAD_FORMAT));
+    }
+    // The list grows with the line (up to `max_get_line`): fallible, it may be the
+    // one allocation a node has no block for.
+    if keys.try_reserve(1).is_err() {
+        return Err((ErrorKind::OutOfMemory, NO_MEMORY_FOR_GET));
+    }
+    keys.push(Key::new(key));
+    Ok(())
 }
 
 /// `<cmd> <key> <flags> <exptime> <bytes> [<cas>] [noreply]`
