@@ -9,7 +9,7 @@
 use alloc::boxed::Box;
 
 use super::meta::MetaFlags;
-use super::{ErrorKind, Key, ReplyTo, Request, StoreMode};
+use super::{Command, ErrorKind, Key, Keys, StoreMode};
 
 /// The tokenizer's limit (`MCMC_PARSER_MAX_TOKENS - 1`): later tokens are not split off
 /// (so a `noreply` beyond the 23rd token is not seen, as in memcached).
@@ -19,8 +19,17 @@ const TOKENIZER_MAXLEN: usize = u16::MAX as usize - 1;
 
 /// What a command line asks for, before its data block (if any) is read.
 pub(super) enum Line {
-    /// A complete request.
-    Request(Request, ReplyTo),
+    /// A complete request, already in the shape [`Parsed::Request`](super::Parsed)
+    /// holds (a request is 200-odd bytes: each move of it is a `memcpy` call).
+    Request(Command),
+    /// A `get`/`gets`/`gat`/`gats` (a [`Request::Get`](super::Request) answered with
+    /// `noreply` false): the commonest request, kept to its parts so that the request
+    /// is built once, in the [`Parsed`](super::Parsed) returned, and not moved again.
+    Get {
+        keys: Keys,
+        cas: bool,
+        touch: Option<i64>,
+    },
     /// A storage command whose data block (`vlen` bytes + `"\r\n"`) follows.
     Store {
         mode: StoreMode,

@@ -77,9 +77,19 @@ pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
     let outcome = process_line(&line, p);
     drop(line);
     match outcome {
-        Line::Request(request, reply_to) => {
+        Line::Request(command) => {
             let _ = input.trim_front(line_len);
-            Parsed::Request(Command { request, reply_to })
+            Parsed::Request(command)
+        }
+        Line::Get { keys, cas, touch } => {
+            let _ = input.trim_front(line_len);
+            Parsed::Request(Command {
+                request: Request::Get { keys, cas, touch },
+                reply_to: ReplyTo::Text {
+                    noreply: false,
+                    cas,
+                },
+            })
         }
         Line::Refused {
             kind,
@@ -275,13 +285,13 @@ fn process_line(line: &[u8], p: &Parser) -> Line {
 }
 
 fn text_request(request: Request, noreply: bool) -> Line {
-    Line::Request(
+    Line::Request(Command {
         request,
-        ReplyTo::Text {
+        reply_to: ReplyTo::Text {
             noreply,
             cas: false,
         },
-    )
+    })
 }
 
 /// Commands process_request does not know: the `text_cmd_entries` table, then `ERROR`.
@@ -357,17 +367,11 @@ fn get(t: &Tokens<'_>, line: &[u8], cas: bool, touch: bool) -> Line {
     if let Err((kind, reply)) = added {
         return Line::refused(kind, reply, false);
     }
-    Line::Request(
-        Request::Get {
-            keys,
-            cas,
-            touch: exptime,
-        },
-        ReplyTo::Text {
-            noreply: false,
-            cas,
-        },
-    )
+    Line::Get {
+        keys,
+        cas,
+        touch: exptime,
+    }
 }
 
 /// Adds one of a get's keys (not empty), or says why the get is refused.
