@@ -46,7 +46,10 @@ const SHUTDOWN_DISABLED: &[u8] = b"SERVER_ERROR: shutdown not enabled\r\n";
 
 /// Parses one text request off the front of `input`.
 pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
-    let Some(nl) = find_newline(input, p.scanned) else {
+    // The first segment, looked up once (a call into ebb-core each time): it holds the
+    // whole line nearly always.
+    let front = input.front().map_or(&[][..], |seg| seg.as_slice());
+    let Some(nl) = find_newline(input, front, p.scanned) else {
         let scanned_before = p.scanned;
         p.scanned = input.len();
         // The prefix test is made once, when the line first passes the limit: if it
@@ -67,7 +70,7 @@ pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
     let line_len = nl + 1;
     // Borrowed when the line lies in the first segment (the usual case: taken from it
     // directly, without a cursor), copied otherwise.
-    let line = match input.front().and_then(|seg| seg.get(..line_len)) {
+    let line = match front.get(..line_len) {
         Some(line) => Cow::Borrowed(line),
         None => match input.cursor().read_bytes(line_len) {
             Ok(line) => line,
@@ -197,12 +200,10 @@ fn refusal(
     }
 }
 
-/// The offset of the first `'\n'` in `input`, searching from `from` (bytes before it
-/// are known to hold none).
-fn find_newline(input: &IOBufChain, from: usize) -> Option<usize> {
-    // The first segment alone, without the segment iterator: it holds the whole line
-    // nearly always.
-    let front = input.front().map_or(&[][..], |seg| seg.as_slice());
+/// The offset of the first `'\n'` in `input`, whose first segment is `front`,
+/// searching from `from` (bytes before it are known to hold none).
+fn find_newline(input: &IOBufChain, front: &[u8], from: usize) -> Option<usize> {
+    // The first segment (`front`) alone, without the segment iterator.
     if let Some(rest) = front.get(from..)
         && let Some(i) = memchr::memchr(b'\n', rest)
     {
