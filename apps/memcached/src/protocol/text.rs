@@ -77,23 +77,37 @@ pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
             Err(_) => return Parsed::Incomplete, // Unreachable: the newline is in the input.
         },
     };
-    let outcome = process_line(&line, p);
+    let t = Tokens::new(&line);
+    let outcome = process_line(&t, p);
+    if let Line::Get {
+        cas,
+        touch,
+        key_token,
+    } = outcome
+    {
+        // The keys are collected here, and moved only into the request returned.
+        let mut keys = Keys::new();
+        let collected = collect_keys(&t, key_token, &mut keys);
+        drop(line);
+        let _ = input.trim_front(line_len);
+        return match collected {
+            Ok(()) => Parsed::Request(Command {
+                request: Request::Get { keys, cas, touch },
+                reply_to: ReplyTo::Text {
+                    noreply: false,
+                    cas,
+                },
+            }),
+            Err((kind, reply)) => Parsed::Error(refusal(kind, reply, false, None)),
+        };
+    }
     drop(line);
     match outcome {
         Line::Request(command) => {
             let _ = input.trim_front(line_len);
             Parsed::Request(command)
         }
-        Line::Get { keys, cas, touch } => {
-            let _ = input.trim_front(line_len);
-            Parsed::Request(Command {
-                request: Request::Get { keys, cas, touch },
-                reply_to: ReplyTo::Text {
-                    noreply: false,
-                    cas,
-                },
-            })
-        }
+        Line::Get { .. } => Parsed::Incomplete, // Unreachable: taken above.
         Line::Refused {
             kind,
             reply,
@@ -240,34 +254,33 @@ fn starts_multiget(input: &IOBufChain) -> bool {
     rest.starts_with(b"get ") || rest.starts_with(b"gets ")
 }
 
-fn process_line(line: &[u8], p: &Parser) -> Line {
+fn process_line(t: &Tokens<'_>, p: &Parser) -> Line {
     // process_request: the shortest command is two letters and "\r\n".
-    if line.len() < 4 {
+    if t.line().len() < 4 {
         return Line::refused(ErrorKind::BadFormat, BAD_FORMAT, false);
     }
-    let t = Tokens::new(line);
     match t.command() {
         b"mn" => text_request(Request::Noop, false),
-        b"ms" => meta_parse::set(&t, |k, f, v| p.limits.item_fits(k, f, v)),
-        b"mg" => meta_parse::get(&t),
-        b"md" => meta_parse::delete(&t),
-        b"ma" => meta_parse::arith(&t),
+        b"ms" => meta_parse::set(t, |k, f, v| p.limits.item_fits(k, f, v)),
+        b"mg" => meta_parse::get(t),
+        b"md" => meta_parse::delete(t),
+        b"ma" => meta_parse::arith(t),
         // Meta debug: not offered.
         b"me" => Line::refused(ErrorKind::Unsupported, ERROR, false),
-        b"get" => get(&t, line, false, false),
-        b"gets" => get(&t, line, true, false),
-        b"gat" => get(&t, line, false, true),
-        b"gats" => get(&t, line, true, true),
-        b"set" => storage(&t, StoreMode::Set, p),
-        b"add" => storage(&t, StoreMode::Add, p),
-        b"replace" => storage(&t, StoreMode::Replace, p),
-        b"append" => storage(&t, StoreMode::Append, p),
-        b"prepend" => storage(&t, StoreMode::Prepend, p),
-        b"cas" => storage(&t, StoreMode::Cas, p),
-        b"incr" => arith(&t, true),
-        b"decr" => arith(&t, false),
-        b"touch" => touch(&t),
-        b"delete" => delete(&t),
+        b"get" => get(t, false, false),
+        b"gets" => get(t, true, false),
+        b"gat" => get(t, false, true),
+        b"gats" => get(t, true, true),
+        b"set" => storage(t, StoreMode::Set, p),
+        b"add" => storage(t, StoreMode::Add, p),
+        b"replace" => storage(t, StoreMode::Replace, p),
+        b"append" => storage(t, StoreMode::Append, p),
+        b"prepend" => storage(t, StoreMode::Prepend, p),
+        b"cas" => storage(t, StoreMode::Cas, p),
+        b"incr" => arith(t, true),
+        b"decr" => arith(t, false),
+        b"touch" => touch(t),
+        b"delete" => delete(t),
         b"quit" => text_request(Request::Quit, false),
         b"version" => text_request(Request::Version, false),
         b"stats" => text_request(
@@ -281,7 +294,7 @@ fn process_line(line: &[u8], p: &Parser) -> Line {
         ),
         // Recognised by memcached, not offered here (log watchers).
         b"watch" => Line::refused(ErrorKind::Unsupported, ERROR, false),
-        _ => unknown(&t),
+        _ => unknown(t),
     }
 }
 
@@ -341,7 +354,7 @@ fn unknown(t: &Tokens<'_>) -> Line {
 }
 
 /// `get`/`gets` `<key>*`, `gat`/`gats` `<exptime> <key>*` (process_get_command).
-fn get(t: &Tokens<'_>, line: &[u8], cas: bool, touch: bool) -> Line {
+fn get(t: &Tokens<'_>, cas: bool, touch: bool) -> Line {
     let key_token = if touch { 2 } else { 1 };
     if t.len() <= key_token {
         return Line::refused(ErrorKind::BadFormat, BAD_FORMAT, false);
@@ -353,25 +366,31 @@ fn get(t: &Tokens<'_>, line: &[u8], cas: bool, touch: bool) -> Line {
             None => return Line::refused(ErrorKind::InvalidExptime, INVALID_EXPTIME, false),
         }
     }
-    let mut keys = Keys::new();
-    let added = if t.complete() {
+    Line::Get {
+        cas,
+        touch: exptime,
+        key_token,
+    }
+}
+
+/// A get's keys, from token `key_token` to the end of the line, into `keys`; or why
+/// the get is refused (its replies are then those of the refusal alone).
+fn collect_keys(
+    t: &Tokens<'_>,
+    key_token: usize,
+    keys: &mut Keys,
+) -> Result<(), (ErrorKind, &'static [u8])> {
+    if t.complete() {
         // The tokens are every word of the line: the keys are already split.
-        (key_token..t.len()).try_for_each(|i| add_key(&mut keys, t.get(i).unwrap_or_default()))
+        (key_token..t.len()).try_for_each(|i| add_key(keys, t.get(i).unwrap_or_default()))
     } else {
         // Keys run to the end of the line, beyond the tokenizer's 23 tokens.
+        let line = t.line();
         let body = line.get(..body_end(line)).unwrap_or_default();
         let start = t.span_start(key_token).unwrap_or(body.len());
         split_spaces(body.get(start..).unwrap_or_default())
             .filter(|key| !key.is_empty())
-            .try_for_each(|key| add_key(&mut keys, key))
-    };
-    if let Err((kind, reply)) = added {
-        return Line::refused(kind, reply, false);
-    }
-    Line::Get {
-        keys,
-        cas,
-        touch: exptime,
+            .try_for_each(|key| add_key(keys, key))
     }
 }
 
