@@ -5,7 +5,7 @@
 
 use super::line::{Line, Tokens, c_strtol_i32, c_strtoul_u32, c_strtoull_u64};
 use super::meta::{MetaCmd, MetaFlags, MetaToken, base64_decode};
-use super::{ErrorKind, KEY_MAX_LENGTH, Key, ReplyTo, Request, StoreMode};
+use super::{Command, ErrorKind, KEY_MAX_LENGTH, Key, ReplyTo, Request, StoreMode};
 
 const ERROR: &[u8] = b"ERROR\r\n";
 const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
@@ -32,13 +32,13 @@ fn refused(reply: &'static [u8]) -> Line {
 }
 
 fn meta_request(request: Request) -> Line {
-    Line::Request(
+    Line::Request(Command {
         request,
-        ReplyTo::Text {
+        reply_to: ReplyTo::Text {
             noreply: false,
             cas: false,
         },
-    )
+    })
 }
 
 /// `_meta_flag_preparse`: the flags from token `start` on, and the key (decoded for

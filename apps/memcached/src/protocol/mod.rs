@@ -574,15 +574,22 @@ impl Parser {
             return Parsed::Incomplete;
         }
         self.need = 0;
-        // The chain holds no empty segments, so the first byte is in the first one.
-        let Some(&first) = input.front().and_then(|seg| seg.first()) else {
+        if input.is_empty() {
             return Parsed::Incomplete;
+        }
+        // The first byte is looked at once per connection, not per request.
+        let protocol = match self.protocol {
+            Some(protocol) => protocol,
+            None => {
+                // The chain holds no empty segments, so the first byte is in the first one.
+                let first = input.front().and_then(|seg| seg.first()).copied();
+                *self.protocol.insert(if first == Some(binary::REQ_MAGIC) {
+                    Protocol::Binary
+                } else {
+                    Protocol::Text
+                })
+            }
         };
-        let protocol = *self.protocol.get_or_insert(if first == binary::REQ_MAGIC {
-            Protocol::Binary
-        } else {
-            Protocol::Text
-        });
         let parsed = match protocol {
             Protocol::Text => text::parse(self, input),
             Protocol::Binary => binary::parse(self, input),

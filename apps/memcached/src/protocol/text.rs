@@ -17,6 +17,8 @@
 //! * Every byte offset used below is within the copied line: tokens are computed from
 //!   it, and slices are taken with `get`.
 
+use alloc::borrow::Cow;
+
 use ebb::{IOBuf, IOBufChain};
 
 use super::line::{
@@ -44,7 +46,10 @@ const SHUTDOWN_DISABLED: &[u8] = b"SERVER_ERROR: shutdown not enabled\r\n";
 
 /// Parses one text request off the front of `input`.
 pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
-    let Some(nl) = find_newline(input, p.scanned) else {
+    // The first segment, looked up once (a call into ebb-core each time): it holds the
+    // whole line nearly always.
+    let front = input.front().map_or(&[][..], |seg| seg.as_slice());
+    let Some(nl) = find_newline(input, front, p.scanned) else {
         let scanned_before = p.scanned;
         p.scanned = input.len();
         // The prefix test is made once, when the line first passes the limit: if it
@@ -63,17 +68,46 @@ pub(super) fn parse(p: &mut Parser, input: &mut IOBufChain) -> Parsed {
         return close(ErrorKind::LineTooLong);
     }
     let line_len = nl + 1;
-    // Borrowed when the line lies in one segment (the usual case), copied otherwise.
-    let Ok(line) = input.cursor().read_bytes(line_len) else {
-        return Parsed::Incomplete; // Unreachable: the newline is within the input.
+    // Borrowed when the line lies in the first segment (the usual case: taken from it
+    // directly, without a cursor), copied otherwise.
+    let line = match front.get(..line_len) {
+        Some(line) => Cow::Borrowed(line),
+        None => match input.cursor().read_bytes(line_len) {
+            Ok(line) => line,
+            Err(_) => return Parsed::Incomplete, // Unreachable: the newline is in the input.
+        },
     };
-    let outcome = process_line(&line, p);
+    let t = Tokens::new(&line);
+    let outcome = process_line(&t, p);
+    if let Line::Get {
+        cas,
+        touch,
+        key_token,
+    } = outcome
+    {
+        // The keys are collected here, and moved only into the request returned.
+        let mut keys = Keys::new();
+        let collected = collect_keys(&t, key_token, &mut keys);
+        drop(line);
+        let _ = input.trim_front(line_len);
+        return match collected {
+            Ok(()) => Parsed::Request(Command {
+                request: Request::Get { keys, cas, touch },
+                reply_to: ReplyTo::Text {
+                    noreply: false,
+                    cas,
+                },
+            }),
+            Err((kind, reply)) => Parsed::Error(refusal(kind, reply, false, None)),
+        };
+    }
     drop(line);
     match outcome {
-        Line::Request(request, reply_to) => {
+        Line::Request(command) => {
             let _ = input.trim_front(line_len);
-            Parsed::Request(Command { request, reply_to })
+            Parsed::Request(command)
         }
+        Line::Get { .. } => Parsed::Incomplete, // Unreachable: taken above.
         Line::Refused {
             kind,
             reply,
@@ -180,11 +214,17 @@ fn refusal(
     }
 }
 
-/// The offset of the first `'\n'` in `input`, searching from `from` (bytes before it
-/// are known to hold none).
-fn find_newline(input: &IOBufChain, from: usize) -> Option<usize> {
-    let mut offset = 0;
-    for seg in input.segments() {
+/// The offset of the first `'\n'` in `input`, whose first segment is `front`,
+/// searching from `from` (bytes before it are known to hold none).
+fn find_newline(input: &IOBufChain, front: &[u8], from: usize) -> Option<usize> {
+    // The first segment (`front`) alone, without the segment iterator.
+    if let Some(rest) = front.get(from..)
+        && let Some(i) = memchr::memchr(b'\n', rest)
+    {
+        return Some(from + i);
+    }
+    let mut offset = front.len();
+    for seg in input.segments().skip(1) {
         let seg_end = offset + seg.len();
         if seg_end > from {
             let skip = from.saturating_sub(offset);
@@ -214,38 +254,33 @@ fn starts_multiget(input: &IOBufChain) -> bool {
     rest.starts_with(b"get ") || rest.starts_with(b"gets ")
 }
 
-fn process_line(line: &[u8], p: &Parser) -> Line {
+fn process_line(t: &Tokens<'_>, p: &Parser) -> Line {
     // process_request: the shortest command is two letters and "\r\n".
-    if line.len() < 4 {
+    if t.line().len() < 4 {
         return Line::refused(ErrorKind::BadFormat, BAD_FORMAT, false);
     }
-    let end = body_end(line);
-    let body = line.get(..end).unwrap_or_default();
-    let cl = memchr::memchr(b' ', body).unwrap_or(end);
-    let cmd = body.get(..cl).unwrap_or_default();
-    let t = Tokens::new(line);
-    match cmd {
+    match t.command() {
         b"mn" => text_request(Request::Noop, false),
-        b"ms" => meta_parse::set(&t, |k, f, v| p.limits.item_fits(k, f, v)),
-        b"mg" => meta_parse::get(&t),
-        b"md" => meta_parse::delete(&t),
-        b"ma" => meta_parse::arith(&t),
+        b"ms" => meta_parse::set(t, |k, f, v| p.limits.item_fits(k, f, v)),
+        b"mg" => meta_parse::get(t),
+        b"md" => meta_parse::delete(t),
+        b"ma" => meta_parse::arith(t),
         // Meta debug: not offered.
         b"me" => Line::refused(ErrorKind::Unsupported, ERROR, false),
-        b"get" => get(&t, body, false, false),
-        b"gets" => get(&t, body, true, false),
-        b"gat" => get(&t, body, false, true),
-        b"gats" => get(&t, body, true, true),
-        b"set" => storage(&t, StoreMode::Set, p),
-        b"add" => storage(&t, StoreMode::Add, p),
-        b"replace" => storage(&t, StoreMode::Replace, p),
-        b"append" => storage(&t, StoreMode::Append, p),
-        b"prepend" => storage(&t, StoreMode::Prepend, p),
-        b"cas" => storage(&t, StoreMode::Cas, p),
-        b"incr" => arith(&t, true),
-        b"decr" => arith(&t, false),
-        b"touch" => touch(&t),
-        b"delete" => delete(&t),
+        b"get" => get(t, false, false),
+        b"gets" => get(t, true, false),
+        b"gat" => get(t, false, true),
+        b"gats" => get(t, true, true),
+        b"set" => storage(t, StoreMode::Set, p),
+        b"add" => storage(t, StoreMode::Add, p),
+        b"replace" => storage(t, StoreMode::Replace, p),
+        b"append" => storage(t, StoreMode::Append, p),
+        b"prepend" => storage(t, StoreMode::Prepend, p),
+        b"cas" => storage(t, StoreMode::Cas, p),
+        b"incr" => arith(t, true),
+        b"decr" => arith(t, false),
+        b"touch" => touch(t),
+        b"delete" => delete(t),
         b"quit" => text_request(Request::Quit, false),
         b"version" => text_request(Request::Version, false),
         b"stats" => text_request(
@@ -259,18 +294,18 @@ fn process_line(line: &[u8], p: &Parser) -> Line {
         ),
         // Recognised by memcached, not offered here (log watchers).
         b"watch" => Line::refused(ErrorKind::Unsupported, ERROR, false),
-        _ => unknown(&t),
+        _ => unknown(t),
     }
 }
 
 fn text_request(request: Request, noreply: bool) -> Line {
-    Line::Request(
+    Line::Request(Command {
         request,
-        ReplyTo::Text {
+        reply_to: ReplyTo::Text {
             noreply,
             cas: false,
         },
-    )
+    })
 }
 
 /// Commands process_request does not know: the `text_cmd_entries` table, then `ERROR`.
@@ -319,7 +354,7 @@ fn unknown(t: &Tokens<'_>) -> Line {
 }
 
 /// `get`/`gets` `<key>*`, `gat`/`gats` `<exptime> <key>*` (process_get_command).
-fn get(t: &Tokens<'_>, body: &[u8], cas: bool, touch: bool) -> Line {
+fn get(t: &Tokens<'_>, cas: bool, touch: bool) -> Line {
     let key_token = if touch { 2 } else { 1 };
     if t.len() <= key_token {
         return Line::refused(ErrorKind::BadFormat, BAD_FORMAT, false);
@@ -331,35 +366,47 @@ fn get(t: &Tokens<'_>, body: &[u8], cas: bool, touch: bool) -> Line {
             None => return Line::refused(ErrorKind::InvalidExptime, INVALID_EXPTIME, false),
         }
     }
-    // Keys run to the end of the line, beyond the tokenizer's 23 tokens.
-    let start = t.span_start(key_token).unwrap_or(body.len());
-    let mut keys = Keys::new();
-    for key in split_spaces(body.get(start..).unwrap_or_default()) {
-        if key.is_empty() {
-            continue;
-        }
-        if key.len() > KEY_MAX_LENGTH {
-            // memcached drops the replies already built for this get and sends only this.
-            return Line::refused(ErrorKind::BadFormat, BAD_FORMAT, false);
-        }
-        // The list grows with the line (up to `max_get_line`): fallible, it may be the
-        // one allocation a node has no block for.
-        if keys.try_reserve(1).is_err() {
-            return Line::refused(ErrorKind::OutOfMemory, NO_MEMORY_FOR_GET, false);
-        }
-        keys.push(Key::new(key));
+    Line::Get {
+        cas,
+        touch: exptime,
+        key_token,
     }
-    Line::Request(
-        Request::Get {
-            keys,
-            cas,
-            touch: exptime,
-        },
-        ReplyTo::Text {
-            noreply: false,
-            cas,
-        },
-    )
+}
+
+/// A get's keys, from token `key_token` to the end of the line, into `keys`; or why
+/// the get is refused (its replies are then those of the refusal alone).
+fn collect_keys(
+    t: &Tokens<'_>,
+    key_token: usize,
+    keys: &mut Keys,
+) -> Result<(), (ErrorKind, &'static [u8])> {
+    if t.complete() {
+        // The tokens are every word of the line: the keys are already split.
+        (key_token..t.len()).try_for_each(|i| add_key(keys, t.get(i).unwrap_or_default()))
+    } else {
+        // Keys run to the end of the line, beyond the tokenizer's 23 tokens.
+        let line = t.line();
+        let body = line.get(..body_end(line)).unwrap_or_default();
+        let start = t.span_start(key_token).unwrap_or(body.len());
+        split_spaces(body.get(start..).unwrap_or_default())
+            .filter(|key| !key.is_empty())
+            .try_for_each(|key| add_key(keys, key))
+    }
+}
+
+/// Adds one of a get's keys (not empty), or says why the get is refused.
+fn add_key(keys: &mut Keys, key: &[u8]) -> Result<(), (ErrorKind, &'static [u8])> {
+    if key.len() > KEY_MAX_LENGTH {
+        // memcached drops the replies already built for this get and sends only this.
+        return Err((ErrorKind::BadFormat, BAD_FORMAT));
+    }
+    // The list grows with the line (up to `max_get_line`): fallible, it may be the
+    // one allocation a node has no block for.
+    if keys.try_reserve(1).is_err() {
+        return Err((ErrorKind::OutOfMemory, NO_MEMORY_FOR_GET));
+    }
+    keys.push(Key::new(key));
+    Ok(())
 }
 
 /// `<cmd> <key> <flags> <exptime> <bytes> [<cas>] [noreply]`
