@@ -490,8 +490,9 @@ impl NetDevice for TapDevice {
             let (len, checksum) = (frame.len(), *checksum);
             // A TCP frame longer than the MTU is for the kernel to cut (only with a
             // header to say so, and its checksum left partial as GSO needs).
+            // (A frame within the MTU needs none: its headers are not parsed for it.)
             let segmentation = match (self.vnet_hdr, checksum) {
-                (true, FrameChecksum::Partial { .. }) => frame
+                (true, FrameChecksum::Partial { .. }) if len > max_frame => frame
                     .segments()
                     .next()
                     .and_then(|head| Segmentation::of(head, self.caps.mtu)),
