@@ -206,20 +206,28 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
         if more_rx || !self.iface.transmit_queue().is_empty() || self.tcp.transmit_blocked() {
             return Some(now);
         }
-        [
-            self.iface.poll_at(),
-            self.tcp.poll_at(),
+        // Plain comparisons: an array's `flatten().min()` cost about 50 instructions a
+        // poll (one a request at one connection).
+        earliest(
+            earliest(self.iface.poll_at(), self.tcp.poll_at()),
             self.device.poll_at(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        )
     }
 
     /// Hands the transmit queue to the device, which takes what it can; each frame
     /// carries the state of its checksum (see [`TxFrame`](ebb_net_driver::TxFrame)).
     fn transmit(&mut self, now: Instant) {
         self.device.transmit(now, self.iface.transmit_queue());
+    }
+}
+
+/// The earlier of two optional deadlines (`None`: no deadline).
+#[inline]
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
     }
 }
 

@@ -7,7 +7,7 @@ use alloc::rc::Rc;
 use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
-use core::cell::Cell;
+use core::cell::RefCell;
 
 use ebb_core::CoreId;
 use ebb_net::stack::FrameSteering;
@@ -34,7 +34,7 @@ pub(crate) struct CoreForwarder<F> {
     /// Frames for each core of the stack (by position in `directory.cores()`), reused;
     /// each keeps what the device said of its checksum.
     outboxes: Vec<Vec<RxFrame>>,
-    counters: Rc<Cell<RunnerCounters>>,
+    counters: Rc<RefCell<RunnerCounters>>,
     /// Sends a batch to a core's runner; false if it could not be sent.
     send_batch: F,
 }
@@ -45,7 +45,7 @@ impl<F: FnMut(CoreId, Vec<RxFrame>) -> bool> CoreForwarder<F> {
     pub(crate) fn new(
         here: CoreId,
         directory: Arc<FlowDirectory>,
-        counters: Rc<Cell<RunnerCounters>>,
+        counters: Rc<RefCell<RunnerCounters>>,
         send_batch: F,
     ) -> Self {
         CoreForwarder {
@@ -63,9 +63,7 @@ impl<F: FnMut(CoreId, Vec<RxFrame>) -> bool> CoreForwarder<F> {
     }
 
     fn count(&self, f: impl FnOnce(&mut RunnerCounters)) {
-        let mut c = self.counters.get();
-        f(&mut c);
-        self.counters.set(c);
+        f(&mut self.counters.borrow_mut());
     }
 }
 

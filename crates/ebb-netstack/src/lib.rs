@@ -607,7 +607,7 @@ impl NetStack {
 
     /// How the home core drove the stack so far (always available).
     pub fn runner_counters(&self) -> RunnerCounters {
-        self.runner.counters.get()
+        *self.runner.counters.borrow()
     }
 
     /// Stops the stack in order: no more accepting, one last poll to send what is
@@ -647,7 +647,7 @@ impl core::fmt::Debug for NetStack {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("NetStack")
             .field("address", &self.runner.address.get())
-            .field("runner", &self.runner.counters.get())
+            .field("runner", &*self.runner.counters.borrow())
             .finish()
     }
 }

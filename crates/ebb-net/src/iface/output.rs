@@ -313,7 +313,10 @@ impl IpOutput {
         // The header goes in front of the payload's own segments (no new chain).
         payload.push_front(head);
         if known.is_some() {
-            return self.enqueue_tx(payload);
+            // The checksum's state follows from what was just written, without parsing
+            // the headers back (`checksum_state`).
+            let checksum = self.written_checksum_state(protocol);
+            return self.enqueue_tx_as(payload, checksum);
         }
         self.send_to_next_hop(route.next_hop, payload)
     }
@@ -368,6 +371,16 @@ impl IpOutput {
 
     /// Queues a finished frame for the device, or counts it dropped if the queue is full.
     pub(super) fn enqueue_tx(&mut self, frame: IOBufChain) -> Result<(), OutputError> {
+        let checksum = self.checksum_state(&frame);
+        self.enqueue_tx_as(frame, checksum)
+    }
+
+    /// [`enqueue_tx`](Self::enqueue_tx) of a frame whose checksum state the caller knows.
+    fn enqueue_tx_as(
+        &mut self,
+        frame: IOBufChain,
+        checksum: FrameChecksum,
+    ) -> Result<(), OutputError> {
         if self.tx.len() >= self.limits.tx_queue_frames {
             return Err(self.fail(OutputError::Busy));
         }
@@ -375,7 +388,6 @@ impl IpOutput {
         if let Some(header) = frame.front() {
             self.headers.remember(header);
         }
-        let checksum = self.checksum_state(&frame);
         if checksum != FrameChecksum::Complete {
             bump(&mut self.counters.tx_checksum_partial);
         }
@@ -384,6 +396,26 @@ impl IpOutput {
             checksum,
         });
         Ok(())
+    }
+
+    /// [`checksum_state`](Self::checksum_state) of a frame `send_datagram` just built for
+    /// `protocol`: its transport header right behind a 20-byte IPv4 header, not a
+    /// fragment — what `checksum_state` would find parsing it
+    /// ([`FrameChecksum::partial_of`]: the TCP field 16 bytes in, UDP's 6).
+    fn written_checksum_state(&self, protocol: IpProtocol) -> FrameChecksum {
+        let (partial, offset) = match protocol {
+            IpProtocol::Tcp => (self.caps.tcp.software_leaves_partial(), 16),
+            IpProtocol::Udp => (self.caps.udp.software_leaves_partial(), 6),
+            _ => (false, 0),
+        };
+        if partial {
+            FrameChecksum::Partial {
+                start: ETH_IPV4_LEN as u16,
+                offset,
+            }
+        } else {
+            FrameChecksum::Complete
+        }
     }
 
     /// The [`FrameChecksum`] of a finished frame: where its checksum lies if it is TCP or
@@ -591,6 +623,58 @@ mod tests {
             );
             assert_eq!(header.as_slice().as_ptr(), region, "reused");
             previous_len = len;
+        }
+    }
+
+    /// A frame sent to a resolved neighbour is queued with the checksum state it was
+    /// built with (`written_checksum_state`); parsing the frame (`checksum_state`, what
+    /// every other frame is queued with) finds the same, for TCP, UDP and ICMP, under
+    /// each kind of checksum offload.
+    #[test]
+    fn written_checksum_state_is_the_parsed_one() {
+        use super::super::arp_cache::Entry;
+        use ebb_net_driver::ChecksumOffload;
+        let dst = Ipv4Addr::new(10, 0, 0, 2);
+        let mixed = wire::ChecksumCapabilities {
+            tcp: ChecksumOffload::PARTIAL,
+            udp: ChecksumOffload::NONE,
+            ..wire::ChecksumCapabilities::NONE
+        };
+        let partial = wire::ChecksumCapabilities {
+            tcp: ChecksumOffload::PARTIAL,
+            udp: ChecksumOffload::PARTIAL,
+            ..wire::ChecksumCapabilities::NONE
+        };
+        for caps in [
+            wire::ChecksumCapabilities::NONE,
+            wire::ChecksumCapabilities::ALL,
+            mixed,
+            partial,
+        ] {
+            let mut out = output(caps);
+            out.arp.entries_mut().insert(
+                dst,
+                Entry::Resolved {
+                    mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
+                    expires_at: Instant::from_nanos(u64::MAX),
+                },
+            );
+            for (protocol, l4_len) in [
+                (IpProtocol::Tcp, TCP_HEADER_LEN),
+                (IpProtocol::Udp, 8),
+                (IpProtocol::Icmp, 8),
+            ] {
+                let route = out.route_to(dst).expect("route");
+                let payload = IOBufChain::from(IOBuf::from_vec(vec![7; 33]));
+                out.send_datagram(route, protocol, l4_len, payload, |_, _| {})
+                    .expect("sent");
+                let frame = out.tx.pop_front().expect("queued");
+                assert_eq!(
+                    frame.checksum,
+                    out.checksum_state(&frame.chain),
+                    "{protocol:?} under {caps:?}"
+                );
+            }
         }
     }
 

@@ -14,7 +14,8 @@ impl TcpLayer {
     /// Delivers queued application events; see the module `tcp`'s borrow invariant.
     pub(super) fn deliver_events(&self) {
         let inner = &self.0;
-        if inner.delivering.replace(true) {
+        // Nothing ready (the usual end of a `poll`): done, without the loop's setup.
+        if inner.ready.borrow().is_empty() || inner.delivering.replace(true) {
             return;
         }
         loop {

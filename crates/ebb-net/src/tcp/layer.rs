@@ -307,17 +307,35 @@ impl TcpLayer {
     /// After a TCB was processed: listener accounting, removal of closed connections, and
     /// queueing for event delivery.
     pub(super) fn settle(inner: &Inner, state: &mut LayerState, conn: &Rc<ConnRecord>) {
-        TcpLayer::file_deadline(&mut state.deadlines, conn);
-        let (tcb_state, has_handler, has_events, rst_pending, tx_blocked) = {
+        let (tcb_state, has_handler, has_events, rst_pending, tx_blocked, next) = {
             let mut tcb = conn.tcb.borrow_mut();
+            // The deadline to file, unless an ACK waits for the application: then
+            // `receive` marks the connection dirty right after delivery and the `poll`
+            // that follows settles it again after its output, which moves the timers
+            // once more (in a request/response exchange the delayed ACK is armed here
+            // and cleared by the response). Filing only then saves a wheel update per
+            // received segment; until then the wheel may hold the older deadline, which
+            // can only make `poll` visit the connection early, and `poll_at` is `ZERO`
+            // while it is dirty.
+            let next = if tcb.state == State::Closed {
+                Some(None)
+            } else if tcb.output_after_delivery {
+                None
+            } else {
+                Some(tcb.timers.next())
+            };
             (
                 tcb.state,
                 tcb.has_handler,
                 !tcb.events.is_empty(),
                 tcb.rst_pending,
                 core::mem::take(&mut tcb.tx_blocked),
+                next,
             )
         };
+        if let Some(next) = next {
+            state.deadlines.set(conn, next);
+        }
         if tx_blocked && !conn.in_blocked.replace(true) {
             inner.blocked.borrow_mut().push(conn.clone());
         }

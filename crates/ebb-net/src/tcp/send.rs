@@ -17,7 +17,7 @@ use ebb_core::net::{CloseReason, SendError, TcpErrorKind};
 
 use super::send_queue::{slice_chain, slice_chain_from};
 use super::state::{ACK_BUDGET, ACK_BUDGET_INTERVAL, AppEvent, Ctx, State, Tcb};
-use super::timers::due;
+use super::timers::{after, due};
 
 /// The shortest tail-loss-probe timeout.
 const TLP_MIN: core::time::Duration = core::time::Duration::from_millis(10);
@@ -65,6 +65,12 @@ impl Tcb {
         if self.check_open_for_sending().is_err() {
             return 0;
         }
+        self.open_send_window()
+    }
+
+    /// [`send_window`](Self::send_window) once the caller checked that the application
+    /// may send (the application's send calls check once, not twice).
+    fn open_send_window(&self) -> usize {
         let window = self.snd_wnd.min(self.cc.cwnd) as usize;
         window.saturating_sub(self.in_flight() as usize + self.unsent())
     }
@@ -72,7 +78,7 @@ impl Tcb {
     /// `TcpConnection::send`: queue everything.
     pub(crate) fn app_send(&mut self, mut data: IOBufChain) -> Result<(), SendError> {
         self.check_open_for_sending()?;
-        if data.len() > self.send_window() {
+        if data.len() > self.open_send_window() {
             self.window_blocked = true;
         }
         self.queue.append(&mut data);
@@ -82,7 +88,7 @@ impl Tcb {
     /// `TcpConnection::try_send`: queue what the window takes, hand back the rest.
     pub(crate) fn app_try_send(&mut self, mut data: IOBufChain) -> Result<IOBufChain, SendError> {
         self.check_open_for_sending()?;
-        let take = self.send_window().min(data.len());
+        let take = self.open_send_window().min(data.len());
         let mut head = data.split_to(take).unwrap_or_default();
         self.queue.append(&mut head);
         if !data.is_empty() {
@@ -118,6 +124,21 @@ impl Tcb {
         if self.out_of_room(ctx) {
             return false;
         }
+        self.emit_with_room(ctx, control, seq, payload, push);
+        true
+    }
+
+    /// [`emit`](Self::emit) once the caller saw room in the transmit queue (`send_data`
+    /// asks just before it slices the payload; asking again cost a virtual call per
+    /// segment).
+    fn emit_with_room(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        control: Control,
+        seq: SeqNumber,
+        payload: IOBufChain,
+        push: bool,
+    ) {
         let syn = control == Control::Syn;
         if matches!(control, Control::None | Control::Fin)
             && ctx.fast_path
@@ -125,7 +146,7 @@ impl Tcb {
         {
             // No options to send (no SYN options, no SACK blocks): the header template.
             self.emit_plain(ctx, control == Control::Fin, seq, payload, push);
-            return true;
+            return;
         }
         let with_ack = !(syn && self.state == State::SynSent);
         let window = self.receive_window(ctx.config);
@@ -173,7 +194,6 @@ impl Tcb {
             // Treated as a loss: the retransmission timer covers it.
             ctx.counters.output_errors += 1;
         }
-        true
     }
 
     /// [`emit`](Self::emit) for a segment without options (not a SYN, no SACK blocks
@@ -310,7 +330,7 @@ impl Tcb {
         self.snd_nxt = iss + 1u32;
         self.snd_max = self.snd_max.max(self.snd_nxt);
         if self.timers.retransmit.is_none() {
-            self.timers.retransmit = Some(ctx.now + self.rtt.rto());
+            self.timers.retransmit = Some(after(ctx.now, self.rtt.rto_nanos()));
         }
         if first {
             // Only the first transmission is timed (Karn).
@@ -373,7 +393,7 @@ impl Tcb {
         // Timers.
         if self.snd_max > self.snd_una && self.snd_nxt > self.snd_una {
             if self.timers.retransmit.is_none() {
-                self.timers.retransmit = Some(ctx.now + self.rtt.rto());
+                self.timers.retransmit = Some(after(ctx.now, self.rtt.rto_nanos()));
             }
         } else if self.snd_nxt == self.snd_una {
             self.timers.retransmit = None;
@@ -448,7 +468,8 @@ impl Tcb {
                     }
                     self.arm_tail_probe(ctx, in_flight + len);
                 }
-                self.emit(ctx, Control::None, seq, payload, last);
+                // `out_of_room` found room above, and nothing has queued a frame since.
+                self.emit_with_room(ctx, Control::None, seq, payload, last);
                 self.snd_nxt = seq + len;
                 self.snd_max = self.snd_max.max(self.snd_nxt);
                 continue;
@@ -648,7 +669,7 @@ impl Tcb {
                 // A partial ACK (RFC 6582 §3.2 step 5): the next hole is lost too.
                 self.cc.partial_ack(acked);
                 self.retransmit_front(ctx);
-                self.timers.retransmit = Some(ctx.now + self.rtt.rto());
+                self.timers.retransmit = Some(after(ctx.now, self.rtt.rto_nanos()));
             }
         } else {
             self.cc.on_ack(acked, ctx.now, self.rtt.srtt());
@@ -657,7 +678,7 @@ impl Tcb {
         self.timers.retransmit = if self.snd_una == self.snd_max {
             None
         } else {
-            Some(ctx.now + self.rtt.rto())
+            Some(after(ctx.now, self.rtt.rto_nanos()))
         };
         self.tail_probe_sent = false;
         self.timers.tail_probe = None;
@@ -716,7 +737,7 @@ impl Tcb {
             self.rexmit_next = self.snd_una;
             self.cc.enter_fast_recovery(flight);
             self.retransmit_front(ctx);
-            self.timers.retransmit = Some(ctx.now + self.rtt.rto());
+            self.timers.retransmit = Some(after(ctx.now, self.rtt.rto_nanos()));
         }
     }
 
@@ -903,7 +924,7 @@ impl Tcb {
                 }
             }
         }
-        self.timers.retransmit = Some(ctx.now + self.rtt.rto());
+        self.timers.retransmit = Some(after(ctx.now, self.rtt.rto_nanos()));
     }
 
     /// Arms the tail loss probe (RFC 8985 §7): if the last segments of a flight are lost,
@@ -919,12 +940,17 @@ impl Tcb {
         {
             return;
         }
-        let mut pto = (self.rtt.srtt() * 2).max(TLP_MIN);
+        // In nanoseconds: as `Duration`s these sums cost a segment about 20 instructions.
+        let mut pto = self
+            .rtt
+            .srtt_nanos()
+            .saturating_mul(2)
+            .max(TLP_MIN.as_nanos() as u64);
         if flight <= self.send_mss {
             // A lone segment may wait for the peer's delayed ACK.
-            pto += TLP_DELAYED_ACK_ALLOWANCE;
+            pto = pto.saturating_add(TLP_DELAYED_ACK_ALLOWANCE.as_nanos() as u64);
         }
-        let at = ctx.now + pto;
+        let at = after(ctx.now, pto);
         if self.timers.retransmit.is_none_or(|rto| at < rto) {
             self.timers.tail_probe = Some(at);
         }

@@ -69,9 +69,29 @@ impl Sub<SeqNumber> for SeqNumber {
     }
 }
 
+// The comparison operators compare the signed distance with zero directly: through
+// `partial_cmp` each became an `Ordering` compared again (the TCP paths compare
+// sequence numbers a few dozen times a segment).
 impl PartialOrd for SeqNumber {
+    #[inline]
     fn partial_cmp(&self, other: &SeqNumber) -> Option<Ordering> {
         Some((*self - *other).cmp(&0))
+    }
+    #[inline]
+    fn lt(&self, other: &SeqNumber) -> bool {
+        (*self - *other) < 0
+    }
+    #[inline]
+    fn le(&self, other: &SeqNumber) -> bool {
+        (*self - *other) <= 0
+    }
+    #[inline]
+    fn gt(&self, other: &SeqNumber) -> bool {
+        (*self - *other) > 0
+    }
+    #[inline]
+    fn ge(&self, other: &SeqNumber) -> bool {
+        (*self - *other) >= 0
     }
 }
 
