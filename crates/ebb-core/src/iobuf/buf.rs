@@ -228,16 +228,19 @@ impl IOBuf {
     }
 
     /// The length of the view.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len as usize
     }
 
     /// Whether the view is empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The viewed bytes.
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         // In bounds by the invariant `start + len <= initialized`.
         &self.storage.bytes()[self.start as usize..self.end()]
@@ -256,17 +259,20 @@ impl IOBuf {
     }
 
     /// The number of bytes in front of the view.
+    #[inline]
     pub fn headroom(&self) -> usize {
         self.start as usize
     }
 
     /// The number of bytes after the view that it could grow into.
+    #[inline]
     pub fn tailroom(&self) -> usize {
         self.storage.capacity() - self.end()
     }
 
     /// Whether no other buffer shares this one's storage, so it may be written.
     /// Always false for static storage.
+    #[inline]
     pub fn is_unique(&self) -> bool {
         match &self.storage {
             // We never create `Weak`s, so a strong count of one is what
@@ -577,6 +583,7 @@ impl Default for IOBuf {
 impl Deref for IOBuf {
     type Target = [u8];
 
+    #[inline]
     fn deref(&self) -> &[u8] {
         self.as_slice()
     }

@@ -38,16 +38,19 @@ impl IOBufChain {
     }
 
     /// The total length of all segments.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether the chain holds no bytes (and so no segments).
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The number of segments, none of them empty.
+    #[inline]
     pub fn segment_count(&self) -> usize {
         self.bufs.len()
     }
@@ -69,11 +72,13 @@ impl IOBufChain {
     }
 
     /// The first segment.
+    #[inline]
     pub fn front(&self) -> Option<&IOBuf> {
         self.bufs.front()
     }
 
     /// The last segment.
+    #[inline]
     pub fn back(&self) -> Option<&IOBuf> {
         self.bufs.back()
     }
@@ -298,6 +303,15 @@ impl IOBufChain {
     ///
     /// [`IOBufError::OutOfRange`](super::IOBufError::OutOfRange) if `n > len()`.
     pub fn trim_front(&mut self, n: usize) -> Result<()> {
+        // The common case, a request consumed from the front of a longer first segment:
+        // one view moved, no segment dropped.
+        if let Some(front) = self.bufs.front_mut()
+            && n < front.len()
+        {
+            front.trim_front(n)?;
+            self.len -= n;
+            return Ok(());
+        }
         check_range(n, self.len)?;
         let mut left = n;
         while left > 0 {
