@@ -6,6 +6,7 @@
 # Servers (SERVERS, space-separated; each started fresh for every client of every round):
 #   memcached   Debian's memcached `-t 1 SERVER_ARGS` (nothing else changed)
 #   ebb         apps/memcached hosted on Linux sockets (release build, EBB_CPUS=1, -t 1)
+#   ebb-pollN   the same with its idle-poll window set to N µs (EBB_IDLE_POLL_US=N; 0: no spin)
 #   ebb-xdp     apps/memcached hosted on ebb-net over AF_XDP: `--xdp VETH --ip 10.0.5.1/24`
 #               on the host end of the veth (SKIPPED while the binary has no --xdp)
 #   native-xdp  ebb-vmm booting the native memcached image, one vCPU, `--net xdp=VETH`,
@@ -126,9 +127,9 @@ read -r -a want_clients <<<"$CLIENTS"
 veth_wanted=0
 for s in "${want_servers[@]}"; do
   case $s in
-    memcached | ebb | main | main-passt | main-default) ;;
+    memcached | ebb | ebb-poll[0-9]* | main | main-passt | main-default) ;;
     ebb-xdp | native-xdp | native-tap) veth_wanted=1 ;;
-    *) die "unknown server $s (memcached ebb ebb-xdp native-xdp native-tap main main-passt main-default)" ;;
+    *) die "unknown server $s (memcached ebb ebb-pollN ebb-xdp native-xdp native-tap main main-passt main-default)" ;;
   esac
 done
 [[ " $SERVERS " == *" memcached "* ]] || die "SERVERS must include memcached (the baseline)"
@@ -290,6 +291,12 @@ serve() {
     ebb)
       host_address on
       EBB_CPUS=1 taskset -c "$SERVER_CPU" "$ebb_mc" -l "$ADDR" -p "$PORT" -t 1 "${args[@]}" >"$log" 2>&1 &
+      ;;
+    ebb-poll*)
+      # ebb with its idle-poll window set: ebb-poll0 never spins, ebb-poll10 up to 10 µs
+      host_address on
+      EBB_IDLE_POLL_US=${name#ebb-poll} EBB_CPUS=1 taskset -c "$SERVER_CPU" "$ebb_mc" -l "$ADDR" \
+        -p "$PORT" -t 1 "${args[@]}" >"$log" 2>&1 &
       ;;
     ebb-xdp)
       host_address off

@@ -34,4 +34,4 @@ mod runtime;
 pub mod tcp;
 
 pub use platform::HostedPlatform;
-pub use runtime::{Config, ConfigError, run};
+pub use runtime::{Config, ConfigError, DEFAULT_IDLE_POLL, run};

@@ -8,6 +8,16 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+/// The default idle-poll window: 10 µs, about what a sleep in `epoll_wait` costs a core
+/// here — 5–6 µs of CPU to sleep and be woken, 13–19 µs before the woken core runs
+/// (`wake-cost` in ebb-bench). Spinning about as long as a sleep costs, then sleeping, is
+/// never more than twice the better choice in hindsight (the ski-rental rule; the native
+/// runtime's 150 µs follows a vCPU's 80–110 µs wake the same way). It was 50 µs: at a
+/// paced 32k requests/s (gaps of 31 µs on average) memcached's core then spun through
+/// most gaps, 1.12–1.21× memcached 1.6's CPU per request; at 10 µs, parity (0.96–1.04×,
+/// docs/benchmarks.md, "The hosted idle-poll window").
+pub const DEFAULT_IDLE_POLL: std::time::Duration = std::time::Duration::from_micros(10);
+
 /// How to run a hosted node.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -16,7 +26,7 @@ pub struct Config {
     /// Pin core `i` to the `i`-th CPU the process may run on (so `taskset` composes).
     pub pin: bool,
     /// How long an idle core keeps polling its sockets before sleeping in `epoll_wait`
-    /// (adaptive polling). Zero: sleep at once. Default: 50 µs.
+    /// (adaptive polling). Zero: sleep at once. Default: [`DEFAULT_IDLE_POLL`].
     pub idle_poll: std::time::Duration,
 }
 
@@ -25,7 +35,7 @@ impl Default for Config {
         Config {
             cores: allowed_cpus().len().max(1),
             pin: true,
-            idle_poll: std::time::Duration::from_micros(50),
+            idle_poll: DEFAULT_IDLE_POLL,
         }
     }
 }

@@ -97,7 +97,7 @@ pub mod __private {
 /// * Hosted, it defines `fn main()`: the hosted runtime starts with one pinned event loop
 ///   per core — [`CPUS_ENV`] (`EBB_CPUS`) cores if that variable is set, else every CPU the
 ///   process may run on — each polling for [`IDLE_POLL_ENV`] (`EBB_IDLE_POLL_US`, default
-///   50) microseconds when idle before it sleeps; `app_main` runs as core 0's first task, and the process exits
+///   10) microseconds when idle before it sleeps; `app_main` runs as core 0's first task, and the process exits
 ///   with its result once it completes (every loop stops). A bad `EBB_CPUS` exits with 2,
 ///   a panic on a core with 101 (the monitor's code for a guest panic), another runtime
 ///   failure with 1.

@@ -28,8 +28,9 @@ use futures_util::task::{ArcWake, waker_ref};
 /// While a core has ready work, it still polls its devices (without waiting) every this
 /// many iterations, so a stream of synthetic events cannot starve the network.
 const DEVICE_POLL_INTERVAL: u32 = 32;
-/// The least idle-poll budget kept before polling stops altogether, as a fraction of
-/// the window, and where a budget grows from: 1/16 of the hosted 50 µs is about 3 µs.
+/// The least idle-poll budget kept before polling stops altogether, and where a budget
+/// grows from: 1/16 of the window, and never under [`MIN_IDLE_POLL_FLOOR`] (or the
+/// window, if that is shorter).
 /// A floor below a peer's round trip locks polling out: each poll from the floor runs
 /// out and halves what the sleep before it doubled, so the core sleeps before every
 /// event — measured with the shared-memory Messenger, whose 1.6–2.6 µs round trip a
@@ -38,6 +39,9 @@ const DEVICE_POLL_INTERVAL: u32 = 32;
 /// 40 µs round trips of a node behind its user-mode network, and on two CPUs took the
 /// time its device thread needed: 6–13× Linux TCP's round trip against 2–3×.)
 const MIN_IDLE_POLL_FRACTION: u32 = 16;
+/// The floor's least length: 3 µs, above the shared-memory Messenger's round trip, so a
+/// short window (the hosted default is about a wake's cost) keeps a floor that catches it.
+const MIN_IDLE_POLL_FLOOR: Duration = Duration::from_micros(3);
 
 type RemoteEvent = Box<dyn FnOnce() + Send>;
 
@@ -304,7 +308,7 @@ impl CoreContext {
     ///
     /// Polling that finds nothing is CPU spent for no request, so the budget adapts: a
     /// poll that finds work restores the runtime's whole window, one that runs out halves
-    /// it (down to none below [`MIN_IDLE_POLL_FRACTION`] of the window), and a sleep a
+    /// it (down to none below the floor, `idle_poll_floor`), and a sleep a
     /// device event ended within the window — which polling would have caught — doubles
     /// it again (see `sleep`). At a low request rate the core soon sleeps at once; as the
     /// gaps shrink below the window it polls again.
@@ -400,11 +404,16 @@ impl CoreContext {
         inbox.may_sleep.store(false, Ordering::Relaxed);
     }
 
-    /// Halves the idle-poll budget after a poll that found nothing; below
-    /// [`MIN_IDLE_POLL_FRACTION`] of the window, none.
+    /// The least budget kept before polling stops, and where a budget grows from.
+    fn idle_poll_floor(&self) -> Duration {
+        let window = self.shared.idle_poll;
+        (window / MIN_IDLE_POLL_FRACTION).max(MIN_IDLE_POLL_FLOOR.min(window))
+    }
+
+    /// Halves the idle-poll budget after a poll that found nothing; below the floor, none.
     fn shrink_idle_poll(&self) {
         let half = self.idle_poll_budget.get() / 2;
-        let floor = self.shared.idle_poll / MIN_IDLE_POLL_FRACTION;
+        let floor = self.idle_poll_floor();
         self.idle_poll_budget
             .set(if half < floor { Duration::ZERO } else { half });
     }
@@ -412,7 +421,7 @@ impl CoreContext {
     /// Doubles the idle-poll budget (from the floor when it was none), up to the window.
     fn grow_idle_poll(&self) {
         let window = self.shared.idle_poll;
-        let floor = window / MIN_IDLE_POLL_FRACTION;
+        let floor = self.idle_poll_floor();
         let grown = (self.idle_poll_budget.get() * 2).max(floor);
         self.idle_poll_budget.set(grown.min(window));
     }

@@ -8,7 +8,8 @@ use core::fmt;
 pub const CPUS_ENV: &str = "EBB_CPUS";
 
 /// The environment variable that sets how long a hosted app's idle core keeps polling
-/// before it sleeps, in microseconds (0: sleep at once, like tokio; default 50).
+/// before it sleeps, in microseconds (0: sleep at once, like tokio; default 10:
+/// `ebb_hosted::DEFAULT_IDLE_POLL`).
 pub const IDLE_POLL_ENV: &str = "EBB_IDLE_POLL_US";
 
 /// Why the hosted runtime cannot settle on a core count.
