@@ -137,7 +137,7 @@ use core::mem::size_of;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use ebb::rcu::{DefaultHashBuilder, RcuDomain, RcuHashMap};
 use ebb::{IOBuf, IOBufChain};
-use item::{Item, KeyRef, Value};
+use item::{Item, ItemKey, KeyRef, Value};
 use stats::{Counter, Counters};
 
 /// The longest key memcached accepts.
@@ -1210,7 +1210,7 @@ impl Store {
         let cas = self.shared.0.next_cas.fetch_add(1, Ordering::Relaxed);
         let item_class = class_of(&self.chunk_sizes, size);
         let item = Arc::new(Item {
-            key: key.into(),
+            key: ItemKey::new(key),
             flags,
             exptime: AtomicU32::new(exptime),
             time: cx.now,
@@ -1261,7 +1261,7 @@ impl Store {
         // the allocator's real size. Cannot overflow: the value is at most
         // `item_size_max`.
         let size = ITEM_OVERHEAD
-            .saturating_add(allocation_size(key.len()))
+            .saturating_add(item::key_allocation(key.len()))
             .saturating_add(value_cost);
         Ok(Planned { size, value })
     }
