@@ -86,7 +86,12 @@ if part tap; then
     echo "SKIPPED: the Messenger on a TAP bridge: needs root and ip(8)" | tee "$OUT-tap.txt"
   else
     bridge=ebbdb$$; netns=ebbdp$$; veth=ebbdv$$
-    cleanup() { ip link del "$bridge" 2>/dev/null; ip link del "$veth" 2>/dev/null; ip netns del "$netns" 2>/dev/null; true; }
+    # Runs twice (at the end and on exit): each step may find its device gone already.
+    cleanup() {
+      ip link del "$bridge" 2>/dev/null || true
+      ip link del "$veth" 2>/dev/null || true
+      ip netns del "$netns" 2>/dev/null || true
+    }
     trap cleanup EXIT
     ip link add "$bridge" type bridge && ip addr add 10.77.0.1/24 dev "$bridge" && ip link set "$bridge" up
     ip netns add "$netns"
