@@ -564,27 +564,35 @@ impl IoThread {
                 return;
             }
         };
-        let add = |set: &std::os::fd::OwnedFd, fd: std::os::fd::BorrowedFd<'_>, flags| {
-            let _ = epoll::add(set, fd, epoll::EventData::new_u64(0), flags);
+        let add = |set: &std::os::fd::OwnedFd, fd: std::os::fd::BorrowedFd<'_>, token, flags| {
+            let _ = epoll::add(set, fd, epoll::EventData::new_u64(token), flags);
         };
         // The eventfds are read empty after each wake (level-triggered is right). A
         // backend is edge-triggered: frames left in it because the guest's backlog is
         // full must not wake this thread again and again; what frees the backlog is the
         // guest re-posting receive buffers, a kick this thread asks for (`want_kicks`).
+        // Each eventfd's token says which one woke the thread, so only that one is read.
         for set in [&epoll, &guest_side] {
             add(
                 set,
                 crate::sys::borrow_eventfd(&self.device.control),
+                CONTROL_TOKEN,
                 epoll::EventFlags::IN,
             );
-            for kick in &self.queue_kicks {
-                add(set, crate::sys::borrow_eventfd(kick), epoll::EventFlags::IN);
+            for (queue, kick) in self.queue_kicks.iter().enumerate() {
+                add(
+                    set,
+                    crate::sys::borrow_eventfd(kick),
+                    queue as u64,
+                    epoll::EventFlags::IN,
+                );
             }
         }
         for backend in &self.backends {
             add(
                 &epoll,
                 backend.fd(),
+                BACKEND_TOKEN,
                 epoll::EventFlags::IN | epoll::EventFlags::ET,
             );
         }
@@ -623,8 +631,8 @@ impl IoThread {
                 continue;
             }
             // Sleep: ask for kicks, look once more, then wait.
+            events.clear();
             if !engine.want_kicks(mem, true) {
-                events.clear();
                 let now = NetInstant::from_nanos(started.elapsed().as_nanos() as u64);
                 let timeout = sleep_bound(
                     now,
@@ -654,11 +662,24 @@ impl IoThread {
                     Some(&timeout),
                 );
             }
-            // Clear what woke us; a transport change is seen through `changes`.
-            let _ = self.device.control.read();
-            for kick in &self.queue_kicks {
-                if let Ok(n) = kick.read() {
-                    self.device.stats.kicks.fetch_add(n, Ordering::Relaxed);
+            // Clear what woke us — only that: each read is a system call, and reading the
+            // control and every kick eventfd after each wake made three in four of those
+            // reads find nothing (docs/benchmarks.md, "Where the main job's CPU goes").
+            // An eventfd left signalled (work was found before sleeping) stays ready in
+            // epoll, level-triggered, and is read after the next wait, which it ends at
+            // once. A transport change is seen through `changes`.
+            for event in &events {
+                match event.data.u64() {
+                    BACKEND_TOKEN => {}
+                    CONTROL_TOKEN => {
+                        let _ = self.device.control.read();
+                    }
+                    queue => {
+                        if let Some(Ok(n)) = self.queue_kicks.get(queue as usize).map(|k| k.read())
+                        {
+                            self.device.stats.kicks.fetch_add(n, Ordering::Relaxed);
+                        }
+                    }
                 }
             }
             engine.want_kicks(mem, false);
@@ -666,6 +687,11 @@ impl IoThread {
         }
     }
 }
+
+/// The I/O thread's epoll token of a backend (queues' kick eventfds are their index).
+const BACKEND_TOKEN: u64 = u64::MAX;
+/// The I/O thread's epoll token of the control eventfd.
+const CONTROL_TOKEN: u64 = u64::MAX - 1;
 
 /// How long the I/O thread may sleep when nothing wakes it: [`SLEEP_MAX`], less when
 /// output waits for a full backend ([`PENDING_OUTPUT_RETRY`]: TAP and passt's socket
