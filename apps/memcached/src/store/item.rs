@@ -154,7 +154,7 @@ impl Value {
 const INLINE_KEY_MAX: usize = 38;
 
 /// What an item occupies in memory with its `Arc`'s two counts (see [`INLINE_KEY_MAX`]).
-pub(super) const ITEM_OBJECT: usize = size_of::<Item>() + 2 * size_of::<usize>();
+const ITEM_OBJECT: usize = size_of::<Item>() + 2 * size_of::<usize>();
 const _: () = assert!(ITEM_OBJECT <= 128, "an item outgrew its 128-byte object");
 
 /// An item's key: inside the item when it is short, as most keys are.
