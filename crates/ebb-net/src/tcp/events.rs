@@ -12,12 +12,23 @@ use ebb_core::net::TcpConnection;
 
 impl TcpLayer {
     /// Delivers queued application events; see the module `tcp`'s borrow invariant.
+    ///
+    /// Inlined check, out-of-line loop: every `receive` and `poll` ends here, and the
+    /// usual end of a `poll` has nothing ready — it should cost two loads, not the
+    /// loop's prologue and epilogue (about 30 instructions a request at one connection).
+    #[inline]
     pub(super) fn deliver_events(&self) {
         let inner = &self.0;
-        // Nothing ready (the usual end of a `poll`): done, without the loop's setup.
-        if inner.ready.borrow().is_empty() || inner.delivering.replace(true) {
+        if inner.ready.borrow().is_empty() || inner.delivering.get() {
             return;
         }
+        self.deliver_ready();
+    }
+
+    #[inline(never)]
+    fn deliver_ready(&self) {
+        let inner = &self.0;
+        inner.delivering.set(true);
         loop {
             let next = inner.ready.borrow_mut().pop_front();
             let Some(conn) = next else { break };
