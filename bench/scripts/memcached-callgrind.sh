@@ -253,7 +253,7 @@ for ((run = 1; run <= RUNS; run++)); do
   for name in "${order[@]}"; do
     RUN_ID="$run-$name"
     out=$OUT_DIR/cg.$name.$run
-    serve "$name" valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$out"
+    serve "$name" valgrind --tool=callgrind --dump-instr=${DUMP_INSTR:-no} --callgrind-out-file="$out"
     preload
     DUMP=0
     for conns in $CONNS; do

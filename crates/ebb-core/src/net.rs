@@ -52,6 +52,14 @@ pub trait TcpConnection {
     /// Queued bytes go out, in order, as the window opens. Never drops data.
     fn send(&self, data: IOBufChain) -> Result<(), SendError>;
 
+    /// [`send`](Self::send) of what `data` holds, leaving `data` empty (also on an
+    /// error, as `send` consumes its chain): for a caller that keeps one chain and
+    /// refills it. A backend that queues the buffers itself (ebb-net) takes them
+    /// without moving the chain, a move and a new empty chain fewer per send.
+    fn send_from(&self, data: &mut IOBufChain) -> Result<(), SendError> {
+        self.send(core::mem::take(data))
+    }
+
     /// Sends what the send window takes now and hands back the rest, which the caller may
     /// keep and offer again after [`TcpHandler::send_window_increased`].
     fn try_send(&self, data: IOBufChain) -> Result<IOBufChain, SendError>;

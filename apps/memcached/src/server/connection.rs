@@ -298,17 +298,17 @@ impl McConnection {
         if out.is_empty() {
             return false;
         }
-        let data = core::mem::take(out);
-        let len = data.len();
+        let len = out.len();
         // A reply buffer of ours (no one else holds it yet): kept, to be recycled.
-        if let Some(front) = data.front()
+        if let Some(front) = out.front()
             && front.headroom() + front.len() + front.tailroom() == REPLY_BUFFER
             && front.is_unique()
         {
             self.reply_buffer = front.clone();
         }
         let refused = len > conn.send_window();
-        if conn.send(data).is_err() {
+        // `send_from` empties `out` in place (no chain moved, no new one made).
+        if conn.send_from(out).is_err() {
             self.closing = true;
             return true;
         }

@@ -245,13 +245,16 @@ impl Segments {
         if other.len() == 0 {
             return;
         }
-        if self.len() == 0 {
-            // Take `other`'s storage whole (a send queue keeps its allocation).
+        if self.len() == 0 && matches!(other, Self::Heap(_)) {
+            // Into an empty chain, a ring on the heap goes whole (its allocation with it).
             core::mem::swap(self, other);
             return;
         }
         match (&mut *self, &mut *other) {
             (Self::Heap(mine), Self::Heap(theirs)) => mine.append(theirs),
+            // A few inline buffers move one by one, even into an empty chain: swapping
+            // two whole chains moves three times their size (the usual case, a reply
+            // appended to an idle send queue, cost ~25 instructions more that way).
             _ => {
                 while let Some(buf) = other.pop_front() {
                     self.push_back(buf);

@@ -89,6 +89,12 @@ impl TcpConnection for TcpConn {
         Ok(())
     }
 
+    fn send_from(&self, data: &mut IOBufChain) -> Result<(), SendError> {
+        self.0.tcb.borrow_mut().app_send_from(data)?;
+        self.0.wake();
+        Ok(())
+    }
+
     fn try_send(&self, data: IOBufChain) -> Result<IOBufChain, SendError> {
         let rest = self.0.tcb.borrow_mut().app_try_send(data)?;
         self.0.wake();

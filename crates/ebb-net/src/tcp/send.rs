@@ -77,11 +77,19 @@ impl Tcb {
 
     /// `TcpConnection::send`: queue everything.
     pub(crate) fn app_send(&mut self, mut data: IOBufChain) -> Result<(), SendError> {
-        self.check_open_for_sending()?;
+        self.app_send_from(&mut data)
+    }
+
+    /// `TcpConnection::send_from`: queue everything `data` holds, leaving it empty.
+    pub(crate) fn app_send_from(&mut self, data: &mut IOBufChain) -> Result<(), SendError> {
+        if let Err(e) = self.check_open_for_sending() {
+            drop(core::mem::take(data));
+            return Err(e);
+        }
         if data.len() > self.open_send_window() {
             self.window_blocked = true;
         }
-        self.queue.append(&mut data);
+        self.queue.append(data);
         Ok(())
     }
 

@@ -271,6 +271,9 @@ impl TcpConnection for Connection {
     fn send(&self, data: IOBufChain) -> Result<(), SendError> {
         self.inner().send(data)
     }
+    fn send_from(&self, data: &mut IOBufChain) -> Result<(), SendError> {
+        self.inner().send_from(data)
+    }
     fn try_send(&self, data: IOBufChain) -> Result<IOBufChain, SendError> {
         self.inner().try_send(data)
     }
