@@ -84,6 +84,10 @@ pub struct Stack<D: NetDevice, T: TcpInput> {
     injected: Vec<RxFrame>,
     steering: Steering,
     config: StackConfig,
+    /// The device's `max_burst` (at least 1), read once like the rest of its
+    /// capabilities (the interface keeps those): asking the device every poll copied the
+    /// whole struct through a dynamic call.
+    burst: usize,
 }
 
 impl<D: NetDevice, T: TcpInput> Stack<D, T> {
@@ -98,6 +102,7 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
             device,
             tcp,
             config: StackConfig::default(),
+            burst: caps.max_burst.max(1),
         }
     }
 
@@ -163,7 +168,7 @@ impl<D: NetDevice, T: TcpInput> Stack<D, T> {
     /// Does everything due at `now` (see the module docs) and returns when to call
     /// again (`None`: only when the device has frames).
     pub fn poll(&mut self, now: Instant) -> Option<Instant> {
-        let burst = self.device.capabilities().max_burst.max(1);
+        let burst = self.burst;
         let mut more_rx = false;
         let mut received = self.injected.len();
         if received > 0 {

@@ -78,11 +78,20 @@ impl ArpCache {
         &mut self.entries
     }
 
-    /// The earliest retry or expiry.
+    /// The earliest retry or expiry. The cached answer inline, the scan out of line:
+    /// every stack poll asks twice, and the scan's register saves cost the cached
+    /// answer ~18 instructions a request when they were one function.
+    #[inline]
     pub(super) fn poll_at(&self) -> Option<Instant> {
-        if let Some(known) = self.next_deadline.get() {
-            return known;
+        match self.next_deadline.get() {
+            Some(known) => known,
+            None => self.find_poll_at(),
         }
+    }
+
+    /// [`poll_at`](Self::poll_at) after the entries changed: scans them and caches it.
+    #[inline(never)]
+    fn find_poll_at(&self) -> Option<Instant> {
         let next = self.earliest_deadline();
         self.next_deadline.set(Some(next));
         next

@@ -94,7 +94,12 @@ impl HeaderPool {
                 && buf.len() == len
                 && let Ok(bytes) = buf.as_mut_slice()
             {
-                bytes.fill(0);
+                // A plain TCP segment's headers, the usual length, zeroed with inline
+                // stores: `fill` on a slice of unknown length is a `memset` call.
+                match <&mut [u8; ETH_IPV4_LEN + TCP_HEADER_LEN]>::try_from(&mut *bytes) {
+                    Ok(plain) => *plain = [0; ETH_IPV4_LEN + TCP_HEADER_LEN],
+                    Err(_) => bytes.fill(0),
+                }
                 return buf;
             }
             // Back to an empty view at the region's start, then `len` zeroed bytes.
