@@ -312,6 +312,13 @@ impl IOBufChain {
             self.len -= n;
             return Ok(());
         }
+        // The other common case: everything consumed (a request that was the whole
+        // input, a send queue fully acknowledged).
+        if n == self.len {
+            while self.bufs.pop_front().is_some() {}
+            self.len = 0;
+            return Ok(());
+        }
         check_range(n, self.len)?;
         let mut left = n;
         while left > 0 {

@@ -341,38 +341,60 @@ impl TcpLayer {
         }
         // Only a connection still counted against its listener (half-open or waiting for
         // a handler) has accounting to update: skip the listener lookup for the rest.
-        if conn.accounting.get() != Accounting::None
-            && let Some(key) = conn.listener
-            && let Some(listener) = state.listeners.get_mut(&key)
-        {
-            let mut accounting = conn.accounting.get();
-            if accounting == Accounting::HalfOpen && tcb_state != State::SynReceived {
-                listener.half_open = listener.half_open.saturating_sub(1);
-                accounting = if tcb_state.is_synchronized() && !has_handler {
-                    listener.waiting += 1;
-                    Accounting::Waiting
-                } else {
-                    Accounting::None
-                };
-            }
-            if accounting == Accounting::Waiting && (has_handler || tcb_state == State::Closed) {
-                listener.waiting = listener.waiting.saturating_sub(1);
-                accounting = Accounting::None;
-            }
-            conn.accounting.set(accounting);
+        if conn.accounting.get() != Accounting::None {
+            Self::update_accounting(state, conn, tcb_state, has_handler);
         }
         if tcb_state == State::Closed && !rst_pending {
-            state.deadlines.forget(conn);
-            if state
-                .conns
-                .get(&conn.tuple)
-                .is_some_and(|c| Rc::ptr_eq(c, conn))
-            {
-                state.conns.remove(&conn.tuple);
-            }
+            Self::remove_closed(state, conn);
         }
         if has_events {
             inner.mark_ready(conn);
+        }
+    }
+
+    /// [`settle`](Self::settle)'s listener accounting, for a connection still counted
+    /// against its listener (out of line: an established connection never is, and
+    /// `settle` runs twice a request).
+    #[cold]
+    #[inline(never)]
+    fn update_accounting(
+        state: &mut LayerState,
+        conn: &Rc<ConnRecord>,
+        tcb_state: State,
+        has_handler: bool,
+    ) {
+        let Some(listener) = conn.listener.and_then(|key| state.listeners.get_mut(&key)) else {
+            return;
+        };
+        let mut accounting = conn.accounting.get();
+        if accounting == Accounting::HalfOpen && tcb_state != State::SynReceived {
+            listener.half_open = listener.half_open.saturating_sub(1);
+            accounting = if tcb_state.is_synchronized() && !has_handler {
+                listener.waiting += 1;
+                Accounting::Waiting
+            } else {
+                Accounting::None
+            };
+        }
+        if accounting == Accounting::Waiting && (has_handler || tcb_state == State::Closed) {
+            listener.waiting = listener.waiting.saturating_sub(1);
+            accounting = Accounting::None;
+        }
+        conn.accounting.set(accounting);
+    }
+
+    /// [`settle`](Self::settle) of a connection that reached CLOSED: it leaves the
+    /// deadline wheel and the table.
+    #[cold]
+    #[inline(never)]
+    fn remove_closed(state: &mut LayerState, conn: &Rc<ConnRecord>) {
+        state.deadlines.forget(conn);
+        if state
+            .conns
+            .get(&conn.tuple)
+            .is_some_and(|c| Rc::ptr_eq(c, conn))
+        {
+            state.conns.remove(&conn.tuple);
         }
     }
 
