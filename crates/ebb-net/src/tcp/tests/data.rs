@@ -482,6 +482,33 @@ fn try_send_takes_the_window_and_send_queues_the_rest() {
 }
 
 #[test]
+fn send_from_queues_the_callers_chain_in_order_and_leaves_it_empty() {
+    let mut h = Harness::quick_acks();
+    let iss = accept_small_window(&mut h);
+    let conn = h.conn();
+    // A chain of two segments, sent from where the caller keeps it, then refilled.
+    let mut out = IOBufChain::new();
+    out.push_back(IOBuf::copy_from_slice(&DATA[..300]));
+    out.push_back(IOBuf::copy_from_slice(&DATA[300..500]));
+    conn.send_from(&mut out).expect("open");
+    assert!(out.is_empty(), "its buffers went to the send queue");
+    out.push_back(IOBuf::copy_from_slice(&DATA[500..900]));
+    conn.send_from(&mut out).expect("open");
+    assert!(out.is_empty());
+    assert_eq!(conn.queued_bytes(), 900);
+    h.poll();
+    let segments = h.take();
+    let sent: Vec<u8> = segments.iter().flat_map(|s| s.payload.to_vec()).collect();
+    assert_eq!(sent, DATA[..900], "in order, nothing lost");
+    check(&segments[0], Control::None, iss + 1, Some(PEER_ISS + 1), 536);
+    // After `close`, refused like `send` — and the chain is emptied all the same.
+    conn.close();
+    out.push_back(IOBuf::copy_from_slice(b"late"));
+    assert_eq!(conn.send_from(&mut out), Err(SendError::Closed));
+    assert!(out.is_empty());
+}
+
+#[test]
 fn fast_retransmit_and_newreno_partial_acks() {
     let mut h = Harness::quick_acks();
     let iss = h.accept_connection();
