@@ -500,7 +500,13 @@ fn send_from_queues_the_callers_chain_in_order_and_leaves_it_empty() {
     let segments = h.take();
     let sent: Vec<u8> = segments.iter().flat_map(|s| s.payload.to_vec()).collect();
     assert_eq!(sent, DATA[..900], "in order, nothing lost");
-    check(&segments[0], Control::None, iss + 1, Some(PEER_ISS + 1), 536);
+    check(
+        &segments[0],
+        Control::None,
+        iss + 1,
+        Some(PEER_ISS + 1),
+        536,
+    );
     // After `close`, refused like `send` — and the chain is emptied all the same.
     conn.close();
     out.push_back(IOBuf::copy_from_slice(b"late"));
