@@ -65,6 +65,8 @@
 #   SYSCALLS        1: count system calls per request natively with perf stat (if usable)
 #   SYSCALL_WINDOW  its closed-loop window
 #   OUT_DIR         dumps, logs, per-function lists and summary.md
+#   DUMP_INSTR      yes: the dumps hold a cost per instruction address too (callgrind's
+#                   --dump-instr), to tell moves, calls and checks apart with objdump
 # shellcheck disable=SC2030,SC2031 # each server's environment is its own subshell's
 set -euo pipefail
 
@@ -253,7 +255,7 @@ for ((run = 1; run <= RUNS; run++)); do
   for name in "${order[@]}"; do
     RUN_ID="$run-$name"
     out=$OUT_DIR/cg.$name.$run
-    serve "$name" valgrind --tool=callgrind --dump-instr=${DUMP_INSTR:-no} --callgrind-out-file="$out"
+    serve "$name" valgrind --tool=callgrind "--dump-instr=${DUMP_INSTR:-no}" --callgrind-out-file="$out"
     preload
     DUMP=0
     for conns in $CONNS; do
