@@ -78,6 +78,14 @@ pub(crate) struct Forwarder {
     /// The `now` of the last pump that read the epoll descriptor: one read per round of
     /// the I/O thread, which may pump more than once with the same `now`.
     events_read_at: Option<Instant>,
+    /// The epoll descriptor reported the rest's (passt's) socket readable since
+    /// `UserNet` last passed that on (see `HostLink::read_on_readiness`).
+    pub(crate) rest_readable: bool,
+    /// Read the epoll descriptor only after `events_reported` (the device thread saw it
+    /// readable: `HostLink::read_on_readiness`), not once every round.
+    pub(crate) collect_on_readiness: bool,
+    /// The epoll descriptor was reported readable since it was last read (starts true).
+    pub(crate) events_reported: bool,
     /// Kept between pumps for their allocations (the steady state allocates nothing
     /// here).
     events: Vec<epoll::Event>,
@@ -162,6 +170,9 @@ impl Forwarder {
             counters: UserNetCounters::default(),
             next_at: Some(Instant::ZERO),
             events_read_at: None,
+            rest_readable: false,
+            collect_on_readiness: false,
+            events_reported: true,
             events: Vec::with_capacity(64),
             work: Vec::new(),
             again: Vec::new(),
@@ -233,7 +244,9 @@ impl Forwarder {
                 let token = event.data.u64();
                 let flags = event.flags;
                 if token == REST_TOKEN {
-                    continue; // the rest's frames are read every round anyway
+                    // Handed to the rest by `UserNet`, which reads its socket then only.
+                    self.rest_readable = true;
+                    continue;
                 }
                 if token < SPLICE_BASE {
                     if let Some(l) = self.listeners.get_mut(token as usize) {
@@ -426,8 +439,14 @@ impl Forwarder {
     /// One round: host events, accepts, the endpoint stack and the splices, until
     /// neither has work for the other (at most [`ROUNDS`]). Sets [`next_at`](Self::next_at).
     pub(crate) fn pump(&mut self, now: Instant) {
-        if self.events_read_at != Some(now) {
+        let collect = if self.collect_on_readiness {
+            std::mem::take(&mut self.events_reported)
+        } else {
+            self.events_read_at != Some(now)
+        };
+        if collect {
             self.events_read_at = Some(now);
+            self.counters.event_reads += 1;
             self.collect_events();
         }
         self.accept();

@@ -233,6 +233,10 @@ pub struct UserNetCounters {
     pub guest_malformed: u64,
     /// Frames from the guest for the rest when there is none: dropped.
     pub guest_unrouted: u64,
+    /// Reads of the forwarder's epoll descriptor (host sockets' and passt's events): one
+    /// a round, or only after the device thread saw it readable
+    /// (`HostLink::read_on_readiness`).
+    pub event_reads: u64,
 }
 
 /// The forwarder as a host link: see the crate docs.
@@ -251,6 +255,18 @@ struct Inner {
     counters: DeviceCounters,
 }
 
+impl Inner {
+    /// Tells the rest that its socket was reported readable, if the forwarder's epoll
+    /// said so since the last call.
+    fn pass_rest_readiness(&mut self) {
+        if std::mem::take(&mut self.fwd.rest_readable)
+            && let Some(rest) = self.rest.as_mut()
+        {
+            rest.readable();
+        }
+    }
+}
+
 impl UserNet {
     /// Listens on every forward's host port and builds the endpoint; `rest` (passt,
     /// without `-t` for these ports) gets every frame that is not the endpoint's.
@@ -259,8 +275,12 @@ impl UserNet {
         rest: Option<Box<dyn HostLink>>,
     ) -> Result<UserNet, UserNetError> {
         let fwd = Forwarder::new(config)?;
-        if let Some(rest) = &rest {
+        let mut rest = rest;
+        if let Some(rest) = &mut rest {
             fwd.watch_rest(rest.fd())?;
+            // The forwarder's epoll holds the rest's socket and is read every round:
+            // the rest reads its socket when that reports input, not blindly each round.
+            rest.read_on_readiness();
         }
         Ok(UserNet {
             inner: Movable::new(Inner {
@@ -335,6 +355,7 @@ impl NetDevice for UserNet {
     fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         let inner = self.inner.get_mut();
         inner.fwd.pump(now);
+        inner.pass_rest_readiness();
         inner.rest_first = !inner.rest_first;
         let mut taken = 0;
         for rest_turn in [inner.rest_first, !inner.rest_first] {
@@ -425,9 +446,22 @@ impl HostLink for UserNet {
     }
 
     fn drain(&mut self) {
-        if let Some(rest) = self.inner.get_mut().rest.as_mut() {
+        let inner = self.inner.get_mut();
+        inner.pass_rest_readiness();
+        if let Some(rest) = inner.rest.as_mut() {
             rest.drain();
         }
+    }
+
+    /// The forwarder's epoll descriptor is read when the device thread saw it readable,
+    /// not every round (its host sockets and passt's socket are all behind it).
+    fn read_on_readiness(&mut self) -> bool {
+        self.inner.get_mut().fwd.collect_on_readiness = true;
+        true
+    }
+
+    fn readable(&mut self) {
+        self.inner.get_mut().fwd.events_reported = true;
     }
 
     fn has_pending_output(&self) -> bool {

@@ -55,6 +55,21 @@ pub trait HostLink: NetDevice + Send {
         None
     }
 
+    /// Asks the backend to read its descriptor only after [`readable`](Self::readable)
+    /// says new input came, instead of every round; returns whether it will. For a
+    /// backend whose descriptor sits in an edge-triggered epoll that its owner reads
+    /// every round anyway (the user-mode network's, which holds passt's socket): each
+    /// round's blind read was a system call that nearly always found nothing. Default:
+    /// no, the backend reads every round (the device's own I/O thread, while it polls,
+    /// reads no epoll that could tell it).
+    fn read_on_readiness(&mut self) -> bool {
+        false
+    }
+
+    /// The descriptor became readable since the backend last found it empty (see
+    /// [`read_on_readiness`](Self::read_on_readiness)). Default: nothing.
+    fn readable(&mut self) {}
+
     /// Turns large receive on or off: whether the backend may hand over TCPv4 frames
     /// of up to an Ethernet header and 65,535 bytes, each behind a virtio-net header
     /// with a `GSO_TCPV4` request, instead of MTU-sized ones. The device turns it on
@@ -174,6 +189,12 @@ impl<B: HostLink> HostLink for FaultInjector<B> {
     fn fault_stats(&self) -> Option<ebb_net_driver::FaultStats> {
         Some(self.stats())
     }
+    fn read_on_readiness(&mut self) -> bool {
+        self.inner_mut().read_on_readiness()
+    }
+    fn readable(&mut self) {
+        self.inner_mut().readable()
+    }
     // `set_large_receive`: the default (never on) — frames pass the injector through the
     // copying calls, which carry no GSO request.
 }
@@ -199,6 +220,12 @@ impl<B: HostLink + ?Sized> HostLink for Box<B> {
     }
     fn set_large_receive(&mut self, on: bool) -> std::io::Result<()> {
         (**self).set_large_receive(on)
+    }
+    fn read_on_readiness(&mut self) -> bool {
+        (**self).read_on_readiness()
+    }
+    fn readable(&mut self) {
+        (**self).readable()
     }
 }
 
@@ -317,6 +344,12 @@ pub struct Passt {
     read_chunk: Box<[u8]>,
     write_buf: Vec<u8>,
     counters: DeviceCounters,
+    /// Read the socket only while [`socket_may_have_input`](Self::socket_may_have_input)
+    /// ([`HostLink::read_on_readiness`]); otherwise every round.
+    on_readiness: bool,
+    /// The socket was reported readable and not yet read empty (starts true: whatever
+    /// passt wrote before the watch was set up is read once).
+    socket_may_have_input: bool,
 }
 
 /// The frame that tells passt the guest's MAC address: a minimum Ethernet frame...
@@ -442,17 +475,31 @@ impl Passt {
             read_chunk: vec![0; PASST_READ_CHUNK].into_boxed_slice(),
             write_buf: Vec::with_capacity(PASST_WRITE_LIMIT),
             counters: DeviceCounters::default(),
+            on_readiness: false,
+            socket_may_have_input: true,
         })
     }
 
-    /// Reads everything passt has written (up to [`PASST_READ_LIMIT`] held).
+    /// Reads everything passt has written (up to [`PASST_READ_LIMIT`] held). Reading
+    /// on readiness, the socket counts as empty once a read finds nothing (or passt
+    /// closed it); stopped by the limit, it may still hold input, and is read again.
     fn read_socket(&mut self) {
+        if self.on_readiness && !self.socket_may_have_input {
+            return;
+        }
         while self.read_buf.len() < PASST_READ_LIMIT {
             match self.sock.read(&mut self.read_chunk) {
-                Ok(0) => break,
+                Ok(0) => {
+                    self.socket_may_have_input = false;
+                    break;
+                }
                 Ok(n) => self.read_buf.extend_from_slice(&self.read_chunk[..n]),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => break,
+                Err(_) => {
+                    // WouldBlock, or an error that the next edge, if any, retries.
+                    self.socket_may_have_input = false;
+                    break;
+                }
             }
         }
     }
@@ -547,5 +594,12 @@ impl HostLink for Passt {
     }
     fn has_pending_output(&self) -> bool {
         !self.write_buf.is_empty()
+    }
+    fn read_on_readiness(&mut self) -> bool {
+        self.on_readiness = true;
+        true
+    }
+    fn readable(&mut self) {
+        self.socket_may_have_input = true;
     }
 }
