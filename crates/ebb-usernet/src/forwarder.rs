@@ -222,7 +222,8 @@ impl Forwarder {
 
     /// Takes every event the epoll descriptor holds (so the edge-triggered watch on it
     /// fires again for the next), marking sockets ready.
-    fn collect_events(&mut self) {
+    fn collect_events(&mut self) -> usize {
+        let mut found = 0;
         let mut events = std::mem::take(&mut self.events);
         events.reserve(64);
         loop {
@@ -240,6 +241,7 @@ impl Forwarder {
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(_) => 0,
             };
+            found += n;
             for event in &events {
                 let token = event.data.u64();
                 let flags = event.flags;
@@ -275,6 +277,7 @@ impl Forwarder {
             }
         }
         self.events = events;
+        found
     }
 
     /// Accepts what the ready listeners hold, up to the connection limit, and opens a
@@ -447,7 +450,18 @@ impl Forwarder {
         if collect {
             self.events_read_at = Some(now);
             self.counters.event_reads += 1;
-            self.collect_events();
+            let found = self.collect_events();
+            if found == 0 {
+                self.counters.event_reads_empty += 1;
+            }
+            // While reads find events (a busy host side), read again next round without
+            // waiting for a report: the device thread, busy too, reads its own epoll only
+            // when it runs out of work, and host input would wait for that (measured:
+            // 0.5x memcached's closed-loop throughput where reading every round gave
+            // 0.6x). A read that finds nothing stops it until the next report.
+            if self.collect_on_readiness {
+                self.events_reported = found > 0;
+            }
         }
         self.accept();
         let mut work = std::mem::take(&mut self.work);

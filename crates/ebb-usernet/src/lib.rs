@@ -234,9 +234,11 @@ pub struct UserNetCounters {
     /// Frames from the guest for the rest when there is none: dropped.
     pub guest_unrouted: u64,
     /// Reads of the forwarder's epoll descriptor (host sockets' and passt's events): one
-    /// a round, or only after the device thread saw it readable
-    /// (`HostLink::read_on_readiness`).
+    /// a round, or, on readiness (`HostLink::read_on_readiness`), after the device
+    /// thread saw it readable and after a read that found events.
     pub event_reads: u64,
+    /// Those of them that found no event.
+    pub event_reads_empty: u64,
 }
 
 /// The forwarder as a host link: see the crate docs.
