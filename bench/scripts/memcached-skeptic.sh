@@ -24,6 +24,8 @@
 #   main-default  the README's command as it is, without `-t 1`: as many vCPUs as the
 #               host has CPUs (run it with SERVER_CPU=0,1 to leave it unpinned, as a user
 #               would)
+#   main-niceN  `main` with its vCPU at nice N below the device thread on their shared CPU
+#               (EBB_VMM_VCPU_NICE=N; the default is ebb_vmm::VCPU_NICE_ON_SHARED_CPUS)
 # Every server runs pinned to SERVER_CPU (1), the whole process (for ebb-vmm: the vCPU,
 # the device thread and the main thread); every client runs pinned to CLIENT_CPU (0).
 #
@@ -127,9 +129,9 @@ read -r -a want_clients <<<"$CLIENTS"
 veth_wanted=0
 for s in "${want_servers[@]}"; do
   case $s in
-    memcached | ebb | ebb-poll[0-9]* | main | main-passt | main-default) ;;
+    memcached | ebb | ebb-poll[0-9]* | main | main-passt | main-default | main-nice[0-9]*) ;;
     ebb-xdp | native-xdp | native-tap) veth_wanted=1 ;;
-    *) die "unknown server $s (memcached ebb ebb-pollN ebb-xdp native-xdp native-tap main main-passt main-default)" ;;
+    *) die "unknown server $s (memcached ebb ebb-pollN ebb-xdp native-xdp native-tap main main-passt main-default main-niceN)" ;;
   esac
 done
 [[ " $SERVERS " == *" memcached "* ]] || die "SERVERS must include memcached (the baseline)"
@@ -184,7 +186,7 @@ unavailable() {
         echo "apps/memcached has no --xdp option yet (the AF_XDP device is being built)"
       fi
       ;;
-    main | main-passt | main-default)
+    main | main-passt | main-default | main-nice*)
       [[ -w /dev/kvm ]] || { echo "needs /dev/kvm (the main job would run hosted)"; return; }
       command -v passt >/dev/null || echo "passt is not installed"
       ;;
@@ -315,12 +317,13 @@ serve() {
       taskset -c "$SERVER_CPU" "$vmm" "$image" --cpus 1 --mem 1536M --net "tap=$tap" -- \
         -p "$PORT" "${args[@]}" >"$log" 2>&1 &
       ;;
-    main | main-passt | main-default)
-      local net=() cores=(-t 1)
+    main | main-passt | main-default | main-nice*)
+      local net=() cores=(-t 1) nice=()
       [[ $name == main-passt ]] && net=(--net passt)
       [[ $name == main-default ]] && cores=()
-      taskset -c "$SERVER_CPU" "$ebb_cli" run --mem 1536M "${net[@]}" -p "127.0.0.1:$PORT:11211" \
-        memcached -- "${cores[@]}" "${args[@]}" >"$log" 2>&1 &
+      [[ $name == main-nice* ]] && nice=("EBB_VMM_VCPU_NICE=${name#main-nice}")
+      env "${nice[@]}" taskset -c "$SERVER_CPU" "$ebb_cli" run --mem 1536M "${net[@]}" \
+        -p "127.0.0.1:$PORT:11211" memcached -- "${cores[@]}" "${args[@]}" >"$log" 2>&1 &
       ;;
   esac
   SERVER_PID=$!

@@ -76,5 +76,7 @@ pub mod window;
 
 pub use ebb_boot::layout;
 pub use report::Outcome;
-pub use vm::{Remains, VCPU_NICE_ON_SHARED_CPUS, Vm, VmConfig, VmError, VmStopper, kvm_usable};
+pub use vm::{
+    Remains, VCPU_NICE_ENV, VCPU_NICE_ON_SHARED_CPUS, Vm, VmConfig, VmError, VmStopper, kvm_usable,
+};
 pub use window::SharedWindow;

@@ -953,7 +953,7 @@ fn thread<'a>(threads: &'a [HostThread], name: &str, output: &str) -> &'a HostTh
 }
 
 /// The idle I/O thread sleeps, and where it shares the only CPU with the vCPU, the vCPU
-/// runs below it (nice 10) so that the device thread preempts a polling guest.
+/// runs below it (nice 19) so that the device thread preempts a polling guest.
 ///
 /// Confined to one CPU (`taskset -c 0`) and on all of them: echo 64-byte requests, then
 /// leave the VM idle for a second and read the threads' CPU time. The I/O thread used

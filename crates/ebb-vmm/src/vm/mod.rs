@@ -29,7 +29,9 @@ mod threads;
 
 pub use network::{ExternalLink, HostLinkConfig, HostLinkFactory, VmNetwork, net_summary};
 use threads::VcpuThread;
-pub use threads::{DRAIN_INTERVAL, Remains, STOP_GRACE, VCPU_NICE_ON_SHARED_CPUS, VmStopper};
+pub use threads::{
+    DRAIN_INTERVAL, Remains, STOP_GRACE, VCPU_NICE_ENV, VCPU_NICE_ON_SHARED_CPUS, VmStopper,
+};
 
 use crate::image::ImageError;
 use crate::layout::LayoutError;

@@ -57,12 +57,29 @@ extern "C" fn on_stats_signal(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut l
 
 /// The nice value a vCPU thread takes when it shares its host CPU with the device
 /// thread (`cpus_shared`). The guest then polls while idle ([`BOOT_FLAG_SHARED_CPUS`](ebb_abi::BOOT_FLAG_SHARED_CPUS)),
-/// and the device thread, at the default 0, preempts it the moment a kick or a frame
-/// wakes it, instead of waiting for the polling vCPU's time slice to end (p99 of a
-/// 64-byte ping-pong 2 ms at nice 0, 77 µs at 10, 74 µs at 19; docs/10). Lowering one's
-/// own priority needs no privilege. 10, not 19: a vCPU that competes with other busy
-/// host work still gets about a tenth of the CPU rather than a seventieth.
-pub const VCPU_NICE_ON_SHARED_CPUS: i32 = 10;
+/// and the device thread, at the default 0, must preempt it the moment a kick or a frame
+/// wakes it rather than wait for the polling vCPU's time slice to end: p99 of a 64-byte
+/// ping-pong 2 ms at nice 0, 77 µs at 10, 74 µs at 19 (docs/10); under memcached at a
+/// paced 8k requests/s over 32 connections, where the device thread is busy 40% of the
+/// time, 1.0 ms at nice 10 and 0.3–0.4 ms at 19, with a closed loop as fast or faster
+/// (docs/benchmarks.md, "Fifth sitting"). The price: a vCPU that competes with other
+/// busy host work on its CPU gets about 1/70 of it instead of 1/10 (`SCHED_IDLE`, the
+/// same tail, would get 1/340 and make the CPU look idle to the scheduler's placement
+/// of other tasks). Lowering one's own priority needs no privilege. [`VCPU_NICE_ENV`]
+/// overrides it.
+pub const VCPU_NICE_ON_SHARED_CPUS: i32 = 19;
+
+/// Environment variable overriding [`VCPU_NICE_ON_SHARED_CPUS`] (0 to 19).
+pub const VCPU_NICE_ENV: &str = "EBB_VMM_VCPU_NICE";
+
+/// [`VCPU_NICE_ON_SHARED_CPUS`], or [`VCPU_NICE_ENV`]'s value if it is one from 0 to 19.
+fn vcpu_nice_on_shared_cpus() -> i32 {
+    std::env::var(VCPU_NICE_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| (0..=19).contains(n))
+        .unwrap_or(VCPU_NICE_ON_SHARED_CPUS)
+}
 
 /// What a vCPU thread needs to run its vCPU.
 struct VcpuStart {
@@ -125,10 +142,9 @@ pub(super) fn spawn_vcpu_threads(
                 drop(std::hint::black_box(Box::new(0u64)));
                 if let Ok(start) = start_rx.recv() {
                     if start.below_device {
+                        let nice = vcpu_nice_on_shared_cpus();
                         // The calling thread only (Linux: PRIO_PROCESS with 0 is the thread).
-                        if let Err(e) =
-                            rustix::process::setpriority_process(None, VCPU_NICE_ON_SHARED_CPUS)
-                        {
+                        if let Err(e) = rustix::process::setpriority_process(None, nice) {
                             log::warn!("vcpu{core}: cannot lower its priority: {e}");
                         }
                     }
