@@ -565,7 +565,7 @@ impl IoThread {
             }
         };
         let add = |set: &std::os::fd::OwnedFd, fd: std::os::fd::BorrowedFd<'_>, token, flags| {
-            let _ = epoll::add(set, fd, epoll::EventData::new_u64(token), flags);
+            epoll::add(set, fd, epoll::EventData::new_u64(token), flags).is_ok()
         };
         // The eventfds are read empty after each wake (level-triggered is right). A
         // backend is edge-triggered: frames left in it because the guest's backlog is
@@ -588,14 +588,20 @@ impl IoThread {
                 );
             }
         }
-        for backend in &self.backends {
-            add(
-                &epoll,
-                backend.fd(),
-                BACKEND_TOKEN,
-                epoll::EventFlags::IN | epoll::EventFlags::ET,
-            );
-        }
+        // Whether each backend's descriptor is watched: only such a backend may wait for
+        // reports before reading (below).
+        let watched: Vec<bool> = self
+            .backends
+            .iter()
+            .map(|backend| {
+                add(
+                    &epoll,
+                    backend.fd(),
+                    BACKEND_TOKEN,
+                    epoll::EventFlags::IN | epoll::EventFlags::ET,
+                )
+            })
+            .collect();
         let shared = self.shared.clone();
         let mem = &shared.mem;
         let mut engine = Engine::new();
@@ -613,8 +619,10 @@ impl IoThread {
         // Polling, it reads no epoll, and every backend reads every round.
         let on_readiness = idle_poll.is_zero();
         if on_readiness {
-            for backend in &mut self.backends {
-                backend.read_on_readiness();
+            for (backend, watched) in self.backends.iter_mut().zip(&watched) {
+                if *watched {
+                    backend.read_on_readiness();
+                }
             }
         }
         let mut backend_reported = true;
