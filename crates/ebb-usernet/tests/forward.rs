@@ -31,14 +31,20 @@ const ECHO_PORT: u16 = 7;
 const CLOSED_PORT: u16 = 9;
 /// A guest server that takes 64 KiB and then never reads again.
 const STALL_PORT: u16 = 11;
+/// A guest server with the same handler and a budget no test reaches: its receive window
+/// stays open, so whatever stops the data is the guest taking no frames.
+const OPEN_STALL_PORT: u16 = 13;
 
-/// Reads `budget` bytes, then closes its receive window for good.
+/// Reads `budget` bytes, then closes its receive window for good; counts what it read in
+/// `received`.
 struct Stall {
     budget: usize,
+    received: Rc<std::cell::Cell<usize>>,
 }
 
 impl TcpHandler for Stall {
     fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
+        self.received.set(self.received.get() + data.len());
         self.budget = self.budget.saturating_sub(data.len());
         if self.budget == 0 {
             conn.set_receive_window_open(false);
@@ -106,6 +112,9 @@ struct Rig {
     closes: Rc<RefCell<Vec<CloseReason>>>,
     /// Largest `buffered_bytes` seen.
     max_buffered: usize,
+    /// Connections the guest accepted on [`OPEN_STALL_PORT`], and the bytes they read.
+    stall_accepted: Rc<std::cell::Cell<usize>>,
+    open_stall_received: Rc<std::cell::Cell<usize>>,
     /// The forwarder reads its epoll descriptor only when told (as on a device thread
     /// that sleeps between rounds): `run_until` tells it after each wake that found it
     /// readable, and counts how often in `reported`.
@@ -136,6 +145,11 @@ impl Rig {
                 host_port: 0,
                 guest_port: STALL_PORT,
             },
+            PortForward {
+                host_addr: Ipv4Addr::LOCALHOST,
+                host_port: 0,
+                guest_port: OPEN_STALL_PORT,
+            },
         ];
         let usernet = UserNet::new(&UserNetConfig::new(forwards), None).expect("usernet");
         let (guest_end, wire) = Link::new().with_capacity(4096).connect();
@@ -150,6 +164,10 @@ impl Rig {
         let guest = Stack::new(guest_end, iface, TcpLayer::new(TcpConfig::default()));
         let closes = Rc::new(RefCell::new(Vec::new()));
         let on_accept = closes.clone();
+        let stall_accepted = Rc::new(std::cell::Cell::new(0));
+        let on_stall = stall_accepted.clone();
+        let open_stall_received = Rc::new(std::cell::Cell::new(0));
+        let open_received = open_stall_received.clone();
         guest
             .tcp()
             .listen(SocketAddrV4::new(GUEST_ADDR, ECHO_PORT), 256, move |conn| {
@@ -162,9 +180,28 @@ impl Rig {
             .unwrap();
         guest
             .tcp()
-            .listen(SocketAddrV4::new(GUEST_ADDR, STALL_PORT), 16, |conn| {
-                conn.set_handler(Stall { budget: 64 * 1024 })
+            // A backlog for every client of the tests at once: a SYN the guest drops
+            // waits a whole RTO for its retransmission.
+            .listen(SocketAddrV4::new(GUEST_ADDR, STALL_PORT), 256, |conn| {
+                conn.set_handler(Stall {
+                    budget: 64 * 1024,
+                    received: Rc::default(),
+                })
             })
+            .unwrap();
+        guest
+            .tcp()
+            .listen(
+                SocketAddrV4::new(GUEST_ADDR, OPEN_STALL_PORT),
+                256,
+                move |conn| {
+                    on_stall.set(on_stall.get() + 1);
+                    conn.set_handler(Stall {
+                        budget: 1 << 30,
+                        received: open_received.clone(),
+                    })
+                },
+            )
             .unwrap();
         Rig {
             usernet,
@@ -173,6 +210,8 @@ impl Rig {
             started: std::time::Instant::now(),
             closes,
             max_buffered: 0,
+            stall_accepted,
+            open_stall_received,
             on_readiness: false,
             reported: 0,
         }
@@ -701,10 +740,12 @@ fn a_guest_that_takes_no_frames_does_not_make_the_forwarder_spin() {
     // thread spun on the CPU the guest needed to free the queue (a flood of requests made
     // the main job serve half as many).
     let mut rig = Rig::new();
-    // The guest reads 64 KiB per connection, its window open until then: enough
-    // connections' windows to fill the queue toward the guest.
+    // The guest's windows stay open: enough connections' data in flight to fill the
+    // queue toward the guest. (With a 64 KiB budget per connection, those that had
+    // taken it before the guest stopped sent nothing more, and on a loaded machine the
+    // queue sometimes never filled.)
     const CLIENTS: usize = 64;
-    let addr = rig.addr(2);
+    let addr = rig.addr(3);
     for _ in 0..CLIENTS {
         thread::spawn(move || {
             let mut s = TcpStream::connect(addr).unwrap();
@@ -713,10 +754,14 @@ fn a_guest_that_takes_no_frames_does_not_make_the_forwarder_spin() {
         });
     }
     rig.run_until(|r| r.usernet.active_connections() == CLIENTS);
-    // The handshakes through the guest.
-    for _ in 0..20 {
-        rig.step();
-    }
+    // The handshakes through the guest, every one, and data enough that the endpoint's
+    // congestion windows have grown past their initial ten segments: once the guest stops,
+    // no ACK comes, and what each connection may still send is its window (with a fixed
+    // number of rounds, some connections had not started on a loaded machine, and their
+    // first retransmission timeout shrank their windows before the queue was full).
+    rig.run_until(|r| {
+        r.stall_accepted.get() == CLIENTS && r.open_stall_received.get() >= CLIENTS * 64 * 1024
+    });
     let (mut full_rounds, mut due_rounds, mut most) = (0, 0, 0);
     // Two seconds of rounds; on a loaded machine (64 client threads want the CPUs too)
     // the queue may take longer to fill, so up to ten while it has not.
