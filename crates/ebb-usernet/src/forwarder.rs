@@ -21,7 +21,7 @@ use ebb_net::tcp::{TcpConfig, TcpConn, TcpLayer};
 use ebb_net::wire::EthernetAddress;
 use rustix::event::epoll;
 
-use crate::port::{EndpointPort, TO_GUEST_LIMIT};
+use crate::port::EndpointPort;
 use crate::splice::{GuestSide, Next, ReadBuffer, Splice, SpliceHandler};
 use crate::{UserNetConfig, UserNetCounters, UserNetError};
 
@@ -497,7 +497,7 @@ impl Forwarder {
         // (measured under overload: 100,000 empty rounds a second, the guest starved,
         // throughput collapsed). What frees the queue is the guest re-posting receive
         // buffers, a kick the device asks for; the timer stays only as a safety net.
-        let held_by_guest = self.stack.device().to_guest.len() >= TO_GUEST_LIMIT;
+        let held_by_guest = self.stack.device().to_guest_full();
         self.next_at = if busy {
             Some(now)
         } else if held_by_guest {

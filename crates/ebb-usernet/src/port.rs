@@ -5,28 +5,63 @@
 //! stack's TCP stops on its transmit back-pressure until the guest took some: nothing is
 //! lost. From the guest, a full queue drops (and counts) what does not fit, as a NIC
 //! drops when its host falls behind; the guest's TCP sends it again.
+//!
+//! The port offers the endpoint's stack what the virtio device offers the guest: partial
+//! TCP and UDP checksums on transmit, and TCP frames up to a whole IPv4 packet (TSO),
+//! both handed to the guest as they are — two stacks in one address space have no wire
+//! to protect with a checksum, and no reason to cut a stream into MTU-sized pieces only
+//! to reassemble it. A frame's checksum state travels with it both ways; one marked
+//! `Partial` or `Verified` by the guest is trusted, as Linux trusts a local sender's.
+//! `UserNet` completes and cuts frames in software for a guest that did not take the
+//! offloads (see the crate docs, "Offloads").
 
 use std::collections::VecDeque;
 
 use ebb_core::{IOBuf, IOBufChain, Instant};
-use ebb_net_driver::{DeviceCapabilities, DeviceCounters, DropReason, NetDevice, RxFrame, TxFrame};
+use ebb_net_driver::{
+    ChecksumOffload, DeviceCapabilities, DeviceCounters, DropReason, NetDevice, RxFrame, TxFrame,
+};
 
 /// Frames from the guest the endpoint has not processed yet, at most.
 pub(crate) const FROM_GUEST_LIMIT: usize = 1024;
 /// Frames for the guest not yet taken by the virtio device, at most.
-pub(crate) const TO_GUEST_LIMIT: usize = 512;
+const TO_GUEST_LIMIT: usize = 512;
+/// Bytes of those frames, at most: sixteen whole TSO frames, about what 512 MTU-sized
+/// ones hold.
+const TO_GUEST_BYTES: usize = 1 << 20;
 /// Frames per `receive`/`transmit` call.
 const BURST: usize = 64;
+/// The largest IPv4 packet the endpoint sends in one frame (its 16-bit total length).
+pub(crate) const TSO_MAX_LEN: usize = 65_535;
 
 /// See the module docs.
 #[derive(Debug, Default)]
 pub(crate) struct EndpointPort {
     pub(crate) from_guest: VecDeque<RxFrame>,
-    pub(crate) to_guest: VecDeque<IOBuf>,
+    to_guest: VecDeque<RxFrame>,
+    /// Bytes in `to_guest`.
+    to_guest_bytes: usize,
     counters: DeviceCounters,
 }
 
 impl EndpointPort {
+    /// Whether the queue toward the guest takes no more frames (its TCP waits).
+    pub(crate) fn to_guest_full(&self) -> bool {
+        self.to_guest.len() >= TO_GUEST_LIMIT || self.to_guest_bytes >= TO_GUEST_BYTES
+    }
+
+    /// Frames queued for the guest.
+    pub(crate) fn to_guest_len(&self) -> usize {
+        self.to_guest.len()
+    }
+
+    /// The next frame for the guest.
+    pub(crate) fn pop_to_guest(&mut self) -> Option<RxFrame> {
+        let frame = self.to_guest.pop_front()?;
+        self.to_guest_bytes -= frame.buf.len();
+        Some(frame)
+    }
+
     /// Counts a frame from the guest dropped for want of memory to copy it (as a full
     /// queue's: a NIC with no buffer for it).
     pub(crate) fn drop_from_guest(&mut self) {
@@ -35,12 +70,12 @@ impl EndpointPort {
 
     /// Queues a frame the guest sent to the endpoint; `false`: the queue was full and the
     /// frame is dropped (counted).
-    pub(crate) fn push_from_guest(&mut self, frame: IOBuf) -> bool {
+    pub(crate) fn push_from_guest(&mut self, frame: RxFrame) -> bool {
         if self.from_guest.len() >= FROM_GUEST_LIMIT {
             self.counters.rx_dropped.record(DropReason::QueueFull);
             return false;
         }
-        self.from_guest.push_back(RxFrame::new(frame));
+        self.from_guest.push_back(frame);
         true
     }
 }
@@ -49,6 +84,15 @@ impl NetDevice for EndpointPort {
     fn capabilities(&self) -> DeviceCapabilities {
         let mut caps = DeviceCapabilities::ETHERNET;
         caps.max_burst = BURST;
+        // See the module docs: partial transport checksums, whole IPv4 packets; a
+        // frame's own state says what to verify on receive.
+        let partial = ChecksumOffload {
+            tx_partial: true,
+            ..ChecksumOffload::NONE
+        };
+        caps.checksum.tcp = partial;
+        caps.checksum.udp = partial;
+        caps.tso_max_len = TSO_MAX_LEN;
         caps
     }
 
@@ -63,23 +107,25 @@ impl NetDevice for EndpointPort {
 
     fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         let mut taken = 0;
-        while self.to_guest.len() < TO_GUEST_LIMIT {
+        while !self.to_guest_full() {
             let Some(frame) = frames.pop_front() else {
                 break;
             };
-            // No offload is offered: checksums are complete already; one contiguous
-            // buffer for the virtio device's scatter.
-            let buf = match contiguous(frame.into_complete()) {
+            // One contiguous buffer for the virtio device's scatter; the checksum state
+            // goes with it (see the module docs).
+            let checksum = frame.checksum;
+            let buf = match contiguous(frame.chain) {
                 Ok(buf) => buf,
                 Err(chain) => {
                     // No memory for the copy now: the frame waits in the stack's queue
                     // (back-pressure, as a full queue toward the guest), nothing lost.
-                    frames.push_front(TxFrame::new(chain));
+                    frames.push_front(TxFrame { chain, checksum });
                     break;
                 }
             };
             self.counters.record_tx(buf.len());
-            self.to_guest.push_back(buf);
+            self.to_guest_bytes += buf.len();
+            self.to_guest.push_back(RxFrame { buf, checksum });
             taken += 1;
         }
         taken

@@ -229,6 +229,10 @@ impl HostLinkFactory for NodeLink {
         *self.listening.lock().unwrap_or_else(|e| e.into_inner()) = net.listening();
         Ok(Box::new(net))
     }
+
+    fn offload(&self) -> ebb_vmm::virtio::Offload {
+        ebb_usernet::OFFLOAD
+    }
 }
 
 /// What the node's thread hands `allocate` once the VM is built.

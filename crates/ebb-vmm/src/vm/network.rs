@@ -16,15 +16,17 @@ pub struct VmNetwork {
     /// Seeded faults between guest and backend (`--net-faults`).
     pub faults: Option<(ebb_net_driver::FaultConfig, u64)>,
     /// Offer checksum offload and TCP segmentation offload where the backend can honour
-    /// them (TAP only; `--net-offload off` turns both off, for comparison).
+    /// them (a TAP; an external link that says so, [`HostLinkFactory::offload`];
+    /// `--net-offload off` turns both off, for comparison).
     pub offload: bool,
 }
 
 impl VmNetwork {
-    /// Whether the device offers checksum offload: asked for, and a TAP backend (see
+    /// Whether the device offers checksum offload: asked for, and a TAP backend, or an
+    /// external link that takes and gives checksum states and no `--net-faults` (see
     /// `virtio::net`, "Checksum offload", for why not with passt).
     pub fn checksum_offload(&self) -> bool {
-        self.offload && matches!(self.link, HostLinkConfig::Tap(_))
+        self.device_offload().checksum
     }
 
     /// Whether the device offers TCP segmentation offload both ways, HOST_TSO4 on
@@ -33,16 +35,31 @@ impl VmNetwork {
     /// injector takes the copying path, which hands the TAP bare frames and the guest
     /// frames without the TAP's header). See `virtio::net`, "Segmentation offload".
     pub fn segmentation_offload(&self) -> bool {
-        self.checksum_offload() && self.faults.is_none()
+        self.device_offload().tso4
     }
 
     /// What the device offers: [`checksum_offload`](Self::checksum_offload) and
     /// [`segmentation_offload`](Self::segmentation_offload) (both directions).
     pub fn device_offload(&self) -> crate::virtio::Offload {
-        crate::virtio::Offload {
-            checksum: self.checksum_offload(),
-            tso4: self.segmentation_offload(),
-            guest_tso4: self.segmentation_offload(),
+        use crate::virtio::Offload;
+        if !self.offload {
+            return Offload::NONE;
+        }
+        match &self.link {
+            HostLinkConfig::Tap(_) if self.faults.is_none() => Offload::CHECKSUM_AND_TSO4,
+            HostLinkConfig::Tap(_) => Offload::CHECKSUM,
+            // An external link's frames go through the IOBuf path, which the fault
+            // injector would sit on: offloads only without it.
+            HostLinkConfig::External(link) if self.faults.is_none() => {
+                let offered = link.factory.offload();
+                // The spec's dependencies: no segmentation without checksum offload.
+                Offload {
+                    checksum: offered.checksum,
+                    tso4: offered.checksum && offered.tso4,
+                    guest_tso4: offered.checksum && offered.guest_tso4,
+                }
+            }
+            _ => Offload::NONE,
         }
     }
 }
@@ -81,6 +98,18 @@ pub trait HostLinkFactory: Send + Sync {
         faults: ebb_net_driver::FaultConfig,
     ) -> (ebb_net_driver::FaultConfig, ebb_net_driver::FaultConfig) {
         (faults, faults)
+    }
+
+    /// The offloads the link honours on the device's IOBuf path (`virtio::net`,
+    /// "Checksum offload" and "Segmentation offload"): `checksum`, it takes frames
+    /// marked `FrameChecksum::Partial` (completing or trusting them) and may hand over
+    /// such frames; `tso4`, it takes TCPv4 frames longer than the MTU, each to be cut as
+    /// `ebb_net_driver::Segmentation::of` says for MTU 1500 (or taken whole by a
+    /// receiver that can); `guest_tso4`, it may hand over such frames while
+    /// [`HostLink::set_large_receive`](crate::virtio::HostLink::set_large_receive) is on.
+    /// Offered only without `--net-faults`. Default: none.
+    fn offload(&self) -> crate::virtio::Offload {
+        crate::virtio::Offload::NONE
     }
 }
 

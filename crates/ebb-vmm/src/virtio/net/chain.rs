@@ -7,7 +7,7 @@ use crate::guest::GuestMem;
 use crate::virtio::queue::{Buf, Chain, QueueError};
 use ebb_abi::virtio::{NET_HDR_LEN, NetHdr};
 use ebb_core::IOBuf;
-use ebb_net_driver::FrameChecksum;
+use ebb_net_driver::{FrameChecksum, Segmentation};
 
 /// A transmit chain's virtio-net header and the length of the frame behind it. A chain
 /// with no frame in it (the header or less) or too long for one (`offload` says how long
@@ -104,13 +104,14 @@ pub(super) fn scatter(
     chain: &Chain,
     frame: &[u8],
     checksum: FrameChecksum,
+    gso: Option<Segmentation>,
 ) -> Result<Option<u32>, QueueError> {
     let room: u64 = chain.writable.iter().map(|b| u64::from(b.len)).sum();
     let total = NET_HDR_LEN + frame.len();
     if (total as u64) > room {
         return Ok(None);
     }
-    let header = guest_header(checksum).to_bytes();
+    let header = guest_header(checksum, gso).to_bytes();
     // Header, then frame, across the buffers in order: slices copied whole.
     let parts: [&[u8]; 2] = [&header, frame];
     let (mut part, mut at) = (0, 0);

@@ -116,7 +116,7 @@ pub(super) fn receive_copying(
             written = Some(if frame.len() < ETHERNET_HEADER {
                 Ok(None)
             } else {
-                scatter(mem, &chain, frame, FrameChecksum::Complete)
+                scatter(mem, &chain, frame, FrameChecksum::Complete, None)
             });
         });
         let Some(written) = written.filter(|_| taken > 0) else {

@@ -9,14 +9,18 @@ use super::copying::{receive_copying, transmit_copying};
 use super::direct::{receive_direct, transmit_direct};
 use super::offload::{TxOffload, tx_request};
 use super::transport::VirtioNetDevice;
-use super::{IDLE_POLL, PENDING_OUTPUT_RETRY, QueueFault, RX_BACKLOG, SLEEP_MAX, add_faults, on};
+use super::{
+    DEVICE_MTU, IDLE_POLL, PENDING_OUTPUT_RETRY, QueueFault, RX_BACKLOG, SLEEP_MAX, add_faults, on,
+};
 use crate::guest::GuestMem;
 use crate::shared::Shared;
 use crate::virtio::host_link::HostLink;
 use crate::virtio::queue::{Chain, DeviceQueue, Direction, QueueError};
 use ebb_abi::virtio::features;
 use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
-use ebb_net_driver::{FaultStats, FrameChecksum, RxFrame, TxFrame};
+use ebb_net_driver::{
+    ETHERNET_HEADER_LEN, FaultStats, FrameChecksum, RxFrame, Segmentation, TxFrame,
+};
 use rustix::event::epoll;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -223,15 +227,18 @@ impl Engine {
                 .map(|b| b.set_large_receive(on))
                 .fold(Ok(()), std::io::Result::and)
         };
+        let backends_per_pair = backends.len() == usize::from(pairs);
         if !on {
             set_all(backends, false)?;
             self.large_receive = false;
             return Ok(());
         }
-        let whole_to_the_guest = backends.len() == usize::from(pairs)
-            && backends
-                .iter()
-                .all(|b| b.direct().is_some_and(|d| d.vnet_hdr));
+        // Direct backends pass the TAP's GSO header through, one per pair; the IOBuf
+        // path writes the device's own (and the backend refuses if it cannot).
+        let whole_to_the_guest = backends.iter_mut().all(|b| match b.direct() {
+            Some(d) => d.vnet_hdr && backends_per_pair,
+            None => b.copying().is_none(),
+        });
         let unavailable = |why: &dyn std::fmt::Display| {
             log::warn!(
                 "virtio-net: GUEST_TSO4 negotiated but large receive is unavailable ({why}): \
@@ -372,13 +379,13 @@ impl Engine {
                 }
                 continue;
             }
-            // The IOBuf path hands a backend frames and checksum states, never a GSO
-            // request (HOST_TSO4 is offered only for a direct backend): one is refused as
-            // not negotiated, and a chain may hold no more than without HOST_TSO4.
-            let copying = TxOffload {
-                tso4: false,
-                ..negotiated
-            };
+            // The IOBuf path hands a backend frames and checksum states. HOST_TSO4 is
+            // offered for a direct backend or one that takes large frames on this path
+            // (`HostLinkFactory::offload`): a validated GSO request becomes a frame
+            // longer than the MTU, which the backend cuts as `Segmentation::of` says
+            // (the request's sizes are not carried: for the MTU, they follow from the
+            // frame's headers) or takes whole.
+            let copying = negotiated;
             let mut returned = None;
             while outgoing.len() < 256 {
                 let Some(chain) = tx.pop(mem).map_err(&on)? else {
@@ -517,11 +524,26 @@ impl Engine {
                 let Some(chain) = rx.pop(mem).map_err(&on)? else {
                     break;
                 };
-                let written = scatter(mem, &chain, frame.as_slice(), *checksum).map_err(&on)?;
+                // A frame longer than the MTU reaches the guest behind a GSO header, and
+                // only a guest that negotiated GUEST_TSO4 (else it is dropped: no
+                // buffer of such a guest holds one).
+                let gso = guest_tso4
+                    .then(|| Segmentation::of(frame.as_slice(), DEVICE_MTU))
+                    .flatten();
+                let written = if frame.len() > DEVICE_MTU + ETHERNET_HEADER_LEN
+                    && gso.is_none()
+                {
+                    None
+                } else {
+                    scatter(mem, &chain, frame.as_slice(), *checksum, gso).map_err(&on)?
+                };
                 if written.is_none() {
                     device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
                 } else {
                     device.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
+                    if gso.is_some() {
+                        device.stats.rx_gso.fetch_add(1, Ordering::Relaxed);
+                    }
                     let counter = match checksum {
                         FrameChecksum::Partial { .. } => Some(&device.stats.rx_csum_partial),
                         FrameChecksum::Verified => Some(&device.stats.rx_csum_valid),

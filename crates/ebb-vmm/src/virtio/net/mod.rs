@@ -51,7 +51,10 @@
 //!   injector corrupts it, and reports every frame `Complete`: a corrupted frame is
 //!   never marked `DATA_VALID` nor completed over the corrupted bytes, so the guest's
 //!   stack or Linux's catches it. No backend is ever handed an incomplete checksum
-//!   it has not said it completes.
+//!   it has not said it completes. An external link may say it takes and gives
+//!   checksum states on the IOBuf path (`HostLinkFactory::offload`: ebb-usernet's
+//!   in-monitor forwards, whose endpoint is a stack in this process): it is then
+//!   offered too, without `--net-faults`.
 //! * **Segmentation offload (TSO) on transmit.** With HOST_TSO4 the driver may send one
 //!   TCPv4 frame of up to 64 KiB (an Ethernet header and an IPv4 packet of up to 65,535
 //!   bytes) instead of MTU-sized segments; the header says how to cut it (`gso_type` TCPV4,
@@ -68,7 +71,11 @@
 //!   type (UDP, TCPv6, undefined) are refused. A chain may then hold 12 + 14 + 65,535 bytes
 //!   instead of 64 KiB. The backend's header is the device's own (`backend_header`), built
 //!   from those validated fields only. Linux checks the frame's own headers against the
-//!   request when it segments; what it cannot know is what was negotiated here.
+//!   request when it segments; what it cannot know is what was negotiated here. An
+//!   external link that takes large frames (`HostLinkFactory::offload`) gets HOST_TSO4
+//!   too, on the IOBuf path: the validated request becomes a frame longer than the MTU,
+//!   whose cut follows from its headers (`ebb_net_driver::Segmentation::of`), and the
+//!   link cuts it or takes it whole.
 //! * **Segmentation offload on receive (large receive).** With GUEST_TSO4 (offered where
 //!   HOST_TSO4 is, [`Offload::guest_tso4`]; refused without GUEST_CSUM) the driver takes
 //!   TCPv4 frames of up to 64 KiB behind a `GSO_TCPV4` header. The device coalesces
@@ -82,7 +89,10 @@
 //!   failure). On receive a frame longer than the guest's chain is dropped and counted
 //!   as ever, so no length limit is needed; a GSO header reaches the guest only if it is
 //!   TCPV4 and GUEST_TSO4 was negotiated — a large frame the kernel queued before large
-//!   receive went off is dropped and counted. Counted in `rx_gso`.
+//!   receive went off is dropped and counted. Counted in `rx_gso`. On the IOBuf path
+//!   (an external link with large receive) the device writes the GSO header itself for
+//!   a frame longer than the MTU, from the frame's headers, and drops such a frame for a
+//!   guest without GUEST_TSO4.
 //!
 //! Files, by concern: [`transport`] (the MMIO register file, feature negotiation, reset
 //! and breakage), [`engine`] (the I/O thread, its rounds and its sleep), [`chain`]
@@ -117,6 +127,9 @@ pub const IDLE_POLL: Duration = Duration::from_micros(50);
 pub const QUEUE_MAX: u16 = 256;
 /// Frames received from the backend that may wait for guest buffers, per pair.
 const RX_BACKLOG: usize = 256;
+/// The MTU the device reports (its config space's `mtu`): the largest IPv4 packet of a
+/// frame without segmentation offload.
+const DEVICE_MTU: usize = 1500;
 /// Longest sleep of the I/O thread (it checks for the VM's end this often).
 pub(crate) const SLEEP_MAX: Duration = Duration::from_millis(20);
 /// The sleep while frames wait for a full backend to take them ([`sleep_bound`](engine::sleep_bound)).

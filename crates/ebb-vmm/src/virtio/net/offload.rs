@@ -9,7 +9,7 @@ use ebb_abi::virtio::{
     NET_HDR_F_DATA_VALID, NET_HDR_F_NEEDS_CSUM, NET_HDR_GSO_NONE, NET_HDR_GSO_TCPV4, NET_HDR_LEN,
     NetHdr,
 };
-use ebb_net_driver::FrameChecksum;
+use ebb_net_driver::{FrameChecksum, Segmentation};
 use std::sync::atomic::Ordering;
 
 /// The offloads a device offers, as far as its backend can honour them (see the module
@@ -96,8 +96,9 @@ pub(super) fn backend_header(request: TxRequest) -> NetHdr {
 }
 
 /// The virtio-net header in front of a frame to the guest in `checksum` state (one
-/// buffer per frame: no MRG_RXBUF).
-pub(super) fn guest_header(checksum: FrameChecksum) -> NetHdr {
+/// buffer per frame: no MRG_RXBUF), with `GSO_TCPV4` and `gso`'s sizes for a frame
+/// longer than the MTU (large receive).
+pub(super) fn guest_header(checksum: FrameChecksum, gso: Option<Segmentation>) -> NetHdr {
     let header = match checksum {
         FrameChecksum::Partial { start, offset } => NetHdr::needs_csum(start, offset),
         FrameChecksum::Verified => NetHdr {
@@ -105,6 +106,10 @@ pub(super) fn guest_header(checksum: FrameChecksum) -> NetHdr {
             ..NetHdr::PLAIN
         },
         FrameChecksum::Complete => NetHdr::PLAIN,
+    };
+    let header = match gso {
+        Some(cut) => header.with_tcpv4_gso(cut.header_len, cut.segment_payload),
+        None => header,
     };
     NetHdr {
         num_buffers: 1,

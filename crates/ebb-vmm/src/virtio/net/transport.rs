@@ -162,7 +162,7 @@ impl VirtioNetDevice {
         );
         put(
             offset_of!(VirtioNetConfigSpace, mtu),
-            &1500u16.to_le_bytes(),
+            &(super::DEVICE_MTU as u16).to_le_bytes(),
         );
         c
     }

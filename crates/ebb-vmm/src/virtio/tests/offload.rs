@@ -491,30 +491,16 @@ fn hostile_segmentation_requests_break_the_device_and_reach_no_backend() {
 }
 
 #[test]
-fn a_segmentation_request_on_the_copying_path_is_refused() {
-    // The copying path hands backends frames, never a GSO request. HOST_TSO4 is not
-    // offered there (`VmNetwork::segmentation_offload`); even a device told to offer it
-    // over a copying backend refuses the request rather than hand the backend a frame
-    // that needed cutting.
+fn a_segmentation_request_not_negotiated_on_the_iobuf_path_is_refused() {
+    // The IOBuf path hands a backend a segmentation request only as a large frame, and
+    // only where HOST_TSO4 was offered and negotiated (an external link that takes large
+    // frames). With checksum offload alone, or a fault injector in between, the request
+    // is refused rather than handing the backend a frame that needed cutting.
     let faults = FaultConfig::default();
-    for (name, offload, faults, accepted) in [
-        ("checksum offload", Offload::CHECKSUM, None, csum_features()),
-        (
-            "a fault injector",
-            Offload::CHECKSUM,
-            Some(faults),
-            csum_features(),
-        ),
-        (
-            "HOST_TSO4 offered in error",
-            Offload::CHECKSUM_AND_TSO4,
-            None,
-            tso4_features(),
-        ),
-    ] {
+    for (name, faults) in [("checksum offload", None), ("a fault injector", Some(faults))] {
         let g = bounded(move || {
-            let mut g = Guest::build(1, offload, faults);
-            start_with(&mut g, accepted);
+            let mut g = Guest::build(1, Offload::CHECKSUM, faults);
+            start_with(&mut g, csum_features());
             post_tx_frame(&mut g, &tso4_header().to_bytes(), &tcp_frame(4000));
             g.settle();
             g
@@ -522,6 +508,78 @@ fn a_segmentation_request_on_the_copying_path_is_refused() {
         g.assert_broken(&[queue_name(TX), "TCPV4 without VIRTIO_NET_F_HOST_TSO4"]);
         assert!(g.sent().is_empty(), "{name}: nothing reaches the backend");
     }
+}
+
+#[test]
+fn on_the_iobuf_path_a_negotiated_segmentation_request_reaches_the_backend_as_one_frame() {
+    // An external link that takes large frames (ebb-usernet's endpoint) is offered
+    // HOST_TSO4: the request becomes one frame longer than the MTU with a partial
+    // checksum, which the link cuts or takes whole.
+    let frame = tcp_frame(4000);
+    let sent = frame.clone();
+    let g = bounded(move || {
+        let mut g = Guest::build(1, Offload::CHECKSUM_AND_TSO4, None);
+        start_with(&mut g, tso4_features());
+        post_tx_frame(&mut g, &tso4_header().to_bytes(), &sent);
+        g.settle();
+        g
+    });
+    g.assert_healthy();
+    assert_eq!(g.sent(), vec![frame], "the whole frame, unchanged");
+    assert_eq!(
+        g.sent_checksums(),
+        vec![FrameChecksum::Partial {
+            start: 34,
+            offset: 16
+        }]
+    );
+    assert_eq!(g.dev.stats.tx_gso.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn on_the_iobuf_path_a_large_frame_reaches_only_a_guest_tso4_driver_behind_a_gso_header() {
+    // The device writes the GSO header itself: TCPV4, the frame's 54 bytes of headers
+    // and the MTU's 1,460 payload bytes per segment, with the frame's checksum state.
+    let frame = tcp_frame(4000);
+    let partial = FrameChecksum::Partial {
+        start: 34,
+        offset: 16,
+    };
+    let arriving = frame.clone();
+    let mut g = bounded(move || {
+        let mut g = Guest::build(1, Offload::CHECKSUM_AND_TSO4, None);
+        start_with(&mut g, guest_tso4_features());
+        post_rx(&mut g, 0, BUF + 0x1000, LARGE_CHAIN);
+        g.arrive_with(&arriving, partial);
+        g.settle();
+        g
+    });
+    g.assert_healthy();
+    let (_, len) = *g.used(RX).last().expect("a used entry");
+    let got = g
+        .mem
+        .read_bytes(BUF + 0x1000, u64::from(len))
+        .expect("in memory");
+    let expected = ebb_abi::virtio::NetHdr {
+        num_buffers: 1,
+        ..ebb_abi::virtio::NetHdr::needs_csum(34, 16).with_tcpv4_gso(TCP_HEADERS, 1460)
+    };
+    assert_eq!(&got[..NET_HDR_LEN], &expected.to_bytes());
+    assert_eq!(&got[NET_HDR_LEN..], &frame[..]);
+    assert_eq!(g.dev.stats.rx_gso.load(Ordering::Relaxed), 1);
+    // A driver without GUEST_TSO4 never gets one, however large its buffer.
+    g = bounded(move || {
+        let mut g = Guest::build(1, Offload::CHECKSUM_AND_TSO4, None);
+        start_with(&mut g, csum_features());
+        post_rx(&mut g, 0, BUF + 0x1000, LARGE_CHAIN);
+        g.arrive_with(&frame, partial);
+        g.settle();
+        g
+    });
+    g.assert_healthy();
+    assert_eq!(g.used(RX).last().map(|u| u.1), Some(0), "returned empty");
+    assert_eq!(g.dev.stats.rx_dropped.load(Ordering::Relaxed), 1);
+    assert_eq!(g.dev.stats.rx_gso.load(Ordering::Relaxed), 0);
 }
 
 #[test]
