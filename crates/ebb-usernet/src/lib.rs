@@ -659,3 +659,51 @@ impl ebb_vmm::vm::HostLinkFactory for UserNetFactory {
         OFFLOAD
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ebb_core::IOBuf;
+
+    /// An Ethernet + IPv4 + TCP frame of `len` bytes (20-byte headers), protocol `proto`.
+    fn frame(len: usize, proto: u8) -> TxFrame {
+        let mut f = vec![0u8; len];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes());
+        f[22] = 64;
+        f[23] = proto;
+        f[26..30].copy_from_slice(&[10, 0, 2, 15]);
+        f[30..34].copy_from_slice(&[10, 0, 2, 2]);
+        f[34 + 12] = 5 << 4;
+        TxFrame {
+            chain: IOBufChain::from(IOBuf::from_vec(f)),
+            checksum: ebb_net_driver::FrameChecksum::Partial {
+                start: 34,
+                offset: 16,
+            },
+        }
+    }
+
+    #[test]
+    fn passt_gets_a_tso_frame_cut_and_every_other_frame_as_it_is() {
+        // 4,000 bytes: 3,946 of payload, in segments of 1,460.
+        let cut = for_the_rest(frame(4000, 6)).expect("a well-formed TSO frame");
+        assert_eq!(cut.len(), 3);
+        for segment in &cut {
+            assert!(segment.chain.len() <= GUEST_MTU + ETHERNET_HEADER_LEN);
+            assert_eq!(segment.checksum, ebb_net_driver::FrameChecksum::Complete);
+        }
+        let payload: usize = cut.iter().map(|s| s.chain.len() - 54).sum();
+        assert_eq!(payload, 4000 - 54);
+        // An MTU-sized frame keeps its partial checksum: passt's link completes it.
+        let small = for_the_rest(frame(1514, 6)).expect("passed on");
+        assert_eq!(small.len(), 1);
+        assert!(matches!(
+            small[0].checksum,
+            ebb_net_driver::FrameChecksum::Partial { .. }
+        ));
+        // A large frame that is not TCP is not the device's to cut: passed on whole.
+        assert_eq!(for_the_rest(frame(4000, 17)).expect("passed on").len(), 1);
+    }
+}
