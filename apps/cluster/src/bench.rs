@@ -30,6 +30,7 @@ use crate::protocol::{ECHO_KIND, NODE, PING_KIND, PONG_KIND, SINK_KIND, SINK_TOT
 
 const SAMPLES: usize = 20_000;
 const MESSAGE: usize = 1 << 20;
+/// Bytes per throughput measurement by default (`EBB_BENCH_MIB` MiB overrides it).
 const TOTAL: usize = 64 << 20;
 
 type Waiter = Arc<spin::Mutex<Option<Promise<()>>>>;
@@ -85,6 +86,15 @@ fn thread_cpu_ns() -> u64 {
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// Bytes per throughput measurement, both sides: [`TOTAL`], or `EBB_BENCH_MIB` MiB.
+fn total() -> usize {
+    std::env::var("EBB_BENCH_MIB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&mib| mib > 0)
+        .map_or(TOTAL, |mib| mib << 20)
 }
 
 /// Round trips per sample run (`EBB_BENCH_SAMPLES`, default 2000).
@@ -240,18 +250,18 @@ async fn message_rtts(
     Ok(us)
 }
 
-/// MB/s of 1 MiB messages until [`TOTAL`] bytes arrived at the node.
+/// MB/s of 1 MiB messages until [`total`] bytes arrived at the node.
 async fn throughput(messenger: &Messenger, node: NodeId, waiter: &Waiter) -> Result<f64, String> {
     let block = IOBuf::from_vec(vec![0x5a; MESSAGE]);
     let (p, done) = promise();
     *waiter.lock() = Some(p);
-    let total = encode(&(TOTAL as u64)).map_err(|e| e.to_string())?;
+    let announce = encode(&(total() as u64)).map_err(|e| e.to_string())?;
     messenger
-        .send_when_ready(node, NODE, SINK_TOTAL_KIND, total)
+        .send_when_ready(node, NODE, SINK_TOTAL_KIND, announce)
         .await
         .map_err(|e| e.to_string())?;
     let t = Instant::now();
-    for _ in 0..TOTAL / MESSAGE {
+    for _ in 0..total() / MESSAGE {
         messenger
             .send_when_ready(node, NODE, SINK_KIND, IOBufChain::from(block.clone()))
             .await
@@ -261,7 +271,7 @@ async fn throughput(messenger: &Messenger, node: NodeId, waiter: &Waiter) -> Res
         .await
         .map_err(|_| "the node did not count 64 MiB in 60 s")?
         .map_err(|_| "dropped")?;
-    Ok(TOTAL as f64 / t.elapsed().as_secs_f64() / 1e6)
+    Ok(total() as f64 / t.elapsed().as_secs_f64() / 1e6)
 }
 
 /// Runs the blocking `f` on a thread of its own, so this core's event loop goes on
@@ -363,17 +373,17 @@ impl TcpPeer {
         let mut s = TcpPeer::connect(port, b's')?;
         let block = vec![0x5au8; MESSAGE];
         let t = Instant::now();
-        for _ in 0..TOTAL / MESSAGE {
+        for _ in 0..total() / MESSAGE {
             s.write_all(&block).map_err(|e| e.to_string())?;
         }
         s.shutdown(std::net::Shutdown::Write)
             .map_err(|e| e.to_string())?;
         let mut ack = [0u8; 8];
         s.read_exact(&mut ack).map_err(|e| e.to_string())?;
-        if u64::from_le_bytes(ack) != TOTAL as u64 {
+        if u64::from_le_bytes(ack) != total() as u64 {
             return Err("the sink counted another total".into());
         }
-        Ok(TOTAL as f64 / t.elapsed().as_secs_f64() / 1e6)
+        Ok(total() as f64 / t.elapsed().as_secs_f64() / 1e6)
     }
 
     fn stop(&mut self) {
