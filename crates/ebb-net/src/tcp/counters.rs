@@ -19,6 +19,9 @@ pub struct TcpCounters {
     pub tail_loss_probes: u64,
     /// Keepalive probes sent.
     pub keepalive_probes: u64,
+    /// Receive windows doubled because a peer filled one the application kept up with
+    /// (autotuning, [`TcpConfig::max_receive_window`](super::TcpConfig::max_receive_window)).
+    pub windows_grown: u64,
     /// ICMP errors acted on: a connect ended by unreachability, a segment size shrunk
     /// to the path MTU.
     pub icmp_errors: u64,

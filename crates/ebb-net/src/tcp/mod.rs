@@ -35,7 +35,8 @@
 //! [`ebb_core::net::TcpHandler`]s installed with [`TcpConn::set_handler`]. The stack keeps no
 //! receive buffer: in-order data is handed to `receive` as zero-copy slices of the received
 //! frames. The advertised window is the application's choice: open, it is
-//! [`TcpConfig::receive_window`]; closed (`set_receive_window_open(false)`), it is zero
+//! [`TcpConfig::receive_window`], grown up to [`TcpConfig::max_receive_window`] while a
+//! peer fills it and the application keeps up (autotuning); closed (`set_receive_window_open(false)`), it is zero
 //! (data already inside the advertised window is held, never delivered while closed, and
 //! the right edge never moves left); reopening sends a window update.
 //!

@@ -157,7 +157,7 @@ impl Tcb {
             return;
         }
         let with_ack = !(syn && self.state == State::SynSent);
-        let window = self.receive_window(ctx.config);
+        let window = self.receive_window();
         let window_field = if syn {
             window.min(u32::from(u16::MAX)) as u16
         } else {
@@ -217,7 +217,7 @@ impl Tcb {
         payload: IOBufChain,
         push: bool,
     ) {
-        let window = self.receive_window(ctx.config);
+        let window = self.receive_window();
         let window_field = (window >> self.rcv_shift).min(u32::from(u16::MAX)) as u16;
         let header = PlainHeader {
             src_port: self.local.port(),
@@ -395,7 +395,7 @@ impl Tcb {
         if can_send_data {
             self.send_data(ctx);
         }
-        if self.ack_now || self.window_update_due(ctx) {
+        if self.ack_now || self.window_update_due() {
             self.send_ack(ctx);
         }
         // Timers.
@@ -418,16 +418,16 @@ impl Tcb {
 
     /// Whether the window we could advertise grew enough past the one the peer knows that
     /// it should hear about it (receiver silly-window avoidance, RFC 9293 §3.8.6.2.2).
-    fn window_update_due(&self, ctx: &Ctx<'_>) -> bool {
+    fn window_update_due(&self) -> bool {
         if !matches!(
             self.state,
             State::Established | State::FinWait1 | State::FinWait2
         ) {
             return false; // The peer's FIN came: it sends nothing more.
         }
-        let window = self.receive_window(ctx.config) as usize;
+        let window = self.receive_window() as usize;
         let known = self.rcv_wnd() as usize;
-        let small = (2 * self.our_mss).min(ctx.config.receive_window / 2).max(1);
+        let small = (2 * self.our_mss).min(self.rcv_window / 2).max(1);
         known < small && window.saturating_sub(known) >= small
     }
 

@@ -106,6 +106,10 @@ pub(crate) struct Ctx<'a> {
     pub(crate) fast_path: bool,
 }
 
+/// A whole receive window delivered within this grows it (autotuning,
+/// [`Tcb::grow_window_if_limiting`]): 1 MiB in 10 ms is 100 MB/s.
+pub(crate) const WINDOW_GROWTH_TIME: core::time::Duration = core::time::Duration::from_millis(10);
+
 /// The transmission control block.
 #[derive(Debug)]
 pub(crate) struct Tcb {
@@ -166,6 +170,13 @@ pub(crate) struct Tcb {
     pub(crate) receive_open: bool,
     /// A handler is installed (data can be delivered now).
     pub(crate) has_handler: bool,
+    /// The window advertised while the application keeps it open: the layer's
+    /// `receive_window` at first, grown up to `max_receive_window` (autotuning, see
+    /// [`grow_window_if_limiting`](Self::grow_window_if_limiting)).
+    pub(crate) rcv_window: usize,
+    /// Where and when the current measure of [`grow_window_if_limiting`](Self::grow_window_if_limiting)
+    /// started (`rcv_nxt`, time); `None` until data comes that the application takes.
+    pub(crate) window_measure: Option<(SeqNumber, Instant)>,
     /// Bytes in `Receive` events not yet delivered.
     pub(crate) held_bytes: usize,
     /// The layer's sum of every TCB's `held_bytes` and out-of-order memory
@@ -287,6 +298,8 @@ impl Tcb {
             ooo_fin: None,
             receive_open: true,
             has_handler: false,
+            rcv_window: config.receive_window,
+            window_measure: None,
             held_bytes: 0,
             held_gauge: Rc::new(Cell::new(0)),
             ack_now: false,
@@ -368,19 +381,51 @@ impl Tcb {
 
     /// The window to advertise now, in bytes: the application's choice, never moving the
     /// right edge left (RFC 9293 §3.8.6.2.2), and representable with our shift.
-    pub(crate) fn receive_window(&self, config: &TcpConfig) -> u32 {
+    pub(crate) fn receive_window(&self) -> u32 {
         let wanted = if !self.receive_open {
             0
         } else if self.has_handler {
-            config.receive_window
+            self.rcv_window
         } else {
             // Undelivered data counts against the window until a handler takes it.
-            config.receive_window.saturating_sub(self.held_bytes)
+            self.rcv_window.saturating_sub(self.held_bytes)
         };
         let wanted = u32::try_from(wanted).unwrap_or(u32::MAX);
         let current = u32::try_from((self.rcv_adv - self.rcv_nxt).max(0)).unwrap_or(0);
         let limit = u32::from(u16::MAX) << self.rcv_shift;
         wanted.max(current).min(limit)
+    }
+
+    /// Receive-window autotuning, after in-order data arrived: once a whole window's
+    /// worth has come in since the last check, taken by the application as it came, in
+    /// at most [`WINDOW_GROWTH_TIME`], the window doubles, up to `max_receive_window`
+    /// (see [`TcpConfig::max_receive_window`]); the new size goes out with the next ACK.
+    /// A window delivered that fast is a bulk stream the window may be holding back
+    /// (on a long round trip it is); request-response traffic never delivers one that
+    /// fast. An application that stops taking data, or a segment out of order (a loss:
+    /// a wider window would only hold more out-of-order data), starts the measure again.
+    fn grow_window_if_limiting(&mut self, ctx: &mut Ctx<'_>) {
+        let max = ctx.config.max_receive_window;
+        if self.rcv_window >= max {
+            return;
+        }
+        let measuring = self.takes_data_now() && self.reassembly.is_empty();
+        let (since, start) = match self.window_measure {
+            Some(m) if measuring => m,
+            _ => {
+                self.window_measure = measuring.then_some((self.rcv_nxt, ctx.now));
+                return;
+            }
+        };
+        let delivered = usize::try_from((self.rcv_nxt - since).max(0)).unwrap_or(0);
+        if delivered < self.rcv_window {
+            return;
+        }
+        if ctx.now - start <= WINDOW_GROWTH_TIME {
+            self.rcv_window = self.rcv_window.saturating_mul(2).min(max);
+            ctx.counters.windows_grown += 1;
+        }
+        self.window_measure = Some((self.rcv_nxt, ctx.now));
     }
 
     /// The part of the advertised window still open: RCV.WND for the acceptability test.
@@ -863,6 +908,7 @@ impl Tcb {
         if !payload.is_empty() {
             self.rcv_nxt = self.rcv_nxt + payload.len();
             self.push_event(AppEvent::Receive(payload));
+            self.grow_window_if_limiting(ctx);
             self.schedule_ack(ctx);
         }
         self.answer_segment(ctx);
@@ -986,6 +1032,8 @@ impl Tcb {
             }
             // Out of order: a duplicate ACK with SACK blocks, at once (RFC 5681 §4.2).
             self.ack_now = true;
+            // A stream with losses is not one to widen (autotuning starts again).
+            self.window_measure = None;
             return;
         }
         if !data.is_empty()
@@ -1002,6 +1050,7 @@ impl Tcb {
         if !data.is_empty() {
             self.rcv_nxt = self.rcv_nxt + data.len();
             self.push_event(AppEvent::Receive(data));
+            self.grow_window_if_limiting(ctx);
         }
         if filled_hole {
             loop {

@@ -286,6 +286,53 @@ fn ten_megabytes_each_way_clean() {
 }
 
 #[test]
+fn a_window_limited_stream_grows_the_receive_window_and_finishes_sooner() {
+    // Nothing limits this wire but the round trip (2 ms): each side's stream is held
+    // back by the window the other advertises. With autotuning the windows double to
+    // `max_receive_window` (1 -> 2 -> 4 MiB); without (max = receive_window) they stay.
+    let wire = WireConfig {
+        seed: 1,
+        loss_per_mille: 0,
+        reorder_per_mille: 0,
+        duplicate_per_mille: 0,
+        latency: Duration::from_millis(1),
+    };
+    let limit = Duration::from_secs(60);
+    // Past slow start: most of it sent with the congestion window over the receive one.
+    const LEN: usize = 50 * 1000 * 1000;
+    let fixed = run(
+        TcpConfig {
+            max_receive_window: 1024 * 1024,
+            ..TcpConfig::default()
+        },
+        wire,
+        LEN,
+        limit,
+    );
+    let tuned = run(TcpConfig::default(), wire, LEN, limit);
+    assert_complete(&fixed, LEN);
+    assert_complete(&tuned, LEN);
+    std::eprintln!(
+        "window-limited: {:?} simulated with 1 MiB, {:?} growing to 4 MiB",
+        fixed.simulated,
+        tuned.simulated
+    );
+    let grown = |o: &Outcome| (o.a_counters.windows_grown, o.b_counters.windows_grown);
+    assert_eq!(grown(&fixed), (0, 0));
+    assert_eq!(grown(&tuned), (2, 2), "1 -> 2 -> 4 MiB on each side");
+    assert!(
+        tuned.simulated * 2 < fixed.simulated,
+        "{:?} against {:?}",
+        tuned.simulated,
+        fixed.simulated
+    );
+    assert_eq!(
+        tuned.a_counters.retransmissions + tuned.b_counters.retransmissions,
+        0
+    );
+}
+
+#[test]
 fn ten_megabytes_each_way_with_loss_and_reordering() {
     let wire = WireConfig {
         seed: 7,
@@ -308,6 +355,11 @@ fn ten_megabytes_each_way_with_loss_and_reordering() {
     assert_complete(&outcome, TEN_MB);
     assert!(outcome.dropped_by_wire > 0);
     assert!(outcome.a_counters.fast_retransmits + outcome.b_counters.fast_retransmits > 0);
+    // Losses every hundred segments or so: no window is delivered clean, none widened.
+    assert_eq!(
+        outcome.a_counters.windows_grown + outcome.b_counters.windows_grown,
+        0
+    );
 }
 
 #[test]
