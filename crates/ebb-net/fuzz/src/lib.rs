@@ -469,6 +469,7 @@ impl Harness {
             c.window_probes,
             c.tail_loss_probes,
             c.keepalive_probes,
+            c.windows_grown,
             c.icmp_errors,
             c.icmp_errors_ignored,
             c.resets_sent,
