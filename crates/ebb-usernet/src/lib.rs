@@ -286,7 +286,11 @@ struct Inner {
     large_receive: bool,
     /// Segments of an endpoint frame cut for a guest without large receive, not yet
     /// handed over.
-    cut: VecDeque<RxFrame>,
+    cut: VecDeque<TxFrame>,
+    /// Scratch: the rest's frames as it hands them over, and frames as chains for
+    /// `NetDevice::receive` (kept for their allocations).
+    rest_frames: Vec<RxFrame>,
+    chains: Vec<TxFrame>,
     counters: DeviceCounters,
 }
 
@@ -301,10 +305,37 @@ impl Inner {
         }
     }
 
+    /// Frames for the guest, up to `max`, appended to `out` as chains (see
+    /// `HostLink::receive_chains`): the endpoint's and the rest's, alternating which
+    /// goes first. Runs the forwarder first (host events, the endpoint stack, the
+    /// splices), as does each `transmit`; the epoll descriptor is read once per
+    /// distinct `now`.
+    fn frames_for_guest(&mut self, now: Instant, out: &mut Vec<TxFrame>, max: usize) -> usize {
+        self.fwd.pump(now);
+        self.pass_rest_readiness();
+        self.rest_first = !self.rest_first;
+        let mut taken = 0;
+        for rest_turn in [self.rest_first, !self.rest_first] {
+            if rest_turn {
+                if let Some(rest) = self.rest.as_mut() {
+                    let frames = &mut self.rest_frames;
+                    taken += rest.receive(now, frames, max - taken);
+                    out.extend(frames.drain(..).map(|f| TxFrame {
+                        chain: IOBufChain::from(f.buf),
+                        checksum: f.checksum,
+                    }));
+                }
+            } else {
+                taken += self.endpoint_frames(out, max - taken);
+            }
+        }
+        taken
+    }
+
     /// Up to `max` of the endpoint's frames for the guest into `out`; how many. A TSO
     /// frame is cut into MTU-sized segments (checksums complete) unless the guest takes
     /// it whole.
-    fn endpoint_frames(&mut self, out: &mut Vec<RxFrame>, max: usize) -> usize {
+    fn endpoint_frames(&mut self, out: &mut Vec<TxFrame>, max: usize) -> usize {
         let mut taken = 0;
         while taken < max {
             let frame = match self.cut.pop_front() {
@@ -314,21 +345,25 @@ impl Inner {
                     None => break,
                 },
             };
-            if !self.large_receive && frame.buf.len() > GUEST_MTU + ETHERNET_HEADER_LEN {
-                let chain = IOBufChain::from(frame.buf);
-                let segments = chain
+            if !self.large_receive && frame.chain.len() > GUEST_MTU + ETHERNET_HEADER_LEN {
+                let segments = frame
+                    .chain
                     .segments()
                     .next()
                     .and_then(|head| Segmentation::of(head, GUEST_MTU))
-                    .and_then(|cut| segment_tcp_frame(&chain, cut));
+                    .and_then(|cut| segment_tcp_frame(&frame.chain, cut));
                 // The endpoint's own TCP frames: always cut. (None would be a bug in
                 // it; the frame is dropped, and its TCP sends the bytes again.)
                 if let Some(segments) = segments {
-                    self.cut.extend(segments.into_iter().map(RxFrame::new));
+                    self.cut.extend(
+                        segments
+                            .into_iter()
+                            .map(|s| TxFrame::new(IOBufChain::from(s))),
+                    );
                 }
                 continue;
             }
-            self.counters.record_rx(frame.buf.len());
+            self.counters.record_rx(frame.chain.len());
             out.push(frame);
             taken += 1;
         }
@@ -385,6 +420,8 @@ impl UserNet {
                 rest_first: false,
                 large_receive: false,
                 cut: VecDeque::new(),
+                rest_frames: Vec::new(),
+                chains: Vec::new(),
                 counters: DeviceCounters::default(),
             }),
         })
@@ -449,19 +486,21 @@ impl NetDevice for UserNet {
     /// `transmit`; the epoll descriptor is read once per distinct `now`.
     fn receive(&mut self, now: Instant, out: &mut Vec<RxFrame>, max: usize) -> usize {
         let inner = self.inner.get_mut();
-        inner.fwd.pump(now);
-        inner.pass_rest_readiness();
-        inner.rest_first = !inner.rest_first;
-        let mut taken = 0;
-        for rest_turn in [inner.rest_first, !inner.rest_first] {
-            if rest_turn {
-                if let Some(rest) = inner.rest.as_mut() {
-                    taken += rest.receive(now, out, max - taken);
-                }
-            } else {
-                taken += inner.endpoint_frames(out, max - taken);
+        let mut chains = std::mem::take(&mut inner.chains);
+        let taken = inner.frames_for_guest(now, &mut chains, max);
+        for frame in chains.drain(..) {
+            let checksum = frame.checksum;
+            match port::contiguous(frame.chain) {
+                Ok(buf) => out.push(RxFrame { buf, checksum }),
+                // No memory for the copy: lost like a frame a full ring drops (counted);
+                // the sender's TCP sends it again.
+                Err(_) => inner
+                    .counters
+                    .rx_dropped
+                    .record(ebb_net_driver::DropReason::QueueFull),
             }
         }
+        inner.chains = chains;
         taken
     }
 
@@ -564,6 +603,17 @@ impl HostLink for UserNet {
     fn set_large_receive(&mut self, on: bool) -> std::io::Result<()> {
         self.inner.get_mut().large_receive = on;
         Ok(())
+    }
+
+    /// The endpoint's frames go to the guest as its stack built them: headers and
+    /// payload pieces, copied once, into the guest's buffers.
+    fn receive_chains(
+        &mut self,
+        now: Instant,
+        out: &mut Vec<TxFrame>,
+        max: usize,
+    ) -> Option<usize> {
+        Some(self.inner.get_mut().frames_for_guest(now, out, max))
     }
 
     fn has_pending_output(&self) -> bool {

@@ -38,7 +38,7 @@ pub(crate) const TSO_MAX_LEN: usize = 65_535;
 #[derive(Debug, Default)]
 pub(crate) struct EndpointPort {
     pub(crate) from_guest: VecDeque<RxFrame>,
-    to_guest: VecDeque<RxFrame>,
+    to_guest: VecDeque<TxFrame>,
     /// Bytes in `to_guest`.
     to_guest_bytes: usize,
     counters: DeviceCounters,
@@ -56,9 +56,9 @@ impl EndpointPort {
     }
 
     /// The next frame for the guest.
-    pub(crate) fn pop_to_guest(&mut self) -> Option<RxFrame> {
+    pub(crate) fn pop_to_guest(&mut self) -> Option<TxFrame> {
         let frame = self.to_guest.pop_front()?;
-        self.to_guest_bytes -= frame.buf.len();
+        self.to_guest_bytes -= frame.chain.len();
         Some(frame)
     }
 
@@ -111,21 +111,11 @@ impl NetDevice for EndpointPort {
             let Some(frame) = frames.pop_front() else {
                 break;
             };
-            // One contiguous buffer for the virtio device's scatter; the checksum state
-            // goes with it (see the module docs).
-            let checksum = frame.checksum;
-            let buf = match contiguous(frame.chain) {
-                Ok(buf) => buf,
-                Err(chain) => {
-                    // No memory for the copy now: the frame waits in the stack's queue
-                    // (back-pressure, as a full queue toward the guest), nothing lost.
-                    frames.push_front(TxFrame { chain, checksum });
-                    break;
-                }
-            };
-            self.counters.record_tx(buf.len());
-            self.to_guest_bytes += buf.len();
-            self.to_guest.push_back(RxFrame { buf, checksum });
+            // As the stack built it (headers, payload pieces) and with its checksum
+            // state: the virtio device copies the pieces into the guest's buffers.
+            self.counters.record_tx(frame.chain.len());
+            self.to_guest_bytes += frame.chain.len();
+            self.to_guest.push_back(frame);
             taken += 1;
         }
         taken

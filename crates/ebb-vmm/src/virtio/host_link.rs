@@ -66,6 +66,22 @@ pub trait HostLink: NetDevice + Send {
         false
     }
 
+    /// Frames for the guest as the backend built them — each a chain of buffers (headers
+    /// first, then payload pieces) with its checksum state, in a [`TxFrame`] — without
+    /// copying each into one buffer first: the device copies the pieces straight into
+    /// the guest's buffers. For a backend whose frames come from a stack in this
+    /// process (ebb-usernet's endpoint). `None` (the default): the device takes frames
+    /// through [`NetDevice::receive`], one buffer each. Otherwise as `receive`: at most
+    /// `max` frames appended to `out`, how many.
+    fn receive_chains(
+        &mut self,
+        _now: Instant,
+        _out: &mut Vec<TxFrame>,
+        _max: usize,
+    ) -> Option<usize> {
+        None
+    }
+
     /// The descriptor became readable since the backend last found it empty (see
     /// [`read_on_readiness`](Self::read_on_readiness)). Default: nothing.
     fn readable(&mut self) {}
@@ -226,6 +242,14 @@ impl<B: HostLink + ?Sized> HostLink for Box<B> {
     }
     fn readable(&mut self) {
         (**self).readable()
+    }
+    fn receive_chains(
+        &mut self,
+        now: Instant,
+        out: &mut Vec<TxFrame>,
+        max: usize,
+    ) -> Option<usize> {
+        (**self).receive_chains(now, out, max)
     }
 }
 

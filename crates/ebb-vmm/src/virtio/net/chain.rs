@@ -6,7 +6,7 @@ use super::offload::{TxOffload, guest_header};
 use crate::guest::GuestMem;
 use crate::virtio::queue::{Buf, Chain, QueueError};
 use ebb_abi::virtio::{NET_HDR_LEN, NetHdr};
-use ebb_core::IOBuf;
+use ebb_core::{IOBuf, IOBufChain};
 use ebb_net_driver::{FrameChecksum, Segmentation};
 
 /// A transmit chain's virtio-net header and the length of the frame behind it. A chain
@@ -106,33 +106,44 @@ pub(super) fn scatter(
     checksum: FrameChecksum,
     gso: Option<Segmentation>,
 ) -> Result<Option<u32>, QueueError> {
+    scatter_parts(mem, chain, frame.len(), core::iter::once(frame), checksum, gso)
+}
+
+/// [`scatter`] for a frame in pieces (a header buffer and payload slices, as a stack
+/// builds it): each piece copied once into the guest's buffers, none into one buffer
+/// first.
+pub(super) fn scatter_chain(
+    mem: &GuestMem,
+    chain: &Chain,
+    frame: &IOBufChain,
+    checksum: FrameChecksum,
+    gso: Option<Segmentation>,
+) -> Result<Option<u32>, QueueError> {
+    scatter_parts(mem, chain, frame.len(), frame.segments(), checksum, gso)
+}
+
+/// The virtio-net header, then `parts` (`len` bytes in all) in order, across the
+/// chain's writable buffers.
+fn scatter_parts<'a>(
+    mem: &GuestMem,
+    chain: &Chain,
+    len: usize,
+    parts: impl Iterator<Item = &'a [u8]>,
+    checksum: FrameChecksum,
+    gso: Option<Segmentation>,
+) -> Result<Option<u32>, QueueError> {
     let room: u64 = chain.writable.iter().map(|b| u64::from(b.len)).sum();
-    let total = NET_HDR_LEN + frame.len();
+    let total = NET_HDR_LEN + len;
     if (total as u64) > room {
         return Ok(None);
     }
+    let access = || QueueError::Access("a receive buffer");
     let header = guest_header(checksum, gso).to_bytes();
-    // Header, then frame, across the buffers in order: slices copied whole.
-    let parts: [&[u8]; 2] = [&header, frame];
-    let (mut part, mut at) = (0, 0);
-    for buf in &chain.writable {
-        let (mut addr, mut room) = (buf.addr, buf.len as usize);
-        while room > 0 && part < parts.len() {
-            let source = &parts[part][at..];
-            let n = source.len().min(room);
-            mem.write_bytes(addr, &source[..n])
-                .ok_or(QueueError::Access("a receive buffer"))?;
-            addr += n as u64;
-            room -= n;
-            at += n;
-            if at == parts[part].len() {
-                part += 1;
-                at = 0;
-            }
-        }
-        if part == parts.len() {
-            break;
-        }
+    write_at(mem, &chain.writable, 0, &header).ok_or_else(access)?;
+    let mut at = NET_HDR_LEN;
+    for part in parts {
+        write_at(mem, &chain.writable, at, part).ok_or_else(access)?;
+        at += part.len();
     }
     Ok(Some(total as u32))
 }

@@ -3,7 +3,7 @@
 //! chain accessors of [`super::chain`]), and when the thread sleeps (see the parent
 //! module's "The I/O thread").
 
-use super::chain::{gather, scatter};
+use super::chain::{gather, scatter_chain};
 use super::control::control_command;
 use super::copying::{receive_copying, transmit_copying};
 use super::direct::{receive_direct, transmit_direct};
@@ -17,7 +17,7 @@ use crate::shared::Shared;
 use crate::virtio::host_link::HostLink;
 use crate::virtio::queue::{Chain, DeviceQueue, Direction, QueueError};
 use ebb_abi::virtio::features;
-use ebb_core::{IOBuf, IOBufChain, Instant as NetInstant};
+use ebb_core::{IOBufChain, Instant as NetInstant};
 use ebb_net_driver::{
     ETHERNET_HEADER_LEN, FaultStats, FrameChecksum, RxFrame, Segmentation, TxFrame,
 };
@@ -52,7 +52,7 @@ pub struct IoThread {
 struct Pair {
     rx: Option<DeviceQueue>,
     tx: Option<DeviceQueue>,
-    backlog: VecDeque<(IOBuf, FrameChecksum)>,
+    backlog: VecDeque<(IOBufChain, FrameChecksum)>,
     /// Direct and copying backends ([`HostLink::direct`], [`HostLink::copying`]): a
     /// transmit chain the backend refused (full), written first next round.
     held_tx: Option<Chain>,
@@ -90,6 +90,9 @@ pub(crate) struct Engine {
     /// for a driver that negotiated GUEST_TSO4, cleared once every backend turned it off.
     large_receive: bool,
     frames: Vec<RxFrame>,
+    /// Frames for the guest from a backend that hands over chains
+    /// ([`HostLink::receive_chains`]), or `frames` made chains.
+    chains: Vec<TxFrame>,
     /// Frames for the backend, each with its checksum state.
     outgoing: VecDeque<TxFrame>,
 }
@@ -106,6 +109,7 @@ impl Engine {
             // Backends start with it off (the TAP is opened without TUN_F_TSO4).
             large_receive: false,
             frames: Vec::new(),
+            chains: Vec::new(),
             outgoing: VecDeque::new(),
         }
     }
@@ -481,24 +485,37 @@ impl Engine {
                     .min()
                     .unwrap_or(0)
             };
-            frames.clear();
-            let n = backend.receive(now, frames, room.min(64));
+            let chains = &mut self.chains;
+            chains.clear();
+            let n = match backend.receive_chains(now, chains, room.min(64)) {
+                Some(n) => n,
+                None => {
+                    frames.clear();
+                    let n = backend.receive(now, frames, room.min(64));
+                    chains.extend(frames.drain(..).map(|f| TxFrame {
+                        chain: IOBufChain::from(f.buf),
+                        checksum: f.checksum,
+                    }));
+                    n
+                }
+            };
             if n > 0 {
                 worked = true;
             }
-            for mut received in frames.drain(..) {
+            for mut received in chains.drain(..) {
                 if !guest_csum {
                     // Complete checksums only: a driver without GUEST_CSUM reads no flags.
                     received.complete();
                 }
-                let RxFrame {
-                    buf: frame,
+                let TxFrame {
+                    chain: frame,
                     checksum,
                 } = received;
                 let p = if n_backends == self.pairs.len() {
                     b
                 } else {
-                    flow_pair(frame.as_slice(), self.active_pairs)
+                    // The headers are in the first piece (`TxFrame`'s layout).
+                    flow_pair(frame.segments().next().unwrap_or(&[]), self.active_pairs)
                 };
                 let last = self.pairs.len() - 1;
                 let backlog = &mut self.pairs[p.min(last)].backlog;
@@ -528,14 +545,14 @@ impl Engine {
                 // only a guest that negotiated GUEST_TSO4 (else it is dropped: no
                 // buffer of such a guest holds one).
                 let gso = guest_tso4
-                    .then(|| Segmentation::of(frame.as_slice(), DEVICE_MTU))
+                    .then(|| Segmentation::of(frame.segments().next()?, DEVICE_MTU))
                     .flatten();
                 let written = if frame.len() > DEVICE_MTU + ETHERNET_HEADER_LEN
                     && gso.is_none()
                 {
                     None
                 } else {
-                    scatter(mem, &chain, frame.as_slice(), *checksum, gso).map_err(&on)?
+                    scatter_chain(mem, &chain, frame, *checksum, gso).map_err(&on)?
                 };
                 if written.is_none() {
                     device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
