@@ -78,18 +78,18 @@ impl NodeAllocator for LocalNodeAllocator {
             NodeImage::Bytes(bytes) => LoadedImage::Bytes(bytes.clone()),
         };
         let (net, link, guest_ports) = network(&spec.network, index);
-        // A node with a window talks to the allocating thread's core through memory:
-        // that core polls the window and answers, so the node's vCPUs run elsewhere if
-        // the core is pinned to one CPU: the scheduler likes to put a woken thread beside
-        // its waker, and a vCPU there waits for the core's idle poll to lapse (measured:
-        // 48 µs round trips against 1.6). Only the vCPUs: the node's own thread builds
-        // the VM on every CPU. (A node on the network keeps every CPU: its monitor's I/O
-        // thread is on its path too.)
-        let avoid = if spec.shared_window > 0 {
-            pinned_cpu()
-        } else {
-            None
-        };
+        // The node's vCPUs run off the allocating core's CPU when that core is pinned to
+        // one. With a window the core polls the window and answers: the scheduler likes
+        // to put a woken thread beside its waker, and a vCPU there waits for the core's
+        // idle poll to lapse (measured: 48 µs round trips against 1.6). On the network
+        // the same placement decided between two modes from run to run: a message round
+        // trip through the user-mode network of 20 µs, or 52 µs with the vCPU polling
+        // beside the front end and the device thread taking turns with one of them (3 of
+        // 4 runs slow before, 10 of 10 fast since; docs/benchmarks.md, "Distributed
+        // Ebbs"). Only the vCPUs: the device thread and the node's own thread may use
+        // every CPU (beside a polling vCPU the device thread waits for it: 9-13x Linux
+        // TCP's round trip, measured with it pinned there).
+        let avoid = pinned_cpu();
         let config = VmConfig {
             mem_size: spec.memory,
             cpus: spec.cpus,
