@@ -345,24 +345,20 @@ impl Inner {
                     None => break,
                 },
             };
-            if !self.large_receive && frame.chain.len() > GUEST_MTU + ETHERNET_HEADER_LEN {
-                let segments = frame
-                    .chain
-                    .segments()
-                    .next()
-                    .and_then(|head| Segmentation::of(head, GUEST_MTU))
-                    .and_then(|cut| segment_tcp_frame(&frame.chain, cut));
-                // The endpoint's own TCP frames: always cut. (None would be a bug in
-                // it; the frame is dropped, and its TCP sends the bytes again.)
-                if let Some(segments) = segments {
-                    self.cut.extend(
-                        segments
-                            .into_iter()
-                            .map(|s| TxFrame::new(IOBufChain::from(s))),
-                    );
+            let frame = if self.large_receive {
+                frame
+            } else {
+                match cut_for_mtu(frame) {
+                    Cut::Whole(frame) => frame,
+                    Cut::Segments(segments) => {
+                        self.cut.extend(segments);
+                        continue;
+                    }
+                    // The endpoint's own TCP frames are always well-formed; were one
+                    // not, it is dropped and its TCP sends the bytes again.
+                    Cut::Malformed => continue,
                 }
-                continue;
-            }
+            };
             self.counters.record_rx(frame.chain.len());
             out.push(frame);
             taken += 1;
@@ -371,13 +367,23 @@ impl Inner {
     }
 }
 
-/// `frame` for a rest that takes MTU-sized frames only (passt): a TSO frame cut into
-/// segments with complete checksums (see `ebb_net_driver::segment_tcp_frame`), any
-/// other frame as it is (a partial checksum is the rest's to complete). `None`: a TSO
-/// frame whose headers do not say how to cut it.
-fn for_the_rest(frame: TxFrame) -> Option<Vec<TxFrame>> {
+/// What cutting a frame for an MTU-sized receiver gives ([`cut_for_mtu`]).
+enum Cut {
+    /// Not a TSO frame (it fits the guest's MTU, or is not TCP over IPv4): as it is.
+    Whole(TxFrame),
+    /// A TSO frame's segments, each with complete checksums.
+    Segments(Vec<TxFrame>),
+    /// A TSO frame whose headers do not say how to cut it.
+    Malformed,
+}
+
+/// `frame` for a receiver that takes MTU-sized frames only (passt; a guest without large
+/// receive): a TSO frame cut into segments with complete checksums (see
+/// `ebb_net_driver::segment_tcp_frame`), any other frame as it is (a partial checksum
+/// is the receiver's link's to complete).
+fn cut_for_mtu(frame: TxFrame) -> Cut {
     if frame.chain.len() <= GUEST_MTU + ETHERNET_HEADER_LEN {
-        return Some(vec![frame]);
+        return Cut::Whole(frame);
     }
     let cut = frame
         .chain
@@ -385,15 +391,17 @@ fn for_the_rest(frame: TxFrame) -> Option<Vec<TxFrame>> {
         .next()
         .and_then(|head| Segmentation::of(head, GUEST_MTU));
     let Some(cut) = cut else {
-        return Some(vec![frame]); // not TCPv4: the rest drops what it cannot send
+        return Cut::Whole(frame); // not TCPv4: the receiver drops what it cannot take
     };
-    let segments = segment_tcp_frame(&frame.chain, cut)?;
-    Some(
-        segments
-            .into_iter()
-            .map(|s| TxFrame::new(IOBufChain::from(s)))
-            .collect(),
-    )
+    match segment_tcp_frame(&frame.chain, cut) {
+        Some(segments) => Cut::Segments(
+            segments
+                .into_iter()
+                .map(|s| TxFrame::new(IOBufChain::from(s)))
+                .collect(),
+        ),
+        None => Cut::Malformed,
+    }
 }
 
 impl UserNet {
@@ -537,9 +545,10 @@ impl NetDevice for UserNet {
                     }
                     c.guest_to_rest += 1;
                     if let Some(frame) = frames.pop_front() {
-                        match for_the_rest(frame) {
-                            Some(segments) => inner.rest_out.extend(segments),
-                            None => c.guest_malformed += 1,
+                        match cut_for_mtu(frame) {
+                            Cut::Whole(frame) => inner.rest_out.push_back(frame),
+                            Cut::Segments(segments) => inner.rest_out.extend(segments),
+                            Cut::Malformed => c.guest_malformed += 1,
                         }
                     }
                 }
@@ -738,7 +747,9 @@ mod tests {
     #[test]
     fn passt_gets_a_tso_frame_cut_and_every_other_frame_as_it_is() {
         // 4,000 bytes: 3,946 of payload, in segments of 1,460.
-        let cut = for_the_rest(frame(4000, 6)).expect("a well-formed TSO frame");
+        let Cut::Segments(cut) = cut_for_mtu(frame(4000, 6)) else {
+            panic!("a well-formed TSO frame is cut");
+        };
         assert_eq!(cut.len(), 3);
         for segment in &cut {
             assert!(segment.chain.len() <= GUEST_MTU + ETHERNET_HEADER_LEN);
@@ -747,13 +758,23 @@ mod tests {
         let payload: usize = cut.iter().map(|s| s.chain.len() - 54).sum();
         assert_eq!(payload, 4000 - 54);
         // An MTU-sized frame keeps its partial checksum: passt's link completes it.
-        let small = for_the_rest(frame(1514, 6)).expect("passed on");
-        assert_eq!(small.len(), 1);
+        let Cut::Whole(small) = cut_for_mtu(frame(1514, 6)) else {
+            panic!("an MTU-sized frame goes as it is");
+        };
         assert!(matches!(
-            small[0].checksum,
+            small.checksum,
             ebb_net_driver::FrameChecksum::Partial { .. }
         ));
         // A large frame that is not TCP is not the device's to cut: passed on whole.
-        assert_eq!(for_the_rest(frame(4000, 17)).expect("passed on").len(), 1);
+        assert!(matches!(cut_for_mtu(frame(4000, 17)), Cut::Whole(_)));
+        // A TCP header that claims more than the frame holds: not cut, counted.
+        let mut bad = frame(4000, 6);
+        let mut bytes = bad.chain.to_vec();
+        bytes[34 + 12] = 15 << 4; // 60-byte TCP header
+        bytes.truncate(14 + 20 + 40);
+        bytes.resize(4000, 0);
+        bytes[16..18].copy_from_slice(&(4000u16 - 14).to_be_bytes());
+        bad.chain = IOBufChain::from(IOBuf::from_vec(bytes));
+        let _ = cut_for_mtu(bad); // whichever: it must not panic
     }
 }
