@@ -86,10 +86,13 @@ impl NodeAllocator for LocalNodeAllocator {
         // trip through the user-mode network of 20 µs, or 52 µs with the vCPU polling
         // beside the front end and the device thread taking turns with one of them (3 of
         // 4 runs slow before, 10 of 10 fast since; docs/benchmarks.md, "Distributed
-        // Ebbs"). Only the vCPUs: the device thread and the node's own thread may use
-        // every CPU (beside a polling vCPU the device thread waits for it: 9-13x Linux
-        // TCP's round trip, measured with it pinned there).
-        let avoid = pinned_cpu();
+        // Ebbs"). Not on a TAP device: there the round trip had no slow mode with every
+        // CPU (16.8-16.9 µs in every round of two 5-round runs), and with the vCPU kept
+        // off the front end's CPU two 5-round runs had one of 18.2-19.0 µs in most rounds.
+        // Only the vCPUs: the device thread and the node's own thread may use every CPU
+        // (beside a polling vCPU the device thread waits for it: 9-13x Linux TCP's round
+        // trip, measured with it pinned there).
+        let avoid = pinned_cpu().filter(|_| !matches!(spec.network, NodeNetwork::Tap(_)));
         let config = VmConfig {
             mem_size: spec.memory,
             cpus: spec.cpus,
