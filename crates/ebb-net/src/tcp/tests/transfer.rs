@@ -267,15 +267,18 @@ fn assert_complete(outcome: &Outcome, len: usize) {
     assert_eq!(outcome.b_closed, Some(CloseReason::Normal), "{outcome:#?}");
 }
 
+/// A wire that loses, reorders and duplicates nothing, 1 ms each way.
+const CLEAN_1MS: WireConfig = WireConfig {
+    seed: 1,
+    loss_per_mille: 0,
+    reorder_per_mille: 0,
+    duplicate_per_mille: 0,
+    latency: Duration::from_millis(1),
+};
+
 #[test]
 fn ten_megabytes_each_way_clean() {
-    let wire = WireConfig {
-        seed: 1,
-        loss_per_mille: 0,
-        reorder_per_mille: 0,
-        duplicate_per_mille: 0,
-        latency: Duration::from_millis(1),
-    };
+    let wire = CLEAN_1MS;
     let outcome = run(TcpConfig::default(), wire, TEN_MB, Duration::from_secs(60));
     std::eprintln!("clean: {:?} simulated", outcome.simulated);
     assert_complete(&outcome, TEN_MB);
@@ -290,13 +293,7 @@ fn a_window_limited_stream_grows_the_receive_window_and_finishes_sooner() {
     // Nothing limits this wire but the round trip (2 ms): each side's stream is held
     // back by the window the other advertises. With autotuning the windows double to
     // `max_receive_window` (1 -> 2 -> 4 MiB); without (max = receive_window) they stay.
-    let wire = WireConfig {
-        seed: 1,
-        loss_per_mille: 0,
-        reorder_per_mille: 0,
-        duplicate_per_mille: 0,
-        latency: Duration::from_millis(1),
-    };
+    let wire = CLEAN_1MS;
     let limit = Duration::from_secs(60);
     // Past slow start: most of it sent with the congestion window over the receive one.
     const LEN: usize = 50 * 1000 * 1000;
