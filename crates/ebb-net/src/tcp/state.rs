@@ -174,8 +174,10 @@ pub(crate) struct Tcb {
     /// `receive_window` at first, grown up to `max_receive_window` (autotuning, see
     /// [`grow_window_if_limiting`](Self::grow_window_if_limiting)).
     pub(crate) rcv_window: usize,
-    /// Where and when the current measure of [`grow_window_if_limiting`](Self::grow_window_if_limiting)
-    /// started (`rcv_nxt`, time); `None` until data comes that the application takes.
+    /// The current measure of [`grow_window_if_limiting`](Self::grow_window_if_limiting):
+    /// the sequence number a window's worth of data reaches, and when it started;
+    /// `None` until data comes that the application takes (and once the window is at
+    /// its largest).
     pub(crate) window_measure: Option<(SeqNumber, Instant)>,
     /// Bytes in `Receive` events not yet delivered.
     pub(crate) held_bytes: usize,
@@ -402,30 +404,39 @@ impl Tcb {
     /// (see [`TcpConfig::max_receive_window`]); the new size goes out with the next ACK.
     /// A window delivered that fast is a bulk stream the window may be holding back
     /// (on a long round trip it is); request-response traffic never delivers one that
-    /// fast. An application that stops taking data, or a segment out of order (a loss:
-    /// a wider window would only hold more out-of-order data), starts the measure again.
+    /// fast. An application not taking data when the measure ends, or a segment out of
+    /// order (a loss: a wider window would only hold more out-of-order data), starts the
+    /// measure again.
+    #[inline]
     fn grow_window_if_limiting(&mut self, ctx: &mut Ctx<'_>) {
+        // Every in-order segment comes here: one comparison until a window's worth is in.
+        if let Some((end, _)) = self.window_measure
+            && self.rcv_nxt < end
+        {
+            return;
+        }
+        self.window_measure_done(ctx);
+    }
+
+    /// [`grow_window_if_limiting`](Self::grow_window_if_limiting) past the end of a
+    /// measure, or with none running: grows the window if the measure qualifies, and
+    /// starts the next one.
+    #[cold]
+    fn window_measure_done(&mut self, ctx: &mut Ctx<'_>) {
         let max = ctx.config.max_receive_window;
         if self.rcv_window >= max {
+            self.window_measure = None;
             return;
         }
         let measuring = self.takes_data_now() && self.reassembly.is_empty();
-        let (since, start) = match self.window_measure {
-            Some(m) if measuring => m,
-            _ => {
-                self.window_measure = measuring.then_some((self.rcv_nxt, ctx.now));
-                return;
-            }
-        };
-        let delivered = usize::try_from((self.rcv_nxt - since).max(0)).unwrap_or(0);
-        if delivered < self.rcv_window {
-            return;
-        }
-        if ctx.now - start <= WINDOW_GROWTH_TIME {
+        if let Some((_, start)) = self.window_measure
+            && measuring
+            && ctx.now - start <= WINDOW_GROWTH_TIME
+        {
             self.rcv_window = self.rcv_window.saturating_mul(2).min(max);
             ctx.counters.windows_grown += 1;
         }
-        self.window_measure = Some((self.rcv_nxt, ctx.now));
+        self.window_measure = measuring.then(|| (self.rcv_nxt + self.rcv_window, ctx.now));
     }
 
     /// The part of the advertised window still open: RCV.WND for the acceptability test.
