@@ -106,7 +106,14 @@ pub(super) fn scatter(
     checksum: FrameChecksum,
     gso: Option<Segmentation>,
 ) -> Result<Option<u32>, QueueError> {
-    scatter_parts(mem, chain, frame.len(), core::iter::once(frame), checksum, gso)
+    scatter_parts(
+        mem,
+        chain,
+        frame.len(),
+        core::iter::once(frame),
+        checksum,
+        gso,
+    )
 }
 
 /// [`scatter`] for a frame in pieces (a header buffer and payload slices, as a stack

@@ -547,9 +547,7 @@ impl Engine {
                 let gso = guest_tso4
                     .then(|| Segmentation::of(frame.segments().next()?, DEVICE_MTU))
                     .flatten();
-                let written = if frame.len() > DEVICE_MTU + ETHERNET_HEADER_LEN
-                    && gso.is_none()
-                {
+                let written = if frame.len() > DEVICE_MTU + ETHERNET_HEADER_LEN && gso.is_none() {
                     None
                 } else {
                     scatter_chain(mem, &chain, frame, *checksum, gso).map_err(&on)?

@@ -497,7 +497,10 @@ fn a_segmentation_request_not_negotiated_on_the_iobuf_path_is_refused() {
     // frames). With checksum offload alone, or a fault injector in between, the request
     // is refused rather than handing the backend a frame that needed cutting.
     let faults = FaultConfig::default();
-    for (name, faults) in [("checksum offload", None), ("a fault injector", Some(faults))] {
+    for (name, faults) in [
+        ("checksum offload", None),
+        ("a fault injector", Some(faults)),
+    ] {
         let g = bounded(move || {
             let mut g = Guest::build(1, Offload::CHECKSUM, faults);
             start_with(&mut g, csum_features());
