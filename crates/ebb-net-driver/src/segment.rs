@@ -19,9 +19,11 @@ const CWR: u8 = 0x80;
 /// Cuts `frame` as [`Segmentation`] describes: each segment a fresh buffer with the
 /// frame's headers, its share of the payload, and every length, identification,
 /// sequence number and checksum (IPv4 and TCP, complete) fixed up. `None` if the frame
-/// is not what `segmentation` says (headers past its end, not TCP over IPv4).
+/// is not what `segmentation` says (headers past its end, not TCP over IPv4), or if
+/// there is no memory for the segments.
 pub fn segment_tcp_frame(frame: &IOBufChain, segmentation: Segmentation) -> Option<Vec<IOBuf>> {
-    let bytes = frame.to_vec();
+    // Fallible: a guest's frame must never abort the monitor for want of memory.
+    let bytes = frame.try_to_vec()?;
     let header_len = usize::from(segmentation.header_len);
     let step = usize::from(segmentation.segment_payload);
     let headers = bytes.get(..header_len)?;
@@ -37,10 +39,12 @@ pub fn segment_tcp_frame(frame: &IOBufChain, segmentation: Segmentation) -> Opti
     let first_seq = u32::from_be_bytes(headers[tcp_at + 4..tcp_at + 8].try_into().ok()?);
     let payload = &bytes[header_len..];
     let count = payload.len().div_ceil(step).max(1);
-    let mut segments = Vec::with_capacity(count);
+    let mut segments = Vec::new();
+    segments.try_reserve_exact(count).ok()?;
     for i in 0..count {
         let chunk = &payload[(i * step).min(payload.len())..((i + 1) * step).min(payload.len())];
-        let mut out = Vec::with_capacity(header_len + chunk.len());
+        let mut out = Vec::new();
+        out.try_reserve_exact(header_len + chunk.len()).ok()?;
         out.extend_from_slice(headers);
         out.extend_from_slice(chunk);
         let ip_len = (out.len() - ETHERNET_HEADER_LEN) as u16;

@@ -546,6 +546,13 @@ impl NetDevice for UserNet {
                     c.guest_to_rest += 1;
                     if let Some(frame) = frames.pop_front() {
                         match cut_for_mtu(frame) {
+                            // Longer than the MTU and not a TSO frame it can cut (its
+                            // headers say otherwise): passt takes MTU-sized frames only.
+                            Cut::Whole(frame)
+                                if frame.chain.len() > GUEST_MTU + ETHERNET_HEADER_LEN =>
+                            {
+                                c.guest_malformed += 1
+                            }
                             Cut::Whole(frame) => inner.rest_out.push_back(frame),
                             Cut::Segments(segments) => inner.rest_out.extend(segments),
                             Cut::Malformed => c.guest_malformed += 1,

@@ -24,6 +24,8 @@ use ebb_net_driver::{
 
 /// Frames from the guest the endpoint has not processed yet, at most.
 pub(crate) const FROM_GUEST_LIMIT: usize = 1024;
+/// Bytes of those frames, at most (with TSO a frame may be 64 KiB).
+const FROM_GUEST_BYTES: usize = 4 << 20;
 /// Frames for the guest not yet taken by the virtio device, at most.
 const TO_GUEST_LIMIT: usize = 512;
 /// Bytes of those frames, at most: sixteen whole TSO frames, about what 512 MTU-sized
@@ -41,6 +43,8 @@ pub(crate) struct EndpointPort {
     to_guest: VecDeque<TxFrame>,
     /// Bytes in `to_guest`.
     to_guest_bytes: usize,
+    /// Bytes in `from_guest`.
+    from_guest_bytes: usize,
     counters: DeviceCounters,
 }
 
@@ -71,10 +75,13 @@ impl EndpointPort {
     /// Queues a frame the guest sent to the endpoint; `false`: the queue was full and the
     /// frame is dropped (counted).
     pub(crate) fn push_from_guest(&mut self, frame: RxFrame) -> bool {
-        if self.from_guest.len() >= FROM_GUEST_LIMIT {
+        if self.from_guest.len() >= FROM_GUEST_LIMIT
+            || self.from_guest_bytes + frame.buf.len() > FROM_GUEST_BYTES
+        {
             self.counters.rx_dropped.record(DropReason::QueueFull);
             return false;
         }
+        self.from_guest_bytes += frame.buf.len();
         self.from_guest.push_back(frame);
         true
     }
@@ -100,6 +107,7 @@ impl NetDevice for EndpointPort {
         let n = max.min(self.from_guest.len());
         for frame in self.from_guest.drain(..n) {
             self.counters.record_rx(frame.buf.len());
+            self.from_guest_bytes -= frame.buf.len();
             out.push(frame);
         }
         n

@@ -92,7 +92,8 @@ impl NodeAllocator for LocalNodeAllocator {
         // Only the vCPUs: the device thread and the node's own thread may use every CPU
         // (beside a polling vCPU the device thread waits for it: 9-13x Linux TCP's round
         // trip, measured with it pinned there).
-        let avoid = pinned_cpu().filter(|_| !matches!(spec.network, NodeNetwork::Tap(_)));
+        let avoid = pinned_cpu()
+            .filter(|_| spec.shared_window > 0 || !matches!(spec.network, NodeNetwork::Tap(_)));
         let config = VmConfig {
             mem_size: spec.memory,
             cpus: spec.cpus,

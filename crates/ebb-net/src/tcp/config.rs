@@ -59,7 +59,8 @@ pub struct TcpConfig {
     /// below it, one loss at the front of a full window makes the rest be dropped and
     /// sent again (a 1 MiB window over 256 KiB here: 26,854 retransmissions instead of
     /// 665 in the 1 % loss, all-faults cell of `tests/simulation.rs`). Raise it with
-    /// `receive_window`.
+    /// `receive_window`. A connection whose window grew past `receive_window`
+    /// (autotuning, `max_receive_window`) keeps up to its window instead.
     pub max_out_of_order_bytes: usize,
     /// Data the layer holds, over all its connections: in-order data for applications
     /// that cannot take it now (a closed receive window, whose last advertised part a

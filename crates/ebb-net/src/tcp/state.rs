@@ -415,7 +415,9 @@ impl Tcb {
         {
             return;
         }
-        self.window_measure_done(ctx);
+        if self.rcv_window < ctx.config.max_receive_window {
+            self.window_measure_done(ctx);
+        }
     }
 
     /// [`grow_window_if_limiting`](Self::grow_window_if_limiting) past the end of a
@@ -423,7 +425,10 @@ impl Tcb {
     /// starts the next one.
     #[cold]
     fn window_measure_done(&mut self, ctx: &mut Ctx<'_>) {
-        let max = ctx.config.max_receive_window;
+        // No larger than the window-scale shift lets us say (a peer without window
+        // scaling: 64 KiB).
+        let sayable = usize::from(u16::MAX) << self.rcv_shift;
+        let max = ctx.config.max_receive_window.min(sayable);
         if self.rcv_window >= max {
             self.window_measure = None;
             return;
@@ -1030,7 +1035,13 @@ impl Tcb {
                 .config
                 .max_held_bytes
                 .saturating_sub(self.held_gauge.get());
-            let bound = ctx.config.max_out_of_order_bytes;
+            // A window that grew (autotuning) past the configured one keeps as much
+            // out-of-order data as it lets the peer send: a loss at its front would
+            // otherwise cost the rest of it, dropped and sent again.
+            let mut bound = ctx.config.max_out_of_order_bytes;
+            if self.rcv_window > ctx.config.receive_window {
+                bound = bound.max(self.rcv_window);
+            }
             let (dropped, over_budget) =
                 self.reassemble(|r| r.insert_within(seq, data, bound, budget));
             if over_budget {
