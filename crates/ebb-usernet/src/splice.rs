@@ -28,7 +28,7 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::io::{ErrorKind, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
 use std::rc::Rc;
 
@@ -151,14 +151,16 @@ impl ReadBuffer {
         };
         // Unique by construction: a clone of it never leaves this type.
         buf.recycle();
-        let spare = buf.spare_capacity_mut().map_err(out_of_memory)?;
-        let offered = spare.len();
-        let n = host.read(spare)?;
+        let offered = buf.tailroom();
+        // Into uninitialized memory: a fresh buffer (every large read starts one) is not
+        // zero-filled first, which was as much memory traffic again as the read.
+        let n = buf
+            .read_into_tailroom(|spare| rustix::io::read(&*host, spare).map(|(read, _)| read))
+            .map_err(out_of_memory)??;
         if n == 0 {
             return Ok(HostRead::Eof);
         }
         let drained = n < offered;
-        buf.commit(n).map_err(out_of_memory)?;
         if n <= COPY_READ_MAX {
             let mut copy = IOBuf::try_with_capacity(n).map_err(out_of_memory)?;
             copy.extend_from_slice(buf.as_slice())

@@ -418,6 +418,40 @@ impl IOBuf {
         Ok(&mut r.into_bytes_mut()[end..])
     }
 
+    /// Reads into the tailroom without zero-filling it first: `read` gets the whole
+    /// tailroom as uninitialized bytes and returns the prefix it filled, as
+    /// `rustix::io::read` into a `MaybeUninit` buffer does; the view grows over it.
+    /// (A fresh 64 KiB buffer read through [`spare_capacity_mut`](Self::spare_capacity_mut)
+    /// is zeroed first, as much memory traffic again as the read.) Tailroom bytes that
+    /// were initialized before and that `read` did not fill are zeroed again — nothing
+    /// on a fresh buffer, the rest of an earlier, longer read on a recycled one.
+    ///
+    /// Returns the bytes read, or `read`'s own error (then the view is unchanged).
+    ///
+    /// # Errors
+    ///
+    /// [`IOBufError::Shared`] or [`IOBufError::ReadOnly`] unless the storage is unique
+    /// (`read` is not called).
+    ///
+    /// # Panics
+    ///
+    /// If `read` returns a slice that is not a prefix of the one it was given.
+    pub fn read_into_tailroom<E>(
+        &mut self,
+        read: impl for<'b> FnOnce(
+            &'b mut [core::mem::MaybeUninit<u8>],
+        ) -> core::result::Result<&'b mut [u8], E>,
+    ) -> Result<core::result::Result<usize, E>> {
+        let end = self.end();
+        let mut r = self.storage.unique_mut()?;
+        let n = match r.fill_from(end, read) {
+            Ok(n) => n,
+            Err(e) => return Ok(Err(e)),
+        };
+        self.len += offset(n);
+        Ok(Ok(n))
+    }
+
     /// Grows the view over the next `n` bytes of tailroom, as just written through
     /// [`spare_capacity_mut`](Self::spare_capacity_mut). Bytes of the tailroom never
     /// initialized read as zero; bytes this buffer initialized earlier (handed out, or

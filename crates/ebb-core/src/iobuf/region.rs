@@ -36,7 +36,7 @@
 use alloc::alloc::{Layout, alloc, dealloc, handle_alloc_error};
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
-use core::mem::{ManuallyDrop, size_of};
+use core::mem::{ManuallyDrop, MaybeUninit, size_of};
 use core::ptr::{self, NonNull};
 use core::slice;
 use core::sync::atomic::{AtomicUsize, Ordering, fence};
@@ -485,6 +485,80 @@ impl<'a> RegionMut<'a> {
         // one else accesses it (we hold the only handle exclusively).
         unsafe { self.region.data().add(from).write_bytes(0, to - from) };
         self.set_initialized(to);
+    }
+
+    /// Lets `fill` write the bytes from `from` to the capacity as uninitialized memory
+    /// (a `read(2)` into a `MaybeUninit` buffer, without zero-filling it first) and
+    /// returns how many it initialized: the length of the prefix it returned, which must
+    /// start where the slice it was given does. Bytes of that range that were
+    /// initialized before and lie past the prefix are zeroed again, whatever `fill` did
+    /// (it may have written uninitialized values there), so they stay initialized — a
+    /// cost of at most `initialized - from` bytes, nothing on a fresh region.
+    ///
+    /// # Panics
+    ///
+    /// If `from` exceeds the capacity, or `fill` returned a slice that is not a prefix
+    /// of the one it was given (after restoring the bytes as above).
+    pub(super) fn fill_from<E>(
+        &mut self,
+        from: usize,
+        fill: impl for<'b> FnOnce(&'b mut [MaybeUninit<u8>]) -> Result<&'b mut [u8], E>,
+    ) -> Result<usize, E> {
+        let capacity = self.capacity();
+        assert!(
+            from <= capacity,
+            "IOBuf region: fill from {from} past its capacity"
+        );
+        let before = self.initialized();
+        /// Zeroes `[filled, before)` when dropped, on every way out of `fill_from`
+        /// (a panic in `fill` included): those bytes counted as initialized.
+        struct Restore {
+            data: *mut u8,
+            filled: usize,
+            before: usize,
+        }
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                if self.filled < self.before {
+                    // SAFETY: `[filled, before)` lies within the region (`before` is at
+                    // most the capacity) and no reference into it is live: the slice
+                    // given to `fill` is gone, and `fill_from` holds the only handle.
+                    unsafe {
+                        self.data
+                            .add(self.filled)
+                            .write_bytes(0, self.before - self.filled);
+                    }
+                }
+            }
+        }
+        let data = self.region.data();
+        let mut restore = Restore {
+            data,
+            filled: from,
+            before,
+        };
+        let len = capacity - from;
+        // SAFETY: `[from, capacity)` lies within the region's bytes, and no other
+        // reference into the region exists while `self` (borrowing the only handle
+        // exclusively) is borrowed. `MaybeUninit<u8>` has `u8`'s layout, and treating
+        // initialized bytes as possibly uninitialized is allowed; what `fill` leaves
+        // there is either proven initialized (the prefix it returns) or zeroed again by
+        // `restore` before `initialized` says anything about it.
+        let tail: &mut [MaybeUninit<u8>] =
+            unsafe { slice::from_raw_parts_mut(data.add(from).cast(), len) };
+        let given = tail.as_ptr() as usize;
+        let filled = fill(tail)?;
+        assert!(
+            filled.as_ptr() as usize == given && filled.len() <= len,
+            "IOBuf: a tailroom reader must return a prefix of the tailroom it was given"
+        );
+        let n = filled.len();
+        restore.filled = from + n;
+        drop(restore);
+        if from + n > before {
+            self.set_initialized(from + n);
+        }
+        Ok(n)
     }
 
     /// Writes `data` at offset `at`, initializing what it covers.

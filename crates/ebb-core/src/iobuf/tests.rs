@@ -4,6 +4,7 @@ use alloc::borrow::Cow;
 use alloc::string::ToString;
 use alloc::vec;
 use alloc::vec::Vec;
+use core::mem::MaybeUninit;
 use std::format;
 
 use proptest::prelude::*;
@@ -232,6 +233,75 @@ fn spare_capacity_and_commit() {
     let mut c = IOBuf::with_capacity(4);
     c.commit(3).unwrap();
     assert_eq!(&*c, &[0, 0, 0]);
+}
+
+/// A reader for `read_into_tailroom` that writes `data` and, past it, leaves every
+/// other byte it was given uninitialized (what a hostile or careless reader may do).
+fn fill_with<'b>(buf: &'b mut [MaybeUninit<u8>], data: &[u8]) -> &'b mut [u8] {
+    for slot in buf.iter_mut().skip(data.len()) {
+        *slot = MaybeUninit::uninit();
+    }
+    let (head, _) = buf.split_at_mut(data.len());
+    head.write_copy_of_slice(data)
+}
+
+#[test]
+fn read_into_tailroom_fills_without_zeroing_and_keeps_old_bytes_initialized() {
+    let mut b = IOBuf::with_headroom(2, 64);
+    let room = b.tailroom();
+    let n = b
+        .read_into_tailroom(|buf| {
+            assert_eq!(buf.len(), room);
+            Ok::<_, ()>(fill_with(buf, b"a longer first read"))
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(n, 19);
+    assert_eq!(&*b, b"a longer first read");
+    // A recycled buffer: the next, shorter read leaves the rest of the first one
+    // uninitialized as far as the reader is concerned; those bytes read as zeros now.
+    assert!(b.recycle());
+    b.read_into_tailroom(|buf| Ok::<_, ()>(fill_with(buf, b"short")))
+        .unwrap()
+        .unwrap();
+    assert_eq!(&*b, b"short");
+    b.commit(14).unwrap();
+    assert_eq!(&b[5..], &[0u8; 14]);
+    // A read that fails changes nothing, and its scribbles are zeroed too.
+    assert!(b.recycle());
+    let err = b
+        .read_into_tailroom(|buf| {
+            fill_with(buf, b"scribble");
+            Err::<&mut [u8], _>("would block")
+        })
+        .unwrap();
+    assert_eq!(err, Err("would block"));
+    assert_eq!(b.len(), 0);
+    b.commit(19).unwrap();
+    assert_eq!(&*b, &[0u8; 19]);
+}
+
+#[test]
+fn read_into_tailroom_needs_unique_storage() {
+    let mut b = IOBuf::copy_from_slice(b"shared");
+    let _other = b.clone();
+    let called = core::cell::Cell::new(false);
+    let result = b.read_into_tailroom(|buf| {
+        called.set(true);
+        Ok::<_, ()>(fill_with(buf, b""))
+    });
+    assert_eq!(result.err(), Some(IOBufError::Shared));
+    assert!(!called.get());
+}
+
+#[test]
+#[should_panic(expected = "prefix of the tailroom")]
+fn read_into_tailroom_rejects_a_slice_that_is_not_its_prefix() {
+    let mut b = IOBuf::with_capacity(16);
+    let _ = b.read_into_tailroom(|buf| {
+        let filled = fill_with(buf, b"abcd");
+        Ok::<_, ()>(&mut filled[1..])
+    });
 }
 
 #[test]
