@@ -21,7 +21,7 @@
 use crate::reactor::{self, Source, Token};
 use ebb_core::CoreId;
 use ebb_core::event::{self, Handle};
-use ebb_core::iobuf::{IOBuf, IOBufChain, REGION_OVERHEAD};
+use ebb_core::iobuf::{IOBuf, IOBufChain, REGION_OVERHEAD, Tailroom};
 use ebb_core::net::{CloseReason, SendError, SocketAddr, TcpConnection, TcpErrorKind, TcpHandler};
 use rustix::event::epoll::EventFlags;
 use rustix::fd::OwnedFd;
@@ -389,8 +389,10 @@ impl SocketRecord {
             let result = {
                 let fd = this.fd.borrow();
                 let Some(fd) = fd.as_ref() else { return };
-                match buf.spare_capacity_mut() {
-                    Ok(spare) => rustix::io::read(fd, spare),
+                // A fresh buffer's tailroom is read into uninitialized (a bulk stream's
+                // 64 KiB reads were each zero-filled first).
+                match buf.read_into_tailroom(|tail| read_fd(fd, tail)) {
+                    Ok(read) => read,
                     Err(_) => return,
                 }
             };
@@ -403,7 +405,6 @@ impl SocketRecord {
                     return;
                 }
                 Ok(n) => {
-                    let _ = buf.commit(n);
                     if n == capacity {
                         this.read_size.set((size * 2).min(MAX_READ));
                     } else if size > MIN_READ {
@@ -848,4 +849,12 @@ pub fn listen(
         shared,
         handle,
     })
+}
+
+/// One `read(2)` from `fd` into a buffer's tailroom, initialized or not; the bytes read.
+fn read_fd<'b>(fd: &OwnedFd, tail: Tailroom<'b>) -> rustix::io::Result<&'b mut [u8]> {
+    match tail {
+        Tailroom::Uninit(spare) => rustix::io::read(fd, spare).map(|(read, _)| read),
+        Tailroom::Init(spare) => rustix::io::read(fd, &mut *spare).map(|n| &mut spare[..n]),
+    }
 }

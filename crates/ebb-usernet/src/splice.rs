@@ -32,6 +32,7 @@ use std::io::{ErrorKind, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
 use std::rc::Rc;
 
+use ebb_core::iobuf::Tailroom;
 use ebb_core::net::{CloseReason, TcpConnection, TcpErrorKind, TcpHandler};
 use ebb_core::{IOBuf, IOBufChain};
 use ebb_net::tcp::TcpConn;
@@ -155,7 +156,12 @@ impl ReadBuffer {
         // Into uninitialized memory: a fresh buffer (every large read starts one) is not
         // zero-filled first, which was as much memory traffic again as the read.
         let n = buf
-            .read_into_tailroom(|spare| rustix::io::read(&*host, spare).map(|(read, _)| read))
+            .read_into_tailroom(|tail| match tail {
+                Tailroom::Uninit(spare) => rustix::io::read(&*host, spare).map(|(read, _)| read),
+                Tailroom::Init(spare) => {
+                    rustix::io::read(&*host, &mut *spare).map(|n| &mut spare[..n])
+                }
+            })
             .map_err(out_of_memory)??;
         if n == 0 {
             return Ok(HostRead::Eof);

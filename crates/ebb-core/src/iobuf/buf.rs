@@ -46,6 +46,15 @@ impl Storage {
     }
 }
 
+/// A buffer's tailroom as [`IOBuf::read_into_tailroom`] hands it to a reader.
+pub enum Tailroom<'b> {
+    /// Bytes initialized before (a recycled buffer's), to be overwritten.
+    Init(&'b mut [u8]),
+    /// Bytes never initialized (a fresh buffer's), written without zero-filling them
+    /// first.
+    Uninit(&'b mut [core::mem::MaybeUninit<u8>]),
+}
+
 /// One contiguous view `[start, start + len)` into a heap or static memory region.
 ///
 /// The bytes before the view are *headroom* (where protocol layers prepend
@@ -418,13 +427,13 @@ impl IOBuf {
         Ok(&mut r.into_bytes_mut()[end..])
     }
 
-    /// Reads into the tailroom without zero-filling it first: `read` gets the whole
-    /// tailroom as uninitialized bytes and returns the prefix it filled, as
-    /// `rustix::io::read` into a `MaybeUninit` buffer does; the view grows over it.
-    /// (A fresh 64 KiB buffer read through [`spare_capacity_mut`](Self::spare_capacity_mut)
-    /// is zeroed first, as much memory traffic again as the read.) Tailroom bytes that
-    /// were initialized before and that `read` did not fill are zeroed again — nothing
-    /// on a fresh buffer, the rest of an earlier, longer read on a recycled one.
+    /// Reads into the tailroom: `read` gets it as a [`Tailroom`] and returns the prefix
+    /// it filled (as `rustix::io::read` does into either kind of buffer); the view grows
+    /// over it. Unlike [`spare_capacity_mut`](Self::spare_capacity_mut), a tailroom
+    /// never initialized (a fresh buffer's) is handed over uninitialized instead of
+    /// zero-filled first, which for a fresh 64 KiB read buffer was as much memory
+    /// traffic again as the read; a tailroom initialized before (a recycled buffer's)
+    /// is handed over initialized, its never-initialized rest zeroed once.
     ///
     /// Returns the bytes read, or `read`'s own error (then the view is unchanged).
     ///
@@ -438,15 +447,29 @@ impl IOBuf {
     /// If `read` returns a slice that is not a prefix of the one it was given.
     pub fn read_into_tailroom<E>(
         &mut self,
-        read: impl for<'b> FnOnce(
-            &'b mut [core::mem::MaybeUninit<u8>],
-        ) -> core::result::Result<&'b mut [u8], E>,
+        read: impl FnOnce(Tailroom<'_>) -> core::result::Result<&mut [u8], E>,
     ) -> Result<core::result::Result<usize, E>> {
         let end = self.end();
         let mut r = self.storage.unique_mut()?;
-        let n = match r.fill_from(end, read) {
-            Ok(n) => n,
-            Err(e) => return Ok(Err(e)),
+        let n = if r.initialized() <= end {
+            match r.fill_uninit(end, |bytes| read(Tailroom::Uninit(bytes))) {
+                Ok(n) => n,
+                Err(e) => return Ok(Err(e)),
+            }
+        } else {
+            let cap = r.capacity();
+            r.init_zeroed(cap);
+            let room = &mut r.into_bytes_mut()[end..];
+            let (given, len) = (room.as_ptr() as usize, room.len());
+            let filled = match read(Tailroom::Init(room)) {
+                Ok(filled) => filled,
+                Err(e) => return Ok(Err(e)),
+            };
+            assert!(
+                filled.as_ptr() as usize == given && filled.len() <= len,
+                "IOBuf: a tailroom reader must return a prefix of the tailroom it was given"
+            );
+            filled.len()
         };
         self.len += offset(n);
         Ok(Ok(n))

@@ -66,7 +66,7 @@ mod tests;
 
 use core::fmt;
 
-pub use buf::{IOBuf, MAX_REGION};
+pub use buf::{IOBuf, MAX_REGION, Tailroom};
 pub use chain::{IOBufChain, SegmentMut};
 pub use cursor::Cursor;
 pub use region::{Keeper, LentMemory, REGION_OVERHEAD};

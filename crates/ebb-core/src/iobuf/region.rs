@@ -487,65 +487,34 @@ impl<'a> RegionMut<'a> {
         self.set_initialized(to);
     }
 
-    /// Lets `fill` write the bytes from `from` to the capacity as uninitialized memory
-    /// (a `read(2)` into a `MaybeUninit` buffer, without zero-filling it first) and
-    /// returns how many it initialized: the length of the prefix it returned, which must
-    /// start where the slice it was given does. Bytes of that range that were
-    /// initialized before and lie past the prefix are zeroed again, whatever `fill` did
-    /// (it may have written uninitialized values there), so they stay initialized — a
-    /// cost of at most `initialized - from` bytes, nothing on a fresh region.
+    /// Lets `fill` write the bytes from `from` to the capacity, none of them initialized
+    /// yet, as uninitialized memory (a `read(2)` into a `MaybeUninit` buffer, without
+    /// zero-filling it first), and returns how many it initialized: the length of the
+    /// prefix it returned, which must start where the slice it was given does.
     ///
     /// # Panics
     ///
-    /// If `from` exceeds the capacity, or `fill` returned a slice that is not a prefix
-    /// of the one it was given (after restoring the bytes as above).
-    pub(super) fn fill_from<E>(
+    /// If `from` is below the initialized bytes or past the capacity, or `fill` returned
+    /// a slice that is not a prefix of the one it was given.
+    pub(super) fn fill_uninit<E>(
         &mut self,
         from: usize,
-        fill: impl for<'b> FnOnce(&'b mut [MaybeUninit<u8>]) -> Result<&'b mut [u8], E>,
+        fill: impl FnOnce(&mut [MaybeUninit<u8>]) -> Result<&mut [u8], E>,
     ) -> Result<usize, E> {
         let capacity = self.capacity();
         assert!(
-            from <= capacity,
-            "IOBuf region: fill from {from} past its capacity"
+            self.initialized() <= from && from <= capacity,
+            "IOBuf region: fill from {from} outside its uninitialized bytes"
         );
-        let before = self.initialized();
-        /// Zeroes `[filled, before)` when dropped, on every way out of `fill_from`
-        /// (a panic in `fill` included): those bytes counted as initialized.
-        struct Restore {
-            data: *mut u8,
-            filled: usize,
-            before: usize,
-        }
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                if self.filled < self.before {
-                    // SAFETY: `[filled, before)` lies within the region (`before` is at
-                    // most the capacity) and no reference into it is live: the slice
-                    // given to `fill` is gone, and `fill_from` holds the only handle.
-                    unsafe {
-                        self.data
-                            .add(self.filled)
-                            .write_bytes(0, self.before - self.filled);
-                    }
-                }
-            }
-        }
-        let data = self.region.data();
-        let mut restore = Restore {
-            data,
-            filled: from,
-            before,
-        };
         let len = capacity - from;
         // SAFETY: `[from, capacity)` lies within the region's bytes, and no other
         // reference into the region exists while `self` (borrowing the only handle
-        // exclusively) is borrowed. `MaybeUninit<u8>` has `u8`'s layout, and treating
-        // initialized bytes as possibly uninitialized is allowed; what `fill` leaves
-        // there is either proven initialized (the prefix it returns) or zeroed again by
-        // `restore` before `initialized` says anything about it.
+        // exclusively) is borrowed. `MaybeUninit<u8>` has `u8`'s layout. None of these
+        // bytes counts as initialized (`initialized <= from`), so nothing `fill` writes
+        // there (uninitialized values included) can break the invariant; only the
+        // prefix it returns, which a `&mut [u8]` proves initialized, is counted below.
         let tail: &mut [MaybeUninit<u8>] =
-            unsafe { slice::from_raw_parts_mut(data.add(from).cast(), len) };
+            unsafe { slice::from_raw_parts_mut(self.region.data().add(from).cast(), len) };
         let given = tail.as_ptr() as usize;
         let filled = fill(tail)?;
         assert!(
@@ -553,11 +522,7 @@ impl<'a> RegionMut<'a> {
             "IOBuf: a tailroom reader must return a prefix of the tailroom it was given"
         );
         let n = filled.len();
-        restore.filled = from + n;
-        drop(restore);
-        if from + n > before {
-            self.set_initialized(from + n);
-        }
+        self.set_initialized(from + n);
         Ok(n)
     }
 

@@ -9,7 +9,7 @@ use std::format;
 
 use proptest::prelude::*;
 
-use super::{IOBuf, IOBufChain, IOBufError};
+use super::{IOBuf, IOBufChain, IOBufError, Tailroom};
 
 /// A chain whose segments are `data` cut at `cuts` (offsets, any order).
 fn chain_from_cuts(data: &[u8], cuts: &[usize]) -> IOBufChain {
@@ -235,50 +235,66 @@ fn spare_capacity_and_commit() {
     assert_eq!(&*c, &[0, 0, 0]);
 }
 
-/// A reader for `read_into_tailroom` that writes `data` and, past it, leaves every
-/// other byte it was given uninitialized (what a hostile or careless reader may do).
-fn fill_with<'b>(buf: &'b mut [MaybeUninit<u8>], data: &[u8]) -> &'b mut [u8] {
-    for slot in buf.iter_mut().skip(data.len()) {
-        *slot = MaybeUninit::uninit();
+/// A reader for `read_into_tailroom` that writes `data` at the front of the tailroom
+/// and, past it, leaves an uninitialized tailroom uninitialized (scribbling over it as
+/// a careless reader may) and an initialized one scribbled over.
+fn fill_with<'b>(room: Tailroom<'b>, data: &[u8]) -> &'b mut [u8] {
+    match room {
+        Tailroom::Uninit(buf) => {
+            for slot in buf.iter_mut().skip(data.len()) {
+                *slot = MaybeUninit::uninit();
+            }
+            buf.split_at_mut(data.len()).0.write_copy_of_slice(data)
+        }
+        Tailroom::Init(buf) => {
+            buf.fill(0xee);
+            let head = buf.split_at_mut(data.len()).0;
+            head.copy_from_slice(data);
+            head
+        }
     }
-    let (head, _) = buf.split_at_mut(data.len());
-    head.write_copy_of_slice(data)
 }
 
 #[test]
-fn read_into_tailroom_fills_without_zeroing_and_keeps_old_bytes_initialized() {
+fn read_into_tailroom_fills_a_fresh_buffer_uninitialized_and_a_recycled_one_initialized() {
     let mut b = IOBuf::with_headroom(2, 64);
     let room = b.tailroom();
     let n = b
-        .read_into_tailroom(|buf| {
+        .read_into_tailroom(|tail| {
+            let Tailroom::Uninit(buf) = &tail else {
+                panic!("a fresh buffer's tailroom was never initialized");
+            };
             assert_eq!(buf.len(), room);
-            Ok::<_, ()>(fill_with(buf, b"a longer first read"))
+            Ok::<_, ()>(fill_with(tail, b"a first read"))
         })
         .unwrap()
         .unwrap();
-    assert_eq!(n, 19);
-    assert_eq!(&*b, b"a longer first read");
-    // A recycled buffer: the next, shorter read leaves the rest of the first one
-    // uninitialized as far as the reader is concerned; those bytes read as zeros now.
+    assert_eq!(n, 12);
+    assert_eq!(&*b, b"a first read");
+    // Nothing past the read counts as initialized: committing it reads zeros.
+    b.commit(4).unwrap();
+    assert_eq!(&b[12..], &[0u8; 4]);
+    // A recycled buffer hands over its tailroom initialized, whatever the reader does.
     assert!(b.recycle());
-    b.read_into_tailroom(|buf| Ok::<_, ()>(fill_with(buf, b"short")))
-        .unwrap()
-        .unwrap();
-    assert_eq!(&*b, b"short");
-    b.commit(14).unwrap();
-    assert_eq!(&b[5..], &[0u8; 14]);
-    // A read that fails changes nothing, and its scribbles are zeroed too.
-    assert!(b.recycle());
+    let room = b.tailroom();
+    b.read_into_tailroom(|tail| {
+        assert!(matches!(tail, Tailroom::Init(ref buf) if buf.len() == room));
+        Ok::<_, ()>(fill_with(tail, b"again"))
+    })
+    .unwrap()
+    .unwrap();
+    assert_eq!(&*b, b"again");
+    b.commit(2).unwrap();
+    assert_eq!(&b[5..], &[0xee, 0xee]);
+    // A read that fails leaves the view as it was.
     let err = b
-        .read_into_tailroom(|buf| {
-            fill_with(buf, b"scribble");
+        .read_into_tailroom(|tail| {
+            fill_with(tail, b"x");
             Err::<&mut [u8], _>("would block")
         })
         .unwrap();
     assert_eq!(err, Err("would block"));
-    assert_eq!(b.len(), 0);
-    b.commit(19).unwrap();
-    assert_eq!(&*b, &[0u8; 19]);
+    assert_eq!(b.len(), 7);
 }
 
 #[test]
@@ -286,9 +302,9 @@ fn read_into_tailroom_needs_unique_storage() {
     let mut b = IOBuf::copy_from_slice(b"shared");
     let _other = b.clone();
     let called = core::cell::Cell::new(false);
-    let result = b.read_into_tailroom(|buf| {
+    let result = b.read_into_tailroom(|tail| {
         called.set(true);
-        Ok::<_, ()>(fill_with(buf, b""))
+        Ok::<_, ()>(fill_with(tail, b""))
     });
     assert_eq!(result.err(), Some(IOBufError::Shared));
     assert!(!called.get());
@@ -298,9 +314,21 @@ fn read_into_tailroom_needs_unique_storage() {
 #[should_panic(expected = "prefix of the tailroom")]
 fn read_into_tailroom_rejects_a_slice_that_is_not_its_prefix() {
     let mut b = IOBuf::with_capacity(16);
-    let _ = b.read_into_tailroom(|buf| {
-        let filled = fill_with(buf, b"abcd");
+    let _ = b.read_into_tailroom(|tail| {
+        let filled = fill_with(tail, b"abcd");
         Ok::<_, ()>(&mut filled[1..])
+    });
+}
+
+#[test]
+#[should_panic(expected = "prefix of the tailroom")]
+fn read_into_tailroom_rejects_a_slice_that_is_not_its_prefix_when_initialized() {
+    let mut b = IOBuf::with_capacity(16);
+    b.extend_from_slice(b"abcd").unwrap();
+    assert!(b.recycle());
+    let _ = b.read_into_tailroom(|tail| {
+        let filled = fill_with(tail, b"abcd");
+        Ok::<_, ()>(&mut filled[2..])
     });
 }
 
