@@ -7,7 +7,7 @@ pub mod net;
 pub mod queue;
 
 pub use host_link::{CopyingLink, HostLink, HostLinkError, PortForward};
-pub use net::{IoThread, NetStats, Offload, VirtioNetDevice};
+pub use net::{IoThread, NetStats, Offload, TrafficPlacement, VcpuTid, VirtioNetDevice};
 
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@
 
 use super::boot_info::{boot_flags, write_boot_info, write_descriptor_tables, write_percore};
 use super::network::open_backends;
-use super::threads::spawn_vcpu_threads;
+use super::threads::{VcpuThread, spawn_vcpu_threads};
 use super::{Vm, VmConfig, VmError, kvm_err};
 use crate::console::{Console, Sink};
 use crate::cpu;
@@ -159,6 +159,7 @@ impl Vm {
                     vcpu_wakes,
                     idle_poll: crate::virtio::net::io_poll_window(cpus_shared),
                     guest_first: cpus_shared,
+                    placement: traffic_placement(&config, net, &vcpu_threads),
                 })
             }
             _ => None,
@@ -251,4 +252,35 @@ fn advise_huge_pages_above_stacks(mem: &GuestMem, layout: &Layout) {
             "guest memory at {host:p} is not 2 MiB-aligned: the guest keeps 4 KiB TLB entries"
         );
     }
+}
+
+/// Environment variable that turns [`TrafficPlacement`](crate::virtio::TrafficPlacement)
+/// off (`0`), for measuring without it.
+pub const FOLLOW_TRAFFIC_ENV: &str = "EBB_VMM_FOLLOW_TRAFFIC";
+
+/// The device thread moves the vCPUs onto the front end's CPU for a bulk stream, and
+/// itself off it ([`TrafficPlacement`](crate::virtio::TrafficPlacement)), when: the vCPUs
+/// avoid a front end's CPU (`vcpu_avoid_cpu`), the link is an external one (the
+/// user-mode network: where it was measured; on a TAP device the same move did not
+/// raise the bulk rate, 0.75x against 0.78-0.80x), and the threads outnumber the CPUs
+/// (no more CPUs than vCPUs and one; with a spare CPU there is nothing to trade).
+fn traffic_placement(
+    config: &VmConfig,
+    net: &super::VmNetwork,
+    vcpu_threads: &[VcpuThread],
+) -> Option<crate::virtio::TrafficPlacement> {
+    let front_cpu = config.vcpu_avoid_cpu?;
+    if std::env::var(FOLLOW_TRAFFIC_ENV).is_ok_and(|v| v.trim() == "0")
+        || !matches!(net.link, super::HostLinkConfig::External(_))
+    {
+        return None;
+    }
+    let cpus = rustix::thread::sched_getaffinity(None).ok()?.count() as usize;
+    if cpus < 2 || cpus > vcpu_threads.len() + 1 {
+        return None;
+    }
+    Some(crate::virtio::TrafficPlacement::new(
+        front_cpu,
+        vcpu_threads.iter().map(|t| t.tid.clone()).collect(),
+    ))
 }

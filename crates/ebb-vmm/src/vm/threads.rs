@@ -97,6 +97,9 @@ struct VcpuStart {
 pub(super) struct VcpuThread {
     handle: JoinHandle<()>,
     start: mpsc::Sender<VcpuStart>,
+    /// The thread's id, once it published it (for the device thread's
+    /// [`TrafficPlacement`](crate::virtio::TrafficPlacement)).
+    pub(super) tid: crate::virtio::VcpuTid,
 }
 
 /// Spawns one parked thread per vCPU, first thing, so that the threads start up (0.1–3.5
@@ -120,35 +123,43 @@ pub(super) fn spawn_vcpu_threads(
     for core in 0..cpus {
         let (start_tx, start_rx) = mpsc::channel::<VcpuStart>();
         let pin = pin.then_some(core as usize % host_cpus);
+        let tid = crate::virtio::VcpuTid::default();
         let handle = std::thread::Builder::new()
             .name(format!("vcpu{core}"))
-            .spawn(move || {
-                if let Some(cpu) = pin {
-                    let mut set = rustix::thread::CpuSet::new();
-                    set.set(cpu);
-                    if let Err(e) = rustix::thread::sched_setaffinity(None, &set) {
-                        log::warn!("cannot pin vcpu{core} to host cpu {cpu}: {e}");
-                    }
-                } else if let Some(cpu) = avoid {
-                    // Every CPU but `cpu`; the kernel intersects with the cpuset and
-                    // refuses an empty result, which leaves the thread as it was.
-                    let mut set = rustix::thread::CpuSet::new();
-                    for other in (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| c != cpu) {
-                        set.set(other);
-                    }
-                    let _ = rustix::thread::sched_setaffinity(None, &set);
-                }
-                // Make glibc create this thread's malloc arena now, before the VM exists.
-                drop(std::hint::black_box(Box::new(0u64)));
-                if let Ok(start) = start_rx.recv() {
-                    if start.below_device {
-                        let nice = vcpu_nice_on_shared_cpus();
-                        // The calling thread only (Linux: PRIO_PROCESS with 0 is the thread).
-                        if let Err(e) = rustix::process::setpriority_process(None, nice) {
-                            log::warn!("vcpu{core}: cannot lower its priority: {e}");
+            .spawn({
+                let tid = tid.clone();
+                move || {
+                    tid.store(
+                        rustix::thread::gettid().as_raw_nonzero().get(),
+                        std::sync::atomic::Ordering::Release,
+                    );
+                    if let Some(cpu) = pin {
+                        let mut set = rustix::thread::CpuSet::new();
+                        set.set(cpu);
+                        if let Err(e) = rustix::thread::sched_setaffinity(None, &set) {
+                            log::warn!("cannot pin vcpu{core} to host cpu {cpu}: {e}");
                         }
+                    } else if let Some(cpu) = avoid {
+                        // Every CPU but `cpu`; the kernel intersects with the cpuset and
+                        // refuses an empty result, which leaves the thread as it was.
+                        let mut set = rustix::thread::CpuSet::new();
+                        for other in (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| c != cpu) {
+                            set.set(other);
+                        }
+                        let _ = rustix::thread::sched_setaffinity(None, &set);
                     }
-                    crate::vcpu::run(start.shared, start.net, start.vcpu, core, start.kick);
+                    // Make glibc create this thread's malloc arena now, before the VM exists.
+                    drop(std::hint::black_box(Box::new(0u64)));
+                    if let Ok(start) = start_rx.recv() {
+                        if start.below_device {
+                            let nice = vcpu_nice_on_shared_cpus();
+                            // The calling thread only (Linux: PRIO_PROCESS with 0 is the thread).
+                            if let Err(e) = rustix::process::setpriority_process(None, nice) {
+                                log::warn!("vcpu{core}: cannot lower its priority: {e}");
+                            }
+                        }
+                        crate::vcpu::run(start.shared, start.net, start.vcpu, core, start.kick);
+                    }
                 }
             })
             .map_err(|source| VmError::Os {
@@ -158,6 +169,7 @@ pub(super) fn spawn_vcpu_threads(
         threads.push(VcpuThread {
             handle,
             start: start_tx,
+            tid,
         });
     }
     Ok(threads)

@@ -8,6 +8,7 @@ use super::control::control_command;
 use super::copying::{receive_copying, transmit_copying};
 use super::direct::{receive_direct, transmit_direct};
 use super::offload::{TxOffload, tx_request};
+use super::placement::TrafficPlacement;
 use super::transport::VirtioNetDevice;
 use super::{
     DEVICE_MTU, IDLE_POLL, PENDING_OUTPUT_RETRY, QueueFault, RX_BACKLOG, SLEEP_MAX, add_faults, on,
@@ -46,6 +47,9 @@ pub struct IoThread {
     /// frames it has not taken, host input does not wake the thread (see `run`). On a
     /// CPU of its own, waking costs the guest nothing and keeps input flowing.
     pub guest_first: bool,
+    /// Moves the vCPUs and this thread as the traffic asks (a node on scarce CPUs
+    /// beside a front end; see [`TrafficPlacement`]).
+    pub placement: Option<TrafficPlacement>,
 }
 
 /// One live queue pair in the I/O thread.
@@ -95,6 +99,9 @@ pub(crate) struct Engine {
     chains: Vec<TxFrame>,
     /// Frames for the backend, each with its checksum state.
     outgoing: VecDeque<TxFrame>,
+    /// Bytes moved on the IOBuf path since [`IoThread::run`] last took them (what
+    /// [`TrafficPlacement`] measures).
+    moved: u64,
 }
 
 impl Engine {
@@ -106,6 +113,7 @@ impl Engine {
             ctrl: None,
             active_pairs: 1,
             features: 0,
+            moved: 0,
             // Backends start with it off (the TAP is opened without TUN_F_TSO4).
             large_receive: false,
             frames: Vec::new(),
@@ -404,6 +412,7 @@ impl Engine {
                     worked = true;
                     continue;
                 };
+                self.moved += frame.len() as u64;
                 let request = tx_request(&header, chain.head, frame.len(), copying).map_err(&on)?;
                 request.count(&device.stats);
                 let old = tx.push_used(mem, chain.head, 0).map_err(&on)?;
@@ -555,6 +564,7 @@ impl Engine {
                 if written.is_none() {
                     device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
                 } else {
+                    self.moved += frame.len() as u64;
                     device.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
                     if gso.is_some() {
                         device.stats.rx_gso.fetch_add(1, Ordering::Relaxed);
@@ -673,6 +683,10 @@ impl IoThread {
             }
             let now = NetInstant::from_nanos(started.elapsed().as_nanos() as u64);
             let worked = engine.step(&self.device, mem, now, &mut self.backends, &self.vcpu_wakes);
+            if let Some(placement) = &mut self.placement {
+                let moved = core::mem::take(&mut engine.moved);
+                placement.observe(now, moved, &self.device.stats.placement_swaps);
+            }
             let faults = self
                 .backends
                 .iter()

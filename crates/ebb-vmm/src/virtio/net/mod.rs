@@ -106,6 +106,7 @@ mod copying;
 mod direct;
 mod engine;
 mod offload;
+mod placement;
 mod transport;
 
 #[cfg(test)]
@@ -113,6 +114,7 @@ pub(crate) use engine::{Engine, sleep_bound};
 pub use engine::{IO_POLL_ENV, IoThread};
 pub(crate) use engine::{io_poll_window, shares_cpus_with_vcpus};
 pub use offload::Offload;
+pub use placement::{TrafficPlacement, VcpuTid};
 pub use transport::VirtioNetDevice;
 
 use crate::virtio::queue::QueueError;
@@ -142,6 +144,9 @@ pub struct NetStats {
     pub kicks: AtomicU64,
     /// Times the device woke a vCPU (wrote its kick eventfd).
     pub wakes: AtomicU64,
+    /// Times the node's threads were moved for a bulk stream or back
+    /// ([`TrafficPlacement`]).
+    pub placement_swaps: AtomicU64,
     /// MMIO register accesses (each one a VM exit to this process).
     pub mmio_exits: AtomicU64,
     /// Frames moved guest → backend.
