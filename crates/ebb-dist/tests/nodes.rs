@@ -574,23 +574,91 @@ fn a_node_allocated_from_a_pinned_thread_runs_its_vcpus_off_that_cpu() {
     .join()
     .expect("the pinned thread");
     assert!(node.console().wait_for("echo: listening", START));
-    let mut vcpu_cpus = None;
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if comm.trim() == "vcpu0" {
-            let status = std::fs::read_to_string(task.path().join("status")).unwrap();
-            vcpu_cpus = status
-                .lines()
-                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-                .map(|s| s.trim().to_string());
-        }
-    }
-    let vcpu_cpus = cpu_list(&vcpu_cpus.expect("a vcpu0 thread"));
+    let vcpu_cpus = thread_cpus("vcpu0").expect("a vcpu0 thread");
     assert!(
         !vcpu_cpus.is_empty() && !vcpu_cpus.contains(&creator_cpu),
         "vcpu0 may run on {vcpu_cpus:?}: every CPU but the creator's {creator_cpu}"
     );
     assert_echoes(&node, 5);
+    assert_eq!(node.free().expect("free"), NodeOutcome::Freed);
+}
+
+/// The CPUs the calling process's thread named `name` may run on (`/proc`), if one is.
+fn thread_cpus(name: &str) -> Option<Vec<usize>> {
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+            return status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(|s| cpu_list(s.trim()));
+        }
+    }
+    None
+}
+
+#[test]
+fn a_bulk_stream_moves_the_vcpu_onto_the_front_ends_cpu_and_back() {
+    // On scarce CPUs the device thread of a node on the user-mode network trades places
+    // with its vCPU for a bulk stream (ebb-vmm's TrafficPlacement): the vCPU onto the
+    // allocating core's CPU, the device thread off it; after the stream, back. The echo
+    // of 256 MiB through the forward is a stream; a few small echoes afterwards are not.
+    let test = "a_bulk_stream_moves_the_vcpu_onto_the_front_ends_cpu_and_back";
+    let _serial = serial();
+    let Some(()) = kvm(test) else { return };
+    let allowed = rustix::thread::sched_getaffinity(None).expect("affinity");
+    if allowed.count() != 2 {
+        // With more CPUs than the vCPU and the front end need, nothing is traded.
+        println!(
+            "SKIPPED: {test}: needs exactly two CPUs, has {}",
+            allowed.count()
+        );
+        return;
+    }
+    let creator_cpu = (0..rustix::thread::CpuSet::MAX_CPU)
+        .find(|&c| allowed.is_set(c))
+        .unwrap();
+    let node = std::thread::spawn(move || {
+        let mut one = rustix::thread::CpuSet::new();
+        one.set(creator_cpu);
+        rustix::thread::sched_setaffinity(None, &one).expect("pin");
+        LocalNodeAllocator::new()
+            .allocate(echo_spec())
+            .expect("allocate")
+    })
+    .join()
+    .expect("the pinned thread");
+    assert!(node.console().wait_for("echo: listening", START));
+    let off_front = |cpus: &[usize]| !cpus.is_empty() && !cpus.contains(&creator_cpu);
+    let vcpu = || thread_cpus("vcpu0").expect("a vcpu0 thread");
+    assert!(off_front(&vcpu()), "before: vcpu0 on {:?}", vcpu());
+    let addr = echo_addr(&node);
+    let stream = std::thread::spawn(move || {
+        ebb_testkit::netcheck::echo(addr, 256 << 20, 7, Duration::from_secs(60))
+    });
+    let mut moved_onto_front = false;
+    while !stream.is_finished() {
+        moved_onto_front |= vcpu() == [creator_cpu];
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stream
+        .join()
+        .expect("the echo thread")
+        .expect("the bulk echo");
+    assert!(
+        moved_onto_front,
+        "vcpu0 never ran on the front end's CPU {creator_cpu} during the stream"
+    );
+    // The stream ended: at the device thread's next round (two quiet windows, 20 ms)
+    // the vCPU goes back. Small echoes are request/response traffic.
+    assert_echoes(&node, 8);
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while !off_front(&vcpu()) && std::time::Instant::now() < deadline {
+        assert_echoes(&node, 9);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(off_front(&vcpu()), "after: vcpu0 still on {:?}", vcpu());
     assert_eq!(node.free().expect("free"), NodeOutcome::Freed);
 }
 
