@@ -560,6 +560,19 @@ fn a_node_allocated_from_a_pinned_thread_runs_its_vcpus_off_that_cpu() {
         println!("SKIPPED: {test}: one CPU only");
         return;
     }
+    let (creator_cpu, node) = echo_node_from_a_pinned_thread(&allowed);
+    let vcpu_cpus = thread_cpus("vcpu0").expect("a vcpu0 thread");
+    assert!(
+        !vcpu_cpus.is_empty() && !vcpu_cpus.contains(&creator_cpu),
+        "vcpu0 may run on {vcpu_cpus:?}: every CPU but the creator's {creator_cpu}"
+    );
+    assert_echoes(&node, 5);
+    assert_eq!(node.free().expect("free"), NodeOutcome::Freed);
+}
+
+/// The echo node, allocated from a thread pinned to the first CPU of `allowed` (as a
+/// hosted core is), listening; and that CPU.
+fn echo_node_from_a_pinned_thread(allowed: &rustix::thread::CpuSet) -> (usize, NodeHandle) {
     let creator_cpu = (0..rustix::thread::CpuSet::MAX_CPU)
         .find(|&c| allowed.is_set(c))
         .unwrap();
@@ -574,13 +587,7 @@ fn a_node_allocated_from_a_pinned_thread_runs_its_vcpus_off_that_cpu() {
     .join()
     .expect("the pinned thread");
     assert!(node.console().wait_for("echo: listening", START));
-    let vcpu_cpus = thread_cpus("vcpu0").expect("a vcpu0 thread");
-    assert!(
-        !vcpu_cpus.is_empty() && !vcpu_cpus.contains(&creator_cpu),
-        "vcpu0 may run on {vcpu_cpus:?}: every CPU but the creator's {creator_cpu}"
-    );
-    assert_echoes(&node, 5);
-    assert_eq!(node.free().expect("free"), NodeOutcome::Freed);
+    (creator_cpu, node)
 }
 
 /// The CPUs the calling process's thread named `name` may run on (`/proc`), if one is.
@@ -616,20 +623,7 @@ fn a_bulk_stream_moves_the_vcpu_onto_the_front_ends_cpu_and_back() {
         );
         return;
     }
-    let creator_cpu = (0..rustix::thread::CpuSet::MAX_CPU)
-        .find(|&c| allowed.is_set(c))
-        .unwrap();
-    let node = std::thread::spawn(move || {
-        let mut one = rustix::thread::CpuSet::new();
-        one.set(creator_cpu);
-        rustix::thread::sched_setaffinity(None, &one).expect("pin");
-        LocalNodeAllocator::new()
-            .allocate(echo_spec())
-            .expect("allocate")
-    })
-    .join()
-    .expect("the pinned thread");
-    assert!(node.console().wait_for("echo: listening", START));
+    let (creator_cpu, node) = echo_node_from_a_pinned_thread(&allowed);
     let off_front = |cpus: &[usize]| !cpus.is_empty() && !cpus.contains(&creator_cpu);
     let vcpu = || thread_cpus("vcpu0").expect("a vcpu0 thread");
     assert!(off_front(&vcpu()), "before: vcpu0 on {:?}", vcpu());
