@@ -455,12 +455,14 @@ pub fn tcp_peer(args: &[String]) -> i32 {
     // (with EBB_CPUS=1 the client's). `--peer-cpu N` pins it to CPU N; without it, it
     // may use every CPU, as a plain Linux process does.
     let mut cpus = rustix::thread::CpuSet::new();
-    match args
-        .iter()
-        .position(|a| a == "--peer-cpu")
-        .and_then(|i| args.get(i + 1)?.parse::<usize>().ok())
-    {
-        Some(cpu) => cpus.set(cpu),
+    match args.iter().position(|a| a == "--peer-cpu") {
+        Some(i) => match args.get(i + 1).and_then(|v| v.parse::<usize>().ok()) {
+            Some(cpu) if cpu < rustix::thread::CpuSet::MAX_CPU => cpus.set(cpu),
+            _ => {
+                eprintln!("cluster --tcp-peer: --peer-cpu takes a CPU number");
+                return 2;
+            }
+        },
         None => (0..rustix::thread::CpuSet::MAX_CPU).for_each(|c| cpus.set(c)),
     }
     if let Err(e) = rustix::thread::sched_setaffinity(None, &cpus) {

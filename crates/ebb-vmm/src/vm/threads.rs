@@ -160,6 +160,8 @@ pub(super) fn spawn_vcpu_threads(
                         }
                         crate::vcpu::run(start.shared, start.net, start.vcpu, core, start.kick);
                     }
+                    // Gone: its id may be reused by another thread, which must not be moved.
+                    tid.store(0, std::sync::atomic::Ordering::Release);
                 }
             })
             .map_err(|source| VmError::Os {

@@ -63,7 +63,9 @@ impl BulkDetector {
             return None;
         }
         let windows = elapsed / window;
-        let per_window = self.bytes / windows;
+        // The rate over the time that passed, scaled to a window (not the bytes over
+        // whole windows: 4 MiB in 19 ms is not a bulk window).
+        let per_window = (u128::from(self.bytes) * u128::from(window) / u128::from(elapsed)) as u64;
         self.window_start = Some(now);
         self.bytes = 0;
         if !self.bulk {
@@ -158,12 +160,18 @@ impl TrafficPlacement {
         } else {
             (&off_front, &own)
         };
+        // Every thread is moved even if one cannot be (a vCPU thread that has ended:
+        // ESRCH), so that one failure does not leave the rest where they were.
+        let mut result = Ok(());
         for tid in &self.vcpus {
             if let Some(pid) = Pid::from_raw(tid.load(Ordering::Acquire)) {
-                rustix::thread::sched_setaffinity(Some(pid), vcpus)?;
+                match rustix::thread::sched_setaffinity(Some(pid), vcpus) {
+                    Ok(()) | Err(rustix::io::Errno::SRCH) => {}
+                    Err(e) => result = Err(e),
+                }
             }
         }
-        rustix::thread::sched_setaffinity(None, this)
+        rustix::thread::sched_setaffinity(None, this).and(result)
     }
 }
 
@@ -226,7 +234,10 @@ mod tests {
         d.observe(at_ms(0), 0);
         // 5 MiB over 30 ms is 1.7 MiB a window: not a stream.
         assert_eq!(d.observe(at_ms(30), 5 << 20), None);
+        // Nor is 4 MiB over 19 ms (2.1 MiB a window), though it is one whole window.
+        assert_eq!(d.observe(at_ms(49), 4 << 20), None);
         assert!(!d.bulk());
+        assert_eq!(d.observe(at_ms(59), 5 << 20), Some(true));
     }
 
     /// The moves themselves, on real threads: a stand-in vCPU thread goes onto the
