@@ -614,8 +614,9 @@ fn a_bulk_stream_moves_the_vcpu_onto_the_front_ends_cpu_and_back() {
     let test = "a_bulk_stream_moves_the_vcpu_onto_the_front_ends_cpu_and_back";
     let _serial = serial();
     let Some(()) = kvm(test) else { return };
-    if std::env::var("EBB_VMM_FOLLOW_TRAFFIC").is_ok_and(|v| v.trim() == "0") {
-        println!("SKIPPED: {test}: EBB_VMM_FOLLOW_TRAFFIC=0 turns the placement off");
+    let off = ebb_vmm::FOLLOW_TRAFFIC_ENV;
+    if std::env::var(off).is_ok_and(|v| v.trim() == "0") {
+        println!("SKIPPED: {test}: {off}=0 turns the placement off");
         return;
     }
     let allowed = rustix::thread::sched_getaffinity(None).expect("affinity");

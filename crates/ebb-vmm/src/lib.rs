@@ -77,6 +77,7 @@ pub mod window;
 pub use ebb_boot::layout;
 pub use report::Outcome;
 pub use vm::{
-    Remains, VCPU_NICE_ENV, VCPU_NICE_ON_SHARED_CPUS, Vm, VmConfig, VmError, VmStopper, kvm_usable,
+    FOLLOW_TRAFFIC_ENV, Remains, VCPU_NICE_ENV, VCPU_NICE_ON_SHARED_CPUS, Vm, VmConfig, VmError,
+    VmStopper, kvm_usable,
 };
 pub use window::SharedWindow;

@@ -27,6 +27,7 @@ mod build;
 mod network;
 mod threads;
 
+pub use build::FOLLOW_TRAFFIC_ENV;
 pub use network::{ExternalLink, HostLinkConfig, HostLinkFactory, VmNetwork, net_summary};
 use threads::VcpuThread;
 pub use threads::{
