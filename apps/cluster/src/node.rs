@@ -163,12 +163,9 @@ pub async fn run(front_end: SocketAddrV4, token: u64, rest: &[String]) -> i32 {
             return 1;
         }
     };
-    ebb::println!(
-        "cluster node: joined as {} ({path}; global ids {:?})",
-        info.node,
-        info.global_ids
-    );
-    // Other nodes may connect directly (the front end tells them where this port is).
+    // Other nodes may connect directly (the front end tells them where this port is),
+    // as soon as it counts this node joined: listen first, print after (a console line
+    // is an exit to the monitor).
     let _peers = match messenger.listen_for_peers(&network, PEER_PORT).await {
         Ok(listener) => Some(listener),
         Err(e) => {
@@ -176,6 +173,11 @@ pub async fn run(front_end: SocketAddrV4, token: u64, rest: &[String]) -> i32 {
             None
         }
     };
+    ebb::println!(
+        "cluster node: joined as {} ({path}; global ids {:?})",
+        info.node,
+        info.global_ids
+    );
     // Serve until the front end goes away.
     let reason = messenger.peer_lost(NodeId::FRONT_END).await;
     ebb::println!(

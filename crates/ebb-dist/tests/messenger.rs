@@ -1194,3 +1194,54 @@ fn the_messenger_is_reachable_as_an_ebb() {
         assert_eq!(reply, Ok(b"echo:rep".to_vec()));
     });
 }
+
+#[test]
+fn a_node_that_listens_late_is_connected_to_once_it_listens() {
+    run(|| async {
+        let net = network().await;
+        let config = MessengerConfig {
+            handshake_timeout: Duration::from_secs(2),
+            ..tolerant()
+        };
+        let (_front, _, nodes) = cluster(&net, 2, config).await;
+        let (one, _, _) = &nodes[0];
+        let (two, two_info, _) = &nodes[1];
+        // A port nobody listens on yet: the front end has named node 2 to node 1, but
+        // node 2 has not started listening (it is still reading its Welcome).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = std::net::SocketAddr::from(([127, 0, 0, 1], port)).into();
+        let listens_late = async {
+            ebb::sleep(Duration::from_millis(50)).await;
+            two.listen_for_peers(&net, port).await.unwrap()
+        };
+        let (connected, _listener) =
+            ebb::future::join(one.connect_peer(&net, two_info.node, addr), listens_late).await;
+        connected.unwrap();
+        assert!(one.peers().contains(&(two_info.node, true)));
+        let retries = one.stats().peer_connect_retries;
+        assert!(retries >= 1, "connected without trying again");
+        eprintln!("node 1 connected after {retries} refused tries");
+
+        // Nobody ever listens: refused, once the handshake timeout has passed.
+        let nobody = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let start = Instant::now();
+        assert_eq!(
+            one.connect_peer(&net, NodeId(9), nobody.into()).await,
+            Err(JoinError::Connect(
+                ebb::net::TcpErrorKind::ConnectionRefused
+            ))
+        );
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(1500) && took < Duration::from_secs(4),
+            "gave up after {took:?}, with a 2 s handshake timeout"
+        );
+    });
+}

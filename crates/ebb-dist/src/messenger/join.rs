@@ -21,9 +21,13 @@ use core::future::Future;
 use core::pin::Pin;
 use core::sync::atomic::AtomicU32;
 use core::task::{Context, Poll};
+use core::time::Duration;
 
 use ebb::future::{PromiseFuture, promise};
-use ebb::net::{Connection, Listener, Network, SocketAddr, SocketAddrV4, TcpConnection};
+use ebb::net::{
+    CloseReason, Connection, Listener, Network, SocketAddr, SocketAddrV4, TcpConnection,
+    TcpErrorKind,
+};
 
 use super::control::{Control, Expected, FrontShared, PROTOCOL_VERSION};
 use super::error::{JoinError, LossReason};
@@ -398,16 +402,51 @@ impl Messenger {
     /// ([`listen_for_peers`](Self::listen_for_peers)): from then on `node` is a peer
     /// like the front end. This node must have joined; of two nodes, one connects to the
     /// other (two connections at once refuse each other).
+    ///
+    /// A node that has just joined may not listen yet: the front end counts it joined
+    /// when it sends the Welcome, and may name it to others before the node has read
+    /// that Welcome and started [`listen_for_peers`](Self::listen_for_peers). So a
+    /// connection refused, or reset before the peer's answer (a user-mode network's
+    /// forwarder accepts first and resets when the node behind it refuses), is tried
+    /// again, backing off from 1 ms, until the handshake timeout has passed; the last
+    /// error is returned then.
     pub async fn connect_peer(
         &self,
         network: &Network,
         node: NodeId,
         addr: SocketAddr,
     ) -> Result<(), JoinError> {
+        let timeout = self.inner.config.handshake_timeout;
+        let deadline = ebb::now() + timeout;
+        let mut backoff = Duration::from_millis(1);
+        loop {
+            let left = deadline.saturating_duration_since(ebb::now());
+            let error = match self.try_connect_peer(network, node, addr, left).await {
+                Ok(()) => return Ok(()),
+                Err(e) if not_listening_yet(&e) => e,
+                Err(e) => return Err(e),
+            };
+            if ebb::now() + backoff >= deadline {
+                return Err(error);
+            }
+            self.inner.stats.peer_connect_retries.add(1);
+            ebb::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// One attempt of [`connect_peer`](Self::connect_peer), given `timeout` for the
+    /// connection and again for the answer.
+    async fn try_connect_peer(
+        &self,
+        network: &Network,
+        node: NodeId,
+        addr: SocketAddr,
+        timeout: Duration,
+    ) -> Result<(), JoinError> {
         let (Some(me), Some(&key)) = (self.node(), self.inner.peer_key.get()) else {
             return Err(JoinError::NotJoined);
         };
-        let timeout = self.inner.config.handshake_timeout;
         let conn = match ebb::timeout(timeout, network.connect(addr)).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(kind)) => return Err(JoinError::Connect(kind)),
@@ -444,4 +483,16 @@ impl Messenger {
             }
         }
     }
+}
+
+/// Whether a failed [`Messenger::connect_peer`] attempt looks like a node that does not
+/// listen yet (worth another try) rather than one that answered and refused.
+fn not_listening_yet(error: &JoinError) -> bool {
+    matches!(
+        error,
+        JoinError::Connect(TcpErrorKind::ConnectionRefused | TcpErrorKind::ConnectionReset)
+            | JoinError::Lost(LossReason::Connection(
+                CloseReason::Reset | CloseReason::Error(TcpErrorKind::ConnectionRefused)
+            ))
+    )
 }

@@ -147,6 +147,9 @@ pub struct MessengerStats {
     pub peers_lost: u64,
     /// Joins refused (front end).
     pub connections_refused: u64,
+    /// Direct connections to a peer tried again because it did not listen yet
+    /// ([`Messenger::connect_peer`]).
+    pub peer_connect_retries: u64,
 }
 
 /// A connection that ended in error (refused, aborted for bad bytes, lost), as
@@ -185,6 +188,7 @@ struct Counters {
     late_answers: Counter,
     peers_lost: Counter,
     connections_refused: Counter,
+    peer_connect_retries: Counter,
 }
 
 type MessageFn = dyn Fn(NodeId, IOBufChain) + Send + Sync;
@@ -425,6 +429,7 @@ impl Messenger {
             late_answers: s.late_answers.get(),
             peers_lost: s.peers_lost.get(),
             connections_refused: s.connections_refused.get(),
+            peer_connect_retries: s.peer_connect_retries.get(),
         }
     }
 
