@@ -1213,7 +1213,7 @@ fn a_node_that_listens_late_is_connected_to_once_it_listens() {
             .local_addr()
             .unwrap()
             .port();
-        let addr: SocketAddr = std::net::SocketAddr::from(([127, 0, 0, 1], port)).into();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let listens_late = async {
             ebb::sleep(Duration::from_millis(50)).await;
             two.listen_for_peers(&net, port).await.unwrap()
@@ -1233,7 +1233,7 @@ fn a_node_that_listens_late_is_connected_to_once_it_listens() {
             .unwrap();
         let start = Instant::now();
         assert_eq!(
-            one.connect_peer(&net, NodeId(9), nobody.into()).await,
+            one.connect_peer(&net, NodeId(9), nobody).await,
             Err(JoinError::Connect(
                 ebb::net::TcpErrorKind::ConnectionRefused
             ))
