@@ -56,6 +56,7 @@ mod window;
 
 use alloc::sync::Arc;
 use core::fmt;
+use core::mem::MaybeUninit;
 use core::sync::atomic::{Ordering, fence};
 
 use window::Window;
@@ -418,6 +419,24 @@ impl Endpoint {
         );
         self.consumed = self.consumed.wrapping_add(n as u64);
         Ok(n)
+    }
+
+    /// [`read`](Self::read) into memory never initialized (a fresh buffer's tailroom,
+    /// which then needs no zero-fill first). Returns the prefix of `out` it filled.
+    pub fn read_uninit<'o>(
+        &mut self,
+        out: &'o mut [MaybeUninit<u8>],
+    ) -> Result<&'o mut [u8], Corrupt> {
+        let n = out.len().min(self.available()?);
+        let ring = self.rx();
+        let read = self.window.copy_out_uninit(
+            self.data(ring),
+            self.capacity as usize,
+            self.consumed,
+            &mut out[..n],
+        );
+        self.consumed = self.consumed.wrapping_add(n as u64);
+        Ok(read)
     }
 
     /// Gives the room of what was read back to the producer. Returns whether it waits

@@ -78,6 +78,35 @@ fn bytes_cross_in_order_and_wrap() {
 }
 
 #[test]
+fn an_uninitialized_read_returns_the_bytes_it_filled_across_the_wrap() {
+    let (mut host, mut guest, w) = pair(4096 + 2 * 4096);
+    // Move the stream near the end of the ring, so the next read wraps.
+    host.write(&[0; 4000]).unwrap();
+    host.publish();
+    assert_eq!(guest.read(&mut [0; 4000]).unwrap(), 4000);
+    guest.release();
+    let data: Vec<u8> = (0..300u32).map(|i| (i % 251) as u8).collect();
+    host.write(&data).unwrap();
+    host.publish();
+    let mut out = [core::mem::MaybeUninit::<u8>::uninit(); 512];
+    let filled = guest.read_uninit(&mut out).unwrap();
+    assert_eq!(
+        filled,
+        &data[..],
+        "the 96 bytes before the wrap and the 204 after"
+    );
+    guest.release();
+    // Nothing waits: an empty prefix.
+    assert!(guest.read_uninit(&mut out).unwrap().is_empty());
+    // Lying indices are refused here as by `read`.
+    word(&w, RING_TO_GUEST + PRODUCED).store(1 << 40, Ordering::Release);
+    assert!(matches!(
+        guest.read_uninit(&mut out),
+        Err(Corrupt::Produced { .. })
+    ));
+}
+
+#[test]
 fn a_full_ring_takes_nothing_and_asks_for_room() {
     let (mut host, mut guest, _w) = pair(4096 + 2 * 4096);
     assert_eq!(host.write(&[7; 5000]).unwrap(), 4096);

@@ -2,6 +2,7 @@
 //! side writes concurrently.
 
 use alloc::sync::Arc;
+use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::{CONTROL_BYTES, WindowError};
@@ -101,16 +102,47 @@ impl Window {
 
     /// Copies bytes from stream position `at` of the ring at `start` into `dst`.
     pub(crate) fn copy_out(&self, start: usize, capacity: usize, at: u64, dst: &mut [u8]) {
-        assert!(dst.len() <= capacity);
+        // SAFETY: `dst` is valid for writes of its length; the copy writes exactly that.
+        unsafe { self.copy_out_to(start, capacity, at, dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// [`copy_out`](Self::copy_out) into memory never initialized (a fresh buffer's
+    /// tailroom: no zero-fill before the copy); returns `dst`, now initialized.
+    pub(crate) fn copy_out_uninit<'d>(
+        &self,
+        start: usize,
+        capacity: usize,
+        at: u64,
+        dst: &'d mut [MaybeUninit<u8>],
+    ) -> &'d mut [u8] {
+        let len = dst.len();
+        let ptr = dst.as_mut_ptr().cast::<u8>();
+        // SAFETY: `dst` is valid for writes of `len` bytes (a `MaybeUninit<u8>` is a
+        // byte); the copy writes every one of them, so afterwards all `len` are
+        // initialized and may be viewed as `u8`s for `dst`'s lifetime, which the
+        // returned borrow takes over.
+        unsafe {
+            self.copy_out_to(start, capacity, at, ptr, len);
+            core::slice::from_raw_parts_mut(ptr, len)
+        }
+    }
+
+    /// Copies `len` bytes from stream position `at` of the ring at `start` to `dst`.
+    ///
+    /// # Safety
+    ///
+    /// `dst` must be valid for writes of `len` bytes and not overlap the window.
+    unsafe fn copy_out_to(&self, start: usize, capacity: usize, at: u64, dst: *mut u8, len: usize) {
+        assert!(len <= capacity);
         let area = self.area(start, capacity);
         let offset = (at % capacity as u64) as usize;
-        let first = dst.len().min(capacity - offset);
-        // SAFETY: as for `copy_in`, the other way round. A hostile peer writing the bytes
-        // while we copy only changes what we read: it is private memory from here on, and
-        // every parser above validates it.
+        let first = len.min(capacity - offset);
+        // SAFETY: as for `copy_in`, the other way round (the caller vouches for `dst`).
+        // A hostile peer writing the bytes while we copy only changes what we read: it
+        // is private memory from here on, and every parser above validates it.
         unsafe {
-            core::ptr::copy_nonoverlapping(area.add(offset), dst.as_mut_ptr(), first);
-            core::ptr::copy_nonoverlapping(area, dst.as_mut_ptr().add(first), dst.len() - first);
+            core::ptr::copy_nonoverlapping(area.add(offset), dst, first);
+            core::ptr::copy_nonoverlapping(area, dst.add(first), len - first);
         }
     }
 }

@@ -36,7 +36,7 @@ use alloc::string::String;
 use core::cell::{Cell, RefCell};
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use ebb_core::iobuf::{IOBuf, IOBufChain};
+use ebb_core::iobuf::{IOBuf, IOBufChain, Tailroom};
 use ebb_core::net::{
     CloseReason, Ipv4Addr, SendError, SocketAddr, SocketAddrV4, TcpConnection, TcpErrorKind,
     TcpHandler,
@@ -389,21 +389,28 @@ impl ConnCore {
         let Ok(mut buf) = IOBuf::try_with_capacity(waiting) else {
             return Ok(None);
         };
-        let Ok(spare) = buf.spare_capacity_mut() else {
-            return Ok(None);
-        };
-        let room = spare.len().min(waiting);
-        let n = match endpoint.read(&mut spare[..room]) {
-            Ok(n) => n,
-            Err(_) => {
+        // A fresh buffer: the ring is copied into its tailroom without zero-filling
+        // the tailroom first.
+        let read = buf.read_into_tailroom(|tailroom| match tailroom {
+            Tailroom::Uninit(room) => {
+                let len = room.len().min(waiting);
+                endpoint.read_uninit(&mut room[..len])
+            }
+            Tailroom::Init(room) => {
+                let len = room.len().min(waiting);
+                let n = endpoint.read(&mut room[..len])?;
+                Ok(&mut room[..n])
+            }
+        });
+        let n = match read {
+            Ok(Ok(n)) => n,
+            Ok(Err(_corrupt)) => {
                 drop(endpoint);
                 self.reset(CORRUPT_REASON);
                 return Err(());
             }
+            Err(_not_unique) => return Ok(None), // Unreachable: the buffer is fresh.
         };
-        if buf.commit(n).is_err() {
-            return Ok(None);
-        }
         BYTES_RECEIVED.fetch_add(n as u64, Ordering::Relaxed);
         if endpoint.release() {
             self.wake(&endpoint);
