@@ -1208,12 +1208,8 @@ fn a_node_that_listens_late_is_connected_to_once_it_listens() {
         let (two, two_info, _) = &nodes[1];
         // A port nobody listens on yet: the front end has named node 2 to node 1, but
         // node 2 has not started listening (it is still reading its Welcome).
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let addr = closed_port();
+        let port = addr.port();
         let listens_late = async {
             ebb::sleep(Duration::from_millis(50)).await;
             two.listen_for_peers(&net, port).await.unwrap()
@@ -1227,10 +1223,7 @@ fn a_node_that_listens_late_is_connected_to_once_it_listens() {
         eprintln!("node 1 connected after {retries} refused tries");
 
         // Nobody ever listens: refused, once the handshake timeout has passed.
-        let nobody = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
+        let nobody = closed_port();
         let start = Instant::now();
         assert_eq!(
             one.connect_peer(&net, NodeId(9), nobody).await,
@@ -1244,4 +1237,12 @@ fn a_node_that_listens_late_is_connected_to_once_it_listens() {
             "gave up after {took:?}, with a 2 s handshake timeout"
         );
     });
+}
+
+/// A loopback address nobody listens on (a port bound and let go: very likely free).
+fn closed_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }
