@@ -58,6 +58,24 @@ type Incoming = Rc<RefCell<Vec<(TcpConn, SocketAddrV4)>>>;
 /// Guest connections that may wait, established, for the forwarder to take them.
 const GUEST_FORWARD_BACKLOG: usize = 128;
 
+/// What the endpoint's connections may hold to send toward the guest, in flight and
+/// queued, all together (about): each connection's send buffer is this shared out among
+/// the open ones, within [`SEND_BUFFER_MIN`, `SEND_BUFFER_MAX`]. Without it a guest that
+/// advertises a large window, acknowledges until the congestion window is large and then
+/// stops would have the monitor queue that window for every connection (a scaled window
+/// reaches 1 GiB).
+const ENDPOINT_SEND_BUDGET: usize = 64 << 20;
+/// The smallest share: enough for a window's worth at the guest's default window.
+const SEND_BUFFER_MIN: usize = 64 << 10;
+/// The largest (a lone bulk connection): 4 MiB, as ebb-net's default send buffer; a
+/// 1 MiB share moved 0.7x as much to a native node as 4 MiB (docs/benchmarks.md).
+const SEND_BUFFER_MAX: usize = 4 << 20;
+
+/// Each connection's share of [`ENDPOINT_SEND_BUDGET`] when `open` are open.
+fn send_share(open: usize) -> usize {
+    (ENDPOINT_SEND_BUDGET / open.max(1)).clamp(SEND_BUFFER_MIN, SEND_BUFFER_MAX)
+}
+
 /// See the module docs.
 pub(crate) struct Forwarder {
     incoming: Incoming,
@@ -72,6 +90,9 @@ pub(crate) struct Forwarder {
     pending: Vec<u64>,
     endpoint: SocketAddrV4,
     max_connections: usize,
+    /// Each guest connection's send buffer now ([`send_share`] of the splices open);
+    /// read by the connect callbacks too.
+    send_buffer: Rc<std::cell::Cell<usize>>,
     pub(crate) counters: UserNetCounters,
     /// When the next pump is due (`None`: only on an event).
     pub(crate) next_at: Option<Instant>,
@@ -140,6 +161,7 @@ impl Forwarder {
             // closes in a loop (memcached's churn test: 10,000) leaves one TIME-WAIT
             // per connection for 2 s. Ephemeral ports bound those anyway.
             max_connections: config.max_connections + EPHEMERAL_PORTS,
+            send_buffer: SEND_BUFFER_MAX,
             ..TcpConfig::default()
         });
         let incoming: Incoming = Rc::new(RefCell::new(Vec::new()));
@@ -167,6 +189,7 @@ impl Forwarder {
             pending: Vec::new(),
             endpoint: SocketAddrV4::new(config.endpoint, 0),
             max_connections: config.max_connections,
+            send_buffer: Rc::new(std::cell::Cell::new(SEND_BUFFER_MAX)),
             counters: UserNetCounters::default(),
             next_at: Some(Instant::ZERO),
             events_read_at: None,
@@ -329,12 +352,14 @@ impl Forwarder {
         }
         let touched = self.touched.clone();
         let callback_side = side.clone();
+        let send_buffer = self.send_buffer.clone();
         let connected = self
             .stack
             .tcp()
             .connect(self.endpoint, guest, move |result| {
                 match result {
                     Ok(conn) => {
+                        conn.set_send_buffer(send_buffer.get());
                         conn.set_handler(SpliceHandler {
                             id,
                             side: callback_side.clone(),
@@ -354,6 +379,22 @@ impl Forwarder {
             return;
         }
         self.splices.insert(id, splice);
+        self.share_send_budget();
+    }
+
+    /// Gives every guest connection its share of [`ENDPOINT_SEND_BUDGET`] after the
+    /// number of splices changed (only when the share did). A connection over its new
+    /// share is offered no room until the guest acknowledges below it.
+    fn share_send_budget(&mut self) {
+        let share = send_share(self.splices.len());
+        if share == self.send_buffer.replace(share) {
+            return;
+        }
+        for splice in self.splices.values() {
+            if let Some(conn) = &splice.guest.borrow().conn {
+                conn.set_send_buffer(share);
+            }
+        }
     }
 
     /// Takes the guest connections the endpoint accepted on guest forwards: connects a
@@ -386,6 +427,7 @@ impl Forwarder {
                 side: side.clone(),
                 touched: self.touched.clone(),
             });
+            conn.set_send_buffer(self.send_buffer.get());
             side.borrow_mut().conn = Some(conn.clone());
             let splice = Splice::connecting(host, side);
             let registered = epoll::add(
@@ -406,6 +448,7 @@ impl Forwarder {
             }
             let _ = splice.host.set_nodelay(true);
             self.splices.insert(id, splice);
+            self.share_send_budget();
             work.push(id);
         }
     }
@@ -435,6 +478,7 @@ impl Forwarder {
                 if next == Next::Reset && !connect_failed {
                     self.counters.host_resets += 1;
                 }
+                self.share_send_budget();
             }
         }
     }
@@ -521,5 +565,25 @@ fn connect_nonblocking(addr: SocketAddrV4) -> std::io::Result<std::net::TcpStrea
     match rustix::net::connect(&socket, &addr) {
         Ok(()) | Err(rustix::io::Errno::INPROGRESS) => Ok(std::net::TcpStream::from(socket)),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_send_budget_is_shared_within_its_bounds() {
+        assert_eq!(send_share(0), SEND_BUFFER_MAX);
+        assert_eq!(send_share(1), SEND_BUFFER_MAX);
+        assert_eq!(send_share(16), SEND_BUFFER_MAX);
+        assert_eq!(send_share(64), 1 << 20);
+        assert_eq!(send_share(1024), SEND_BUFFER_MIN);
+        assert_eq!(send_share(100_000), SEND_BUFFER_MIN);
+        // Whatever the count, the shares add up to the budget or the floor's total.
+        for open in [1, 3, 17, 200, 1000, 5000] {
+            let total = send_share(open) * open;
+            assert!(total <= ENDPOINT_SEND_BUDGET.max(SEND_BUFFER_MIN * open));
+        }
     }
 }

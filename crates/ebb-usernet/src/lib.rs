@@ -65,7 +65,10 @@
 //! ## Invariants
 //!
 //! * Nothing buffers without bound: toward the guest, at most one read chunk per
-//!   connection waits for the send window (`splice::READ_CHUNK`), and the endpoint's
+//!   connection waits for the send window (`splice::READ_CHUNK`); what the endpoint's
+//!   connections hold in flight and queued is within each one's send buffer, a share of
+//!   a 64 MiB budget among the open connections (64 KiB to 4 MiB each, whatever window
+//!   the guest advertises); and the endpoint's
 //!   frame queue toward the guest is bounded in frames and in bytes (its TCP stops on
 //!   transmit back-pressure);
 //!   toward the host, past `splice::TO_HOST_HIGH` bytes a connection's receive window
@@ -466,6 +469,12 @@ impl UserNet {
     pub fn frames_for_guest(&self) -> (usize, bool) {
         let port = self.inner.get().fwd.stack.device();
         (port.to_guest_len(), port.to_guest_full())
+    }
+
+    /// Bytes the endpoint's connections hold to send to the guest, in flight and queued
+    /// (each within its share of the endpoint's send budget).
+    pub fn endpoint_send_queued_bytes(&self) -> usize {
+        self.inner.get().fwd.stack.tcp().send_queued_bytes()
     }
 
     /// Bytes the endpoint's TCP holds for connections that cannot take them now.

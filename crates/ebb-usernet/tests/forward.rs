@@ -129,6 +129,15 @@ impl Rig {
 
     /// A rig whose guest stack sees `faults` on both directions of its link (seeded).
     fn with_faults(faults: FaultConfig) -> Rig {
+        Rig::build(faults, TcpConfig::default())
+    }
+
+    /// A rig whose guest stack runs TCP with `tcp`.
+    fn with_guest_tcp(tcp: TcpConfig) -> Rig {
+        Rig::build(FaultConfig::NONE, tcp)
+    }
+
+    fn build(faults: FaultConfig, guest_tcp: TcpConfig) -> Rig {
         let forwards = vec![
             PortForward {
                 host_addr: Ipv4Addr::LOCALHOST,
@@ -161,7 +170,7 @@ impl Rig {
         let guest_end = FaultInjector::new(guest_end, 7)
             .with_rx_faults(faults)
             .with_tx_faults(faults);
-        let guest = Stack::new(guest_end, iface, TcpLayer::new(TcpConfig::default()));
+        let guest = Stack::new(guest_end, iface, TcpLayer::new(guest_tcp));
         let closes = Rc::new(RefCell::new(Vec::new()));
         let on_accept = closes.clone();
         let stall_accepted = Rc::new(std::cell::Cell::new(0));
@@ -796,6 +805,49 @@ fn a_guest_that_takes_no_frames_does_not_make_the_forwarder_spin() {
         due_rounds, 0,
         "with the guest taking nothing, the forwarder asked to be polled at once in \
          {due_rounds} of {full_rounds} rounds"
+    );
+}
+
+#[test]
+fn a_guest_with_a_huge_window_that_stops_acknowledging_holds_the_endpoint_to_its_send_buffer() {
+    // A hostile guest: a 64 MiB window, every segment acknowledged at once until the
+    // endpoint's congestion window is large, then nothing — no frame taken, no ACK.
+    // Without a send buffer the endpoint queued up to that congestion window (about
+    // 40 MiB on one connection after 48 MiB); now at most its share of the budget, 4 MiB
+    // for a lone connection, plus the frames toward the guest already cut.
+    let mut rig = Rig::with_guest_tcp(TcpConfig {
+        receive_window: 64 << 20,
+        max_receive_window: 64 << 20,
+        max_out_of_order_bytes: 64 << 20,
+        max_held_bytes: 1 << 30,
+        delayed_ack: None,
+        ..TcpConfig::default()
+    });
+    let addr = rig.addr(3);
+    let _client = thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let chunk = vec![7u8; 64 * 1024];
+        while s.write_all(&chunk).is_ok() {}
+    });
+    rig.run_until(|r| r.open_stall_received.get() >= 24 << 20);
+    let mut most = 0;
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(1) {
+        let now = rig.now();
+        let mut rx = Vec::new();
+        rig.usernet.transmit(now, &mut VecDeque::new());
+        rig.usernet.drain();
+        rig.usernet.receive(now, &mut rx, 0);
+        most = most.max(rig.usernet.endpoint_send_queued_bytes());
+        thread::sleep(Duration::from_micros(200));
+    }
+    eprintln!(
+        "the endpoint held at most {most} bytes to send ({} buffered in the splice)",
+        rig.usernet.buffered_bytes()
+    );
+    assert!(
+        most <= 4 << 20,
+        "the endpoint queued {most} bytes for a guest that stopped acknowledging"
     );
 }
 

@@ -71,6 +71,15 @@ pub struct TcpConfig {
     /// connections whose applications paused with a 1 MiB window open fill a 128 MiB
     /// guest.
     pub max_held_bytes: usize,
+    /// The most a connection offers an application room for, in flight and queued
+    /// together — a socket's send buffer: [`send_window`](ebb_core::net::TcpConnection::send_window)
+    /// and `try_send` never go past it, whatever windows the peer and the congestion
+    /// control allow. Without it a peer that advertises a large window, acknowledges a
+    /// stream until the congestion window is large, and then stops would have every
+    /// connection queue up to that window (a scaled window reaches 1 GiB). `send`,
+    /// which queues everything, is not held to it: its caller chose to. Default 4 MiB,
+    /// the top of Linux's `tcp_wmem`.
+    pub send_buffer: usize,
     /// Keepalive for every connection of the layer (each can change it with
     /// [`TcpConn::set_keepalive`](super::TcpConn::set_keepalive)). Default off, as for sockets.
     pub keepalive: Option<Keepalive>,
@@ -124,6 +133,7 @@ impl Default for TcpConfig {
             max_half_open_per_listener: 128,
             max_out_of_order_bytes: 1024 * 1024,
             max_held_bytes: 8 << 20,
+            send_buffer: 4 << 20,
             keepalive: None,
         }
     }

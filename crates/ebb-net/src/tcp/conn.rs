@@ -66,6 +66,22 @@ impl TcpConn {
         self.0.wake();
     }
 
+    /// Sets this connection's send buffer (see [`TcpConfig::send_buffer`](super::TcpConfig::send_buffer)),
+    /// at least one byte. Lowered below what is queued now, the application is offered
+    /// no room until the peer has acknowledged down to it; raised past it while the
+    /// application waits for room, it hears `send_window_increased`.
+    pub fn set_send_buffer(&self, bytes: usize) {
+        {
+            let mut tcb = self.0.tcb.borrow_mut();
+            tcb.send_buffer = bytes.max(1);
+            if tcb.window_blocked && tcb.send_window() > 0 {
+                tcb.window_blocked = false;
+                tcb.events.push_back(AppEvent::SendWindowIncreased);
+            }
+        }
+        self.0.wake();
+    }
+
     /// The connection's RFC 9293 state.
     pub fn state(&self) -> State {
         self.0.tcb.borrow().state

@@ -123,6 +123,10 @@ impl<C: Keyed> ConnTable<C> {
     pub(super) fn len(&self) -> usize {
         self.map.len()
     }
+    /// Every connection, in no order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Rc<C>> {
+        self.map.values()
+    }
 }
 
 /// `a * b` as 128 bits, its halves xor-ed.

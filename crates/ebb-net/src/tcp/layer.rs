@@ -200,6 +200,14 @@ impl TcpLayer {
         self.0.held.get()
     }
 
+    /// Bytes the connections hold to send, in flight and not sent yet, over all of them
+    /// (each within its [`TcpConfig::send_buffer`] unless its application used `send`).
+    /// A walk over the table: for diagnostics and tests, not a hot path.
+    pub fn send_queued_bytes(&self) -> usize {
+        let state = self.0.state.borrow();
+        state.conns.iter().map(|c| c.tcb.borrow().queue.len()).sum()
+    }
+
     /// Connections in the table (every state but CLOSED, TIME-WAIT included).
     pub fn connection_count(&self) -> usize {
         self.0.state.borrow().conns.len()

@@ -59,8 +59,8 @@ impl Tcb {
         }
     }
 
-    /// Room for new data: the smaller of the peer's and the congestion window, less what
-    /// is in flight or already queued.
+    /// Room for new data: the smallest of the peer's window, the congestion window and
+    /// the send buffer, less what is in flight or already queued.
     pub(crate) fn send_window(&self) -> usize {
         if self.check_open_for_sending().is_err() {
             return 0;
@@ -71,7 +71,7 @@ impl Tcb {
     /// [`send_window`](Self::send_window) once the caller checked that the application
     /// may send (the application's send calls check once, not twice).
     fn open_send_window(&self) -> usize {
-        let window = self.snd_wnd.min(self.cc.cwnd) as usize;
+        let window = (self.snd_wnd.min(self.cc.cwnd) as usize).min(self.send_buffer);
         window.saturating_sub(self.in_flight() as usize + self.unsent())
     }
 

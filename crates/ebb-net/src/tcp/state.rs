@@ -174,6 +174,9 @@ pub(crate) struct Tcb {
     /// `receive_window` at first, grown up to `max_receive_window` (autotuning, see
     /// [`grow_window_if_limiting`](Self::grow_window_if_limiting)).
     pub(crate) rcv_window: usize,
+    /// [`TcpConfig::send_buffer`](super::TcpConfig::send_buffer): what the application is
+    /// offered room for stays within it.
+    pub(crate) send_buffer: usize,
     /// The current measure of [`grow_window_if_limiting`](Self::grow_window_if_limiting):
     /// the sequence number a window's worth of data reaches, and when it started;
     /// `None` until data comes that the application takes (and once the window is at
@@ -301,6 +304,7 @@ impl Tcb {
             receive_open: true,
             has_handler: false,
             rcv_window: config.receive_window,
+            send_buffer: config.send_buffer,
             window_measure: None,
             held_bytes: 0,
             held_gauge: Rc::new(Cell::new(0)),

@@ -427,6 +427,58 @@ fn a_closed_receive_window_does_not_hold_back_send_window_increased() {
     assert_eq!(h.events(), [Ev::Receive(b"held".to_vec())], "then the data");
 }
 
+/// A peer with a window far larger than the send buffer (a hostile one that stops
+/// acknowledging, or just a fast one): the application is offered the send buffer, no
+/// more, and room again as the peer acknowledges.
+#[test]
+fn the_send_buffer_bounds_what_the_application_is_offered() {
+    let mut h = Harness::new(TcpConfig {
+        delayed_ack: None,
+        send_buffer: 4000,
+        ..TcpConfig::default()
+    });
+    let iss = h.accept_connection();
+    let conn = h.conn();
+    // The peer's window (64 KiB with shift 7) and the first congestion window (10 full
+    // segments) are both larger.
+    h.input(Repr {
+        window_len: 512,
+        ..peer_seg(PEER_ISS + 1, Some(iss + 1), Control::None, &[])
+    });
+    assert_eq!(conn.send_window(), 4000);
+    let rest = conn.try_send(chain(10_000)).expect("open");
+    assert_eq!(
+        rest.len(),
+        6000,
+        "what the send buffer did not take comes back"
+    );
+    assert_eq!(conn.send_window(), 0);
+    h.poll();
+    let sent: usize = h.take().iter().map(|s| s.payload.len()).sum();
+    assert_eq!(sent, 4000, "all of it in flight at once");
+    // Nothing acknowledged: no room, however large the windows.
+    assert_eq!(conn.try_send(rest).expect("open").len(), 6000);
+    h.events();
+    // 1000 bytes acknowledged: room for 1000, and the application hears of it.
+    h.input(Repr {
+        window_len: 512,
+        ..peer_ack(iss + 1001)
+    });
+    assert_eq!(conn.send_window(), 1000);
+    assert_eq!(h.events(), [Ev::WindowIncreased]);
+    // Per connection: a larger buffer set while the application waits for room tells
+    // it at once; a smaller one than what is queued offers nothing.
+    assert_eq!(conn.try_send(chain(5000)).expect("open").len(), 4000);
+    h.poll();
+    h.take();
+    conn.set_send_buffer(8000);
+    h.poll();
+    assert_eq!(conn.send_window(), 4000);
+    assert_eq!(h.events(), [Ev::WindowIncreased]);
+    conn.set_send_buffer(100);
+    assert_eq!(conn.send_window(), 0);
+}
+
 #[test]
 fn try_send_takes_the_window_and_send_queues_the_rest() {
     let mut h = Harness::quick_acks();
