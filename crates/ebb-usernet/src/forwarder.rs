@@ -239,6 +239,10 @@ impl Forwarder {
         self.splices.values().map(Splice::buffered).sum()
     }
 
+    pub(crate) fn buffered_memory(&self) -> usize {
+        self.splices.values().map(Splice::buffered_memory).sum()
+    }
+
     pub(crate) fn endpoint_counters(&self) -> InterfaceCounters {
         self.stack.iface().counters()
     }

@@ -72,7 +72,9 @@
 //!   frame queue toward the guest is bounded in frames and in bytes (its TCP stops on
 //!   transmit back-pressure);
 //!   toward the host, past `splice::TO_HOST_HIGH` bytes a connection's receive window
-//!   closes; frames from the guest wait in a bounded queue (drops counted).
+//!   closes, and those bytes occupy about what they hold (a few bytes in a large guest
+//!   frame are copied out, not kept as a view pinning the frame); frames from the guest
+//!   wait in a bounded queue (drops counted).
 //! * The guest is untrusted: the demux reads each field only after a length check and
 //!   counts frames too short to route; everything for the endpoint is parsed by
 //!   ebb-net's checked views (its drops are in [`UserNet::endpoint_counters`]).
@@ -461,6 +463,12 @@ impl UserNet {
     /// Bytes the splices hold now, both directions (bounded: see the crate docs).
     pub fn buffered_bytes(&self) -> usize {
         self.inner.get().fwd.buffered()
+    }
+
+    /// The memory the splices' buffers keep alive for those bytes (a view of a few bytes
+    /// in a large buffer keeps all of it).
+    pub fn buffered_memory(&self) -> usize {
+        self.inner.get().fwd.buffered_memory()
     }
 
     /// Frames the endpoint queued for the guest that the device has not taken yet, and

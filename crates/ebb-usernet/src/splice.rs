@@ -86,11 +86,54 @@ impl SpliceHandler {
     }
 }
 
+/// The memory `buf`'s view keeps alive: its region, whatever part it views.
+fn occupied(buf: &IOBuf) -> usize {
+    buf.headroom() + buf.len() + buf.tailroom()
+}
+
+/// Buffers a few guest bytes are compacted into (see [`GuestSide::queue_for_host`]).
+const COMPACT_CHUNK: usize = 2048 - ebb_core::iobuf::REGION_OVERHEAD;
+
+impl GuestSide {
+    /// Queues `data` from the guest for the host socket, compactly: ebb-net hands over a
+    /// view into the guest's frame, and a guest that sends a byte or two per 64 KiB
+    /// frame (padded past the IP length, or overlapping what was acknowledged) would pin
+    /// a frame per byte while the host does not read — so a piece that occupies much
+    /// more memory than it holds is copied, into the tail of the piece before it or a
+    /// small buffer of its own. The copy is fallible: without memory the piece is kept
+    /// as it is (it still counts toward [`TO_HOST_HIGH`], which closes the window).
+    fn queue_for_host(&mut self, data: IOBuf) {
+        self.to_host_bytes += data.len();
+        if occupied(&data) <= 2 * data.len() + 512 {
+            self.to_host.push_back(data);
+            return;
+        }
+        if let Some(last) = self.to_host.back_mut()
+            && last.is_unique()
+            && last.tailroom() >= data.len()
+            && last.extend_from_slice(data.as_slice()).is_ok()
+        {
+            return;
+        }
+        if let Ok(mut copy) = IOBuf::try_with_capacity(data.len().max(COMPACT_CHUNK))
+            && copy.extend_from_slice(data.as_slice()).is_ok()
+        {
+            self.to_host.push_back(copy);
+            return;
+        }
+        self.to_host.push_back(data);
+    }
+
+    /// The memory the data waiting for the host keeps alive.
+    pub(crate) fn to_host_memory(&self) -> usize {
+        self.to_host.iter().map(occupied).sum()
+    }
+}
+
 impl TcpHandler for SpliceHandler {
     fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
         let mut side = self.side.borrow_mut();
-        side.to_host_bytes += data.len();
-        side.to_host.push_back(data);
+        side.queue_for_host(data);
         if side.to_host_bytes >= TO_HOST_HIGH && !side.window_closed {
             side.window_closed = true;
             conn.set_receive_window_open(false);
@@ -278,6 +321,11 @@ impl Splice {
     /// Bytes this splice holds (both directions).
     pub(crate) fn buffered(&self) -> usize {
         self.to_guest.len() + self.guest.borrow().to_host_bytes
+    }
+
+    /// The memory [`buffered`](Self::buffered)'s bytes keep alive (their buffers).
+    pub(crate) fn buffered_memory(&self) -> usize {
+        self.to_guest.iter().map(occupied).sum::<usize>() + self.guest.borrow().to_host_memory()
     }
 
     /// Resets the host socket: RST instead of FIN when it closes.

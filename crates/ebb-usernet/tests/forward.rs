@@ -120,6 +120,9 @@ struct Rig {
     /// readable, and counts how often in `reported`.
     on_readiness: bool,
     reported: u64,
+    /// A hostile guest: each IPv4 frame it sends is padded to 60 KiB past its IP length
+    /// (the endpoint must read the packet by its IP length and ignore the rest).
+    pad_guest_frames: bool,
 }
 
 impl Rig {
@@ -223,6 +226,7 @@ impl Rig {
             open_stall_received,
             on_readiness: false,
             reported: 0,
+            pad_guest_frames: false,
         }
     }
 
@@ -251,9 +255,18 @@ impl Rig {
         self.guest.poll(now);
         let mut rx: Vec<RxFrame> = Vec::new();
         self.wire.receive(now, &mut rx, 256);
+        let pad = self.pad_guest_frames;
         let mut from_guest: VecDeque<TxFrame> = rx
             .drain(..)
-            .map(|f| TxFrame::new(IOBufChain::from(f.buf)))
+            .map(|f| {
+                let frame = f.buf.as_slice();
+                if pad && frame.len() > 54 && frame[12..14] == [8, 0] {
+                    let mut padded = frame.to_vec();
+                    padded.resize(60 * 1024, 0);
+                    return TxFrame::new(IOBufChain::from(IOBuf::from_vec(padded)));
+                }
+                TxFrame::new(IOBufChain::from(f.buf))
+            })
             .collect();
         let moved_out = !from_guest.is_empty();
         self.usernet.transmit(now, &mut from_guest);
@@ -848,6 +861,41 @@ fn a_guest_with_a_huge_window_that_stops_acknowledging_holds_the_endpoint_to_its
     assert!(
         most <= 4 << 20,
         "the endpoint queued {most} bytes for a guest that stopped acknowledging"
+    );
+}
+
+#[test]
+fn a_guest_padding_each_small_segment_to_a_large_frame_pins_no_frames() {
+    // The guest echoes what a host client sends, each segment padded to a 60 KiB frame,
+    // and the client does not read: what waits for the host socket is a few bytes per
+    // 60 KiB frame. Kept as views into those frames it pinned about 50 times its size;
+    // compacted it occupies about what it holds.
+    let mut rig = Rig::new();
+    rig.pad_guest_frames = true;
+    let addr = rig.addr(0);
+    let _client = thread::spawn(move || {
+        let s = TcpStream::connect(addr).unwrap();
+        // A small receive buffer: the host side backs up soon.
+        let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&s, 4096);
+        let mut s = s;
+        let piece = [7u8; 700];
+        while s.write_all(&piece).is_ok() {}
+    });
+    let (mut most_bytes, mut most_memory) = (0, 0);
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(3) && most_bytes < 200 * 1024 {
+        rig.step();
+        most_bytes = most_bytes.max(rig.usernet.buffered_bytes());
+        most_memory = most_memory.max(rig.usernet.buffered_memory());
+    }
+    eprintln!("waiting for the host: at most {most_bytes} bytes in {most_memory} bytes of buffers");
+    assert!(
+        most_bytes >= 64 * 1024,
+        "the host side never backed up ({most_bytes} bytes waited)"
+    );
+    assert!(
+        most_memory <= 2 * most_bytes + 256 * 1024,
+        "{most_bytes} bytes from the guest kept {most_memory} bytes of buffers alive"
     );
 }
 
