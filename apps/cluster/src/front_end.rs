@@ -26,6 +26,7 @@ use sha2::{Digest, Sha256};
 use crate::protocol::{
     COUNTER, FILES, FileServerEntry, HOLD_KIND, INCREMENT_KIND, Increment, MAP, NODE, OFFLOAD_KIND,
     Offloaded, PEER_KIND, PEER_PORT, PeerLink, PeerReport, READ_CHUNK, READ_KIND, ReadRequest,
+    SILENCE_LIMIT,
 };
 
 /// The port a node connects to on the user-mode endpoint (10.0.2.3), spliced by its
@@ -232,7 +233,11 @@ async fn drive(options: Options) -> Result<(), String> {
     let network = net::start(net_config)
         .await
         .map_err(|e| format!("cannot start the network: {e}"))?;
-    let front = FrontEnd::start(&network, 0, MessengerConfig::default())
+    let config = MessengerConfig {
+        silence_limit: Some(SILENCE_LIMIT),
+        ..MessengerConfig::default()
+    };
+    let front = FrontEnd::start(&network, 0, config)
         .await
         .map_err(|e| format!("cannot start the front end: {e}"))?;
     let messenger = front.messenger().clone();

@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use crate::protocol::{
     COUNTER, ECHO_KIND, FILES, FileServerEntry, HOLD_KIND, INCREMENT_KIND, Increment, MAP, NODE,
     OFFLOAD_KIND, Offloaded, PEER_KIND, PEER_PORT, PING_KIND, PONG_KIND, PeerLink, PeerReport,
-    READ_CHUNK, READ_KIND, ReadRequest, SINK_KIND, SINK_TOTAL_KIND,
+    READ_CHUNK, READ_KIND, ReadRequest, SILENCE_LIMIT, SINK_KIND, SINK_TOTAL_KIND,
 };
 
 /// The node's network, per core (only the core that started it has one).
@@ -56,6 +56,7 @@ pub async fn run(front_end: SocketAddrV4, token: u64, rest: &[String]) -> i32 {
     // can exhaust the node's heap (the largest here are the bench's 1 MiB messages).
     let messenger = Messenger::new(MessengerConfig {
         max_payload: MAX_REQUEST,
+        silence_limit: Some(SILENCE_LIMIT),
         ..MessengerConfig::default()
     });
     let shard = Arc::new(MapShard::new(SHARD_BYTES));

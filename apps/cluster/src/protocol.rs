@@ -53,6 +53,14 @@ pub const PEER_KIND: u16 = 9;
 /// The guest port on which every node listens for direct connections from other nodes.
 pub const PEER_PORT: u16 = 7200;
 
+/// The Messenger's silence limit on every node and the front end: a peer quiet this long
+/// is lost. Not the default 1 s: heartbeats go every quarter of the limit, and CI runs
+/// the nodes' vCPUs under nested KVM on two loaded CPUs, where a stall of most of a
+/// second would declare a healthy node lost. A killed node is seen at once regardless
+/// (its window marked reset with a doorbell, or its network closing the connection):
+/// the limit only bounds how long a node that hangs without closing goes unnoticed.
+pub const SILENCE_LIMIT: core::time::Duration = core::time::Duration::from_secs(5);
+
 /// Connect to `node` at `addr` (as this node reaches it) and make `calls` echo calls.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerLink {

@@ -38,7 +38,8 @@ fn node_image() -> &'static Path {
 
 /// Runs the front end with `args`; its stdout, after checking it exited 0. One at a
 /// time: two front ends with two nodes each would be six busy threads on two CPUs, and
-/// a node starved of its CPU for a second is declared lost by its silence.
+/// a node starved of its CPU for the Messenger's silence limit (the app's
+/// `SILENCE_LIMIT`, 5 s) is declared lost.
 fn front_end(args: &[&str]) -> String {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
