@@ -367,12 +367,22 @@ impl Link {
                     heard.set(ebb::now());
                 }
                 if ebb::now().saturating_duration_since(heard.get()) > limit {
-                    let reason = LossReason::Silent(limit);
-                    if peer.fail(reason.clone()) {
-                        messenger.report_loss(node, peer_addr, reason);
+                    // A core that stalled past the limit may run this timer before the
+                    // device poll that reads the heartbeats waiting for it: let that
+                    // poll run, and look again, before calling a live peer silent.
+                    let last = heard.get();
+                    ebb::sleep(Duration::from_millis(1)).await;
+                    if peer.lost().is_some() {
+                        return;
                     }
-                    peer.close(Closing::Abort);
-                    return;
+                    if heard.get() == last && !peer.reading_paused() {
+                        let reason = LossReason::Silent(limit);
+                        if peer.fail(reason.clone()) {
+                            messenger.report_loss(node, peer_addr, reason);
+                        }
+                        peer.close(Closing::Abort);
+                        return;
+                    }
                 }
                 if let Some(me) = messenger.node()
                     && let Ok(beat) = control_frame(me, &Control::Heartbeat)
