@@ -265,6 +265,10 @@ pub struct UserNetCounters {
     pub guest_malformed: u64,
     /// Frames from the guest for the rest when there is none: dropped.
     pub guest_unrouted: u64,
+    /// Frames from the guest for the rest dropped because 256 frames
+    /// already waited for it (passt not reading, or gone): as a NIC drops on a full
+    /// ring, so that they never hold up the endpoint's frames behind them.
+    pub guest_to_rest_dropped: u64,
     /// Reads of the forwarder's epoll descriptor (host sockets' and passt's events): one
     /// a round, or, on readiness (`HostLink::read_on_readiness`), after the device
     /// thread saw it readable and after a read that found events.
@@ -557,11 +561,14 @@ impl NetDevice for UserNet {
                     }
                 }
                 Route::Rest if inner.rest.is_some() => {
+                    let Some(frame) = frames.pop_front() else {
+                        break;
+                    };
                     if inner.rest_out.len() >= REST_BACKLOG {
-                        break; // back-pressure: the rest stays with the caller
-                    }
-                    c.guest_to_rest += 1;
-                    if let Some(frame) = frames.pop_front() {
+                        // Not back-pressure: the frames behind it (the forwards' among
+                        // them) must not wait for passt.
+                        c.guest_to_rest_dropped += 1;
+                    } else {
                         match cut_for_mtu(frame) {
                             // Longer than the MTU and not a TSO frame it can cut (its
                             // headers say otherwise): passt takes MTU-sized frames only.
@@ -570,8 +577,14 @@ impl NetDevice for UserNet {
                             {
                                 c.guest_malformed += 1
                             }
-                            Cut::Whole(frame) => inner.rest_out.push_back(frame),
-                            Cut::Segments(segments) => inner.rest_out.extend(segments),
+                            Cut::Whole(frame) => {
+                                c.guest_to_rest += 1;
+                                inner.rest_out.push_back(frame);
+                            }
+                            Cut::Segments(segments) => {
+                                c.guest_to_rest += 1;
+                                inner.rest_out.extend(segments);
+                            }
                             Cut::Malformed => c.guest_malformed += 1,
                         }
                     }
@@ -766,6 +779,59 @@ mod tests {
                 offset: 16,
             },
         }
+    }
+
+    /// A rest (passt) that takes no frame, as one that stopped reading or died.
+    struct StuckRest {
+        fd: std::os::fd::OwnedFd,
+    }
+
+    impl ebb_net_driver::NetDevice for StuckRest {
+        fn capabilities(&self) -> ebb_net_driver::DeviceCapabilities {
+            ebb_net_driver::DeviceCapabilities::ETHERNET
+        }
+        fn receive(&mut self, _now: Instant, _out: &mut Vec<RxFrame>, _max: usize) -> usize {
+            0
+        }
+        fn transmit(&mut self, _now: Instant, _frames: &mut VecDeque<TxFrame>) -> usize {
+            0
+        }
+        fn counters(&self) -> ebb_net_driver::DeviceCounters {
+            ebb_net_driver::DeviceCounters::default()
+        }
+    }
+
+    impl HostLink for StuckRest {
+        fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+            use std::os::fd::AsFd;
+            self.fd.as_fd()
+        }
+    }
+
+    #[test]
+    fn frames_for_a_stuck_rest_are_dropped_not_held_in_front_of_the_endpoints() {
+        let fd = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).unwrap();
+        let mut net = UserNet::new(
+            &UserNetConfig::new(Vec::new()),
+            Some(Box::new(StuckRest { fd })),
+        )
+        .unwrap();
+        let to = |addr: [u8; 4]| {
+            let mut f = frame(100, 17);
+            let mut bytes = f.chain.to_vec();
+            bytes[30..34].copy_from_slice(&addr);
+            f.chain = IOBufChain::from(IOBuf::from_vec(bytes));
+            f
+        };
+        // 300 frames for the internet, then one for the endpoint.
+        let mut frames: VecDeque<TxFrame> = (0..300).map(|_| to([1, 1, 1, 1])).collect();
+        frames.push_back(to(ENDPOINT_ADDR.octets()));
+        let now = Instant::from_nanos(1);
+        assert_eq!(net.transmit(now, &mut frames), 301, "every frame is taken");
+        let c = net.forwarder_counters();
+        assert_eq!(c.guest_to_rest, REST_BACKLOG as u64);
+        assert_eq!(c.guest_to_rest_dropped, 300 - REST_BACKLOG as u64);
+        assert_eq!(c.guest_to_endpoint, 1, "the endpoint's frame did not wait");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use ebb_core::{IOBuf, Instant};
 use ebb_net_driver::{
-    DeviceCapabilities, DeviceCounters, FaultInjector, NetDevice, RxFrame, TxFrame,
+    DeviceCapabilities, DeviceCounters, DropReason, FaultInjector, NetDevice, RxFrame, TxFrame,
 };
 use ebb_tap::{TapConfig, TapDevice};
 use ebb_xdp::{XdpConfig, XdpDevice};
@@ -374,6 +374,9 @@ pub struct Passt {
     /// The socket was reported readable and not yet read empty (starts true: whatever
     /// passt wrote before the watch was set up is read once).
     socket_may_have_input: bool,
+    /// passt is gone (its end closed, a write failed other than for room): frames for
+    /// it are dropped and counted from then on, so nothing waits for it for good.
+    gone: bool,
 }
 
 /// The frame that tells passt the guest's MAC address: a minimum Ethernet frame...
@@ -501,6 +504,7 @@ impl Passt {
             counters: DeviceCounters::default(),
             on_readiness: false,
             socket_may_have_input: true,
+            gone: false,
         })
     }
 
@@ -514,7 +518,9 @@ impl Passt {
         while self.read_buf.len() < PASST_READ_LIMIT {
             match self.sock.read(&mut self.read_chunk) {
                 Ok(0) => {
+                    // End of stream: passt closed its end (it exited or was killed).
                     self.socket_may_have_input = false;
+                    self.mark_gone("closed its socket");
                     break;
                 }
                 Ok(n) => self.read_buf.extend_from_slice(&self.read_chunk[..n]),
@@ -536,9 +542,24 @@ impl Passt {
                     self.write_buf.drain(..n);
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => break,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    self.mark_gone(&format!("cannot be written to ({e})"));
+                    break;
+                }
             }
         }
+    }
+
+    /// passt is gone: says so once, and drops what waits for it (counted).
+    fn mark_gone(&mut self, why: &str) {
+        if !self.gone {
+            log::warn!(
+                "passt {why}: the guest's traffic other than the forwards is dropped from now on"
+            );
+            self.gone = true;
+        }
+        self.write_buf.clear();
     }
 }
 
@@ -586,6 +607,14 @@ impl NetDevice for Passt {
     fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
         self.flush();
         let mut taken = 0;
+        if self.gone {
+            // As a NIC with its cable pulled: every frame taken and dropped.
+            for _ in frames.drain(..) {
+                self.counters.tx_dropped.record(DropReason::QueueFull);
+                taken += 1;
+            }
+            return taken;
+        }
         while self.write_buf.len() < PASST_WRITE_LIMIT {
             let Some(frame) = frames.pop_front() else {
                 break;
@@ -625,5 +654,41 @@ impl HostLink for Passt {
     }
     fn readable(&mut self) {
         self.socket_may_have_input = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// passt dies under a running guest: the frames for it are taken and dropped
+    /// (counted), none waits, and nothing keeps the device thread polling for it.
+    #[test]
+    fn a_gone_passt_drops_its_frames_instead_of_holding_them() {
+        let test = "a_gone_passt_drops_its_frames_instead_of_holding_them";
+        if ebb_testkit::need_tools(test, &["passt"]).is_none() {
+            return;
+        }
+        let mut passt = Passt::start(&[], [0x52, 0x54, 0, 0x12, 0x34, 0x56]).expect("passt starts");
+        let _ = passt.child.kill();
+        let _ = passt.child.wait();
+        let frame = || {
+            TxFrame::new(ebb_core::IOBufChain::from(IOBuf::from_vec(vec![
+                0xab;
+                1000
+            ])))
+        };
+        let now = Instant::from_nanos(1);
+        // Its end is closed now: a read sees the end of the stream, a write fails.
+        passt.drain();
+        let mut frames: VecDeque<TxFrame> = (0..2000).map(|_| frame()).collect();
+        let mut taken = 0;
+        for _ in 0..10 {
+            taken += passt.transmit(now, &mut frames);
+        }
+        assert_eq!(taken, 2000, "every frame is taken, none waits");
+        assert!(passt.gone);
+        assert!(!passt.has_pending_output());
+        assert!(passt.counters().tx_dropped.queue_full > 0);
     }
 }
