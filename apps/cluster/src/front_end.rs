@@ -7,6 +7,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ebb::future::promise;
 use ebb::net::{self, Ipv4Addr, NetConfig, SocketAddrV4};
 use ebb::{IOBuf, IOBufChain};
 use ebb_dist::allocator::{
@@ -781,14 +782,33 @@ async fn kill_last(
     let payload = IOBufChain::from(IOBuf::copy_from_slice(b"hold"));
     let pending = ebb::spawn_local(messenger.call(id, NODE, HOLD_KIND, payload));
     ebb::sleep(Duration::from_millis(20)).await;
-    let killed = Instant::now();
     let running = node.running.take().ok_or("already killed")?;
-    let outcome = running.stop()?;
-    let freed_in = killed.elapsed();
+    // Freeing waits for the node's threads (up to FREE_BOUND): off the event loop, which
+    // must go on reading the connections — the loss is seen there, and the heartbeats go
+    // from there. The thread says when it kills, so the times below count from the kill
+    // itself, not from the free's end nor from when the thread got a CPU.
+    let (kill, killing) = promise();
+    let (free, freed) = promise();
+    std::thread::Builder::new()
+        .name("cluster-kill".into())
+        .spawn(move || {
+            let killed = Instant::now();
+            let _ = kill.set(killed);
+            let outcome = running.stop();
+            let _ = free.set((outcome, killed.elapsed()));
+        })
+        .map_err(|e| format!("cannot start the thread that kills {id}: {e}"))?;
+    let killed = killing
+        .await
+        .map_err(|_| format!("the thread that kills {id} ended early"))?;
     let answer = ebb::timeout(Duration::from_secs(1), pending)
         .await
         .map_err(|_| format!("the call pending on killed {id} did not fail within 1 s"))?;
     let failed_in = killed.elapsed();
+    let (outcome, freed_in) = freed
+        .await
+        .map_err(|_| format!("the thread that kills {id} ended early"))?;
+    let outcome = outcome?;
     let error = match answer {
         Err(e) => e,
         Ok(reply) => {
