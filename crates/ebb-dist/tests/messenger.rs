@@ -1320,3 +1320,52 @@ fn closed_port() -> SocketAddr {
         .local_addr()
         .unwrap()
 }
+
+/// A node that accepts a peer's connection publishes the peer only once its PeerWelcome
+/// is queued: a message another thread sends the moment the peer can be found goes after
+/// the Welcome, never before it (the connecting side would abort: a message before the
+/// join is not the protocol).
+#[test]
+fn nothing_sent_to_a_peer_being_accepted_goes_ahead_of_its_welcome() {
+    const ROUNDS: u32 = 100;
+    run(|| async {
+        let net = network().await;
+        let (_front, _, nodes) = cluster(&net, 2, tolerant()).await;
+        let (one, one_info, _) = &nodes[0];
+        let (two, two_info, two_inbox) = &nodes[1];
+        let listener = one.listen_for_peers(&net, 0).await.unwrap();
+        let addr = listener.local_addr();
+        let (one_id, two_id) = (one_info.node, two_info.node);
+        for round in 0..ROUNDS {
+            // A plain thread (not a core, which it would block) sends to node 2 from the
+            // first instant node 1 has it as a live peer.
+            let sender = {
+                let one = one.clone();
+                std::thread::spawn(move || {
+                    let start = Instant::now();
+                    while start.elapsed() < LIMIT {
+                        if one.send(two_id, COUNTER, NOTE, chain(b"first")).is_ok() {
+                            return true;
+                        }
+                        std::hint::spin_loop();
+                    }
+                    false
+                })
+            };
+            let connected = two.connect_peer(&net, one_id, addr).await;
+            assert_eq!(connected, Ok(()), "round {round}");
+            let sent = in_thread(move || sender.join().unwrap()).await.unwrap();
+            assert!(sent, "round {round}: node 1 never had node 2 as a peer");
+            until("the message arrives", || {
+                two_inbox.lock().unwrap().len() == round as usize + 1
+            })
+            .await;
+            // Apart again, for the next round.
+            two.disconnect(one_id).unwrap();
+            until("node 1 sees node 2 go", || {
+                one.peers().contains(&(two_id, false))
+            })
+            .await;
+        }
+    });
+}

@@ -17,7 +17,9 @@ use ebb::{IOBuf, Instant};
 use super::control::{Control, FrontShared, PROTOCOL_VERSION};
 use super::error::{CallError, JoinError, LossReason, ProtocolError};
 use super::peer::{Closing, Peer};
-use super::{Handler, Inner, MAX_CONTROL_PAYLOAD, MAX_FAILURE_REASON, Messenger, control_frame};
+use super::{
+    Handler, Inner, MAX_CONTROL_PAYLOAD, MAX_FAILURE_REASON, Messenger, Published, control_frame,
+};
 use crate::node::{NodeId, RuntimeInfo, global_ids_of};
 use crate::wire::{Frame, FrameClass, FrameDecoder, HEADER_LEN, Header, encode};
 
@@ -164,8 +166,11 @@ impl Link {
         let welcome = control_frame(NodeId::FRONT_END, &welcome)
             .map_err(|_| ProtocolError::BadControl("cannot encode the Welcome".into()))?;
         self.peer.set_node(info.node);
-        self.messenger.add_peer(info.node, self.peer.clone());
-        if self.peer.enqueue(welcome, false).is_err() {
+        if self
+            .messenger
+            .publish_peer(info.node, &self.peer, false, Some(welcome))
+            != Published::Yes
+        {
             // Lost meanwhile: its handler reports it.
             return Ok(());
         }
@@ -226,7 +231,7 @@ impl Link {
         self.inner().peer_key.call_once(|| peer_key);
         self.peer.set_node(NodeId::FRONT_END);
         self.messenger
-            .add_peer(NodeId::FRONT_END, self.peer.clone());
+            .publish_peer(NodeId::FRONT_END, &self.peer, false, None);
         self.decoder
             .set_max_payload(self.inner().config.max_payload);
         let promise = match core::mem::replace(&mut self.role, Role::Joined(NodeId::FRONT_END)) {
@@ -271,15 +276,20 @@ impl Link {
             self.refuse(conn, format!("{node} cannot connect to {me} as a peer"));
             return Ok(());
         }
-        if !self.messenger.add_peer_if_new(node, self.peer.clone()) {
-            self.refuse(conn, format!("{node} is already connected to {me}"));
-            return Ok(());
-        }
-        self.peer.set_node(node);
         let welcome = control_frame(me, &Control::PeerWelcome { node: me })
             .map_err(|_| ProtocolError::BadControl("cannot encode the PeerWelcome".into()))?;
-        if self.peer.enqueue(welcome, false).is_err() {
-            return Ok(());
+        self.peer.set_node(node);
+        match self
+            .messenger
+            .publish_peer(node, &self.peer, true, Some(welcome))
+        {
+            Published::Yes => {}
+            Published::Taken => {
+                self.refuse(conn, format!("{node} is already connected to {me}"));
+                return Ok(());
+            }
+            // Its handler reports it.
+            Published::Lost => return Ok(()),
         }
         self.role = Role::Joined(node);
         self.decoder
@@ -318,14 +328,14 @@ impl Link {
                 "expected {expected} at this address, found {node}"
             )));
         }
-        if !self.messenger.add_peer_if_new(node, self.peer.clone()) {
+        self.peer.set_node(node);
+        if self.messenger.publish_peer(node, &self.peer, true, None) != Published::Yes {
             let reason = format!("{node} is already connected");
             self.settle_peer_join(Err(JoinError::Refused(reason.clone())));
             conn.close();
             self.lose(LossReason::Refused(reason));
             return Ok(());
         }
-        self.peer.set_node(node);
         self.decoder
             .set_max_payload(self.inner().config.max_payload);
         self.settle_peer_join(Ok(()));

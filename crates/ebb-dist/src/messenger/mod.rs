@@ -240,6 +240,16 @@ impl Inner {
     }
 }
 
+/// What [`Messenger::publish_peer`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Published {
+    Yes,
+    /// A live peer with that id is there; nothing was queued.
+    Taken,
+    /// The peer was lost before its Welcome could be queued; not published.
+    Lost,
+}
+
 /// A node's Messenger (see the [module docs](self)). Cheap to clone; usable from every
 /// core.
 #[derive(Clone)]
@@ -316,18 +326,27 @@ impl Messenger {
             .is_ok()
     }
 
-    fn add_peer(&self, node: NodeId, peer: Arc<Peer>) {
-        self.inner.peers.lock().insert(node, peer);
-    }
-
-    /// Adds a peer that connected directly, unless a live one with its id is there.
-    fn add_peer_if_new(&self, node: NodeId, peer: Arc<Peer>) -> bool {
+    /// Publishes `peer` as `node` (with `only_if_new`, unless a live one with its id is
+    /// there), queuing `first` (its Welcome) on it under the same lock: once another core
+    /// can find the peer, whatever it sends goes after the Welcome.
+    fn publish_peer(
+        &self,
+        node: NodeId,
+        peer: &Arc<Peer>,
+        only_if_new: bool,
+        first: Option<IOBufChain>,
+    ) -> Published {
         let mut peers = self.inner.peers.lock();
-        if peers.get(&node).is_some_and(|p| p.lost().is_none()) {
-            return false;
+        if only_if_new && peers.get(&node).is_some_and(|p| p.lost().is_none()) {
+            return Published::Taken;
         }
-        peers.insert(node, peer);
-        true
+        if let Some(frame) = first
+            && peer.enqueue(frame, false).is_err()
+        {
+            return Published::Lost;
+        }
+        peers.insert(node, peer.clone());
+        Published::Yes
     }
 
     fn peer(&self, node: NodeId) -> Result<Arc<Peer>, SendError> {
