@@ -71,6 +71,22 @@ const SEND_BUFFER_MIN: usize = 64 << 10;
 /// 1 MiB share moved 0.7x as much to a native node as 4 MiB (docs/benchmarks.md).
 const SEND_BUFFER_MAX: usize = 4 << 20;
 
+/// After an accept failed for want of descriptors or memory (the connection waits in the
+/// backlog, and no new edge may come for it), when to try again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+
+/// The part of `max_connections` one side (host clients, or the guest through its guest
+/// forwards) cannot take from the other: an eighth, when both kinds of forward exist.
+fn reserved_for_the_other_side(max_connections: usize, both_sides: bool) -> usize {
+    if both_sides { max_connections / 8 } else { 0 }
+}
+
+/// Whether the failure after `so_far` earlier ones gets a log line: the 1st, 2nd, 4th,
+/// 8th... — a guest or a client that provokes failures in a loop cannot flood the log.
+fn worth_a_line(so_far: u64) -> bool {
+    (so_far + 1).is_power_of_two()
+}
+
 /// Each connection's share of [`ENDPOINT_SEND_BUDGET`] when `open` are open.
 fn send_share(open: usize) -> usize {
     (ENDPOINT_SEND_BUDGET / open.max(1)).clamp(SEND_BUFFER_MIN, SEND_BUFFER_MAX)
@@ -90,6 +106,13 @@ pub(crate) struct Forwarder {
     pending: Vec<u64>,
     endpoint: SocketAddrV4,
     max_connections: usize,
+    /// Of them, what either side may hold ([`reserved_for_the_other_side`]).
+    side_limit: usize,
+    /// Splices opened by host clients, and by the guest.
+    host_opened: usize,
+    guest_opened: usize,
+    /// An accept failed for want of resources: try the listeners again then.
+    accept_retry_at: Option<Instant>,
     /// Each guest connection's send buffer now ([`send_share`] of the splices open);
     /// read by the connect callbacks too.
     send_buffer: Rc<std::cell::Cell<usize>>,
@@ -189,6 +212,14 @@ impl Forwarder {
             pending: Vec::new(),
             endpoint: SocketAddrV4::new(config.endpoint, 0),
             max_connections: config.max_connections,
+            side_limit: config.max_connections
+                - reserved_for_the_other_side(
+                    config.max_connections,
+                    !config.forwards.is_empty() && !config.guest_forwards.is_empty(),
+                ),
+            host_opened: 0,
+            guest_opened: 0,
+            accept_retry_at: None,
             send_buffer: Rc::new(std::cell::Cell::new(SEND_BUFFER_MAX)),
             counters: UserNetCounters::default(),
             next_at: Some(Instant::ZERO),
@@ -307,11 +338,22 @@ impl Forwarder {
         found
     }
 
+    /// Whether host clients may open another connection now.
+    fn host_may_open(&self) -> bool {
+        self.splices.len() < self.max_connections && self.host_opened < self.side_limit
+    }
+
     /// Accepts what the ready listeners hold, up to the connection limit, and opens a
     /// guest connection for each.
-    fn accept(&mut self) {
+    fn accept(&mut self, now: Instant) {
+        if self.accept_retry_at.is_some_and(|at| at <= now) {
+            self.accept_retry_at = None;
+            for listener in &mut self.listeners {
+                listener.ready = true;
+            }
+        }
         for l in 0..self.listeners.len() {
-            while self.listeners[l].ready && self.splices.len() < self.max_connections {
+            while self.listeners[l].ready && self.host_may_open() {
                 match self.listeners[l].socket.accept() {
                     Ok((host, _)) => {
                         let guest = self.listeners[l].guest;
@@ -320,9 +362,15 @@ impl Forwarder {
                     Err(e) if e.kind() == ErrorKind::WouldBlock => self.listeners[l].ready = false,
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(e) => {
-                        // Out of descriptors, say: the connection waits in the backlog
-                        // until the next one arrives.
-                        log::warn!("ebb-usernet: accept: {e}");
+                        // Out of descriptors, say: the connection waits in the backlog,
+                        // and no new edge may come for it: try again in a while.
+                        if self.accept_retry_at.is_none() {
+                            log::warn!(
+                                "ebb-usernet: accept: {e} (trying again in {ACCEPT_RETRY:?})"
+                            );
+                        }
+                        self.counters.accept_failed += 1;
+                        self.accept_retry_at = Some(now + ACCEPT_RETRY);
                         self.listeners[l].ready = false;
                     }
                 }
@@ -376,13 +424,19 @@ impl Forwarder {
                 touched.borrow_mut().push(id);
             });
         if let Err(kind) = connected {
-            log::warn!("ebb-usernet: cannot connect to the guest's {guest}: {kind:?}");
+            if worth_a_line(self.counters.connect_failed) {
+                log::warn!(
+                    "ebb-usernet: cannot connect to the guest's {guest}: {kind:?} ({} so far)",
+                    self.counters.connect_failed + 1
+                );
+            }
             splice.reset_host();
             self.counters.connect_failed += 1;
             self.counters.host_resets += 1;
             return;
         }
         self.splices.insert(id, splice);
+        self.host_opened += 1;
         self.share_send_budget();
     }
 
@@ -408,8 +462,14 @@ impl Forwarder {
         let incoming = std::mem::take(&mut *self.incoming.borrow_mut());
         for (conn, host_addr) in incoming {
             self.counters.guest_accepted += 1;
-            if self.splices.len() >= self.max_connections {
-                log::warn!("ebb-usernet: guest forward to {host_addr}: too many connections");
+            if self.splices.len() >= self.max_connections || self.guest_opened >= self.side_limit {
+                if worth_a_line(self.counters.host_connect_failed) {
+                    log::warn!(
+                        "ebb-usernet: guest forward to {host_addr}: too many connections ({} \
+                         refused or failed so far)",
+                        self.counters.host_connect_failed + 1
+                    );
+                }
                 self.counters.host_connect_failed += 1;
                 ebb_core::net::TcpConnection::abort(&conn);
                 continue;
@@ -452,6 +512,7 @@ impl Forwarder {
             }
             let _ = splice.host.set_nodelay(true);
             self.splices.insert(id, splice);
+            self.guest_opened += 1;
             self.share_send_budget();
             work.push(id);
         }
@@ -468,6 +529,11 @@ impl Forwarder {
             next @ (Next::Done | Next::Reset) => {
                 let connect_failed = splice.connect_failed;
                 if let Some(splice) = self.splices.remove(&id) {
+                    if splice.from_guest {
+                        self.guest_opened -= 1;
+                    } else {
+                        self.host_opened -= 1;
+                    }
                     let mut side = splice.guest.borrow_mut();
                     if side.failed.is_some() {
                         self.counters.connect_failed += 1;
@@ -511,7 +577,7 @@ impl Forwarder {
                 self.events_reported = found > 0;
             }
         }
-        self.accept();
+        self.accept(now);
         let mut work = std::mem::take(&mut self.work);
         work.append(&mut self.pending);
         let mut again = std::mem::take(&mut self.again);
@@ -538,7 +604,7 @@ impl Forwarder {
             || !self.incoming.borrow().is_empty()
             || !self.stack.device().from_guest.is_empty()
             || self.stack.tcp().needs_poll()
-            || self.listeners.iter().any(|l| l.ready) && self.splices.len() < self.max_connections;
+            || self.listeners.iter().any(|l| l.ready) && self.host_may_open();
         // With the queue toward the guest full, the stack's TCP is held by back-pressure
         // and reports its transmit as due "now" every round: asking to be polled then
         // spun the device thread on a CPU the guest needed to take those frames
@@ -553,6 +619,20 @@ impl Forwarder {
         } else {
             next
         };
+        if let Some(retry) = self.accept_retry_at {
+            self.next_at = Some(self.next_at.map_or(retry, |at| at.min(retry)));
+        }
+    }
+}
+
+impl Drop for Forwarder {
+    /// The monitor stops (the VM ended, or the program): every forwarded connection
+    /// still open is reset, so a host client sees its connection broken, not a clean
+    /// end of stream in the middle of a reply.
+    fn drop(&mut self) {
+        for splice in self.splices.values() {
+            splice.reset_host();
+        }
     }
 }
 

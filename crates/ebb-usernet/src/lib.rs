@@ -269,6 +269,9 @@ pub struct UserNetCounters {
     /// already waited for it (passt not reading, or gone): as a NIC drops on a full
     /// ring, so that they never hold up the endpoint's frames behind them.
     pub guest_to_rest_dropped: u64,
+    /// Accepts on a forward's host socket that failed for want of descriptors or memory
+    /// (tried again 50 ms later).
+    pub accept_failed: u64,
     /// Reads of the forwarder's epoll descriptor (host sockets' and passt's events): one
     /// a round, or, on readiness (`HostLink::read_on_readiness`), after the device
     /// thread saw it readable and after a read that found events.
@@ -720,7 +723,9 @@ impl ebb_vmm::vm::HostLinkFactory for UserNetFactory {
         } else {
             None
         };
-        UserNet::new(&self.config, rest)
+        let mut config = self.config.clone();
+        config.max_connections = fit_descriptors(config.max_connections);
+        UserNet::new(&config, rest)
             .map(|link| Box::new(link) as Box<dyn HostLink>)
             .map_err(|e| match e {
                 UserNetError::Bind { addr, port, source } => HostLinkError::PortUnavailable {
@@ -754,6 +759,59 @@ impl ebb_vmm::vm::HostLinkFactory for UserNetFactory {
     fn offload(&self) -> ebb_vmm::virtio::Offload {
         OFFLOAD
     }
+}
+
+/// Descriptors the monitor needs beside one per forwarded connection (its own files,
+/// passt's socket, the epoll descriptors, a TAP or two).
+const DESCRIPTOR_SLACK: u64 = 256;
+
+/// The connection limit the process's descriptor limit allows: raises the soft limit
+/// toward the hard one if `wanted` connections would not fit (each holds a host socket);
+/// if they still do not, says so and returns what fits. Past the limit, `accept` fails
+/// and clients wait in the backlog (tried again every 50 ms) — this keeps the forwarder
+/// from counting on descriptors it cannot have.
+fn fit_descriptors(wanted: usize) -> usize {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let (raise_to, _) = descriptor_plan(limit.current, limit.maximum, wanted);
+    let mut soft = limit.current;
+    if let Some(raised) = raise_to
+        && setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(raised),
+                maximum: limit.maximum,
+            },
+        )
+        .is_ok()
+    {
+        soft = Some(raised);
+    }
+    let (_, fits) = descriptor_plan(soft, soft, wanted);
+    if fits < wanted {
+        log::warn!(
+            "ebb-usernet: {} open files allowed (ulimit -n): at most {fits} forwarded \
+             connections instead of {wanted}",
+            soft.unwrap_or(0)
+        );
+    }
+    fits
+}
+
+/// For descriptor limits `soft` and `hard` (`None`: unlimited): the soft limit to ask
+/// for, if a higher one would help, and the connections that fit in the soft limit now.
+fn descriptor_plan(soft: Option<u64>, hard: Option<u64>, wanted: usize) -> (Option<u64>, usize) {
+    let need = wanted as u64 + DESCRIPTOR_SLACK;
+    let Some(soft) = soft else {
+        return (None, wanted);
+    };
+    let raise_to = (soft < need)
+        .then(|| hard.map_or(need, |hard| hard.min(need)))
+        .filter(|&raised| raised > soft);
+    let fits = usize::try_from(soft.saturating_sub(DESCRIPTOR_SLACK))
+        .unwrap_or(usize::MAX)
+        .min(wanted);
+    (raise_to, fits)
 }
 
 #[cfg(test)]
@@ -832,6 +890,30 @@ mod tests {
         assert_eq!(c.guest_to_rest, REST_BACKLOG as u64);
         assert_eq!(c.guest_to_rest_dropped, 300 - REST_BACKLOG as u64);
         assert_eq!(c.guest_to_endpoint, 1, "the endpoint's frame did not wait");
+    }
+
+    #[test]
+    fn the_connection_limit_follows_the_descriptor_limit() {
+        // Room enough: nothing to raise.
+        assert_eq!(
+            descriptor_plan(Some(65536), Some(65536), 1024),
+            (None, 1024)
+        );
+        assert_eq!(descriptor_plan(None, None, 1024), (None, 1024));
+        // The common 1024 soft limit under a higher hard one: raise it just enough.
+        assert_eq!(
+            descriptor_plan(Some(1024), Some(524288), 1024),
+            (Some(1280), 768)
+        );
+        assert_eq!(descriptor_plan(Some(1280), Some(1280), 1024), (None, 1024));
+        // A hard limit too low: raise to it, and fewer connections fit.
+        assert_eq!(
+            descriptor_plan(Some(512), Some(1000), 1024),
+            (Some(1000), 256)
+        );
+        assert_eq!(descriptor_plan(Some(1000), Some(1000), 1024), (None, 744));
+        // Hardly any descriptors: no connection fits.
+        assert_eq!(descriptor_plan(Some(100), Some(100), 1024), (None, 0));
     }
 
     #[test]

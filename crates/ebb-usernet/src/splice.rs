@@ -28,7 +28,7 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::io::{ErrorKind, IoSlice, Write};
+use std::io::{ErrorKind, IoSlice};
 use std::net::{Shutdown, TcpStream};
 use std::rc::Rc;
 
@@ -103,6 +103,9 @@ impl GuestSide {
     /// small buffer of its own. The copy is fallible: without memory the piece is kept
     /// as it is (it still counts toward [`TO_HOST_HIGH`], which closes the window).
     fn queue_for_host(&mut self, data: IOBuf) {
+        if data.is_empty() {
+            return; // Nothing to write (and an empty write would be taken for no room).
+        }
         self.to_host_bytes += data.len();
         if occupied(&data) <= 2 * data.len() + 512 {
             self.to_host.push_back(data);
@@ -240,6 +243,8 @@ pub(crate) enum Next {
 pub(crate) struct Splice {
     pub(crate) host: TcpStream,
     pub(crate) guest: Rc<RefCell<GuestSide>>,
+    /// Opened by the guest (a guest forward), not by a host client.
+    pub(crate) from_guest: bool,
     /// Edge-triggered readiness of the host socket, cleared on `WouldBlock` or on a
     /// read that drained the socket (see `hangup_seen`).
     pub(crate) readable: bool,
@@ -277,6 +282,7 @@ impl Splice {
             to_guest: IOBufChain::new(),
             connecting: false,
             connect_failed: false,
+            from_guest: false,
         }
     }
 
@@ -288,6 +294,7 @@ impl Splice {
             hangup_seen: false,
             writable: false,
             connecting: true,
+            from_guest: true,
             ..Splice::new(host, guest)
         }
     }
@@ -372,10 +379,21 @@ impl Splice {
                 *slot = IoSlice::new(buf.as_slice());
                 n += 1;
             }
-            match self.host.write_vectored(&slices[..n]) {
+            // `sendmsg` with MSG_NOSIGNAL, not `writev`: a client that closed gets us
+            // EPIPE, never SIGPIPE, whatever the embedding program does with signals.
+            let sent = rustix::net::sendmsg(
+                &self.host,
+                &slices[..n],
+                &mut rustix::net::SendAncillaryBuffer::default(),
+                rustix::net::SendFlags::NOSIGNAL,
+            );
+            match sent {
+                // Nothing taken from non-empty buffers: try again on the next event
+                // rather than loop.
+                Ok(0) => break,
                 Ok(n) => consume(&mut side, n),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => self.writable = false,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(rustix::io::Errno::AGAIN) => self.writable = false,
+                Err(rustix::io::Errno::INTR) => {}
                 Err(_) => {
                     conn.abort();
                     self.reset_host();

@@ -493,6 +493,39 @@ fn half_close_keeps_the_other_direction() {
 }
 
 #[test]
+fn stopping_the_forwarder_resets_its_open_connections() {
+    // The VM stops with a client connected: the client sees its connection broken, not
+    // a clean end of stream it could take for a complete reply.
+    let mut rig = Rig::new();
+    let addr = rig.addr(0);
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    s.write_all(b"ping").unwrap();
+    let mut echo = [0u8; 4];
+    let mut got = 0;
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while got < 4 {
+        assert!(std::time::Instant::now() < deadline, "no echo");
+        rig.step();
+        s.set_nonblocking(true).unwrap();
+        if let Ok(n) = s.read(&mut echo[got..]) {
+            got += n;
+        }
+        s.set_nonblocking(false).unwrap();
+    }
+    assert_eq!(&echo, b"ping");
+    drop(rig);
+    let mut rest = Vec::new();
+    let end = s.read_to_end(&mut rest);
+    assert_eq!(
+        end.map_err(|e| e.kind()),
+        Err(ErrorKind::ConnectionReset),
+        "the client saw {} more bytes and a clean end",
+        rest.len()
+    );
+}
+
+#[test]
 fn a_guest_reset_resets_the_host_socket() {
     let mut rig = Rig::new();
     let addr = rig.addr(0);

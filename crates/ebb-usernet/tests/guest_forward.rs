@@ -69,6 +69,15 @@ struct Rig {
 impl Rig {
     /// Guest forwards: [`SERVER_PORT`] to `server`, [`REFUSED_PORT`] to `refused`.
     fn new(server: SocketAddrV4, refused: SocketAddrV4) -> Rig {
+        Rig::with_config(server, refused, |_| {})
+    }
+
+    /// [`Rig::new`] with `adjust` applied to the forwarder's configuration.
+    fn with_config(
+        server: SocketAddrV4,
+        refused: SocketAddrV4,
+        adjust: impl FnOnce(&mut UserNetConfig),
+    ) -> Rig {
         let mut config = UserNetConfig::new(Vec::new());
         config.guest_forwards = vec![
             GuestForward {
@@ -80,6 +89,7 @@ impl Rig {
                 host: refused,
             },
         ];
+        adjust(&mut config);
         let usernet = UserNet::new(&config, None).expect("usernet");
         let (guest_end, wire) = Link::new().with_capacity(4096).connect();
         let iface = InterfaceConfig::new_static(
@@ -425,4 +435,52 @@ fn a_guest_forward_spec_parses() {
     assert_eq!(g.host, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7000));
     assert!("5000".parse::<GuestForward>().is_err());
     assert!("x:127.0.0.1:1".parse::<GuestForward>().is_err());
+}
+
+/// Host clients hold every connection they may: an eighth of the limit stays the guest's,
+/// so a native node can still reach its front end through a guest forward.
+#[test]
+fn host_clients_cannot_take_the_guests_share_of_the_connections() {
+    const HOLD_PORT: u16 = 7300;
+    const MAX: usize = 16;
+    let (server_addr, server) = reversing_server(1);
+    let mut rig = Rig::with_config(server_addr, closed_port(), |config| {
+        config.max_connections = MAX;
+        config.forwards = vec![ebb_vmm::virtio::PortForward {
+            host_addr: Ipv4Addr::LOCALHOST,
+            host_port: 0,
+            guest_port: HOLD_PORT,
+        }];
+    });
+    // The guest accepts on HOLD_PORT and keeps every connection open.
+    let held = Rc::new(RefCell::new(Vec::new()));
+    let keep = held.clone();
+    rig.guest
+        .tcp()
+        .listen(SocketAddrV4::new(GUEST_ADDR, HOLD_PORT), 64, move |conn| {
+            keep.borrow_mut().push(conn)
+        })
+        .unwrap();
+    let forward = rig.usernet.listening()[0];
+    let clients: Vec<_> = (0..MAX)
+        .map(|_| std::net::TcpStream::connect(forward).unwrap())
+        .collect();
+    let side_limit = MAX - MAX / 8;
+    rig.run_until(|r| {
+        r.usernet.active_connections() == side_limit && held.borrow().len() == side_limit
+    });
+    // More rounds: no more host clients get in (they wait in the kernel's backlog).
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_millis(200) {
+        rig.step();
+    }
+    assert_eq!(rig.usernet.active_connections(), side_limit);
+    // The guest still reaches the host through its guest forward.
+    let data = pattern(5000, 3);
+    let seen = rig.connect(SERVER_PORT, data.clone());
+    rig.run_until(|_| seen.borrow().closed.is_some());
+    server.join().unwrap();
+    assert_eq!(seen.borrow().closed, Some(CloseReason::Normal));
+    assert!(seen.borrow().got == answer_to(&data));
+    drop(clients);
 }
