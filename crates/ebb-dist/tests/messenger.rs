@@ -1369,3 +1369,43 @@ fn nothing_sent_to_a_peer_being_accepted_goes_ahead_of_its_welcome() {
         }
     });
 }
+
+/// A refused connection whose peer keeps its side open past the handshake timeout: its
+/// refusal is the one error recorded (no handshake timeout after it), and it ends with
+/// the refusal and a FIN, not a reset.
+#[test]
+fn a_refused_peer_that_stays_open_is_not_timed_out_too() {
+    // Long enough for the Hello to be refused first on a loaded machine.
+    const TIMEOUT: Duration = Duration::from_secs(1);
+    run(|| async {
+        let net = network().await;
+        let config = MessengerConfig {
+            handshake_timeout: TIMEOUT,
+            silence_limit: None,
+            ..MessengerConfig::default()
+        };
+        let front = FrontEnd::start(&net, 0, config).await.unwrap();
+        let fm = front.messenger().clone();
+        let addr = front.local_addr();
+        let (said, rest) = in_thread(move || {
+            let mut stream = connect(addr);
+            stream.write_all(&hello(0xbad)).unwrap();
+            let (_, payload) = read_frame(&mut stream).unwrap();
+            let said: Control = postcard::from_bytes(&payload).unwrap();
+            // Well past the timeout, with our side still open.
+            std::thread::sleep(2 * TIMEOUT);
+            let mut rest = Vec::new();
+            let rest = stream.read_to_end(&mut rest).map(|_| rest);
+            (said, rest.map_err(|e| e.kind()))
+        })
+        .await
+        .unwrap();
+        assert_eq!(said, Control::Refused("unknown join token 0xbad".into()));
+        assert_eq!(rest, Ok(Vec::new()), "the refusal ends with a FIN");
+        let errors: Vec<LossReason> = fm.recent_errors().into_iter().map(|e| e.reason).collect();
+        assert_eq!(
+            errors,
+            vec![LossReason::Refused("unknown join token 0xbad".into())]
+        );
+    });
+}

@@ -211,13 +211,16 @@ fn accept(messenger: &Messenger, front: Arc<FrontShared>, conn: Connection) {
     handshake_deadline(messenger, peer, peer_addr);
 }
 
-/// Aborts an accepted connection that has not joined within the handshake timeout.
+/// Aborts an accepted connection that has not joined within the handshake timeout. One
+/// already ending (refused: its refusal is on its way, then FIN) is left to end: its
+/// error is recorded, and a peer that keeps its side open past the timeout neither adds
+/// a handshake timeout to it nor has the refusal cut short by a reset.
 fn handshake_deadline(messenger: &Messenger, peer: Arc<Peer>, peer_addr: SocketAddr) {
     let timeout = messenger.inner.config.handshake_timeout;
     let messenger = messenger.clone();
     let _detached = ebb::spawn_local(async move {
         ebb::sleep(timeout).await;
-        if peer.node().is_none() {
+        if peer.node().is_none() && !peer.closing() && peer.lost().is_none() {
             let reason = LossReason::HandshakeTimeout(timeout);
             if peer.fail(reason.clone()) {
                 messenger.inner.record_error(peer_addr, None, reason);

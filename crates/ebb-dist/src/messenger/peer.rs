@@ -113,6 +113,11 @@ impl Peer {
         self.state.lock().lost.clone()
     }
 
+    /// Whether the connection is being ended (a refusal on its way, or an abort).
+    pub(crate) fn closing(&self) -> bool {
+        self.state.lock().closing.is_some()
+    }
+
     /// Whether the link stopped reading from the peer (so its silence says nothing).
     pub(crate) fn reading_paused(&self) -> bool {
         self.state.lock().reading_paused
