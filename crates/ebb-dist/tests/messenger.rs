@@ -1409,3 +1409,52 @@ fn a_refused_peer_that_stays_open_is_not_timed_out_too() {
         );
     });
 }
+
+/// Two nodes connecting to each other at the same time: the connection from the lower id
+/// stays, both calls succeed, and the two are peers once, alive both ways.
+#[test]
+fn two_nodes_connecting_to_each_other_at_once_both_succeed() {
+    const ROUNDS: u32 = 20;
+    run(|| async {
+        let net = network().await;
+        let (_front, _, nodes) = cluster(&net, 2, tolerant()).await;
+        let (one, one_info, one_inbox) = &nodes[0];
+        let (two, two_info, two_inbox) = &nodes[1];
+        let (one_id, two_id) = (one_info.node, two_info.node);
+        let one_listener = one.listen_for_peers(&net, 0).await.unwrap();
+        let two_listener = two.listen_for_peers(&net, 0).await.unwrap();
+        for round in 0..ROUNDS {
+            let (a, b) = ebb::future::join(
+                one.connect_peer(&net, two_id, two_listener.local_addr()),
+                two.connect_peer(&net, one_id, one_listener.local_addr()),
+            )
+            .await;
+            assert_eq!((a, b), (Ok(()), Ok(())), "round {round}");
+            let both_up = |m: &Messenger, other: NodeId| {
+                m.peers() == vec![(NodeId::FRONT_END, true), (other, true)]
+            };
+            assert!(both_up(one, two_id), "round {round}: {:?}", one.peers());
+            until("node 2 has node 1 as a peer", || both_up(two, one_id)).await;
+            // Messages and calls both ways.
+            one.send(two_id, COUNTER, NOTE, chain(b"to two")).unwrap();
+            two.send(one_id, COUNTER, NOTE, chain(b"to one")).unwrap();
+            let reply = two.call(one_id, COUNTER, ECHO, chain(b"2")).await.unwrap();
+            assert_eq!(reply.to_vec(), b"echo:2");
+            let reply = one.call(two_id, COUNTER, ECHO, chain(b"1")).await.unwrap();
+            assert_eq!(reply.to_vec(), b"echo:1");
+            let n = round as usize + 1;
+            until("the messages arrive", || {
+                two_inbox.lock().unwrap().len() == n && one_inbox.lock().unwrap().len() == n
+            })
+            .await;
+            // Nothing was lost on the way (the loser was refused, not joined).
+            assert_eq!(one.stats().peers_lost, u64::from(round), "round {round}");
+            // Apart again, for the next round.
+            one.disconnect(two_id).unwrap();
+            until("both see the connection go", || {
+                one.peers().contains(&(two_id, false)) && two.peers().contains(&(one_id, false))
+            })
+            .await;
+        }
+    });
+}

@@ -33,7 +33,7 @@ use super::control::{Control, Expected, FrontShared, PROTOCOL_VERSION};
 use super::error::{JoinError, LossReason};
 use super::link::{Link, Role};
 use super::peer::{Closing, Peer, write_loop};
-use super::{Messenger, MessengerConfig, control_frame};
+use super::{Messenger, MessengerConfig, control_frame, crossing_refusal};
 use crate::node::{NodeId, RuntimeInfo};
 
 /// The front end (node 0): listens for nodes, admits the ones it expects, and is their
@@ -403,8 +403,10 @@ impl Messenger {
 
     /// Connects directly to `node`, which listens at `addr`
     /// ([`listen_for_peers`](Self::listen_for_peers)): from then on `node` is a peer
-    /// like the front end. This node must have joined; of two nodes, one connects to the
-    /// other (two connections at once refuse each other).
+    /// like the front end. This node must have joined. Of two nodes connecting to each
+    /// other at once, the connection from the lower id stays and both calls succeed: the
+    /// lower refuses the higher's PeerHello while it connects itself, and the higher,
+    /// refused so, tries again until the lower's connection (which it admits) is up.
     ///
     /// A node that has just joined may not listen yet: the front end counts it joined
     /// when it sends the Welcome, and may name it to others before the node has read
@@ -419,21 +421,39 @@ impl Messenger {
         node: NodeId,
         addr: SocketAddr,
     ) -> Result<(), JoinError> {
+        let Some(me) = self.node() else {
+            return Err(JoinError::NotJoined);
+        };
         let timeout = self.inner.config.handshake_timeout;
         let deadline = ebb::now() + timeout;
         let mut backoff = Duration::from_millis(1);
+        // Registered before the first connection is made: a PeerHello from `node` that
+        // comes meanwhile sees it.
+        let _connecting = ConnectingTo::new(self, node);
+        let crossing = JoinError::Refused(crossing_refusal(node, me));
         loop {
             let left = deadline.saturating_duration_since(ebb::now());
             let error = match self.try_connect_peer(network, node, addr, left).await {
                 Ok(()) => return Ok(()),
-                Err(e) if not_listening_yet(&e) => e,
-                Err(e) => return Err(e),
+                Err(e) => e,
             };
+            // Refused, but `node`'s own connection (from the lower id) came in meanwhile.
+            if self.crossed_and_up(node) {
+                return Ok(());
+            }
+            // `node` connects to us itself (it has the lower id): its connection is on its
+            // way, or fails, and then ours goes through.
+            if !not_listening_yet(&error) && error != crossing {
+                return Err(error);
+            }
             if ebb::now() + backoff >= deadline {
                 return Err(error);
             }
             self.inner.stats.peer_connect_retries.add(1);
             ebb::sleep(backoff).await;
+            if self.crossed_and_up(node) {
+                return Ok(());
+            }
             backoff = (backoff * 2).min(Duration::from_millis(100));
         }
     }
@@ -483,6 +503,37 @@ impl Messenger {
                 peer.fail(LossReason::HandshakeTimeout(timeout));
                 peer.close(Closing::Abort);
                 Err(JoinError::TimedOut(timeout))
+            }
+        }
+    }
+}
+
+/// [`Messenger::connect_peer`] under way to a node, while it lives.
+struct ConnectingTo<'a> {
+    messenger: &'a Messenger,
+    node: NodeId,
+}
+
+impl<'a> ConnectingTo<'a> {
+    fn new(messenger: &'a Messenger, node: NodeId) -> ConnectingTo<'a> {
+        messenger
+            .inner
+            .connecting
+            .lock()
+            .entry(node)
+            .or_default()
+            .calls += 1;
+        ConnectingTo { messenger, node }
+    }
+}
+
+impl Drop for ConnectingTo<'_> {
+    fn drop(&mut self) {
+        let mut connecting = self.messenger.inner.connecting.lock();
+        if let Some(c) = connecting.get_mut(&self.node) {
+            c.calls -= 1;
+            if c.calls == 0 {
+                connecting.remove(&self.node);
             }
         }
     }

@@ -19,6 +19,7 @@ use super::error::{CallError, JoinError, LossReason, ProtocolError};
 use super::peer::{Closing, Peer};
 use super::{
     Handler, Inner, MAX_CONTROL_PAYLOAD, MAX_FAILURE_REASON, Messenger, Published, control_frame,
+    crossing_refusal,
 };
 use crate::node::{NodeId, RuntimeInfo, global_ids_of};
 use crate::wire::{Frame, FrameClass, FrameDecoder, HEADER_LEN, Header, encode};
@@ -276,6 +277,11 @@ impl Link {
             self.refuse(conn, format!("{node} cannot connect to {me} as a peer"));
             return Ok(());
         }
+        if me < node && self.messenger.connecting_to(node) {
+            // Both connect at once: ours, from the lower id, stays.
+            self.refuse(conn, crossing_refusal(me, node));
+            return Ok(());
+        }
         let welcome = control_frame(me, &Control::PeerWelcome { node: me })
             .map_err(|_| ProtocolError::BadControl("cannot encode the PeerWelcome".into()))?;
         self.peer.set_node(node);
@@ -283,7 +289,11 @@ impl Link {
             .messenger
             .publish_peer(node, &self.peer, true, Some(welcome))
         {
-            Published::Yes => {}
+            Published::Yes => {
+                if node < me {
+                    self.messenger.crossed(node);
+                }
+            }
             Published::Taken => {
                 self.refuse(conn, format!("{node} is already connected to {me}"));
                 return Ok(());

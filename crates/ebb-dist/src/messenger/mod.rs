@@ -214,9 +214,30 @@ struct Inner {
     config: MessengerConfig,
     handlers: spin::RwLock<BTreeMap<HandlerKey, Handler>>,
     peers: spin::Mutex<BTreeMap<NodeId, Arc<Peer>>>,
+    /// The nodes [`Messenger::connect_peer`] is connecting to now.
+    connecting: spin::Mutex<BTreeMap<NodeId, Connecting>>,
     loss_hooks: spin::RwLock<Vec<Arc<LossFn>>>,
     stats: Counters,
     errors: spin::Mutex<VecDeque<ConnectionError>>,
+}
+
+/// [`Messenger::connect_peer`]'s calls to one node under way. Of two nodes connecting to
+/// each other at once, the connection from the lower node id stays: the lower refuses
+/// the other's PeerHello while it connects itself, the higher admits the lower's and
+/// notes it here, so that its own attempt, refused, counts as connected.
+#[derive(Default)]
+struct Connecting {
+    calls: usize,
+    /// The node's own connection to this one was admitted meanwhile.
+    crossed: bool,
+}
+
+/// Why the lower node of two connecting to each other at once refuses the higher's
+/// PeerHello (the higher knows it by these exact words).
+fn crossing_refusal(lower: NodeId, higher: NodeId) -> String {
+    alloc::format!(
+        "{lower} is connecting to {higher} itself: of two connections at once, the one from the lower node id stays"
+    )
 }
 
 impl Inner {
@@ -289,6 +310,7 @@ impl Messenger {
                 config,
                 handlers: spin::RwLock::new(BTreeMap::new()),
                 peers: spin::Mutex::new(BTreeMap::new()),
+                connecting: spin::Mutex::new(BTreeMap::new()),
                 loss_hooks: spin::RwLock::new(Vec::new()),
                 stats: Counters::default(),
                 errors: spin::Mutex::new(VecDeque::new()),
@@ -347,6 +369,37 @@ impl Messenger {
         }
         peers.insert(node, peer.clone());
         Published::Yes
+    }
+
+    /// Whether this node is connecting to `node` ([`connect_peer`](Self::connect_peer)).
+    fn connecting_to(&self, node: NodeId) -> bool {
+        self.inner.connecting.lock().contains_key(&node)
+    }
+
+    /// `node`'s own connection to this node was admitted: if this node is connecting to
+    /// it, that connection is the one that stays.
+    fn crossed(&self, node: NodeId) {
+        if let Some(c) = self.inner.connecting.lock().get_mut(&node) {
+            c.crossed = true;
+        }
+    }
+
+    /// Whether `node`'s own connection, admitted while this node was connecting to it, is
+    /// up: then this node's attempt, refused, has its peer all the same.
+    fn crossed_and_up(&self, node: NodeId) -> bool {
+        let crossed = self
+            .inner
+            .connecting
+            .lock()
+            .get(&node)
+            .is_some_and(|c| c.crossed);
+        crossed
+            && self
+                .inner
+                .peers
+                .lock()
+                .get(&node)
+                .is_some_and(|p| p.lost().is_none())
     }
 
     fn peer(&self, node: NodeId) -> Result<Arc<Peer>, SendError> {
