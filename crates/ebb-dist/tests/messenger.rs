@@ -1458,3 +1458,52 @@ fn two_nodes_connecting_to_each_other_at_once_both_succeed() {
         }
     });
 }
+
+/// After `shutdown` a Messenger admits no peer: a node connecting to it is not taken in,
+/// and its own `connect_peer`, retrying a port nobody listens on, stops trying.
+#[test]
+fn a_shut_down_messenger_admits_no_peer_and_stops_connecting() {
+    run(|| async {
+        let net = network().await;
+        let quick = MessengerConfig {
+            handshake_timeout: Duration::from_millis(500),
+            ..tolerant()
+        };
+        let (_front, _, nodes) = cluster(&net, 2, quick).await;
+        let (one, _, _) = &nodes[0];
+        let (two, two_info, _) = &nodes[1];
+        let listener = two.listen_for_peers(&net, 0).await.unwrap();
+        // Shut down, still listening: a connection's handshake is ended, not admitted.
+        two.shutdown();
+        let connected = one
+            .connect_peer(&net, two_info.node, listener.local_addr())
+            .await;
+        assert!(connected.is_err(), "{connected:?}");
+        assert!(
+            two.peers().iter().all(|&(_, alive)| !alive),
+            "{:?}",
+            two.peers()
+        );
+
+        // Shut down while connect_peer retries, 10 s of handshake timeout to go: it ends.
+        let patient = MessengerConfig {
+            handshake_timeout: Duration::from_secs(10),
+            ..tolerant()
+        };
+        let (_front, _, nodes) = cluster(&net, 1, patient).await;
+        let three = &nodes[0].0;
+        let start = Instant::now();
+        let (result, ()) =
+            ebb::future::join(three.connect_peer(&net, NodeId(9), closed_port()), async {
+                ebb::sleep(Duration::from_millis(50)).await;
+                three.shutdown();
+            })
+            .await;
+        let took = start.elapsed();
+        assert_eq!(result, Err(JoinError::Lost(LossReason::Disconnected)));
+        assert!(
+            took < Duration::from_secs(5),
+            "connect_peer went on for {took:?}"
+        );
+    });
+}

@@ -432,6 +432,9 @@ impl Messenger {
         let _connecting = ConnectingTo::new(self, node);
         let crossing = JoinError::Refused(crossing_refusal(node, me));
         loop {
+            if self.inner.shut.load(core::sync::atomic::Ordering::Acquire) {
+                return Err(JoinError::Lost(LossReason::Disconnected));
+            }
             let left = deadline.saturating_duration_since(ebb::now());
             let error = match self.try_connect_peer(network, node, addr, left).await {
                 Ok(()) => return Ok(()),

@@ -107,6 +107,13 @@ impl Link {
         }
     }
 
+    /// The Messenger was shut down during the handshake: the connection ends, and
+    /// whoever waits on the handshake hears it was disconnected.
+    fn shut_down(&mut self) {
+        self.lose(LossReason::Disconnected);
+        self.peer.close(Closing::Abort);
+    }
+
     fn protocol_error(&mut self, conn: &dyn TcpConnection, error: ProtocolError) {
         conn.abort();
         self.lose(LossReason::Protocol(error));
@@ -167,13 +174,17 @@ impl Link {
         let welcome = control_frame(NodeId::FRONT_END, &welcome)
             .map_err(|_| ProtocolError::BadControl("cannot encode the Welcome".into()))?;
         self.peer.set_node(info.node);
-        if self
+        match self
             .messenger
             .publish_peer(info.node, &self.peer, false, Some(welcome))
-            != Published::Yes
         {
+            Published::Yes => {}
+            Published::Shut => {
+                self.shut_down();
+                return Ok(());
+            }
             // Lost meanwhile: its handler reports it.
-            return Ok(());
+            Published::Taken | Published::Lost => return Ok(()),
         }
         self.role = Role::Joined(info.node);
         self.decoder
@@ -231,8 +242,14 @@ impl Link {
         }
         self.inner().peer_key.call_once(|| peer_key);
         self.peer.set_node(NodeId::FRONT_END);
-        self.messenger
-            .publish_peer(NodeId::FRONT_END, &self.peer, false, None);
+        if self
+            .messenger
+            .publish_peer(NodeId::FRONT_END, &self.peer, false, None)
+            == Published::Shut
+        {
+            self.shut_down();
+            return Ok(());
+        }
         self.decoder
             .set_max_payload(self.inner().config.max_payload);
         let promise = match core::mem::replace(&mut self.role, Role::Joined(NodeId::FRONT_END)) {
@@ -298,6 +315,10 @@ impl Link {
                 self.refuse(conn, format!("{node} is already connected to {me}"));
                 return Ok(());
             }
+            Published::Shut => {
+                self.shut_down();
+                return Ok(());
+            }
             // Its handler reports it.
             Published::Lost => return Ok(()),
         }
@@ -339,7 +360,12 @@ impl Link {
             )));
         }
         self.peer.set_node(node);
-        if self.messenger.publish_peer(node, &self.peer, true, None) != Published::Yes {
+        let published = self.messenger.publish_peer(node, &self.peer, true, None);
+        if published == Published::Shut {
+            self.shut_down();
+            return Ok(());
+        }
+        if published != Published::Yes {
             let reason = format!("{node} is already connected");
             self.settle_peer_join(Err(JoinError::Refused(reason.clone())));
             conn.close();

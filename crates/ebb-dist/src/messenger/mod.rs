@@ -67,7 +67,7 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::future::{Future, poll_fn};
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use core::time::Duration;
 
 use ebb::net::SocketAddr;
@@ -214,6 +214,8 @@ struct Inner {
     config: MessengerConfig,
     handlers: spin::RwLock<BTreeMap<HandlerKey, Handler>>,
     peers: spin::Mutex<BTreeMap<NodeId, Arc<Peer>>>,
+    /// [`Messenger::shutdown`] was called: no peer is admitted any more.
+    shut: AtomicBool,
     /// The nodes [`Messenger::connect_peer`] is connecting to now.
     connecting: spin::Mutex<BTreeMap<NodeId, Connecting>>,
     loss_hooks: spin::RwLock<Vec<Arc<LossFn>>>,
@@ -269,6 +271,8 @@ enum Published {
     Taken,
     /// The peer was lost before its Welcome could be queued; not published.
     Lost,
+    /// The Messenger was shut down; not published (the caller ends the connection).
+    Shut,
 }
 
 /// A node's Messenger (see the [module docs](self)). Cheap to clone; usable from every
@@ -310,6 +314,7 @@ impl Messenger {
                 config,
                 handlers: spin::RwLock::new(BTreeMap::new()),
                 peers: spin::Mutex::new(BTreeMap::new()),
+                shut: AtomicBool::new(false),
                 connecting: spin::Mutex::new(BTreeMap::new()),
                 loss_hooks: spin::RwLock::new(Vec::new()),
                 stats: Counters::default(),
@@ -359,6 +364,11 @@ impl Messenger {
         first: Option<IOBufChain>,
     ) -> Published {
         let mut peers = self.inner.peers.lock();
+        // Under the lock `shutdown` takes to list the peers: a peer published before it
+        // is disconnected by it, one after it is not published.
+        if self.inner.shut.load(Ordering::Acquire) {
+            return Published::Shut;
+        }
         if only_if_new && peers.get(&node).is_some_and(|p| p.lost().is_none()) {
             return Published::Taken;
         }
@@ -698,8 +708,11 @@ impl Messenger {
         Ok(())
     }
 
-    /// Disconnects every peer.
+    /// Disconnects every peer, and admits no more: a join or direct connection still
+    /// in its handshake is ended ([`LossReason::Disconnected`]), and
+    /// [`connect_peer`](Self::connect_peer) tries no more.
     pub fn shutdown(&self) {
+        self.inner.shut.store(true, Ordering::Release);
         let nodes: Vec<NodeId> = self.inner.peers.lock().keys().copied().collect();
         for node in nodes {
             let _ = self.disconnect(node);
