@@ -1,0 +1,8 @@
+//! Guest frames into the user-mode network: see `ebb_usernet_fuzz::frames`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    ebb_usernet_fuzz::frames(data);
+});
