@@ -8,7 +8,7 @@ seconds="${1:-10}"
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
 
-targets=(frames)
+targets=(guest_frames)
 
 cargo +nightly fuzz build
 failed=()

@@ -1,4 +1,4 @@
-//! The `frames` target's harness (also run on the checked-in seeds by `cargo test`).
+//! The `guest_frames` target's harness (also run on the checked-in seeds by `cargo test`).
 //!
 //! What a guest can send the monitor's user-mode network, arbitrary: the input is a
 //! sequence of records, each a kind byte, a length (u16 LE) and that many bytes of a

@@ -1,8 +1,8 @@
-//! The `frames` target's seeds: what a guest sends the user-mode network in earnest (an
+//! The `guest_frames` target's seeds: what a guest sends the user-mode network in earnest (an
 //! ARP request for the endpoint, a SYN to a port without a forward, a DNS query and a TSO
 //! frame for passt) and what it must not be trusted with (a frame too short to route, a
 //! frame for passt longer than the MTU that is not TCP, an IPv4 header that lies about
-//! its length). `seed_files_are_current` checks `seeds/frames/` holds exactly these bytes
+//! its length). `seed_files_are_current` checks `seeds/guest_frames/` holds exactly these bytes
 //! (`WRITE_SEEDS=1 cargo test` rewrites them); `seeds_reach_every_outcome` runs the
 //! harness on them.
 
@@ -104,7 +104,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
 
 #[test]
 fn seed_files_are_current() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds/frames");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds/guest_frames");
     let write = std::env::var_os("WRITE_SEEDS").is_some();
     for (name, bytes) in seeds() {
         let path = dir.join(name);

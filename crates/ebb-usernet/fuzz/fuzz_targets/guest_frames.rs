@@ -1,4 +1,4 @@
-//! Guest frames into the user-mode network: see `ebb_usernet_fuzz::frames`.
+//! Guest frames into the user-mode network: see `ebb_usernet_fuzz::frames` (the harness).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
