@@ -59,8 +59,11 @@ type Incoming = Rc<RefCell<Vec<(TcpConn, SocketAddrV4)>>>;
 const GUEST_FORWARD_BACKLOG: usize = 128;
 
 /// What the endpoint's connections may hold to send toward the guest, in flight and
-/// queued, all together (about): each connection's send buffer is this shared out among
-/// the open ones, within [`SEND_BUFFER_MIN`, `SEND_BUFFER_MAX`]. Without it a guest that
+/// queued, all together — when they are open before they fill: each connection's send
+/// buffer is this shared out among the open ones, within [`SEND_BUFFER_MIN`,
+/// `SEND_BUFFER_MAX`], and a share lowered later is not taken back from what a
+/// connection queued already (filled one after another as they open, 1,024 connections
+/// hold at most the sum of their shares at opening, about 330 MiB). Without it a guest that
 /// advertises a large window, acknowledges until the congestion window is large and then
 /// stops would have the monitor queue that window for every connection (a scaled window
 /// reaches 1 GiB).
@@ -360,11 +363,18 @@ impl Forwarder {
                         self.start(host, guest);
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => self.listeners[l].ready = false,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    // Interrupted, or a client that went away before we took it
+                    // (ECONNABORTED; EPROTO on some kernels): the next one may be there.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::Interrupted | ErrorKind::ConnectionAborted
+                        ) || e.raw_os_error()
+                            == Some(rustix::io::Errno::PROTO.raw_os_error()) => {}
                     Err(e) => {
                         // Out of descriptors, say: the connection waits in the backlog,
                         // and no new edge may come for it: try again in a while.
-                        if self.accept_retry_at.is_none() {
+                        if worth_a_line(self.counters.accept_failed) {
                             log::warn!(
                                 "ebb-usernet: accept: {e} (trying again in {ACCEPT_RETRY:?})"
                             );

@@ -68,7 +68,9 @@
 //!   connection waits for the send window (`splice::READ_CHUNK`); what the endpoint's
 //!   connections hold in flight and queued is within each one's send buffer, a share of
 //!   a 64 MiB budget among the open connections (64 KiB to 4 MiB each, whatever window
-//!   the guest advertises); and the endpoint's
+//!   the guest advertises; a share lowered later is not taken back from what is queued,
+//!   so at most the sum of the shares at the connections' opening, about 330 MiB for
+//!   1,024 connections filled one after another); and the endpoint's
 //!   frame queue toward the guest is bounded in frames and in bytes (its TCP stops on
 //!   transmit back-pressure);
 //!   toward the host, past `splice::TO_HOST_HIGH` bytes a connection's receive window
@@ -567,9 +569,18 @@ impl NetDevice for UserNet {
                     let Some(frame) = frames.pop_front() else {
                         break;
                     };
+                    if inner.rest_out.len() >= REST_BACKLOG
+                        && let Some(rest) = inner.rest.as_mut()
+                    {
+                        // Hand passt what waits first: a burst of TSO frames, each cut in
+                        // dozens, fills the backlog within one call of a passt that keeps
+                        // up.
+                        rest.transmit(now, &mut inner.rest_out);
+                    }
                     if inner.rest_out.len() >= REST_BACKLOG {
-                        // Not back-pressure: the frames behind it (the forwards' among
-                        // them) must not wait for passt.
+                        // passt does not keep up (or is gone). Not back-pressure: the
+                        // frames behind this one (the forwards' among them) must not wait
+                        // for passt.
                         c.guest_to_rest_dropped += 1;
                     } else {
                         match cut_for_mtu(frame) {
@@ -761,12 +772,15 @@ impl ebb_vmm::vm::HostLinkFactory for UserNetFactory {
     }
 }
 
+/// The highest soft descriptor limit asked for (Linux's default `nr_open` is 2^20).
+const MOST_DESCRIPTORS: u64 = 1 << 20;
+
 /// Descriptors the monitor needs beside one per forwarded connection (its own files,
 /// passt's socket, the epoll descriptors, a TAP or two).
 const DESCRIPTOR_SLACK: u64 = 256;
 
 /// The connection limit the process's descriptor limit allows: raises the soft limit
-/// toward the hard one if `wanted` connections would not fit (each holds a host socket);
+/// to the hard one if `wanted` connections would not fit (each holds a host socket);
 /// if they still do not, says so and returns what fits. Past the limit, `accept` fails
 /// and clients wait in the backlog (tried again every 50 ms) — this keeps the forwarder
 /// from counting on descriptors it cannot have.
@@ -805,8 +819,14 @@ fn descriptor_plan(soft: Option<u64>, hard: Option<u64>, wanted: usize) -> (Opti
     let Some(soft) = soft else {
         return (None, wanted);
     };
+    // To the hard limit, not just to `need`: descriptors already open, and other
+    // networks in the same process (a front end runs several nodes), count too.
     let raise_to = (soft < need)
-        .then(|| hard.map_or(need, |hard| hard.min(need)))
+        .then(|| {
+            hard.map_or(need.max(MOST_DESCRIPTORS), |hard| {
+                hard.min(MOST_DESCRIPTORS)
+            })
+        })
         .filter(|&raised| raised > soft);
     let fits = usize::try_from(soft.saturating_sub(DESCRIPTOR_SLACK))
         .unwrap_or(usize::MAX)
@@ -866,6 +886,66 @@ mod tests {
         }
     }
 
+    /// A rest that takes every frame (a passt that keeps up).
+    struct EagerRest {
+        fd: std::os::fd::OwnedFd,
+        taken: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl ebb_net_driver::NetDevice for EagerRest {
+        fn capabilities(&self) -> ebb_net_driver::DeviceCapabilities {
+            ebb_net_driver::DeviceCapabilities::ETHERNET
+        }
+        fn receive(&mut self, _now: Instant, _out: &mut Vec<RxFrame>, _max: usize) -> usize {
+            0
+        }
+        fn transmit(&mut self, _now: Instant, frames: &mut VecDeque<TxFrame>) -> usize {
+            let n = frames.len();
+            frames.clear();
+            self.taken
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            n
+        }
+        fn counters(&self) -> ebb_net_driver::DeviceCounters {
+            ebb_net_driver::DeviceCounters::default()
+        }
+    }
+
+    impl HostLink for EagerRest {
+        fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+            use std::os::fd::AsFd;
+            self.fd.as_fd()
+        }
+    }
+
+    #[test]
+    fn a_burst_of_tso_frames_reaches_a_rest_that_keeps_up_whole() {
+        let taken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let fd = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).unwrap();
+        let mut net = UserNet::new(
+            &UserNetConfig::new(Vec::new()),
+            Some(Box::new(EagerRest {
+                fd,
+                taken: taken.clone(),
+            })),
+        )
+        .unwrap();
+        // 100 TSO frames of 4,000 bytes (three segments each) to the internet, one call.
+        let mut frames: VecDeque<TxFrame> = (0..100)
+            .map(|_| {
+                let mut f = frame(4000, 6);
+                let mut bytes = f.chain.to_vec();
+                bytes[30..34].copy_from_slice(&[1, 1, 1, 1]);
+                f.chain = IOBufChain::from(IOBuf::from_vec(bytes));
+                f
+            })
+            .collect();
+        assert_eq!(net.transmit(Instant::from_nanos(1), &mut frames), 100);
+        let c = net.forwarder_counters();
+        assert_eq!((c.guest_to_rest, c.guest_to_rest_dropped), (100, 0));
+        assert_eq!(taken.load(std::sync::atomic::Ordering::Relaxed), 300);
+    }
+
     #[test]
     fn frames_for_a_stuck_rest_are_dropped_not_held_in_front_of_the_endpoints() {
         let fd = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).unwrap();
@@ -900,10 +980,14 @@ mod tests {
             (None, 1024)
         );
         assert_eq!(descriptor_plan(None, None, 1024), (None, 1024));
-        // The common 1024 soft limit under a higher hard one: raise it just enough.
+        // The common 1024 soft limit under a higher hard one: raise it to the hard one.
         assert_eq!(
             descriptor_plan(Some(1024), Some(524288), 1024),
-            (Some(1280), 768)
+            (Some(524288), 768)
+        );
+        assert_eq!(
+            descriptor_plan(Some(1024), None, 1024),
+            (Some(1 << 20), 768)
         );
         assert_eq!(descriptor_plan(Some(1280), Some(1280), 1024), (None, 1024));
         // A hard limit too low: raise to it, and fewer connections fit.

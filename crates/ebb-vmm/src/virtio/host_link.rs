@@ -525,9 +525,15 @@ impl Passt {
                 }
                 Ok(n) => self.read_buf.extend_from_slice(&self.read_chunk[..n]),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => {
-                    // WouldBlock, or an error that the next edge, if any, retries.
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     self.socket_may_have_input = false;
+                    break;
+                }
+                Err(e) => {
+                    // A reset (passt killed with our frames unread), or worse: no edge
+                    // may follow.
+                    self.socket_may_have_input = false;
+                    self.mark_gone(&format!("cannot be read from ({e})"));
                     break;
                 }
             }
@@ -536,13 +542,19 @@ impl Passt {
 
     fn flush(&mut self) {
         while !self.write_buf.is_empty() {
-            match self.sock.write(&self.write_buf) {
+            // MSG_NOSIGNAL: a passt that died gives EPIPE, never SIGPIPE, whatever the
+            // embedding program does with signals.
+            match rustix::net::send(
+                &self.sock,
+                &self.write_buf,
+                rustix::net::SendFlags::NOSIGNAL,
+            ) {
                 Ok(0) => break,
                 Ok(n) => {
                     self.write_buf.drain(..n);
                 }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => break,
                 Err(e) => {
                     self.mark_gone(&format!("cannot be written to ({e})"));
                     break;
