@@ -1112,7 +1112,9 @@ fn heartbeats_keep_an_idle_peer_and_a_silent_one_is_lost() {
         assert_eq!(fm.peer_lost(silent).await, Ok(LossReason::Silent(SILENCE)));
         let lost = Instant::now();
         // Never before the limit; after it within a quarter of it for the next look (and
-        // 1 ms for the second one), bounded at twice it for a loaded machine.
+        // 1 ms for the second one), bounded at four times it for a loaded machine (a
+        // stall of a few hundred milliseconds happens there; no silence watch at all
+        // would never report it).
         assert!(
             lost - asked >= SILENCE,
             "a silent peer was declared lost {:?} after it joined",
@@ -1120,7 +1122,7 @@ fn heartbeats_keep_an_idle_peer_and_a_silent_one_is_lost() {
         );
         let took = lost - admitted;
         assert!(
-            took <= 2 * SILENCE,
+            took <= 4 * SILENCE,
             "a silent peer was seen {took:?} after it was admitted"
         );
         eprintln!(
@@ -1347,7 +1349,9 @@ fn nothing_sent_to_a_peer_being_accepted_goes_ahead_of_its_welcome() {
                         if one.send(two_id, COUNTER, NOTE, chain(b"first")).is_ok() {
                             return true;
                         }
-                        std::hint::spin_loop();
+                        // Yields rather than spins: on two CPUs the cores it races with
+                        // must get to run.
+                        std::thread::yield_now();
                     }
                     false
                 })

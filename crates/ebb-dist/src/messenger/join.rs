@@ -212,19 +212,29 @@ fn accept(messenger: &Messenger, front: Arc<FrontShared>, conn: Connection) {
 }
 
 /// Aborts an accepted connection that has not joined within the handshake timeout. One
-/// already ending (refused: its refusal is on its way, then FIN) is left to end: its
-/// error is recorded, and a peer that keeps its side open past the timeout neither adds
-/// a handshake timeout to it nor has the refusal cut short by a reset.
+/// already ending (refused: its refusal is on its way, then FIN) is given one more
+/// timeout to end: its error is recorded already, so a peer that keeps its side open
+/// past the timeout adds no handshake timeout to it, and the refusal is not cut short by
+/// a reset — but a peer that never takes the refusal (a zero window) or never closes is
+/// then aborted, quietly, rather than kept for good.
 fn handshake_deadline(messenger: &Messenger, peer: Arc<Peer>, peer_addr: SocketAddr) {
     let timeout = messenger.inner.config.handshake_timeout;
     let messenger = messenger.clone();
     let _detached = ebb::spawn_local(async move {
         ebb::sleep(timeout).await;
-        if peer.node().is_none() && !peer.closing() && peer.lost().is_none() {
+        if peer.node().is_some() || peer.lost().is_some() {
+            return;
+        }
+        if !peer.closing() {
             let reason = LossReason::HandshakeTimeout(timeout);
             if peer.fail(reason.clone()) {
                 messenger.inner.record_error(peer_addr, None, reason);
             }
+            peer.close(Closing::Abort);
+            return;
+        }
+        ebb::sleep(timeout).await;
+        if peer.node().is_none() && peer.lost().is_none() {
             peer.close(Closing::Abort);
         }
     });
