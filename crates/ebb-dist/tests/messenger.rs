@@ -1174,11 +1174,11 @@ fn nodes_connect_to_each_other_directly() {
             two.peers().contains(&(one_info.node, true))
         })
         .await;
-        // Once connected, a second connection between them is refused.
-        assert!(matches!(
-            one.connect_peer(&net, two_info.node, addr).await,
-            Err(JoinError::Refused(_))
-        ));
+        // Once connected, connecting again is done at once (no second connection), from
+        // either side.
+        assert_eq!(one.connect_peer(&net, two_info.node, addr).await, Ok(()));
+        assert_eq!(one.stats().peer_connect_retries, 0);
+        assert!(one.peers().contains(&(two_info.node, true)));
         // Messages and calls both ways, without the front end.
         for i in 0..100u32 {
             one.send(two_info.node, COUNTER, NOTE, chain(&i.to_le_bytes()))

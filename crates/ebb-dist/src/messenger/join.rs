@@ -434,6 +434,12 @@ impl Messenger {
         let Some(me) = self.node() else {
             return Err(JoinError::NotJoined);
         };
+        // Already a live peer (it connected to us, or we to it): nothing to do. A second
+        // connection would only be refused, and in a crossing the two could each close
+        // the one the other kept.
+        if self.peers().contains(&(node, true)) {
+            return Ok(());
+        }
         let timeout = self.inner.config.handshake_timeout;
         let deadline = ebb::now() + timeout;
         let mut backoff = Duration::from_millis(1);
