@@ -454,6 +454,9 @@ impl Passt {
         if let Some(file) = std::env::var_os(PASST_PCAP_ENV) {
             cmd.arg("--pcap").arg(file);
         }
+        // Killed with the monitor: `Drop` does not run when it is killed, and passt
+        // (this version) does not always exit when our end of the socket goes away.
+        crate::sys::die_with_the_monitor(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| match e.kind() {
             ErrorKind::NotFound => HostLinkError::PasstMissing,
             _ => HostLinkError::Passt(e.to_string()),
@@ -672,6 +675,34 @@ impl HostLink for Passt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// passt goes with the monitor (here: the thread that started it ends, as a killed
+    /// monitor's threads all do), even when nobody drops it.
+    #[test]
+    fn passt_is_killed_when_the_thread_that_started_it_ends() {
+        use std::os::unix::process::ExitStatusExt;
+        let test = "passt_is_killed_when_the_thread_that_started_it_ends";
+        if ebb_testkit::need_tools(test, &["passt"]).is_none() {
+            return;
+        }
+        let mut passt = std::thread::spawn(|| {
+            Passt::start(&[], [0x52, 0x54, 0, 0x12, 0x34, 0x57]).expect("passt starts")
+        })
+        .join()
+        .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let status = loop {
+            if let Some(status) = passt.child.try_wait().expect("passt's status") {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = passt.child.kill();
+                panic!("passt outlived the thread that started it by 5 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    }
 
     /// passt dies under a running guest: the frames for it are taken and dropped
     /// (counted), none waits, and nothing keeps the device thread polling for it.
