@@ -478,13 +478,15 @@ fn run_hosted_with(
         path: executable.to_path_buf(),
         source,
     };
-    let mut child = Command::new(executable)
-        .args(&net_args)
+    let mut cmd = Command::new(executable);
+    cmd.args(&net_args)
         .args(&options.args)
         .env("EBB_CPUS", options.cpus.to_string())
-        .envs(env.iter().copied())
-        .spawn()
-        .map_err(spawn_error)?;
+        .envs(env.iter().copied());
+    // The app goes when `ebb` goes, killed or not (a test that killed `ebb run` left the
+    // hosted app serving its port for good).
+    ebb_vmm::die_with_the_monitor(&mut cmd);
+    let mut child = cmd.spawn().map_err(spawn_error)?;
     let status = match options.timeout {
         None => child.wait().map_err(spawn_error)?,
         Some(limit) => {

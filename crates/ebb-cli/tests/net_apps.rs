@@ -560,6 +560,16 @@ fn without_passt_net_passt_runs_a_network_app_hosted_on_its_forwarded_port() {
     ) {
         served.fail(&format!("the hosted echo on the forwarded port: {e}"));
     }
+    // `ebb run` killed: the hosted app goes with it (it used to keep the port for good).
+    served.stop();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hosted echo still serves port {port} 10 s after `ebb run` was killed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]

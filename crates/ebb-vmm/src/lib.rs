@@ -76,6 +76,9 @@ pub mod window;
 
 pub use ebb_boot::layout;
 pub use report::Outcome;
+/// Makes a helper process die with the program that started it (used for passt, and by
+/// `ebb run` for an app it runs hosted).
+pub use sys::die_with_the_monitor;
 pub use vm::{
     FOLLOW_TRAFFIC_ENV, Remains, VCPU_NICE_ENV, VCPU_NICE_ON_SHARED_CPUS, Vm, VmConfig, VmError,
     VmStopper, kvm_usable,

@@ -269,9 +269,14 @@ fn compute_loop_runs_at_native_speed_in_ring_3() {
         return;
     };
     use host_workload::{ITERATIONS, ROUNDS, workload};
-    // Best of several runs on each side: noise only ever makes a run slower.
-    let mut guest = u64::MAX;
-    for _ in 0..3 {
+    // Best of several runs on each side: noise only ever makes a run slower. The two sides
+    // alternate, so that a busy spell of the host (other tests, other work: the TSC counts
+    // on while a thread is descheduled) falls on both; at least three turns each, up to
+    // eight while the ratio is over the bound (seen once under load: 1.7 with the guest's
+    // runs first and the host's after).
+    let (mut guest, mut host) = (u64::MAX, u64::MAX);
+    let mut ratio = f64::INFINITY;
+    for turn in 0..8 {
         let run = boot("compute", &[]);
         assert_eq!(run.code, 0, "{run:?}");
         let cycles: u64 = run
@@ -281,14 +286,16 @@ fn compute_loop_runs_at_native_speed_in_ring_3() {
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("no compute line: {run:?}"));
         guest = guest.min(cycles);
+        for _ in 0..ROUNDS {
+            let t0 = rdtsc();
+            std::hint::black_box(workload(std::hint::black_box(ITERATIONS)));
+            host = host.min(rdtsc() - t0);
+        }
+        ratio = guest as f64 / host as f64;
+        if turn >= 2 && ratio < 1.5 {
+            break;
+        }
     }
-    let mut host = u64::MAX;
-    for _ in 0..3 * ROUNDS {
-        let t0 = rdtsc();
-        std::hint::black_box(workload(std::hint::black_box(ITERATIONS)));
-        host = host.min(rdtsc() - t0);
-    }
-    let ratio = guest as f64 / host as f64;
     println!(
         "compute loop, {ITERATIONS} iterations: guest {guest} cycles, Linux process {host} \
          cycles, ratio {ratio:.3}"

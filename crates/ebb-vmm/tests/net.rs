@@ -832,18 +832,21 @@ fn ping_pong_within_a_5ms_guest_poll_window_makes_no_exits() {
         .expect("read timeout");
     let request = [0x42u8; 64];
     let mut answer = [0u8; 64];
-    // Returns when each request was sent.
-    let mut ping_pong = |n: u32| -> Result<Vec<Instant>, String> {
+    // Returns when each request was sent, and how long its answer took.
+    let mut ping_pong = |n: u32| -> Result<(Vec<Instant>, Vec<Duration>), String> {
         let mut sent = Vec::with_capacity(n as usize);
+        let mut took = Vec::with_capacity(n as usize);
         for _ in 0..n {
-            sent.push(Instant::now());
+            let start = Instant::now();
+            sent.push(start);
             stream.write_all(&request).map_err(|e| e.to_string())?;
             stream.read_exact(&mut answer).map_err(|e| e.to_string())?;
+            took.push(start.elapsed());
             if answer != request {
                 return Err("the echo differs".into());
             }
         }
-        Ok(sent)
+        Ok((sent, took))
     };
     // Warm-up: the connection's first segments, the guest's first allocations.
     if let Err(e) = ping_pong(500) {
@@ -851,7 +854,7 @@ fn ping_pong_within_a_5ms_guest_poll_window_makes_no_exits() {
     }
     const REQUESTS: u32 = 2000;
     let before = vm.counters();
-    let sent = match ping_pong(REQUESTS) {
+    let (sent, took) = match ping_pong(REQUESTS) {
         Ok(t) => t,
         Err(e) => panic!("steady phase: {e}\n{}", vm.stop()),
     };
@@ -868,14 +871,20 @@ fn ping_pong_within_a_5ms_guest_poll_window_makes_no_exits() {
         delta("wakeups"),
     );
     // Gaps between two requests longer than the guest's poll window: there the guest may
-    // rightly sleep (the host descheduled the client, passt or the I/O thread).
+    // rightly sleep (the host descheduled the client). And requests that took longer than
+    // the window to come back: the host descheduled passt, the I/O thread or the vCPU
+    // for that long, so the guest, polling in its own time, saw the window run out
+    // before the request reached it (measured under load: 166 exits with only 12 gaps
+    // seen by the client, before these were counted).
     let window = PING_PONG_IDLE_POLL;
-    let slow = sent.windows(2).filter(|w| w[1] - w[0] > window).count() as u64;
+    let gaps = sent.windows(2).filter(|w| w[1] - w[0] > window).count() as u64;
+    let late = took.iter().filter(|&&t| t > window).count() as u64;
+    let slow = gaps + late;
     let per = |n: u64| n as f64 / f64::from(REQUESTS);
     eprintln!(
-        "{REQUESTS} ping-pongs of 64 bytes: {:.0} µs per round trip, {slow} gaps over \
-         {window:?}; per request: {:.4} exits to the monitor ({:.4} MMIO), {:.4} queue \
-         kicks, {:.4} vCPU wake-ups",
+        "{REQUESTS} ping-pongs of 64 bytes: {:.0} µs per round trip, {gaps} gaps and {late} \
+         round trips over {window:?}; per request: {:.4} exits to the monitor ({:.4} MMIO), \
+         {:.4} queue kicks, {:.4} vCPU wake-ups",
         elapsed.as_secs_f64() * 1e6 / f64::from(REQUESTS),
         per(exits),
         per(mmio),
@@ -892,16 +901,19 @@ fn ping_pong_within_a_5ms_guest_poll_window_makes_no_exits() {
     // to leave even half of them short cannot show anything: that fails, saying so.
     assert!(
         slow <= u64::from(REQUESTS) / 2,
-        "{slow} of {REQUESTS} gaps over {window:?}: the host is too loaded to measure"
+        "{slow} of {REQUESTS} gaps or round trips over {window:?}: the host is too loaded to \
+         measure"
     );
     assert_eq!(mmio, 0, "MMIO exits in the steady phase\n{output}");
     assert!(
         exits <= 2 * slow + 4,
-        "{exits} exits in {REQUESTS} requests ({slow} gaps over {window:?})\n{output}"
+        "{exits} exits in {REQUESTS} requests ({gaps} gaps, {late} round trips over \
+         {window:?})\n{output}"
     );
     assert!(
         wakeups <= 3 * slow + 4,
-        "{wakeups} wake-ups in {REQUESTS} requests ({slow} gaps over {window:?})\n{output}"
+        "{wakeups} wake-ups in {REQUESTS} requests ({gaps} gaps, {late} round trips over \
+         {window:?})\n{output}"
     );
     // Kicks are not exits to the monitor but each is a VM exit KVM handles in the host
     // kernel (an ioeventfd on QueueNotify). The device thread polls 50 µs after its last
@@ -912,7 +924,8 @@ fn ping_pong_within_a_5ms_guest_poll_window_makes_no_exits() {
     // queue in each long gap and the snapshots.
     assert!(
         kicks <= u64::from(REQUESTS) + slow + 4,
-        "{kicks} kicks in {REQUESTS} requests ({slow} gaps over {window:?})\n{output}"
+        "{kicks} kicks in {REQUESTS} requests ({gaps} gaps, {late} round trips over \
+         {window:?})\n{output}"
     );
 }
 
