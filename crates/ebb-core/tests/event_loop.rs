@@ -361,11 +361,20 @@ fn polling_that_finds_nothing_stops() {
         .unzip();
     let p = platform.clone();
     let injector = std::thread::spawn(move || {
+        // The core must see each clock step before the next: it runs on a thread the
+        // host may deschedule for longer than any real sleep here (seen under load: the
+        // core saw 4 ms at once, or found the event while still polling). So each event
+        // comes only once the core has slept in that idle period.
+        let mut slept = p.waits(CoreId(0)).len();
         for promise in promises {
             std::thread::sleep(Duration::from_millis(10));
             p.advance(Duration::from_millis(2));
-            std::thread::sleep(Duration::from_millis(10));
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while p.waits(CoreId(0)).len() == slept && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             p.advance(Duration::from_millis(2));
+            slept = p.waits(CoreId(0)).len();
             p.inject_device_event(CoreId(0), move || promise.set(()).unwrap());
         }
     });
