@@ -6,6 +6,9 @@
 # reproducers are in DIR/artifacts/.
 # Usage: tests/fuzz/run-targets.sh DIR SECONDS TARGET[:MAX_LEN]...
 # (each fuzz project's run-all.sh calls this with its own targets).
+# With FUZZ_TARGET_DIR set, every project builds there (target names are unique across
+# the projects): the crates they share (ebb-core, ebb-net, ebb-vmm, ...) are built for
+# the sanitizers once instead of once per project. CI sets it.
 set -euo pipefail
 
 dir="$1"
@@ -13,7 +16,11 @@ seconds="$2"
 shift 2
 cd "$dir"
 
-cargo +nightly fuzz build
+shared=()
+if [[ -n "${FUZZ_TARGET_DIR:-}" ]]; then
+    shared=(--target-dir "$FUZZ_TARGET_DIR")
+fi
+cargo +nightly fuzz build "${shared[@]}"
 failed=()
 for entry in "$@"; do
     target="${entry%%:*}"
@@ -24,7 +31,7 @@ for entry in "$@"; do
     mkdir -p "corpus/$target"
     echo "=== $target: ${seconds}s"
     log="$(mktemp)"
-    if cargo +nightly fuzz run "$target" "corpus/$target" "seeds/$target" -- \
+    if cargo +nightly fuzz run "${shared[@]}" "$target" "corpus/$target" "seeds/$target" -- \
         -max_total_time="$seconds" "${limit[@]}" -print_final_stats=1 >"$log" 2>&1; then
         grep -E '(DONE|^Done|^stat::number_of_executed_units|^stat::average_exec_per_sec)' "$log" || true
     else
