@@ -494,6 +494,13 @@ impl UserNet {
         self.inner.get().fwd.stack.tcp().send_queued_bytes()
     }
 
+    /// The memory the endpoint's send queues keep alive (see
+    /// [`TcpLayer::send_queued_memory`](ebb_net::tcp::TcpLayer::send_queued_memory)):
+    /// what host reads toward the guest occupy until the guest acknowledges them.
+    pub fn endpoint_send_queued_memory(&self) -> usize {
+        self.inner.get().fwd.stack.tcp().send_queued_memory()
+    }
+
     /// Bytes the endpoint's TCP holds for connections that cannot take them now.
     pub fn endpoint_held_bytes(&self) -> usize {
         self.inner.get().fwd.stack.tcp().held_bytes()

@@ -933,6 +933,62 @@ fn a_guest_padding_each_small_segment_to_a_large_frame_pins_no_frames() {
 }
 
 #[test]
+fn a_host_client_pacing_small_writes_pins_at_most_about_twice_its_bytes() {
+    // A host client writes 2.5 KB at a time, slowly enough that each read returns one
+    // piece, toward a guest with a huge window that stopped taking frames: the pieces
+    // wait in the endpoint's send queue, up to the connection's send buffer. Each was
+    // read into the forwarder's 64 KiB read buffer, and a piece over 2 KiB took that
+    // buffer along: 2.5 KB pinned 64 KiB, 26 times its size (a 4 MiB send buffer then
+    // held about 100 MiB). Now a read that fills less than half the buffer is copied
+    // into a buffer of its own size.
+    let mut rig = Rig::with_guest_tcp(TcpConfig {
+        receive_window: 64 << 20,
+        max_receive_window: 64 << 20,
+        max_out_of_order_bytes: 64 << 20,
+        max_held_bytes: 1 << 30,
+        delayed_ack: None,
+        ..TcpConfig::default()
+    });
+    let addr = rig.addr(3);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let client = thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_nodelay(true).unwrap();
+        let piece = [7u8; 2500];
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) && s.write_all(&piece).is_ok() {
+            thread::sleep(Duration::from_micros(200));
+        }
+    });
+    // The guest takes some, then no frame at all.
+    rig.run_until(|r| r.open_stall_received.get() >= 1 << 20);
+    let (mut bytes, mut memory) = (0, 0);
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(1) && bytes < 1 << 20 {
+        let now = rig.now();
+        let mut rx = Vec::new();
+        rig.usernet.transmit(now, &mut VecDeque::new());
+        rig.usernet.drain();
+        rig.usernet.receive(now, &mut rx, 0);
+        bytes = rig.usernet.endpoint_send_queued_bytes();
+        memory = rig.usernet.endpoint_send_queued_memory();
+        thread::sleep(Duration::from_micros(100));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    eprintln!("toward the guest: {bytes} bytes queued in {memory} bytes of buffers");
+    assert!(
+        bytes >= 64 * 1024,
+        "the endpoint's queue never filled ({bytes} bytes)"
+    );
+    assert!(
+        memory <= 2 * bytes + 128 * 1024,
+        "{bytes} bytes read in small pieces kept {memory} bytes of buffers alive"
+    );
+    drop(rig);
+    client.join().unwrap();
+}
+
+#[test]
 fn a_guest_that_stops_reading_stops_the_host_sender_with_bounded_memory() {
     // The guest takes 64 KiB and closes its window: the forwarder must stop reading the
     // host socket (the host's writes then block in its kernel) rather than buffer what

@@ -208,6 +208,25 @@ impl TcpLayer {
         state.conns.iter().map(|c| c.tcb.borrow().queue.len()).sum()
     }
 
+    /// The memory the connections' send queues keep alive: each queued buffer's whole
+    /// region (headroom, bytes and tailroom), so a few bytes viewed in a large buffer
+    /// count as the buffer. A region two queued views share counts twice (an upper
+    /// bound). A walk over the table and the queues: for diagnostics and tests.
+    pub fn send_queued_memory(&self) -> usize {
+        let state = self.0.state.borrow();
+        state
+            .conns
+            .iter()
+            .map(|c| {
+                let tcb = c.tcb.borrow();
+                tcb.queue
+                    .iter()
+                    .map(|b| b.headroom() + b.len() + b.tailroom())
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+
     /// Connections in the table (every state but CLOSED, TIME-WAIT included).
     pub fn connection_count(&self) -> usize {
         self.0.state.borrow().conns.len()
