@@ -40,7 +40,8 @@
 //!
 //! * Nothing read from the window is trusted: the other side may be a hostile guest (or,
 //!   for the guest, a confused host). An index that claims more than `capacity` bytes in
-//!   flight, or a `consumed` that moves backwards, is [`Corrupt`]; a state that is no
+//!   flight, or that moves backwards, is [`Corrupt`]; each index is loaded once per
+//!   call, and what [`Endpoint::available`] reported stays readable; a state that is no
 //!   state is [`PeerState::Invalid`]. Copies never leave the data areas whatever the
 //!   indices say.
 //! * Every access to the window is an atomic access or a copy between the window and
@@ -57,7 +58,7 @@ mod window;
 use alloc::sync::Arc;
 use core::fmt;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{Ordering, fence};
+use core::sync::atomic::{AtomicU64, Ordering, fence};
 
 use window::Window;
 pub use window::{HeapWindow, Mapping};
@@ -174,6 +175,14 @@ pub enum Corrupt {
         /// Our `consumed`.
         consumed: u64,
     },
+    /// The producer's `produced` went backwards: it took back bytes it had published
+    /// (and we had been told of: a second look at the index must not find fewer).
+    ProducedBackwards {
+        /// Its `produced` now.
+        produced: u64,
+        /// What it said before.
+        seen: u64,
+    },
     /// The consumer's `consumed` is ahead of what was produced or went backwards.
     Consumed {
         /// Its `consumed`.
@@ -190,6 +199,10 @@ impl fmt::Display for Corrupt {
                 f,
                 "the peer claims to have produced {produced} bytes; {consumed} were consumed \
                  and the ring holds fewer than that difference"
+            ),
+            Corrupt::ProducedBackwards { produced, seen } => write!(
+                f,
+                "the peer's produced index went back from {seen} to {produced} bytes"
             ),
             Corrupt::Consumed { consumed, produced } => write!(
                 f,
@@ -235,6 +248,10 @@ pub struct Endpoint {
     consumed: u64,
     /// The peer's `consumed` as last validated (it never goes backwards).
     peer_consumed: u64,
+    /// The peer's `produced` as last validated (it never goes backwards either: what
+    /// [`available`](Self::available) reported is there for the read that follows).
+    /// Private memory; atomic only so that `available` can take `&self`.
+    peer_produced: AtomicU64,
 }
 
 impl fmt::Debug for Endpoint {
@@ -283,6 +300,7 @@ impl Endpoint {
             produced,
             consumed,
             peer_consumed: produced,
+            peer_produced: AtomicU64::new(consumed),
         })
     }
 
@@ -347,7 +365,8 @@ impl Endpoint {
         flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::AcqRel) != 0
     }
 
-    /// Bytes waiting to be read.
+    /// Bytes waiting to be read. At least that many stay readable: a later look that
+    /// finds fewer (the peer moved `produced` back) is [`Corrupt`].
     pub fn available(&self) -> Result<usize, Corrupt> {
         let produced = self
             .window
@@ -360,6 +379,13 @@ impl Endpoint {
                 consumed: self.consumed,
             });
         }
+        // Both differences are at most `capacity` (`consumed` never passes what was
+        // seen), so comparing them is comparing the indices.
+        let seen = self.peer_produced.load(Ordering::Relaxed);
+        if waiting < seen.wrapping_sub(self.consumed) {
+            return Err(Corrupt::ProducedBackwards { produced, seen });
+        }
+        self.peer_produced.store(produced, Ordering::Relaxed);
         Ok(waiting as usize)
     }
 

@@ -218,3 +218,28 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_producer_that_takes_back_published_bytes_is_corrupt() {
+    let (mut host, mut guest, w) = pair(4096 + 2 * 4096);
+    guest.write(&[5; 100]).unwrap();
+    guest.publish();
+    // The consumer is told 100 bytes wait (and sizes its buffer for them) ...
+    assert_eq!(host.available().unwrap(), 100);
+    // ... then the guest moves `produced` back before the copy, so a second look at the
+    // index would find only 1: the index went backwards, which is corrupt.
+    word(&w, RING_TO_HOST + PRODUCED).store(1, Ordering::Release);
+    let mut out = [0u8; 100];
+    assert_eq!(
+        host.read(&mut out),
+        Err(Corrupt::ProducedBackwards {
+            produced: 1,
+            seen: 100
+        })
+    );
+    assert!(host.available().is_err(), "and stays so while it says so");
+    // Nothing was taken: once the index is back where it was, the 100 bytes are there.
+    word(&w, RING_TO_HOST + PRODUCED).store(100, Ordering::Release);
+    assert_eq!(host.read(&mut out).unwrap(), 100);
+    assert_eq!(out, [5; 100]);
+}
