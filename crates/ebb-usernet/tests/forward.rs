@@ -230,6 +230,28 @@ impl Rig {
         }
     }
 
+    /// A rig whose guest advertises a 64 MiB window and acknowledges at once (until
+    /// the test stops it with [`Rig::step_without_the_guest`]).
+    fn with_huge_window_guest() -> Rig {
+        Rig::with_guest_tcp(TcpConfig {
+            receive_window: 64 << 20,
+            max_receive_window: 64 << 20,
+            max_out_of_order_bytes: 64 << 20,
+            max_held_bytes: 1 << 30,
+            delayed_ack: None,
+            ..TcpConfig::default()
+        })
+    }
+
+    /// One round of the forwarder with a guest that takes no frame and sends none.
+    fn step_without_the_guest(&mut self) {
+        let now = self.now();
+        let mut rx = Vec::new();
+        self.usernet.transmit(now, &mut VecDeque::new());
+        self.usernet.drain();
+        self.usernet.receive(now, &mut rx, 0);
+    }
+
     /// [`Rig::new`] with the forwarder reading its epoll on readiness only.
     fn on_readiness() -> Rig {
         let mut rig = Rig::new();
@@ -861,14 +883,7 @@ fn a_guest_with_a_huge_window_that_stops_acknowledging_holds_the_endpoint_to_its
     // Without a send buffer the endpoint queued up to that congestion window (about
     // 40 MiB on one connection after 48 MiB); now at most its share of the budget, 4 MiB
     // for a lone connection, plus the frames toward the guest already cut.
-    let mut rig = Rig::with_guest_tcp(TcpConfig {
-        receive_window: 64 << 20,
-        max_receive_window: 64 << 20,
-        max_out_of_order_bytes: 64 << 20,
-        max_held_bytes: 1 << 30,
-        delayed_ack: None,
-        ..TcpConfig::default()
-    });
+    let mut rig = Rig::with_huge_window_guest();
     let addr = rig.addr(3);
     let _client = thread::spawn(move || {
         let mut s = TcpStream::connect(addr).unwrap();
@@ -879,11 +894,7 @@ fn a_guest_with_a_huge_window_that_stops_acknowledging_holds_the_endpoint_to_its
     let mut most = 0;
     let start = std::time::Instant::now();
     while start.elapsed() < Duration::from_secs(1) {
-        let now = rig.now();
-        let mut rx = Vec::new();
-        rig.usernet.transmit(now, &mut VecDeque::new());
-        rig.usernet.drain();
-        rig.usernet.receive(now, &mut rx, 0);
+        rig.step_without_the_guest();
         most = most.max(rig.usernet.endpoint_send_queued_bytes());
         thread::sleep(Duration::from_micros(200));
     }
@@ -941,14 +952,7 @@ fn a_host_client_pacing_small_writes_pins_at_most_about_twice_its_bytes() {
     // buffer along: 2.5 KB pinned 64 KiB, 26 times its size (a 4 MiB send buffer then
     // held about 100 MiB). Now a read that fills less than half the buffer is copied
     // into a buffer of its own size.
-    let mut rig = Rig::with_guest_tcp(TcpConfig {
-        receive_window: 64 << 20,
-        max_receive_window: 64 << 20,
-        max_out_of_order_bytes: 64 << 20,
-        max_held_bytes: 1 << 30,
-        delayed_ack: None,
-        ..TcpConfig::default()
-    });
+    let mut rig = Rig::with_huge_window_guest();
     let addr = rig.addr(3);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stopped = stop.clone();
@@ -965,11 +969,7 @@ fn a_host_client_pacing_small_writes_pins_at_most_about_twice_its_bytes() {
     let (mut bytes, mut memory) = (0, 0);
     let start = std::time::Instant::now();
     while start.elapsed() < Duration::from_secs(1) && bytes < 1 << 20 {
-        let now = rig.now();
-        let mut rx = Vec::new();
-        rig.usernet.transmit(now, &mut VecDeque::new());
-        rig.usernet.drain();
-        rig.usernet.receive(now, &mut rx, 0);
+        rig.step_without_the_guest();
         bytes = rig.usernet.endpoint_send_queued_bytes();
         memory = rig.usernet.endpoint_send_queued_memory();
         thread::sleep(Duration::from_micros(100));
