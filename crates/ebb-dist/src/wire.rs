@@ -214,6 +214,14 @@ pub fn encode(mut header: Header, mut payload: IOBufChain) -> Result<IOBufChain,
 /// Feed it every buffer the connection delivers ([`push`](Self::push)), then take frames
 /// until [`next_frame`](Self::next_frame) says `Ok(None)`. An error is final: the stream
 /// has no trustworthy frame boundary after it, and the connection should be closed.
+///
+/// What it holds occupies about what it has received: a buffer that continues a partial
+/// frame and keeps alive much more memory than its bytes (a few bytes read into a 2 KiB
+/// buffer, a small segment in a frame buffer) is copied into the tail of the piece
+/// before it or a small buffer of its own, so a peer sending a frame a byte at a time
+/// cannot make a 16 MiB payload pin gigabytes (only a partial frame's first piece is
+/// kept as it came, whatever it occupies). The copy is fallible: without memory the
+/// piece is kept as it came.
 #[derive(Debug)]
 pub struct FrameDecoder {
     pending: IOBufChain,
@@ -221,6 +229,18 @@ pub struct FrameDecoder {
     max_payload: u32,
     failed: Option<WireError>,
 }
+
+/// The memory `buf`'s view keeps alive: its buffer, whatever part it views.
+fn occupied(buf: &IOBuf) -> usize {
+    buf.headroom() + buf.len() + buf.tailroom()
+}
+
+/// A received piece may occupy twice its bytes and this much more before
+/// [`FrameDecoder::push`] copies it.
+const COMPACT_SLACK: usize = 512;
+/// The smallest buffer small pieces are copied into (a 2 KiB allocation with its region
+/// header).
+const COMPACT_CHUNK: usize = 2048 - ebb::iobuf::REGION_OVERHEAD;
 
 impl Default for FrameDecoder {
     fn default() -> Self {
@@ -246,11 +266,35 @@ impl FrameDecoder {
         self.max_payload = max_payload.min(MAX_PAYLOAD);
     }
 
-    /// Adds received bytes.
+    /// Adds received bytes (compactly: see the type's docs).
     pub fn push(&mut self, data: IOBuf) {
-        if self.failed.is_none() && !data.is_empty() {
-            self.pending.push_back(data);
+        if self.failed.is_some() || data.is_empty() {
+            return;
         }
+        // A piece that starts no partial frame is taken as it is: the common case, a
+        // frame or more in one buffer, is handed out before the next push and holds
+        // nothing. Copying starts with the second piece of a partial frame.
+        if self.pending.is_empty() || occupied(&data) <= 2 * data.len() + COMPACT_SLACK {
+            self.pending.push_back(data);
+            return;
+        }
+        if let Some(mut last) = self.pending.back_mut()
+            && last.is_unique()
+            && last.tailroom() >= data.len()
+            && last.extend_from_slice(data.as_slice()).is_ok()
+        {
+            return;
+        }
+        // A buffer of its own, with room for the small pieces that may follow.
+        let copy = IOBuf::try_with_capacity(data.len().max(COMPACT_CHUNK))
+            .ok()
+            .and_then(|mut copy| copy.extend_from_slice(data.as_slice()).ok().map(|_| copy));
+        self.pending.push_back(copy.unwrap_or(data));
+    }
+
+    /// The memory the bytes it holds keep alive: each piece's whole buffer.
+    pub fn occupied(&self) -> usize {
+        self.pending.iter().map(occupied).sum()
     }
 
     /// Whether a frame's header was taken and its payload is still awaited (its

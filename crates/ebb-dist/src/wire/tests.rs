@@ -1,4 +1,5 @@
 use super::*;
+use alloc::vec;
 use alloc::vec::Vec;
 use proptest::prelude::*;
 
@@ -62,13 +63,63 @@ fn each_malformed_field_is_named() {
 #[test]
 fn payloads_are_not_copied() {
     let mut d = FrameDecoder::default();
+    // A small frame alone in a large buffer (a socket read, a frame buffer) too.
     let bytes = message(1, b"hello").to_vec();
-    let buf = IOBuf::copy_from_slice(&bytes);
+    let buf = in_buffer_of(&bytes, 64 * 1024);
     let probe = buf.clone();
     d.push(buf);
     let frame = d.next_frame().unwrap().unwrap();
     assert_eq!(frame.payload.to_vec(), b"hello");
     assert!(frame.payload.front().unwrap().shares_storage_with(&probe));
+}
+
+/// `bytes` as a view into a buffer of `capacity` bytes, as a socket read or a frame
+/// buffer delivers a few bytes.
+fn in_buffer_of(bytes: &[u8], capacity: usize) -> IOBuf {
+    let mut buf = IOBuf::try_with_capacity(capacity).unwrap();
+    buf.extend_from_slice(bytes).unwrap();
+    buf
+}
+
+#[test]
+fn a_frame_sent_a_byte_at_a_time_occupies_about_its_size() {
+    // Each byte arrives alone in a 2 KiB buffer. Kept as views, 64 KiB of payload kept
+    // 128 MiB of buffers alive (a 16 MiB payload would have kept 32 GiB); compacted, the
+    // frame occupies about what it holds, and decodes the same.
+    let payload: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    let bytes = message(9, &payload).to_vec();
+    let mut d = FrameDecoder::default();
+    let mut most = 0;
+    for &b in &bytes[..bytes.len() - 1] {
+        d.push(in_buffer_of(&[b], 2048));
+        assert_eq!(d.next_frame(), Ok(None));
+        most = most.max(d.occupied());
+    }
+    assert!(
+        most <= 2 * bytes.len() + 4096,
+        "{} bytes received a byte at a time kept {most} bytes of buffers",
+        bytes.len()
+    );
+    d.push(in_buffer_of(&bytes[bytes.len() - 1..], 2048));
+    let frame = d.next_frame().unwrap().unwrap();
+    assert_eq!(frame.payload.to_vec(), payload);
+    assert_eq!(d.occupied(), 0);
+}
+
+#[test]
+fn well_filled_buffers_are_not_copied() {
+    // A piece that fills most of its buffer is kept as it came (zero copy), wherever it
+    // falls in a frame.
+    let bytes = message(1, &[5u8; 3000]).to_vec();
+    let (first, second) = bytes.split_at(1500);
+    let (a, b) = (in_buffer_of(first, 2048), in_buffer_of(second, 2048));
+    let probe = b.clone();
+    let mut d = FrameDecoder::default();
+    d.push(a);
+    d.push(b);
+    let frame = d.next_frame().unwrap().unwrap();
+    assert_eq!(frame.payload.to_vec(), vec![5u8; 3000]);
+    assert!(frame.payload.iter().any(|s| s.shares_storage_with(&probe)));
 }
 
 #[test]
