@@ -335,6 +335,12 @@ impl Http {
         }
     }
 
+    /// Request bytes received and not yet answered (at most [`MAX_BUFFERED`] plus one
+    /// receive).
+    pub fn buffered_bytes(&self) -> usize {
+        self.pending.len() - self.start
+    }
+
     /// Sends `data`, noting whether the window refused part of it.
     fn send(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
         if data.len() > conn.send_window() {
@@ -416,9 +422,6 @@ impl Http {
                 let sent = self.respond(conn, head, "200 OK", "application/octet-stream", n, "");
                 if sent && !head.head_only {
                     self.body = Some((0, n));
-                    if n > conn.send_window() as u64 {
-                        self.promised = true; // `send_pattern` queues what is left over
-                    }
                 }
             }
             Request::NotFound => small(self, "404 Not Found", "not found\n"),
@@ -448,10 +451,22 @@ impl Http {
 
     /// Sends body bytes as the connection takes them (`ebb_bytestream::send_pattern`: at most one
     /// chunk queued); true when the whole body was accepted.
+    ///
+    /// Not while a window event is owed: the window has not opened, and each call would
+    /// queue another chunk (a client trickling bytes during a body it does not read
+    /// queued 256 KiB of body per byte).
     fn pump(&mut self, conn: &dyn TcpConnection) -> bool {
         let Some((mut offset, end)) = self.body else {
             return true;
         };
+        if self.promised {
+            return false;
+        }
+        // More than the window takes is queued past it (`send_pattern` stops early only
+        // then): an event is owed.
+        if end - offset > conn.send_window() as u64 {
+            self.promised = true;
+        }
         let done = send_pattern(conn, &self.pattern, &mut offset, end);
         self.body = (!done).then_some((offset, end));
         done

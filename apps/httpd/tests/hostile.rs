@@ -215,3 +215,26 @@ fn pipelined_requests_split_anywhere_get_the_same_answers() {
         );
     }
 }
+
+#[test]
+fn input_arriving_during_a_body_the_client_does_not_read_queues_no_more_of_it() {
+    // A big body the client does not read, and more bytes from it, one per segment: each
+    // arrival must not queue another piece of the body.
+    let conn = Conn::new(16 << 10);
+    let mut http = Http::default();
+    conn.deliver(
+        &mut http,
+        &[b"GET /bytes/1000000000 HTTP/1.1\r\nHost: x\r\n\r\n"],
+    );
+    let queued = conn.queued.get();
+    let trickle = GET.repeat(40);
+    let bytes: Vec<&[u8]> = trickle.chunks(1).collect();
+    conn.deliver(&mut http, &bytes);
+    assert_eq!(
+        conn.queued.get(),
+        queued,
+        "{} bytes queued after {} one-byte segments (was {queued})",
+        conn.queued.get(),
+        bytes.len()
+    );
+}
