@@ -230,14 +230,6 @@ pub struct FrameDecoder {
     failed: Option<WireError>,
 }
 
-/// The memory `buf`'s view keeps alive: its buffer, whatever part it views.
-fn occupied(buf: &IOBuf) -> usize {
-    buf.headroom() + buf.len() + buf.tailroom()
-}
-
-/// A received piece may occupy twice its bytes and this much more before
-/// [`FrameDecoder::push`] copies it.
-const COMPACT_SLACK: usize = 512;
 /// The smallest buffer small pieces are copied into (a 2 KiB allocation with its region
 /// header).
 const COMPACT_CHUNK: usize = 2048 - ebb::iobuf::REGION_OVERHEAD;
@@ -274,7 +266,7 @@ impl FrameDecoder {
         // A piece that starts no partial frame is taken as it is: the common case, a
         // frame or more in one buffer, is handed out before the next push and holds
         // nothing. Copying starts with the second piece of a partial frame.
-        if self.pending.is_empty() || occupied(&data) <= 2 * data.len() + COMPACT_SLACK {
+        if self.pending.is_empty() || !data.wasteful() {
             self.pending.push_back(data);
             return;
         }
@@ -294,7 +286,7 @@ impl FrameDecoder {
 
     /// The memory the bytes it holds keep alive: each piece's whole buffer.
     pub fn occupied(&self) -> usize {
-        self.pending.iter().map(occupied).sum()
+        self.pending.iter().map(IOBuf::occupied).sum()
     }
 
     /// Whether a frame's header was taken and its payload is still awaited (its

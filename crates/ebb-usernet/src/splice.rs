@@ -85,11 +85,6 @@ impl SpliceHandler {
     }
 }
 
-/// The memory `buf`'s view keeps alive: its region, whatever part it views.
-fn occupied(buf: &IOBuf) -> usize {
-    buf.headroom() + buf.len() + buf.tailroom()
-}
-
 /// Buffers a few guest bytes are compacted into (see [`GuestSide::queue_for_host`]).
 const COMPACT_CHUNK: usize = 2048 - ebb_core::iobuf::REGION_OVERHEAD;
 
@@ -106,7 +101,7 @@ impl GuestSide {
             return; // Nothing to write (and an empty write would be taken for no room).
         }
         self.to_host_bytes += data.len();
-        if occupied(&data) <= 2 * data.len() + 512 {
+        if !data.wasteful() {
             self.to_host.push_back(data);
             return;
         }
@@ -128,7 +123,7 @@ impl GuestSide {
 
     /// The memory the data waiting for the host keeps alive.
     pub(crate) fn to_host_memory(&self) -> usize {
-        self.to_host.iter().map(occupied).sum()
+        self.to_host.iter().map(IOBuf::occupied).sum()
     }
 }
 
@@ -342,7 +337,8 @@ impl Splice {
 
     /// The memory [`buffered`](Self::buffered)'s bytes keep alive (their buffers).
     pub(crate) fn buffered_memory(&self) -> usize {
-        self.to_guest.iter().map(occupied).sum::<usize>() + self.guest.borrow().to_host_memory()
+        self.to_guest.iter().map(IOBuf::occupied).sum::<usize>()
+            + self.guest.borrow().to_host_memory()
     }
 
     /// Resets the host socket: RST instead of FIN when it closes.

@@ -8,9 +8,7 @@ use core::sync::atomic::Ordering;
 
 use ebb::net::{CloseReason, IOBuf, IOBufChain, TcpConnection, TcpHandler};
 
-use super::input::{
-    COMPACT_SLACK, INPUT_ALLOWANCE, OUT_OF_MEMORY_READING, compact, footprint, occupied,
-};
+use super::input::{COMPACT_SLACK, INPUT_ALLOWANCE, OUT_OF_MEMORY_READING, compact, footprint};
 use super::{Registration, Server, core_index, now_unix};
 use crate::protocol::{
     Keys, Limits, Parsed, Parser, Protocol, REPLY_BUFFER, ReplyTo, Response, encode, encode_reusing,
@@ -348,7 +346,7 @@ impl TcpHandler for McConnection {
             }
             return;
         }
-        self.input_footprint += occupied(&data);
+        self.input_footprint += data.occupied();
         self.input.push_back(data);
         self.serve(conn);
     }

@@ -22,12 +22,7 @@ pub const OUT_OF_MEMORY_READING: &[u8] = b"SERVER_ERROR out of memory reading re
 /// cut from a receive buffer keep all of it alive (segments sharing one are counted
 /// each: an upper bound).
 pub(super) fn footprint(input: &IOBufChain) -> usize {
-    input.iter().map(occupied).sum()
-}
-
-/// The memory behind `buf`: its whole storage.
-pub(super) fn occupied(buf: &IOBuf) -> usize {
-    buf.headroom() + buf.len() + buf.tailroom()
+    input.iter().map(IOBuf::occupied).sum()
 }
 
 /// Copies `input` into one buffer: its first segment when that is this connection's
@@ -43,7 +38,7 @@ pub(super) fn compact(input: &mut IOBufChain, memory: &dyn ItemMemory) {
     };
     if head.is_unique()
         && head.tailroom() >= len - head.len()
-        && occupied(&head) <= 2 * len + COMPACT_SLACK
+        && head.occupied() <= 2 * len + COMPACT_SLACK
     {
         for part in parts.segments() {
             // Cannot fail: the storage is unique and the room for all of them checked.

@@ -81,6 +81,10 @@ pub struct IOBuf {
 /// The largest region an [`IOBuf`] views: 4 GiB - 1. Building one larger panics.
 pub const MAX_REGION: usize = u32::MAX as usize;
 
+/// How much more than twice its bytes a view may occupy before
+/// [`IOBuf::wasteful`] calls it worth a copy.
+const WASTE_SLACK: usize = 512;
+
 // The size the comment on `start` is about (and `Segments`' inline ring with it).
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(core::mem::size_of::<IOBuf>() == 24);
@@ -277,6 +281,22 @@ impl IOBuf {
     #[inline]
     pub fn tailroom(&self) -> usize {
         self.storage.capacity() - self.end()
+    }
+
+    /// The memory this view keeps alive: its storage's whole size (headroom, bytes and
+    /// tailroom), whatever part of it the view shows. A few bytes cut from a 2 KiB
+    /// receive buffer occupy 2 KiB for as long as they are kept.
+    #[inline]
+    pub fn occupied(&self) -> usize {
+        self.headroom() + self.len() + self.tailroom()
+    }
+
+    /// Whether the view occupies much more memory than it holds bytes (more than twice
+    /// them and half a kilobyte): a piece worth copying into a buffer of its size before
+    /// it is kept for long — a full-sized segment in its frame buffer is not.
+    #[inline]
+    pub fn wasteful(&self) -> bool {
+        self.occupied() > 2 * self.len() + WASTE_SLACK
     }
 
     /// Whether no other buffer shares this one's storage, so it may be written.

@@ -221,7 +221,7 @@ impl TcpLayer {
                 let tcb = c.tcb.borrow();
                 tcb.queue
                     .iter()
-                    .map(|b| b.headroom() + b.len() + b.tailroom())
+                    .map(ebb_core::IOBuf::occupied)
                     .sum::<usize>()
             })
             .sum()

@@ -59,7 +59,7 @@ impl Reassembly {
 
     /// Stores the parts of `data` (starting at `seq`, which is after `RCV.NXT`) not held
     /// already, as long as the total stays within `max_bytes` and the memory the stored
-    /// pieces add ([`occupied`]) within `budget`. A piece that would keep a buffer much
+    /// pieces add ([`IOBuf::occupied`]) within `budget`. A piece that would keep a buffer much
     /// larger than itself alive (a few bytes in a frame buffer) is copied to one of its
     /// own size first. Returns how many bytes did not fit and were dropped, and whether
     /// the budget dropped any.
@@ -104,10 +104,10 @@ impl Reassembly {
             if piece.trim_front(front).is_err() || piece.trim_back(back).is_err() {
                 continue; // Unreachable: the gap lies inside `data`.
             }
-            if wasteful(&piece) {
+            if piece.wasteful() {
                 piece = IOBuf::copy_from_slice(piece.as_slice());
             }
-            let cost = occupied(&piece);
+            let cost = piece.occupied();
             if cost > budget {
                 dropped += len;
                 over_budget = true;
@@ -115,7 +115,7 @@ impl Reassembly {
             }
             budget -= cost;
             let at = self.blocks.partition_point(|(s, _)| *s < gap_start);
-            self.occupied += occupied(&piece);
+            self.occupied += piece.occupied();
             self.blocks.insert(at, (gap_start, piece));
             self.bytes += len;
             self.latest = Some(gap_start);
@@ -132,7 +132,7 @@ impl Reassembly {
             }
             let (start, mut buf) = self.blocks.remove(0);
             self.bytes -= buf.len();
-            self.occupied -= occupied(&buf);
+            self.occupied -= buf.occupied();
             let stale = (rcv_nxt - start) as usize;
             if stale >= buf.len() {
                 continue;
@@ -167,17 +167,6 @@ impl Reassembly {
         }
         blocks
     }
-}
-
-/// The memory behind `buf`: its whole storage.
-pub(crate) fn occupied(buf: &IOBuf) -> usize {
-    buf.headroom() + buf.len() + buf.tailroom()
-}
-
-/// Whether `buf` occupies much more memory than it holds bytes: worth a copy when it
-/// would be kept (a full-sized segment in its frame buffer is not).
-pub(crate) fn wasteful(buf: &IOBuf) -> bool {
-    occupied(buf) > 2 * buf.len() + 512
 }
 
 #[cfg(test)]

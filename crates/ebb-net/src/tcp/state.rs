@@ -27,7 +27,7 @@ use ebb_core::net::{CloseReason, TcpErrorKind};
 use super::config::{Keepalive, TcpConfig};
 use super::congestion::Congestion;
 use super::counters::TcpCounters;
-use super::recv::{self, Reassembly};
+use super::recv::Reassembly;
 use super::send_queue::QueueCursor;
 use super::timers::{self, RttEstimator, Timers};
 use crate::transport::TcpOutput;
@@ -469,7 +469,7 @@ impl Tcb {
             return;
         };
         self.hold(buf.len());
-        if self.takes_data_now() || !recv::wasteful(&buf) {
+        if self.takes_data_now() || !buf.wasteful() {
             self.events.push_back(AppEvent::Receive(buf));
             return;
         }
