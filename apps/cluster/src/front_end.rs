@@ -531,8 +531,9 @@ async fn drive(options: Options) -> Result<(), String> {
             ));
         }
         println!(
-            "cluster: replicated counter ({mode}): {} nodes × {} increments = {added} at home, exact ({:.1} ms)",
+            "cluster: replicated counter ({mode}): {} node{} × {} increments = {added} at home, exact ({:.1} ms)",
             survivors.len(),
+            if survivors.len() == 1 { "" } else { "s" },
             options.increments,
             started.elapsed().as_secs_f64() * 1e3
         );

@@ -202,7 +202,7 @@ fn killed_mid_workload(transport: &str) {
     assert!(line(&out, "cluster: 40000 map operations").contains("the map equals the model"));
     let counter = line(&out, "cluster: replicated counter (merged)");
     assert!(
-        counter.contains("1 nodes × 200 increments = 200 at home, exact"),
+        counter.contains("1 node × 200 increments = 200 at home, exact"),
         "{counter}"
     );
 }

@@ -307,7 +307,7 @@ fn run_front_end(
     let executable = cargo.build(ws, app, Flavour::Hosted)?;
     eprintln!(
         "ebb: running {app} hosted as the front end of a distributed application ({}); its \
-         nodes boot natively from {}",
+         native nodes boot from {}",
         cores(options.cpus, &options.cpus_from),
         image.display()
     );
