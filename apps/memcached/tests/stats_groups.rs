@@ -1,4 +1,5 @@
-//! `stats slabs`, `stats items`, `stats settings` and `stats conns` against memcached:
+//! `stats slabs`, `stats items`, `stats settings`, `stats conns`, `stats sizes` and
+//! `stats detail dump` against memcached:
 //! the same workload goes to Debian's memcached 1.6.18 and to our server, and each
 //! group's output is compared field by field — the same names in the same order (per
 //! class and per connection, whose numbers differ), the same value forms (a number, a
@@ -161,11 +162,19 @@ fn stats_groups(test: &str, which: Ours) {
         let mut other = server.client();
         assert_eq!(other.cmd("version").split(' ').next(), Some("VERSION"));
         idle.push(other);
-        let group: BTreeMap<&str, Vec<(String, String)>> = ["slabs", "items", "settings", "conns"]
-            .into_iter()
-            .map(|g| (g, lines(&mut c, g)))
-            .collect();
+        let group: BTreeMap<&str, Vec<(String, String)>> = [
+            "slabs",
+            "items",
+            "settings",
+            "conns",
+            "sizes",
+            "detail dump",
+        ]
+        .into_iter()
+        .map(|g| (g, lines(&mut c, g)))
+        .collect();
         groups.push(group);
+        assert_eq!(c.cmd("stats detail off"), "OK", "stats detail off");
     }
     let (theirs, ours_groups) = (&groups[0], &groups[1]);
 
@@ -219,6 +228,11 @@ fn stats_groups(test: &str, which: Ours) {
             our_rest, their_rest,
             "stats {group}: the lines after the classes"
         );
+    }
+
+    // sizes (off by default in both) and the per-prefix detail (off): the same lines.
+    for group in ["sizes", "detail dump"] {
+        assert_eq!(ours_groups[group], theirs[group], "stats {group}");
     }
 
     // conns: the listener, then each connection with the same fields; the asking

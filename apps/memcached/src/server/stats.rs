@@ -79,7 +79,23 @@ impl Server {
             b"items" => Some(self.items_stats()),
             b"slabs" => Some(self.slabs_stats()),
             b"conns" => Some(self.conns_stats(asking)),
-            b"sizes" => Some(Vec::new()),
+            // Item size histograms are memcached's `-o track_sizes`, off by default, as
+            // here (`track_sizes no` in the settings): its answer when they are off.
+            b"sizes" => Some(alloc::vec![(
+                String::from("sizes_status"),
+                String::from("disabled")
+            )]),
+            // Per-prefix detail is off (`detail_enabled no`): its dump is empty, and
+            // turning it off again is done. Turning it on is not offered (no such
+            // counters are kept): that stays an unknown request.
+            b"detail" => match args.get(1).map(Vec::as_slice) {
+                Some(b"dump") => Some(Vec::new()),
+                Some(b"off") => {
+                    encode(to, &Response::Ok, out);
+                    return;
+                }
+                _ => None,
+            },
             b"reset" => {
                 // memcached resets its counters; ours are the store's running totals,
                 // which have no reset: say RESET, as clients expect, and keep counting.
