@@ -174,7 +174,7 @@ pub fn net_summary(net: &VirtioNetDevice, shared: &Shared) -> String {
     );
     format!(
         "ebb-vmm: virtio-net: tx_frames={} rx_frames={} rx_dropped={} tx_dropped={} exits={} \
-         mmio_exits={} kicks={} wakeups={}{csum}{faults}{}",
+         mmio_exits={} kicks={} wakeups={} guest_turns={} guest_turns_expired={}{csum}{faults}{}",
         get(&s.tx_frames),
         get(&s.rx_frames),
         get(&s.rx_dropped),
@@ -183,6 +183,8 @@ pub fn net_summary(net: &VirtioNetDevice, shared: &Shared) -> String {
         get(&s.mmio_exits),
         get(&s.kicks),
         get(&s.wakes),
+        get(&s.guest_turns),
+        get(&s.guest_turns_expired),
         net.broken()
             .map(|b| format!(" broken: {b}"))
             .unwrap_or_default(),

@@ -7,6 +7,7 @@
 use super::NetStats;
 use super::chain::{chain_header, read_at, scatter};
 use super::offload::{TxOffload, tx_request};
+use super::turn::asks_for_answer;
 use crate::guest::GuestMem;
 use crate::virtio::host_link::CopyingLink;
 use crate::virtio::queue::{Chain, DeviceQueue, QueueError};
@@ -89,7 +90,8 @@ pub(super) fn transmit_copying(
 /// frame longer than the chain, or shorter than an Ethernet header, is dropped and
 /// counted, its buffer returned empty, as on the other paths. A chain taken when the
 /// backend had nothing is kept in `held`; an empty ring with a frame waiting in the
-/// backend sets `starved` (the device then asks for a kick on new buffers).
+/// backend sets `starved` (the device then asks for a kick on new buffers). `asks` is
+/// set when a frame handed over asks the guest for an answer ([`asks_for_answer`]).
 pub(super) fn receive_copying(
     mem: &GuestMem,
     rx: &mut DeviceQueue,
@@ -97,6 +99,7 @@ pub(super) fn receive_copying(
     starved: &mut bool,
     link: &mut dyn CopyingLink,
     stats: &NetStats,
+    asks: &mut bool,
 ) -> Result<(bool, Option<u16>), QueueError> {
     let (mut worked, mut returned) = (false, None);
     for _ in 0..COPYING_BATCH {
@@ -116,6 +119,7 @@ pub(super) fn receive_copying(
             written = Some(if frame.len() < ETHERNET_HEADER {
                 Ok(None)
             } else {
+                *asks |= asks_for_answer(frame);
                 scatter(mem, &chain, frame, FrameChecksum::Complete, None)
             });
         });

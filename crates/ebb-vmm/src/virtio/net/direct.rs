@@ -5,6 +5,7 @@
 use super::NetStats;
 use super::chain::{chain_header, chain_spans, read_at, write_at};
 use super::offload::{TxOffload, backend_header, tx_request};
+use super::turn::{ANSWER_HEADERS, asks_for_answer};
 use crate::guest::GuestMem;
 use crate::sys::IoVecs;
 use crate::virtio::host_link::Direct;
@@ -115,7 +116,10 @@ pub(super) fn transmit_direct(
 /// for); a frame with any other — such as a large frame the kernel queued before large
 /// receive was turned off for this driver — is dropped and counted. A chain taken when
 /// the backend had nothing is kept in `held`; an empty ring sets `starved` (frames then
-/// wait in the backend, and the device asks for a kick on new buffers).
+/// wait in the backend, and the device asks for a kick on new buffers). `asks` is set
+/// when a frame handed over asks the guest for an answer ([`asks_for_answer`], read back
+/// from the guest's buffer: a hint for when this thread sleeps, nothing more).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn receive_direct(
     mem: &GuestMem,
     rx: &mut DeviceQueue,
@@ -124,6 +128,7 @@ pub(super) fn receive_direct(
     direct: Direct<'_>,
     guest_tso4: bool,
     stats: &NetStats,
+    asks: &mut bool,
 ) -> Result<(bool, Option<u16>), QueueError> {
     let (mut worked, mut returned) = (false, None);
     // Without a backend header the device writes its own in front of the frame.
@@ -190,6 +195,12 @@ pub(super) fn receive_direct(
             header.num_buffers = 1;
             write_at(mem, &chain.writable, 0, &header.to_bytes())
                 .ok_or(QueueError::Access("a receive buffer"))?;
+            if !*asks {
+                let mut head = [0u8; ANSWER_HEADERS];
+                let len = head.len().min(n - NET_HDR_LEN);
+                *asks = read_at(mem, &chain.writable, NET_HDR_LEN, &mut head[..len])
+                    .is_none_or(|_| asks_for_answer(&head[..len]));
+            }
             stats.rx_frames.fetch_add(1, Ordering::Relaxed);
             n as u32
         };

@@ -10,6 +10,7 @@ use super::direct::{receive_direct, transmit_direct};
 use super::offload::{TxOffload, tx_request};
 use super::placement::TrafficPlacement;
 use super::transport::VirtioNetDevice;
+use super::turn::{GuestTurn, asks_for_answer};
 use super::{
     DEVICE_MTU, IDLE_POLL, PENDING_OUTPUT_RETRY, QueueFault, RX_BACKLOG, SLEEP_MAX, add_faults, on,
 };
@@ -102,6 +103,10 @@ pub(crate) struct Engine {
     /// Bytes moved on the IOBuf path since [`IoThread::run`] last took them (what
     /// [`TrafficPlacement`] measures).
     moved: u64,
+    /// The guest was handed frames that ask for an answer (a segment with data, or
+    /// opening or closing a connection) and has transmitted nothing since: its turn
+    /// (see [`IoThread::run`]).
+    awaiting_answer: bool,
 }
 
 impl Engine {
@@ -114,6 +119,7 @@ impl Engine {
             active_pairs: 1,
             features: 0,
             moved: 0,
+            awaiting_answer: false,
             // Backends start with it off (the TAP is opened without TUN_F_TSO4).
             large_receive: false,
             frames: Vec::new(),
@@ -308,6 +314,17 @@ impl Engine {
         self.pairs.iter().any(Pair::waits_for_guest)
     }
 
+    /// Whether the guest was handed frames that ask for an answer and has transmitted
+    /// nothing since.
+    pub(crate) fn awaiting_answer(&self) -> bool {
+        self.awaiting_answer
+    }
+
+    /// Stops waiting for the guest's answer (its turn is over).
+    pub(crate) fn end_guest_turn(&mut self) {
+        self.awaiting_answer = false;
+    }
+
     /// Whether frames taken from the guest still wait for the backend to accept them
     /// (it was full): the thread must come back soon even if nothing wakes it.
     pub(crate) fn has_pending_output(&self) -> bool {
@@ -359,6 +376,7 @@ impl Engine {
             }
         }
         // Transmit: guest → backend.
+        let mut transmitted = false;
         let n_backends = backends.len();
         let one_backend_per_pair = n_backends == self.pairs.len();
         for (p, pair) in self.pairs.iter_mut().enumerate() {
@@ -376,6 +394,7 @@ impl Engine {
                 )
                 .map_err(&on)?;
                 worked |= moved;
+                transmitted |= moved;
                 if wake_asked(mem, tx, returned).map_err(&on)? {
                     wake(p);
                 }
@@ -386,6 +405,7 @@ impl Engine {
                     transmit_copying(mem, tx, &mut pair.held_tx, link, negotiated, &device.stats)
                         .map_err(&on)?;
                 worked |= moved;
+                transmitted |= moved;
                 if wake_asked(mem, tx, returned).map_err(&on)? {
                     wake(p);
                 }
@@ -422,6 +442,7 @@ impl Engine {
                     checksum: request.checksum,
                 });
                 worked = true;
+                transmitted = true;
             }
             if wake_asked(mem, tx, returned).map_err(&on)? {
                 wake(p);
@@ -435,6 +456,11 @@ impl Engine {
             // What the backend could not take now is dropped only if it is still
             // full next round; keep it for now (bounded above).
         }
+        if transmitted {
+            self.awaiting_answer = false;
+        }
+        // Whether a frame handed to the guest this round asks it for an answer.
+        let mut asked = false;
         // Receive: backend → guest. Only as many frames as the backlog has room for:
         // the rest waits in the backend (passt's are read out of its socket all the same,
         // by `drain`), so nothing is dropped here for want of guest buffers.
@@ -457,6 +483,7 @@ impl Engine {
                     direct,
                     guest_tso4,
                     &device.stats,
+                    &mut asked,
                 )
                 .map_err(&on)?;
                 worked |= moved;
@@ -476,6 +503,7 @@ impl Engine {
                     &mut pair.rx_starved,
                     link,
                     &device.stats,
+                    &mut asked,
                 )
                 .map_err(&on)?;
                 worked |= moved;
@@ -564,6 +592,7 @@ impl Engine {
                 if written.is_none() {
                     device.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
                 } else {
+                    asked = asked || asks_for_answer(frame.segments().next().unwrap_or(&[]));
                     self.moved += frame.len() as u64;
                     device.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
                     if gso.is_some() {
@@ -589,6 +618,7 @@ impl Engine {
                 wake(p);
             }
         }
+        self.awaiting_answer |= asked;
         Ok(worked)
     }
 }
@@ -673,6 +703,7 @@ impl IoThread {
             }
         }
         let mut backend_reported = true;
+        let mut turn = GuestTurn::default();
         let mut last_faults: Option<FaultStats> = None;
         while !self.shared.stopping() {
             if on_readiness && std::mem::take(&mut backend_reported) {
@@ -730,7 +761,18 @@ impl IoThread {
                 // measured, memcached at 48k requests/s offered served 25-30k, with
                 // seconds of latency). The host's input waits in its socket buffers,
                 // flow-controlled, and its events in `epoll`'s ready list.
-                let set = if self.guest_first && engine.guest_behind() {
+                // While the guest serves what it was handed (see `turn`), host input
+                // waits for its answer, too.
+                let mut timeout = timeout;
+                let guest_turn = self.guest_first
+                    && match turn.left(&mut engine, Instant::now(), &self.device.stats) {
+                        Some(left) => {
+                            timeout.tv_nsec = timeout.tv_nsec.min(left.as_nanos() as i64);
+                            true
+                        }
+                        None => false,
+                    };
+                let set = if self.guest_first && (engine.guest_behind() || guest_turn) {
                     &guest_side
                 } else {
                     &epoll

@@ -108,6 +108,7 @@ mod engine;
 mod offload;
 mod placement;
 mod transport;
+mod turn;
 
 #[cfg(test)]
 pub(crate) use engine::{Engine, sleep_bound};
@@ -116,6 +117,7 @@ pub(crate) use engine::{io_poll_window, shares_cpus_with_vcpus};
 pub use offload::Offload;
 pub use placement::{TrafficPlacement, VcpuTid};
 pub use transport::VirtioNetDevice;
+pub(crate) use turn::{GUEST_TURN, GuestTurn};
 
 use crate::virtio::queue::QueueError;
 use ebb_net_driver::{FaultCounts, FaultStats};
@@ -144,6 +146,11 @@ pub struct NetStats {
     pub kicks: AtomicU64,
     /// Times the device woke a vCPU (wrote its kick eventfd).
     pub wakes: AtomicU64,
+    /// Turns the I/O thread gave the guest: sleeps during which host input waited for
+    /// the guest's answer to frames it was handed (`turn`).
+    pub guest_turns: AtomicU64,
+    /// Turns that ended for want of an answer within [`turn::GUEST_TURN`].
+    pub guest_turns_expired: AtomicU64,
     /// Times the node's threads were moved for a bulk stream or back
     /// ([`TrafficPlacement`]).
     pub placement_swaps: AtomicU64,

@@ -186,3 +186,29 @@ fn a_direct_backend_with_frames_and_no_buffers_asks_for_a_receive_kick() {
     assert_eq!(g.used(RX), vec![(3, (NET_HDR_LEN + FRAME.len()) as u32)]);
     g.assert_healthy();
 }
+
+#[test]
+fn frames_that_ask_for_an_answer_give_the_guest_a_turn_on_the_direct_path() {
+    for vnet_hdr in [false, true] {
+        let (mut g, host) = Guest::with_direct(vnet_hdr);
+        if vnet_hdr {
+            // The direct path reads frames with a header only for a driver that reads
+            // the checksum flags in it.
+            start_with(&mut g, csum_features());
+        } else {
+            g.start();
+        }
+        super::engine::the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
+            &mut g,
+            &|_, frame| {
+                let mut datagram = if vnet_hdr {
+                    vec![0u8; NET_HDR_LEN]
+                } else {
+                    Vec::new()
+                };
+                datagram.extend_from_slice(frame);
+                host.send(&datagram).expect("send");
+            },
+        );
+    }
+}

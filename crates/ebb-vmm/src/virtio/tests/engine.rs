@@ -552,3 +552,132 @@ pub(super) fn the_sleep_is_cut_short_by_pending_output_and_backend_deadlines() {
     let later = NetInstant::from_nanos(1_000_000_000);
     assert_eq!(sleep_bound(now, false, Some(later)), SLEEP_MAX);
 }
+
+// ===== the guest's turn =====
+
+/// An Ethernet frame with an IPv4 packet holding a TCP segment with `flags` and `payload`
+/// bytes of data (checksums left zero: the device does not look at them).
+pub(super) fn tcp_frame(flags: u8, payload: usize) -> Vec<u8> {
+    let mut frame = b"\x02\0\0\0\0\x01\x02\0\0\0\0\x02\x08\x00".to_vec();
+    let total = (20 + 20 + payload) as u16;
+    frame.extend_from_slice(&[0x45, 0]);
+    frame.extend_from_slice(&total.to_be_bytes());
+    frame.extend_from_slice(&[0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 2, 2, 10, 0, 2, 15]);
+    frame.extend_from_slice(&[0x2b, 0xcb, 0x30, 0x39]); // ports 11211 → 12345
+    frame.extend_from_slice(&[
+        0,
+        0,
+        0,
+        1,
+        0,
+        0,
+        0,
+        1,
+        5 << 4,
+        flags,
+        0xff,
+        0xff,
+        0,
+        0,
+        0,
+        0,
+    ]);
+    frame.resize(frame.len() + payload, b'x');
+    frame
+}
+
+const ACK: u8 = 0x10;
+const PSH_ACK: u8 = 0x18;
+const SYN: u8 = 0x02;
+
+/// Frames that ask the guest for an answer give it a turn: the I/O thread lets host input
+/// wait until the guest transmits, or for [`GUEST_TURN`] at most; a bare ACK gives none.
+/// `arrive` hands the backend a frame for the guest.
+pub(super) fn the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
+    g: &mut Guest,
+    arrive: &dyn Fn(&Guest, &[u8]),
+) {
+    for i in 0..4u16 {
+        g.desc(
+            RX,
+            i,
+            d(BUF + 0x1000 * u64::from(i + 1), 1526, DESC_F_WRITE, 0),
+        );
+        g.publish(RX, i);
+    }
+    let mut turn = GuestTurn::default();
+    let stats = |g: &Guest| {
+        (
+            g.dev.stats.guest_turns.load(Ordering::Relaxed),
+            g.dev.stats.guest_turns_expired.load(Ordering::Relaxed),
+        )
+    };
+    let t0 = std::time::Instant::now();
+    // A bare acknowledgement: delivered, no turn.
+    arrive(g, &tcp_frame(ACK, 0));
+    g.settle();
+    assert_eq!(g.used(RX).len(), 1, "the ACK reached the guest");
+    assert!(
+        !g.engine.awaiting_answer(),
+        "a bare ACK gave the guest a turn"
+    );
+    assert_eq!(turn.left(&mut g.engine, t0, &g.dev.stats), None);
+    // A request: a turn, which the guest's transmission ends.
+    arrive(g, &tcp_frame(PSH_ACK, 20));
+    g.settle();
+    assert_eq!(g.used(RX).len(), 2, "the request reached the guest");
+    assert!(
+        g.engine.awaiting_answer(),
+        "a segment with data gave no turn"
+    );
+    assert_eq!(turn.left(&mut g.engine, t0, &g.dev.stats), Some(GUEST_TURN));
+    let later = t0 + GUEST_TURN / 4;
+    assert_eq!(
+        turn.left(&mut g.engine, later, &g.dev.stats),
+        Some(GUEST_TURN - GUEST_TURN / 4),
+        "the turn is counted from its first sleep"
+    );
+    assert_eq!(stats(g), (1, 0));
+    g.mem
+        .write_bytes(BUF, &[0u8; NET_HDR_LEN])
+        .expect("in memory");
+    g.mem.write_bytes(BUF + 0x100, FRAME).expect("in memory");
+    g.desc(TX, 0, d(BUF, NET_HDR_LEN as u32, DESC_F_NEXT, 1));
+    g.desc(TX, 1, d(BUF + 0x100, FRAME.len() as u32, 0, 0));
+    g.publish(TX, 0);
+    g.settle();
+    assert!(
+        !g.engine.awaiting_answer(),
+        "the guest answered, its turn goes on"
+    );
+    assert_eq!(turn.left(&mut g.engine, later, &g.dev.stats), None);
+    // A connection opening: a turn, which runs out without an answer.
+    arrive(g, &tcp_frame(SYN, 0));
+    g.settle();
+    assert_eq!(g.used(RX).len(), 3, "the SYN reached the guest");
+    let t1 = later + GUEST_TURN;
+    assert_eq!(turn.left(&mut g.engine, t1, &g.dev.stats), Some(GUEST_TURN));
+    assert_eq!(
+        turn.left(&mut g.engine, t1 + GUEST_TURN, &g.dev.stats),
+        None,
+        "a turn without an answer does not end"
+    );
+    assert!(!g.engine.awaiting_answer());
+    assert_eq!(stats(g), (2, 1));
+    // Anything else (here not TCP) asks too.
+    arrive(g, FRAME);
+    g.settle();
+    assert_eq!(g.used(RX).len(), 4, "the frame reached the guest");
+    assert!(
+        g.engine.awaiting_answer(),
+        "a frame that is not TCP gave no turn"
+    );
+    g.assert_healthy();
+}
+
+#[test]
+pub(super) fn frames_that_ask_for_an_answer_give_the_guest_a_turn() {
+    let mut g = Guest::new();
+    g.start();
+    the_guest_has_a_turn_after_frames_that_ask_for_an_answer(&mut g, &|g, frame| g.arrive(frame));
+}

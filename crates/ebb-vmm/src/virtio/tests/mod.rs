@@ -25,7 +25,8 @@
 
 use super::host_link::{CopyingLink, Direct, HostLink};
 use super::net::{
-    Engine, Offload, PENDING_OUTPUT_RETRY, QUEUE_MAX, SLEEP_MAX, VirtioNetDevice, sleep_bound,
+    Engine, GUEST_TURN, GuestTurn, Offload, PENDING_OUTPUT_RETRY, QUEUE_MAX, SLEEP_MAX,
+    VirtioNetDevice, sleep_bound,
 };
 use crate::guest::GuestMem;
 use ebb_abi::virtio::{

@@ -43,6 +43,7 @@ again_behind_the_forwarder!(
     a_stocked_receive_ring_alone_lets_the_device_sleep,
     frames_waiting_for_buffers_make_the_device_ask_for_receive_kicks,
     the_sleep_is_cut_short_by_pending_output_and_backend_deadlines,
+    frames_that_ask_for_an_answer_give_the_guest_a_turn,
 );
 
 /// `backend` as the rest of a forwarder with no forwards, the forwarder as this build's
