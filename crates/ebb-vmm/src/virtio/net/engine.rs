@@ -105,8 +105,11 @@ pub(crate) struct Engine {
     moved: u64,
     /// The guest was handed frames that ask for an answer (a segment with data, or
     /// opening or closing a connection) and has transmitted nothing since: its turn
-    /// (see [`IoThread::run`]).
+    /// (see `turn`).
     awaiting_answer: bool,
+    /// Rounds in which the guest transmitted: a turn that saw one more is over, even if
+    /// the same round handed the guest new frames (which begin the next).
+    answers: u64,
 }
 
 impl Engine {
@@ -120,6 +123,7 @@ impl Engine {
             features: 0,
             moved: 0,
             awaiting_answer: false,
+            answers: 0,
             // Backends start with it off (the TAP is opened without TUN_F_TSO4).
             large_receive: false,
             frames: Vec::new(),
@@ -320,6 +324,11 @@ impl Engine {
         self.awaiting_answer
     }
 
+    /// How many rounds the guest transmitted in, so far.
+    pub(crate) fn answers(&self) -> u64 {
+        self.answers
+    }
+
     /// Stops waiting for the guest's answer (its turn is over).
     pub(crate) fn end_guest_turn(&mut self) {
         self.awaiting_answer = false;
@@ -458,6 +467,7 @@ impl Engine {
         }
         if transmitted {
             self.awaiting_answer = false;
+            self.answers += 1;
         }
         // Whether a frame handed to the guest this round asks it for an answer.
         let mut asked = false;

@@ -51,18 +51,20 @@ pub(crate) fn asks_for_answer(head: &[u8]) -> bool {
     tcp[13] & SYN_FIN_RST != 0 || total > ihl + data_offset
 }
 
-/// When the guest's current turn began; kept by the I/O thread between its rounds.
+/// The guest's current turn: when it began, and the engine's count of answers then;
+/// kept by the I/O thread between its rounds.
 #[derive(Debug, Default)]
 pub(crate) struct GuestTurn {
-    since: Option<Instant>,
+    current: Option<(Instant, u64)>,
 }
 
 impl GuestTurn {
     /// Before the thread sleeps at `now`: how much longer host input waits for the
     /// guest (`None`: it does not, so host input wakes the thread). A turn begins at the
-    /// first sleep after the engine handed over frames that ask for an answer and ends
-    /// when the guest transmits (the engine stops awaiting) or after [`GUEST_TURN`],
-    /// when the engine is told to stop awaiting. Counted in `stats`.
+    /// first sleep after the engine handed over frames that ask for an answer, and ends
+    /// when the guest transmits (a round with frames both ways ends one turn and begins
+    /// the next) or after [`GUEST_TURN`], when the engine is told to stop awaiting.
+    /// Counted in `stats`.
     pub(crate) fn left(
         &mut self,
         engine: &mut Engine,
@@ -70,19 +72,24 @@ impl GuestTurn {
         stats: &NetStats,
     ) -> Option<Duration> {
         if !engine.awaiting_answer() {
-            self.since = None;
+            self.current = None;
             return None;
         }
-        let since = *self.since.get_or_insert_with(|| {
-            stats.guest_turns.fetch_add(1, Ordering::Relaxed);
-            now
-        });
+        let answers = engine.answers();
+        let since = match self.current {
+            Some((since, seen)) if seen == answers => since,
+            _ => {
+                stats.guest_turns.fetch_add(1, Ordering::Relaxed);
+                self.current = Some((now, answers));
+                now
+            }
+        };
         match GUEST_TURN.checked_sub(now.saturating_duration_since(since)) {
             Some(left) if !left.is_zero() => Some(left),
             _ => {
                 stats.guest_turns_expired.fetch_add(1, Ordering::Relaxed);
                 engine.end_guest_turn();
-                self.since = None;
+                self.current = None;
                 None
             }
         }

@@ -664,7 +664,7 @@ pub(super) fn the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
     );
     assert!(!g.engine.awaiting_answer());
     assert_eq!(stats(g), (2, 1));
-    // Anything else (here not TCP) asks too.
+    // Anything else (here not TCP) asks too: a turn.
     arrive(g, FRAME);
     g.settle();
     assert_eq!(g.used(RX).len(), 4, "the frame reached the guest");
@@ -672,6 +672,26 @@ pub(super) fn the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
         g.engine.awaiting_answer(),
         "a frame that is not TCP gave no turn"
     );
+    let t2 = t1 + 2 * GUEST_TURN;
+    assert_eq!(turn.left(&mut g.engine, t2, &g.dev.stats), Some(GUEST_TURN));
+    assert_eq!(stats(g), (3, 1));
+    // The guest's answer and the next request in one round: that turn is over, the
+    // next begins.
+    g.desc(RX, 4, d(BUF + 0x5000, 1526, DESC_F_WRITE, 0));
+    g.publish(RX, 4);
+    g.publish(TX, 0);
+    arrive(g, &tcp_frame(PSH_ACK, 20));
+    assert!(g.step(), "the round did nothing");
+    assert_eq!(g.used(RX).len(), 5, "the request reached the guest");
+    assert!(g.engine.awaiting_answer());
+    let t3 = t2 + GUEST_TURN / 2;
+    assert_eq!(
+        turn.left(&mut g.engine, t3, &g.dev.stats),
+        Some(GUEST_TURN),
+        "an answer did not end the turn"
+    );
+    assert_eq!(stats(g), (4, 1));
+    g.settle();
     g.assert_healthy();
 }
 
