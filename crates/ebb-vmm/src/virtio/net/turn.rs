@@ -12,8 +12,11 @@
 //! batch, two switches for the batch instead of two for each request.
 //!
 //! A turn lasts at most [`GUEST_TURN`]: a frame may ask for an answer that does not
-//! come (part of a request, whose rest waits in the host's socket), and a guest
-//! that misbehaves gains nothing but its own slower service. Only frames that ask for
+//! come (part of a request, whose rest waits in the host's socket). So what a turn can
+//! cost is bounded: a guest that never answers, or a peer trickling data that asks for
+//! none, delays the host input behind it by at most [`GUEST_TURN`] a turn (counted: the
+//! monitor's `guest_turns_expired`), and a guest gains nothing by misbehaving but its
+//! own slower service. Only frames that ask for
 //! an answer start a turn ([`asks_for_answer`]): a bare TCP acknowledgement does not,
 //! or every ACK of the guest's own replies would hold host input back for the
 //! whole bound. Where the thread has a CPU of its own, waking takes nothing from the
