@@ -16,16 +16,6 @@ pub(super) fn host_got(host: &UnixDatagram) -> Vec<Vec<u8>> {
     got
 }
 
-/// Transmit chain `head` (slots `head`, `head + 1`): `header` then `frame`, in two
-/// descriptors at `at`.
-fn post_tx(g: &mut Guest, head: u16, at: u64, header: &[u8; NET_HDR_LEN], frame: &[u8]) {
-    g.mem.write_bytes(at, header).expect("in memory");
-    g.mem.write_bytes(at + 0x100, frame).expect("in memory");
-    g.desc(TX, head, d(at, NET_HDR_LEN as u32, DESC_F_NEXT, head + 1));
-    g.desc(TX, head + 1, d(at + 0x100, frame.len() as u32, 0, 0));
-    g.publish(TX, head);
-}
-
 #[test]
 fn a_direct_backend_without_a_header_moves_bare_frames_both_ways() {
     let (mut g, host) = Guest::with_direct(false);

@@ -612,24 +612,24 @@ pub(super) fn the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
             g.dev.stats.guest_turns_expired.load(Ordering::Relaxed),
         )
     };
+    // `frame` arrives and reaches the guest, which then has a turn if `asks`.
+    let deliver = |g: &mut Guest, frame: &[u8], asks: bool, what: &str| {
+        let before = g.used(RX).len();
+        arrive(g, frame);
+        g.settle();
+        assert_eq!(
+            g.used(RX).len(),
+            before + 1,
+            "{what} did not reach the guest"
+        );
+        assert_eq!(g.engine.awaiting_answer(), asks, "{what}: a turn or not");
+    };
     let t0 = std::time::Instant::now();
     // A bare acknowledgement: delivered, no turn.
-    arrive(g, &tcp_frame(ACK, 0));
-    g.settle();
-    assert_eq!(g.used(RX).len(), 1, "the ACK reached the guest");
-    assert!(
-        !g.engine.awaiting_answer(),
-        "a bare ACK gave the guest a turn"
-    );
+    deliver(g, &tcp_frame(ACK, 0), false, "a bare ACK");
     assert_eq!(turn.left(&mut g.engine, t0, &g.dev.stats), None);
     // A request: a turn, which the guest's transmission ends.
-    arrive(g, &tcp_frame(PSH_ACK, 20));
-    g.settle();
-    assert_eq!(g.used(RX).len(), 2, "the request reached the guest");
-    assert!(
-        g.engine.awaiting_answer(),
-        "a segment with data gave no turn"
-    );
+    deliver(g, &tcp_frame(PSH_ACK, 20), true, "a segment with data");
     assert_eq!(turn.left(&mut g.engine, t0, &g.dev.stats), Some(GUEST_TURN));
     let later = t0 + GUEST_TURN / 4;
     assert_eq!(
@@ -638,13 +638,7 @@ pub(super) fn the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
         "the turn is counted from its first sleep"
     );
     assert_eq!(stats(g), (1, 0));
-    g.mem
-        .write_bytes(BUF, &[0u8; NET_HDR_LEN])
-        .expect("in memory");
-    g.mem.write_bytes(BUF + 0x100, FRAME).expect("in memory");
-    g.desc(TX, 0, d(BUF, NET_HDR_LEN as u32, DESC_F_NEXT, 1));
-    g.desc(TX, 1, d(BUF + 0x100, FRAME.len() as u32, 0, 0));
-    g.publish(TX, 0);
+    post_tx(g, 0, BUF, &[0u8; NET_HDR_LEN], FRAME);
     g.settle();
     assert!(
         !g.engine.awaiting_answer(),
@@ -652,9 +646,7 @@ pub(super) fn the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
     );
     assert_eq!(turn.left(&mut g.engine, later, &g.dev.stats), None);
     // A connection opening: a turn, which runs out without an answer.
-    arrive(g, &tcp_frame(SYN, 0));
-    g.settle();
-    assert_eq!(g.used(RX).len(), 3, "the SYN reached the guest");
+    deliver(g, &tcp_frame(SYN, 0), true, "a SYN");
     let t1 = later + GUEST_TURN;
     assert_eq!(turn.left(&mut g.engine, t1, &g.dev.stats), Some(GUEST_TURN));
     assert_eq!(
@@ -665,13 +657,7 @@ pub(super) fn the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
     assert!(!g.engine.awaiting_answer());
     assert_eq!(stats(g), (2, 1));
     // Anything else (here not TCP) asks too: a turn.
-    arrive(g, FRAME);
-    g.settle();
-    assert_eq!(g.used(RX).len(), 4, "the frame reached the guest");
-    assert!(
-        g.engine.awaiting_answer(),
-        "a frame that is not TCP gave no turn"
-    );
+    deliver(g, FRAME, true, "a frame that is not TCP");
     let t2 = t1 + 2 * GUEST_TURN;
     assert_eq!(turn.left(&mut g.engine, t2, &g.dev.stats), Some(GUEST_TURN));
     assert_eq!(stats(g), (3, 1));

@@ -286,6 +286,16 @@ impl HostLink for DatagramEnd {
     }
 }
 
+/// Transmit chain `head` (slots `head`, `head + 1`): `header` then `frame`, in two
+/// descriptors at `at`.
+fn post_tx(g: &mut Guest, head: u16, at: u64, header: &[u8; NET_HDR_LEN], frame: &[u8]) {
+    g.mem.write_bytes(at, header).expect("in memory");
+    g.mem.write_bytes(at + 0x100, frame).expect("in memory");
+    g.desc(TX, head, d(at, NET_HDR_LEN as u32, DESC_F_NEXT, head + 1));
+    g.desc(TX, head + 1, d(at + 0x100, frame.len() as u32, 0, 0));
+    g.publish(TX, head);
+}
+
 /// Runs `f` on its own thread and fails the test if it takes more than ten seconds: a
 /// device that loops inside one round (where [`Guest::settle`]'s bound cannot reach)
 /// fails the case instead of hanging the suite.
