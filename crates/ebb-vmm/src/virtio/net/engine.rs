@@ -713,7 +713,7 @@ impl IoThread {
             }
         }
         let mut backend_reported = true;
-        let mut turn = GuestTurn::default();
+        let mut turn = GuestTurn::from_env();
         let mut last_faults: Option<FaultStats> = None;
         while !self.shared.stopping() {
             if on_readiness && std::mem::take(&mut backend_reported) {

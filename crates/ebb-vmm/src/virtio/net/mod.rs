@@ -117,6 +117,7 @@ pub(crate) use engine::{io_poll_window, shares_cpus_with_vcpus};
 pub use offload::Offload;
 pub use placement::{TrafficPlacement, VcpuTid};
 pub use transport::VirtioNetDevice;
+pub use turn::GUEST_TURN_ENV;
 #[cfg(test)]
 pub(crate) use turn::{GUEST_TURN, GuestTurn};
 

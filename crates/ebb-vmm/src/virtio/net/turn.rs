@@ -30,6 +30,10 @@ use std::time::{Duration, Instant};
 /// The longest turn: how long host input may wait for the guest's answer.
 pub(crate) const GUEST_TURN: Duration = Duration::from_micros(200);
 
+/// Environment variable overriding [`GUEST_TURN`], in microseconds; 0 gives the guest
+/// no turns (host input wakes the I/O thread whenever it arrives, as before turns).
+pub const GUEST_TURN_ENV: &str = "EBB_VMM_GUEST_TURN_US";
+
 /// Bytes of a frame [`asks_for_answer`] needs to see: an Ethernet header, an IPv4
 /// header without options and the TCP header's flags.
 pub(crate) const ANSWER_HEADERS: usize = 14 + 20 + 14;
@@ -56,12 +60,39 @@ pub(crate) fn asks_for_answer(head: &[u8]) -> bool {
 
 /// The guest's current turn: when it began, and the engine's count of answers then;
 /// kept by the I/O thread between its rounds.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct GuestTurn {
+    /// The longest turn ([`GUEST_TURN`] unless overridden).
+    limit: Duration,
     current: Option<(Instant, u64)>,
 }
 
+impl Default for GuestTurn {
+    fn default() -> Self {
+        GuestTurn::lasting(GUEST_TURN)
+    }
+}
+
 impl GuestTurn {
+    /// Turns of at most `limit` (zero: none).
+    pub(crate) fn lasting(limit: Duration) -> Self {
+        GuestTurn {
+            limit,
+            current: None,
+        }
+    }
+
+    /// Turns as long as [`GUEST_TURN_ENV`] says, else [`GUEST_TURN`].
+    pub(crate) fn from_env() -> Self {
+        match std::env::var(GUEST_TURN_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            Some(us) => GuestTurn::lasting(Duration::from_micros(us)),
+            None => GuestTurn::default(),
+        }
+    }
+
     /// Before the thread sleeps at `now`: how much longer host input waits for the
     /// guest (`None`: it does not, so host input wakes the thread). A turn begins at the
     /// first sleep after the engine handed over frames that ask for an answer, and ends
@@ -74,7 +105,8 @@ impl GuestTurn {
         now: Instant,
         stats: &NetStats,
     ) -> Option<Duration> {
-        if !engine.awaiting_answer() {
+        if !engine.awaiting_answer() || self.limit.is_zero() {
+            engine.end_guest_turn();
             self.current = None;
             return None;
         }
@@ -87,7 +119,7 @@ impl GuestTurn {
                 now
             }
         };
-        match GUEST_TURN.checked_sub(now.saturating_duration_since(since)) {
+        match self.limit.checked_sub(now.saturating_duration_since(since)) {
             Some(left) if !left.is_zero() => Some(left),
             _ => {
                 stats.guest_turns_expired.fetch_add(1, Ordering::Relaxed);

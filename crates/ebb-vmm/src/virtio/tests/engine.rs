@@ -678,6 +678,11 @@ pub(super) fn the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
     );
     assert_eq!(stats(g), (4, 1));
     g.settle();
+    // Turns of zero length (`EBB_VMM_GUEST_TURN_US=0`): none.
+    let mut no_turns = GuestTurn::lasting(Duration::ZERO);
+    assert_eq!(no_turns.left(&mut g.engine, t3, &g.dev.stats), None);
+    assert!(!g.engine.awaiting_answer(), "a zero-length turn goes on");
+    assert_eq!(stats(g), (4, 1), "a zero-length turn is counted");
     g.assert_healthy();
 }
 
