@@ -23,6 +23,9 @@
 //!   epoll on the backend (edge-triggered), the ioeventfds and its control eventfd.
 //!   Receive buffers the guest keeps posted are not work (`Engine::want_kicks`); frames
 //!   a full backend refused and a fault injector's delayed frames cut the sleep short.
+//!   On CPUs shared with the vCPUs, host input does not wake it while the guest has
+//!   frames it has not taken, nor during the guest's turn to answer frames it was
+//!   handed ([`turn`]): it then sleeps on the guest's side only.
 //! * **Moving frames.** A TAP backend is *direct* ([`HostLink::direct`](super::HostLink::direct)): each frame goes
 //!   between the TAP descriptor and the guest's descriptor chain with one `readv` or
 //!   `writev` over guest memory, no copy in the monitor (the header sent is the device's
