@@ -16,6 +16,11 @@
 //!   [`MAX_QUEUED_REPLY`] because the client does not read them, no further request is
 //!   answered until the queue drains. The buffers are reserved fallibly: a request the
 //!   node has no memory for gets `503` and the connection closes.
+//! * Timeouts ([`Timeouts`], watched by [`watch`] beside the handler): a connection
+//!   that makes no progress — no request bytes arrive, the client takes no answer bytes —
+//!   for the idle timeout is closed (reset if it still holds unsent answers after another
+//!   one), and a request head not complete within the head timeout of its first byte gets
+//!   `408` and the connection closes, however slowly its bytes keep coming.
 //! * Refusals (see [`Request`]): a malformed head gets `400`, a request body `413`, a
 //!   request line over [`MAX_HEAD`] bytes `414`, a longer head `431`, a transfer coding
 //!   or an unknown method `501`, another HTTP version `505`; each but the `501` for a
@@ -26,7 +31,11 @@
 
 extern crate alloc;
 
+use alloc::rc::Rc;
 use alloc::vec::Vec;
+use core::cell::Cell;
+use core::time::Duration;
+use ebb::Instant;
 use ebb::net::{CloseReason, IOBuf, IOBufChain, TcpConnection, TcpHandler};
 use ebb_bytestream::pattern::Pattern;
 use ebb_bytestream::send_pattern;
@@ -48,6 +57,10 @@ const INDEX: &str = "<!doctype html>\n<html><head><title>Ebbflow httpd</title></
 /// The answer when the node has no memory for a request: built without allocating.
 const OUT_OF_MEMORY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
 Content-Length: 14\r\nConnection: close\r\n\r\nout of memory\n";
+
+/// The answer to a request head that took too long: built without allocating.
+const HEAD_TIMED_OUT: &[u8] = b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain\r\n\
+Content-Length: 16\r\nConnection: close\r\n\r\nrequest timeout\n";
 
 /// The methods RFC 9110 defines that are not served here (`405`, not `501`).
 const KNOWN_METHODS: [&[u8]; 6] = [b"POST", b"PUT", b"DELETE", b"CONNECT", b"OPTIONS", b"TRACE"];
@@ -310,6 +323,8 @@ pub struct Http {
     /// We closed the receive window (too much pipelined input).
     reading_paused: bool,
     closed: bool,
+    /// What the connection's [`watch`] sees of it.
+    activity: Rc<Activity>,
 }
 
 impl Default for Http {
@@ -332,7 +347,13 @@ impl Http {
             promised: false,
             reading_paused: false,
             closed: false,
+            activity: Rc::new(Activity::default()),
         }
+    }
+
+    /// What [`watch`] needs to watch this connection's progress.
+    pub fn activity(&self) -> Rc<Activity> {
+        self.activity.clone()
     }
 
     /// Request bytes received and not yet answered (at most [`MAX_BUFFERED`] plus one
@@ -474,6 +495,7 @@ impl Http {
 
     /// Answers every complete request it can, in order.
     fn process(&mut self, conn: &dyn TcpConnection) {
+        let mut incomplete_head = false;
         loop {
             if self.closed || !self.pump(conn) {
                 break;
@@ -506,9 +528,12 @@ impl Http {
                     self.close_after = true;
                     continue;
                 }
+                // At a request boundary, with part of the next head (or none) received.
+                incomplete_head = !buf.is_empty();
                 break;
             };
             let head = parse_head(&buf[..head_len]);
+            self.activity.heads.set(self.activity.heads.get() + 1);
             self.start += consumed;
             self.scanned = 0;
             self.close_after = !head.keep_alive;
@@ -522,13 +547,17 @@ impl Http {
             self.reading_paused = false;
             conn.set_receive_window_open(true);
         }
+        self.activity
+            .head_incomplete
+            .set(incomplete_head && !self.closed);
     }
 }
 
 impl TcpHandler for Http {
     fn receive(&mut self, conn: &dyn TcpConnection, data: IOBuf) {
-        if self.closed || self.close_after {
-            return; // after a refusal: what follows is not read
+        self.activity.progress();
+        if self.closed || self.close_after || self.activity.timed_out.get() {
+            return; // after a refusal or a timeout: what follows is not read
         }
         if self.pending.try_reserve(data.len()).is_err() {
             self.pending = Vec::new();
@@ -545,20 +574,202 @@ impl TcpHandler for Http {
     }
 
     fn send_window_increased(&mut self, conn: &dyn TcpConnection) {
+        self.activity.progress();
         self.promised = false;
-        self.process(conn);
+        if !self.activity.timed_out.get() {
+            self.process(conn);
+        }
     }
 
     fn peer_closed(&mut self, conn: &dyn TcpConnection) {
         // Answer every complete request received, then close.
         self.peer_done = true;
-        self.process(conn);
+        if !self.activity.timed_out.get() {
+            self.process(conn);
+        }
     }
 
     fn closed(&mut self, _reason: CloseReason) {
         self.closed = true;
         self.body = None;
         self.pending = Vec::new();
+        self.activity.closed.set(true);
+        self.activity.head_incomplete.set(false);
+    }
+}
+
+/// How long a connection may make no progress, and how long a request head may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// No request bytes received and no answer bytes taken by the client for this long:
+    /// the connection is closed (an idle keep-alive connection too).
+    pub idle: Duration,
+    /// A request head not complete this long after its first byte (as the watchdog saw
+    /// it) gets `408` and the connection closes.
+    pub head: Duration,
+}
+
+impl Default for Timeouts {
+    /// 60 s idle, 30 s for a head (nginx's keep-alive and header timeouts are 75 s and
+    /// 60 s).
+    fn default() -> Self {
+        Self {
+            idle: Duration::from_secs(60),
+            head: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What a connection's handler shows its [`Watchdog`]: counters and flags, no clock (the
+/// handler runs wherever its events are delivered; the watchdog reads the time).
+#[derive(Debug, Default)]
+pub struct Activity {
+    /// Bumped by every request byte received and every window increase (the client took
+    /// answer bytes).
+    progressed: Cell<u64>,
+    /// Request heads completed so far: tells one incomplete head from the next.
+    heads: Cell<u64>,
+    /// The connection is at a request boundary with part of the next head received.
+    head_incomplete: Cell<bool>,
+    /// The connection is closed: the watchdog stops.
+    closed: Cell<bool>,
+    /// The watchdog closed the connection: the handler answers nothing more.
+    timed_out: Cell<bool>,
+}
+
+impl Activity {
+    fn progress(&self) {
+        self.progressed.set(self.progressed.get().wrapping_add(1));
+    }
+
+    /// Whether the connection has closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.get()
+    }
+}
+
+impl Timeouts {
+    /// Takes `--idle-timeout SECONDS` and `--head-timeout SECONDS` (decimals allowed,
+    /// above zero) out of `args`: the timeouts (the defaults for those not given) and the
+    /// other arguments, in order.
+    pub fn from_args(
+        args: &[alloc::string::String],
+    ) -> Result<(Self, Vec<alloc::string::String>), alloc::string::String> {
+        let mut timeouts = Self::default();
+        let mut rest = Vec::new();
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let (name, value) = match arg.split_once('=') {
+                Some((name, value)) => (name, Some(value.into())),
+                None => (arg.as_str(), None),
+            };
+            let field = match name {
+                "--idle-timeout" => &mut timeouts.idle,
+                "--head-timeout" => &mut timeouts.head,
+                _ => {
+                    rest.push(arg.clone());
+                    continue;
+                }
+            };
+            let value: alloc::string::String = value
+                .or_else(|| args.next().cloned())
+                .ok_or_else(|| alloc::format!("{name} needs a number of seconds"))?;
+            *field = value
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e9)
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| {
+                    alloc::format!("bad {name} {value:?}: a number of seconds above 0")
+                })?;
+        }
+        Ok((timeouts, rest))
+    }
+}
+
+/// Why a [`Watchdog`] ends a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expired {
+    /// No progress for [`Timeouts::idle`].
+    Idle,
+    /// A request head took more than [`Timeouts::head`].
+    Head,
+}
+
+/// Decides, from an [`Activity`] looked at now and then, when a connection has timed out.
+/// Its precision is the interval between looks ([`watch`] looks four times a timeout).
+#[derive(Debug)]
+pub struct Watchdog {
+    activity: Rc<Activity>,
+    timeouts: Timeouts,
+    /// The progress count at the last look, and since when it has not changed.
+    quiet: (u64, Instant),
+    /// The incomplete head last seen (by the count of heads before it), and since when.
+    head: Option<(u64, Instant)>,
+}
+
+impl Watchdog {
+    /// Watches `activity` from `now` on.
+    pub fn new(activity: Rc<Activity>, timeouts: Timeouts, now: Instant) -> Self {
+        let quiet = (activity.progressed.get(), now);
+        Self {
+            activity,
+            timeouts,
+            quiet,
+            head: None,
+        }
+    }
+
+    /// A look at `now`: whether the connection has timed out (never once it is closed).
+    pub fn check(&mut self, now: Instant) -> Option<Expired> {
+        let a = &self.activity;
+        if a.closed.get() {
+            return None;
+        }
+        let progressed = a.progressed.get();
+        if progressed != self.quiet.0 {
+            self.quiet = (progressed, now);
+        }
+        self.head = match (a.head_incomplete.get(), self.head) {
+            (false, _) => None,
+            (true, Some((heads, since))) if heads == a.heads.get() => Some((heads, since)),
+            (true, _) => Some((a.heads.get(), now)),
+        };
+        if let Some((_, since)) = self.head
+            && now.saturating_duration_since(since) >= self.timeouts.head
+        {
+            return Some(Expired::Head);
+        }
+        (now.saturating_duration_since(self.quiet.1) >= self.timeouts.idle).then_some(Expired::Idle)
+    }
+}
+
+/// Watches a connection served by an [`Http`] (whose [`Http::activity`] is `activity`)
+/// until it closes, and ends it when it times out: `408` and close for a slow head
+/// (appended after whatever answer is queued: the head's connection is at a request
+/// boundary), close for an idle one; if it is still open one idle timeout later (a client
+/// that reads nothing keeps unsent answers queued), reset. Run it on the connection's core.
+pub async fn watch(conn: impl TcpConnection, activity: Rc<Activity>, timeouts: Timeouts) {
+    let look = (timeouts.idle.min(timeouts.head) / 4).max(Duration::from_millis(10));
+    let mut dog = Watchdog::new(activity.clone(), timeouts, ebb::now());
+    loop {
+        ebb::sleep(look).await;
+        if activity.is_closed() {
+            return;
+        }
+        let Some(expired) = dog.check(ebb::now()) else {
+            continue;
+        };
+        activity.timed_out.set(true);
+        if expired == Expired::Head {
+            let _ = conn.send(IOBufChain::from(IOBuf::from_static(HEAD_TIMED_OUT)));
+        }
+        conn.close();
+        ebb::sleep(timeouts.idle).await;
+        if !activity.is_closed() {
+            conn.abort();
+        }
+        return;
     }
 }
 
