@@ -775,12 +775,20 @@ impl IoThread {
                 // waits for its answer, too.
                 let mut timeout = timeout;
                 let guest_turn = self.guest_first
-                    && match turn.left(&mut engine, Instant::now(), &self.device.stats) {
+                    && match turn.left(
+                        engine.awaiting_answer(),
+                        engine.answers(),
+                        Instant::now(),
+                        &self.device.stats,
+                    ) {
                         Some(left) => {
                             timeout.tv_nsec = timeout.tv_nsec.min(left.as_nanos() as i64);
                             true
                         }
-                        None => false,
+                        None => {
+                            engine.end_guest_turn();
+                            false
+                        }
                     };
                 let set = if self.guest_first && (engine.guest_behind() || guest_turn) {
                     &guest_side

@@ -23,7 +23,6 @@
 //! guest and turns are not used.
 
 use super::NetStats;
-use super::engine::Engine;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -94,23 +93,23 @@ impl GuestTurn {
     }
 
     /// Before the thread sleeps at `now`: how much longer host input waits for the
-    /// guest (`None`: it does not, so host input wakes the thread). A turn begins at the
+    /// guest (`None`: it does not, so host input wakes the thread, and the engine stops
+    /// awaiting an answer: `Engine::end_guest_turn`). `awaiting` and `answers` are the
+    /// engine's (`Engine::awaiting_answer`, `Engine::answers`). A turn begins at the
     /// first sleep after the engine handed over frames that ask for an answer, and ends
     /// when the guest transmits (a round with frames both ways ends one turn and begins
-    /// the next) or after [`GUEST_TURN`], when the engine is told to stop awaiting.
-    /// Counted in `stats`.
+    /// the next) or after the limit ([`GUEST_TURN`] by default). Counted in `stats`.
     pub(crate) fn left(
         &mut self,
-        engine: &mut Engine,
+        awaiting: bool,
+        answers: u64,
         now: Instant,
         stats: &NetStats,
     ) -> Option<Duration> {
-        if !engine.awaiting_answer() || self.limit.is_zero() {
-            engine.end_guest_turn();
+        if !awaiting || self.limit.is_zero() {
             self.current = None;
             return None;
         }
-        let answers = engine.answers();
         let since = match self.current {
             Some((since, seen)) if seen == answers => since,
             _ => {
@@ -123,7 +122,6 @@ impl GuestTurn {
             Some(left) if !left.is_zero() => Some(left),
             _ => {
                 stats.guest_turns_expired.fetch_add(1, Ordering::Relaxed);
-                engine.end_guest_turn();
                 self.current = None;
                 None
             }

@@ -606,6 +606,19 @@ pub(super) fn the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
         g.publish(RX, i);
     }
     let mut turn = GuestTurn::default();
+    // A look before sleeping at `now`, as the I/O thread takes it.
+    let left = |turn: &mut GuestTurn, g: &mut Guest, now| {
+        let left = turn.left(
+            g.engine.awaiting_answer(),
+            g.engine.answers(),
+            now,
+            &g.dev.stats,
+        );
+        if left.is_none() {
+            g.engine.end_guest_turn();
+        }
+        left
+    };
     let stats = |g: &Guest| {
         (
             g.dev.stats.guest_turns.load(Ordering::Relaxed),
@@ -627,13 +640,13 @@ pub(super) fn the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
     let t0 = std::time::Instant::now();
     // A bare acknowledgement: delivered, no turn.
     deliver(g, &tcp_frame(ACK, 0), false, "a bare ACK");
-    assert_eq!(turn.left(&mut g.engine, t0, &g.dev.stats), None);
+    assert_eq!(left(&mut turn, g, t0), None);
     // A request: a turn, which the guest's transmission ends.
     deliver(g, &tcp_frame(PSH_ACK, 20), true, "a segment with data");
-    assert_eq!(turn.left(&mut g.engine, t0, &g.dev.stats), Some(GUEST_TURN));
+    assert_eq!(left(&mut turn, g, t0), Some(GUEST_TURN));
     let later = t0 + GUEST_TURN / 4;
     assert_eq!(
-        turn.left(&mut g.engine, later, &g.dev.stats),
+        left(&mut turn, g, later),
         Some(GUEST_TURN - GUEST_TURN / 4),
         "the turn is counted from its first sleep"
     );
@@ -644,13 +657,13 @@ pub(super) fn the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
         !g.engine.awaiting_answer(),
         "the guest answered, its turn goes on"
     );
-    assert_eq!(turn.left(&mut g.engine, later, &g.dev.stats), None);
+    assert_eq!(left(&mut turn, g, later), None);
     // A connection opening: a turn, which runs out without an answer.
     deliver(g, &tcp_frame(SYN, 0), true, "a SYN");
     let t1 = later + GUEST_TURN;
-    assert_eq!(turn.left(&mut g.engine, t1, &g.dev.stats), Some(GUEST_TURN));
+    assert_eq!(left(&mut turn, g, t1), Some(GUEST_TURN));
     assert_eq!(
-        turn.left(&mut g.engine, t1 + GUEST_TURN, &g.dev.stats),
+        left(&mut turn, g, t1 + GUEST_TURN),
         None,
         "a turn without an answer does not end"
     );
@@ -659,7 +672,7 @@ pub(super) fn the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
     // Anything else (here not TCP) asks too: a turn.
     deliver(g, FRAME, true, "a frame that is not TCP");
     let t2 = t1 + 2 * GUEST_TURN;
-    assert_eq!(turn.left(&mut g.engine, t2, &g.dev.stats), Some(GUEST_TURN));
+    assert_eq!(left(&mut turn, g, t2), Some(GUEST_TURN));
     assert_eq!(stats(g), (3, 1));
     // The guest's answer and the next request in one round: that turn is over, the
     // next begins.
@@ -672,7 +685,7 @@ pub(super) fn the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
     assert!(g.engine.awaiting_answer());
     let t3 = t2 + GUEST_TURN / 2;
     assert_eq!(
-        turn.left(&mut g.engine, t3, &g.dev.stats),
+        left(&mut turn, g, t3),
         Some(GUEST_TURN),
         "an answer did not end the turn"
     );
@@ -680,7 +693,7 @@ pub(super) fn the_guest_has_a_turn_after_frames_that_ask_for_an_answer(
     g.settle();
     // Turns of zero length (`EBB_VMM_GUEST_TURN_US=0`): none.
     let mut no_turns = GuestTurn::lasting(Duration::ZERO);
-    assert_eq!(no_turns.left(&mut g.engine, t3, &g.dev.stats), None);
+    assert_eq!(left(&mut no_turns, g, t3), None);
     assert!(!g.engine.awaiting_answer(), "a zero-length turn goes on");
     assert_eq!(stats(g), (4, 1), "a zero-length turn is counted");
     g.assert_healthy();
