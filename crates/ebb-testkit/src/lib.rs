@@ -42,6 +42,7 @@ pub mod lines;
 pub mod memccapable;
 pub mod netcheck;
 pub mod netns;
+pub mod seed_files;
 pub mod veth;
 
 use std::fmt;

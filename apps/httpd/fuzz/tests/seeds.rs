@@ -5,10 +5,13 @@
 //! answers it is meant to get; `seed_files_are_current` checks `seeds/<target>/` holds
 //! exactly these bytes, and `WRITE_SEEDS=1 cargo test --test seeds` rewrites them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use httpd::{MAX_HEAD, Request};
 use httpd_fuzz::{run_head, run_stream, status_of};
+
+#[path = "../../../../crates/ebb-testkit/src/seed_files.rs"]
+mod seed_files;
 
 /// A seed: target, file name, bytes, the statuses its answers must have (in order).
 type Seed = (&'static str, &'static str, Vec<u8>, Vec<u16>);
@@ -220,19 +223,9 @@ fn seeds_run_clean() {
 #[test]
 fn seed_files_are_current() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds");
-    if std::env::var_os("WRITE_SEEDS").is_some() {
-        for (target, name, bytes, _) in seeds() {
-            let dir = root.join(target);
-            std::fs::create_dir_all(&dir).expect("create seeds dir");
-            std::fs::write(dir.join(name), bytes).expect("write seed");
-        }
-    }
-    for (target, name, bytes, _) in seeds() {
-        let on_disk = std::fs::read(root.join(target).join(name))
-            .unwrap_or_else(|e| panic!("seeds/{target}/{name}: {e} (WRITE_SEEDS=1 writes it)"));
-        assert!(
-            on_disk == bytes,
-            "seeds/{target}/{name} is stale (WRITE_SEEDS=1 rewrites it)"
-        );
-    }
+    let seeds = seeds().into_iter();
+    seed_files::check(
+        &root,
+        seeds.map(|(target, name, bytes, _)| (Path::new(target).join(name), bytes)),
+    );
 }

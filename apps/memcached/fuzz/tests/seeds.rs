@@ -5,10 +5,13 @@
 //! checks it parses as intended; `seed_files_are_current` checks `seeds/<target>/` holds
 //! exactly these bytes, and `WRITE_SEEDS=1 cargo test --test seeds` rewrites them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use memcached::protocol::{ErrorKind, Parsed};
 use memcached_fuzz::run;
+
+#[path = "../../../../crates/ebb-testkit/src/seed_files.rs"]
+mod seed_files;
 
 /// The 3-byte prefix: limits (item_size_max 2 KiB, max_get_line 4353), split, seed.
 fn prefix(split: u8) -> Vec<u8> {
@@ -271,19 +274,9 @@ fn seeds_run_clean() {
 #[test]
 fn seed_files_are_current() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds");
-    if std::env::var_os("WRITE_SEEDS").is_some() {
-        for (target, name, bytes, _) in seeds() {
-            let dir = root.join(target);
-            std::fs::create_dir_all(&dir).expect("create seeds dir");
-            std::fs::write(dir.join(name), bytes).expect("write seed");
-        }
-    }
-    for (target, name, bytes, _) in seeds() {
-        let on_disk = std::fs::read(root.join(target).join(name))
-            .unwrap_or_else(|e| panic!("seeds/{target}/{name}: {e} (WRITE_SEEDS=1 writes it)"));
-        assert!(
-            on_disk == bytes,
-            "seeds/{target}/{name} is stale (WRITE_SEEDS=1 rewrites it)"
-        );
-    }
+    let seeds = seeds().into_iter();
+    seed_files::check(
+        &root,
+        seeds.map(|(target, name, bytes, _)| (Path::new(target).join(name), bytes)),
+    );
 }

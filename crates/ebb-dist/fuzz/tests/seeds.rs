@@ -12,6 +12,9 @@ use ebb_dist::node::{NodeId, RuntimeInfo, global_ids_of};
 use ebb_dist::wire::{FrameClass, Header, WireError, encode};
 use ebb_dist_fuzz::{control, frames};
 
+#[path = "../../../ebb-testkit/src/seed_files.rs"]
+mod seed_files;
+
 fn frame(class: FrameClass, call: u32, payload: &[u8]) -> Vec<u8> {
     let header = Header {
         class,
@@ -126,31 +129,7 @@ fn check_files(dir: &str, seeds: &[(&str, Vec<u8>)]) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("seeds")
         .join(dir);
-    if std::env::var_os("WRITE_SEEDS").is_some() {
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        for (name, bytes) in seeds {
-            std::fs::write(dir.join(name), bytes).unwrap();
-        }
-    }
-    let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    on_disk.sort();
-    let mut names: Vec<String> = seeds.iter().map(|(n, _)| n.to_string()).collect();
-    names.sort();
-    assert_eq!(
-        on_disk, names,
-        "seeds/{dir:?} is stale: WRITE_SEEDS=1 cargo test"
-    );
-    for (name, bytes) in seeds {
-        assert_eq!(
-            &std::fs::read(dir.join(name)).unwrap(),
-            bytes,
-            "seed {name} is stale: WRITE_SEEDS=1 cargo test"
-        );
-    }
+    seed_files::check_exactly(&dir, seeds.iter().map(|(name, bytes)| (name, bytes)));
 }
 
 #[test]

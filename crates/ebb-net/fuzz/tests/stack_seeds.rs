@@ -17,6 +17,9 @@ use ebb_net_fuzz::{
     UDP_PORT, arp_request, dhcp_reply, encode, ping, tcp_frame, udp_frame,
 };
 
+#[path = "../../../ebb-testkit/src/seed_files.rs"]
+mod seed_files;
+
 /// Step byte: `ms` milliseconds (0-31), no application action.
 fn ms(ms: u8) -> u8 {
     assert!(ms < 32);
@@ -237,19 +240,6 @@ fn seed_dir() -> PathBuf {
 
 #[test]
 fn seed_files_are_current() {
-    let dir = seed_dir();
-    if std::env::var_os("WRITE_SEEDS").is_some() {
-        std::fs::create_dir_all(&dir).expect("create seeds/stack");
-        for (name, bytes, _) in seeds() {
-            std::fs::write(dir.join(name), bytes).expect("write seed");
-        }
-    }
-    for (name, bytes, _) in seeds() {
-        let on_disk = std::fs::read(dir.join(name))
-            .unwrap_or_else(|e| panic!("seeds/stack/{name}: {e} (WRITE_SEEDS=1 writes it)"));
-        assert!(
-            on_disk == bytes,
-            "seeds/stack/{name} is stale (WRITE_SEEDS=1 rewrites it)"
-        );
-    }
+    let seeds = seeds().into_iter().map(|(name, bytes, _)| (name, bytes));
+    seed_files::check(&seed_dir(), seeds);
 }

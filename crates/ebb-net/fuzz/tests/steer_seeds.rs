@@ -9,10 +9,16 @@ use std::path::PathBuf;
 use ebb_net::wire::TcpControl;
 use ebb_net_fuzz::{OUR_IP, PEER_IP, PEER_MAC, arp_request, ping, tcp_frame, udp_frame};
 
+#[path = "../../../ebb-testkit/src/seed_files.rs"]
+mod seed_files;
+
 fn seeds() -> Vec<(String, Vec<u8>)> {
     let frames = [
         ("syn", tcp_frame(40_000, 80, 1, None, TcpControl::Syn, b"")),
-        ("data", tcp_frame(40_001, 80, 9, Some(5), TcpControl::None, b"hello")),
+        (
+            "data",
+            tcp_frame(40_001, 80, 9, Some(5), TcpControl::None, b"hello"),
+        ),
         ("udp", udp_frame(68, 67, b"x")),
         ("ping", ping(1, 1, b"ebb")),
         ("arp", arp_request(PEER_MAC, PEER_IP, OUR_IP)),
@@ -32,19 +38,5 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
 #[test]
 fn seed_files_are_current() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds/steer");
-    let write = std::env::var_os("WRITE_SEEDS").is_some();
-    if write {
-        std::fs::create_dir_all(&dir).expect("create seeds/steer");
-    }
-    for (name, bytes) in seeds() {
-        let path = dir.join(&name);
-        if write {
-            std::fs::write(&path, &bytes).expect("write seed");
-        }
-        let on_disk = std::fs::read(&path).unwrap_or_default();
-        assert_eq!(
-            on_disk, bytes,
-            "{name}: stale; rerun with WRITE_SEEDS=1"
-        );
-    }
+    seed_files::check(&dir, seeds());
 }

@@ -10,6 +10,9 @@ use std::path::PathBuf;
 
 use ebb_shm_fuzz::{Outcomes, run};
 
+#[path = "../../../ebb-testkit/src/seed_files.rs"]
+mod seed_files;
+
 const HOST: u8 = 0;
 const GUEST: u8 = 1;
 
@@ -189,15 +192,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
 #[test]
 fn seed_files_are_current() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds/shm_window");
-    let write = std::env::var_os("WRITE_SEEDS").is_some();
-    for (name, bytes) in seeds() {
-        let path = dir.join(name);
-        if write {
-            std::fs::write(&path, &bytes).expect("write seed");
-        }
-        let on_disk = std::fs::read(&path).unwrap_or_default();
-        assert_eq!(on_disk, bytes, "{name}: stale; rerun with WRITE_SEEDS=1");
-    }
+    seed_files::check(&dir, seeds());
 }
 
 #[test]

@@ -10,6 +10,9 @@ use std::path::PathBuf;
 
 use ebb_usernet_fuzz::{Outcomes, frames};
 
+#[path = "../../../ebb-testkit/src/seed_files.rs"]
+mod seed_files;
+
 const GUEST_MAC: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
 const GUEST: [u8; 4] = [10, 0, 2, 15];
 const ENDPOINT: [u8; 4] = [10, 0, 2, 3];
@@ -105,15 +108,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
 #[test]
 fn seed_files_are_current() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds/guest_frames");
-    let write = std::env::var_os("WRITE_SEEDS").is_some();
-    for (name, bytes) in seeds() {
-        let path = dir.join(name);
-        if write {
-            std::fs::write(&path, &bytes).expect("write seed");
-        }
-        let on_disk = std::fs::read(&path).unwrap_or_default();
-        assert_eq!(on_disk, bytes, "{name}: stale; rerun with WRITE_SEEDS=1");
-    }
+    seed_files::check(&dir, seeds());
 }
 
 #[test]

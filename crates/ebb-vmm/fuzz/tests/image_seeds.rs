@@ -8,6 +8,9 @@
 use ebb_vmm_fuzz::{MEM_SIZE, elf, guest_memory, load};
 use std::path::PathBuf;
 
+#[path = "../../../ebb-testkit/src/seed_files.rs"]
+mod seed_files;
+
 const BASE: u64 = 0x20_0000; // IMAGE_BASE
 const CODE: &[u8] = &[0x90, 0x90, 0xeb, 0xfe]; // nop; nop; jmp .
 
@@ -43,15 +46,8 @@ fn seeds_load_or_are_refused_as_intended() {
 #[test]
 fn seed_files_are_current() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds/image");
-    if std::env::var_os("WRITE_SEEDS").is_some() {
-        std::fs::create_dir_all(&dir).expect("create seeds/image");
-        for (name, bytes, _) in seeds() {
-            std::fs::write(dir.join(name), bytes).expect("write a seed");
-        }
-    }
-    for (name, bytes, _) in seeds() {
-        let on_disk = std::fs::read(dir.join(name))
-            .unwrap_or_else(|e| panic!("seeds/image/{name}: {e} (WRITE_SEEDS=1 cargo test)"));
-        assert_eq!(on_disk, bytes, "seeds/image/{name} is stale (WRITE_SEEDS=1 cargo test)");
-    }
+    seed_files::check(
+        &dir,
+        seeds().into_iter().map(|(name, bytes, _)| (name, bytes)),
+    );
 }

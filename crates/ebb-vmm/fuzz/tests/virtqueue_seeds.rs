@@ -11,6 +11,9 @@ use ebb_vmm::virtio::queue::QueueConfig;
 use ebb_vmm_fuzz::virtqueue::{MEM_SIZE, Op, Outcome, guest_memory, input, run};
 use std::path::PathBuf;
 
+#[path = "../../../ebb-testkit/src/seed_files.rs"]
+mod seed_files;
+
 const N: u16 = DESC_F_NEXT;
 const W: u16 = DESC_F_WRITE;
 const QUEUE: QueueConfig = QueueConfig {
@@ -152,18 +155,8 @@ fn seeds_do_what_they_are_for() {
 #[test]
 fn seed_files_are_current() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds/virtqueue");
-    if std::env::var_os("WRITE_SEEDS").is_some() {
-        std::fs::create_dir_all(&dir).expect("create seeds/virtqueue");
-        for (name, bytes, _) in seeds() {
-            std::fs::write(dir.join(name), bytes).expect("write a seed");
-        }
-    }
-    for (name, bytes, _) in seeds() {
-        let on_disk = std::fs::read(dir.join(name))
-            .unwrap_or_else(|e| panic!("seeds/virtqueue/{name}: {e} (WRITE_SEEDS=1 cargo test)"));
-        assert_eq!(
-            on_disk, bytes,
-            "seeds/virtqueue/{name} is stale (WRITE_SEEDS=1 cargo test)"
-        );
-    }
+    seed_files::check(
+        &dir,
+        seeds().into_iter().map(|(name, bytes, _)| (name, bytes)),
+    );
 }

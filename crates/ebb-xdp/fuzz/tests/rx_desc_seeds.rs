@@ -9,6 +9,9 @@ use std::path::PathBuf;
 
 use ebb_xdp_fuzz::{Outcomes, check};
 
+#[path = "../../../ebb-testkit/src/seed_files.rs"]
+mod seed_files;
+
 fn record(addr: u64, len: u32, options: u32) -> Vec<u8> {
     let mut r = addr.to_le_bytes().to_vec();
     r.extend_from_slice(&len.to_le_bytes());
@@ -58,15 +61,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
 #[test]
 fn seed_files_are_current() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds/rx_desc");
-    let write = std::env::var_os("WRITE_SEEDS").is_some();
-    for (name, bytes) in seeds() {
-        let path = dir.join(name);
-        if write {
-            std::fs::write(&path, &bytes).expect("write seed");
-        }
-        let on_disk = std::fs::read(&path).unwrap_or_default();
-        assert_eq!(on_disk, bytes, "{name}: stale; rerun with WRITE_SEEDS=1");
-    }
+    seed_files::check(&dir, seeds());
 }
 
 #[test]
