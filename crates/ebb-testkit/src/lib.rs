@@ -43,6 +43,7 @@ pub mod memccapable;
 pub mod netcheck;
 pub mod netns;
 pub mod seed_files;
+pub mod stream_cuts;
 pub mod veth;
 
 use std::fmt;

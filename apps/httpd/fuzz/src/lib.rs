@@ -158,23 +158,10 @@ fn check_accepted(data: &[u8], head: &httpd::Head) {
     }
 }
 
+#[path = "../../../../crates/ebb-testkit/src/stream_cuts.rs"]
+mod stream_cuts;
 /// Cuts `stream` into segments as the `split` and `seed` bytes say.
-pub fn segments(stream: &[u8], split: u8, seed: u8) -> Vec<&[u8]> {
-    let max = 1usize << (split % 12);
-    let mut x = u32::from_le_bytes([split, seed, 0x5a, 0xa5]) | 1;
-    let mut out = Vec::new();
-    let mut rest = stream;
-    while !rest.is_empty() {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        let n = 1 + (x as usize) % max;
-        let (a, b) = rest.split_at(n.min(rest.len()));
-        out.push(a);
-        rest = b;
-    }
-    out
-}
+pub use stream_cuts::segments;
 
 /// The send window a client's reads keep open, by the flags' low bits.
 pub fn window(flags: u8) -> usize {
