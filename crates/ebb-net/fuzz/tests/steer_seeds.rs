@@ -40,3 +40,20 @@ fn seed_files_are_current() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds/steer");
     seed_files::check(&dir, seeds());
 }
+
+#[test]
+fn seeds_cover_every_policy_and_the_owner_path() {
+    let seeds = seeds();
+    let policies: std::collections::BTreeSet<u8> = seeds.iter().map(|(_, b)| b[0] >> 4).collect();
+    assert_eq!(policies, (0..=3).collect(), "a port 80 policy no seed uses");
+    assert!(
+        seeds.iter().any(|(_, b)| b[0] & 1 == 1),
+        "no seed claims its four-tuple"
+    );
+    assert!(
+        seeds.iter().all(|(_, b)| b.len() > 1 + 14),
+        "a seed without a frame behind its control byte"
+    );
+    let names: std::collections::BTreeSet<_> = seeds.iter().map(|(n, _)| n).collect();
+    assert_eq!(names.len(), seeds.len(), "two seeds share a name");
+}
