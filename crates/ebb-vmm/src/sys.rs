@@ -3,7 +3,8 @@
 //! memory with KVM, asking for it on huge pages, borrowing an eventfd for `poll`, reading
 //! the internal-error union of `kvm_run`, handing the VM's teardown to a background
 //! process at exit ([`release_in_background`]), asking a helper process to die with the
-//! monitor ([`die_with_the_monitor`]), and `readv`/`writev` straight between a
+//! monitor ([`die_with_the_monitor`]), passing a descriptor to a helper
+//! ([`pass_descriptor`]), and `readv`/`writev` straight between a
 //! backend's descriptor and guest memory ([`IoVecs`]). Each block has a `// SAFETY:`
 //! comment; each function around one is safe to call.
 
@@ -146,6 +147,30 @@ extern "C" fn reaper(_: *mut libc::c_void) -> libc::c_int {
         raw_syscall3(libc::SYS_exit, 0, 0, 0);
     }
     0
+}
+
+/// Lets the process `cmd` starts inherit `fd`, and no other process: close-on-exec is
+/// cleared in the forked child only, just before `exec`. Clearing it in this process
+/// instead would let a process that another thread spawns meanwhile inherit the
+/// descriptor too, and keep the socket open after its real owner died (a test saw a
+/// killed passt's socket stay writable that way). The caller keeps `fd` open until
+/// `cmd` has been spawned.
+pub fn pass_descriptor(cmd: &mut std::process::Command, fd: BorrowedFd<'_>) {
+    use std::os::unix::process::CommandExt;
+    let raw = fd.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before `exec`, where only
+    // async-signal-safe calls are allowed: `fcntl` is (no locks, no allocation), and it
+    // touches no memory but its own copy of `raw`, a descriptor the child inherited
+    // (still open: the caller holds it until the spawn returns).
+    unsafe {
+        cmd.pre_exec(move || {
+            let flags = libc::fcntl(raw, libc::F_GETFD);
+            if flags < 0 || libc::fcntl(raw, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Makes the process `cmd` starts be killed (SIGKILL) when the thread that starts it ends

@@ -434,10 +434,9 @@ impl Passt {
         {
             log::warn!("--net user: cannot enlarge passt's socket buffer: {e}");
         }
-        // The child must inherit `theirs`: clear close-on-exec on it only.
-        rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty())
-            .map_err(|e| HostLinkError::Passt(format!("fcntl: {e}")))?;
         let mut cmd = Command::new("passt");
+        // passt, and only passt, inherits `theirs`.
+        crate::sys::pass_descriptor(&mut cmd, theirs.as_fd());
         cmd.args(["-f", "-q", "-1", "--fd", &fd.to_string()])
             .args(["-a", USER_GUEST_ADDR, "-n", "24", "-g", USER_GATEWAY])
             // No DNS list: the guest resolves nothing. (passt forwards no ports unless
@@ -712,7 +711,23 @@ mod tests {
         if ebb_testkit::need_tools(test, &["passt"]).is_none() {
             return;
         }
-        let mut passt = Passt::start(&[], [0x52, 0x54, 0, 0x12, 0x34, 0x56]).expect("passt starts");
+        // Other threads spawn processes meanwhile (as the other tests do): none of them
+        // may inherit passt's end of the socket, or it outlives passt.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spawner = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut children = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    children.extend(Command::new("sleep").arg("5").spawn().ok());
+                }
+                children
+            })
+        };
+        let started = Passt::start(&[], [0x52, 0x54, 0, 0x12, 0x34, 0x56]);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut bystanders = spawner.join().expect("the spawner ends");
+        let mut passt = started.expect("passt starts");
         let _ = passt.child.kill();
         let _ = passt.child.wait();
         let frame = || {
@@ -733,5 +748,9 @@ mod tests {
         assert!(passt.gone);
         assert!(!passt.has_pending_output());
         assert!(passt.counters().tx_dropped.queue_full > 0);
+        for child in &mut bystanders {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
