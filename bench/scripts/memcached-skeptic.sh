@@ -45,6 +45,9 @@
 #              connection; set:get 1:9, values 1-1024 B uniform, KEYS keys uniform,
 #              preloaded once per server start; p50/p99 are memtier's (from the request's
 #              write, so a late send hides its wait: see the achieved rate)
+#   memtier-closed  the same memtier run with no rate limit: CLOSED LOOP (one request in
+#              flight per connection), one run per server and round, not on the grid: its
+#              throughput and p50/p99 (the issue's first measurement of the main job)
 #   memcaslap  memcaslap (libmemcached-tools), one thread, CONNS concurrencies, bench/lib.sh's
 #              ETC-like mix, CLOSED LOOP (one request in flight per concurrency): one run
 #              per server and round, not on the grid, because its `--tps` does not pace
@@ -207,9 +210,9 @@ done
 clients=()
 for c in "${want_clients[@]}"; do
   case $c in
-    memtier)
-      if [[ -n $MEMTIER && -x $MEMTIER ]]; then clients+=(memtier); else
-        echo "SKIPPED: $me: client memtier: MEMTIER is not an executable memtier_benchmark" \
+    memtier | memtier-closed)
+      if [[ -n $MEMTIER && -x $MEMTIER ]]; then clients+=("$c"); else
+        echo "SKIPPED: $me: client $c: MEMTIER is not an executable memtier_benchmark" \
           "(build it from github.com/RedisLabs/memtier_benchmark: autoreconf -i && ./configure && make)"
       fi
       ;;
@@ -219,7 +222,7 @@ for c in "${want_clients[@]}"; do
       fi
       ;;
     mc-load) clients+=(mc-load) ;;
-    *) die "unknown client $c (memtier memcaslap mc-load)" ;;
+    *) die "unknown client $c (memtier memtier-closed memcaslap mc-load)" ;;
   esac
 done
 ((${#clients[@]} > 0)) || skip "no client can run"
@@ -376,7 +379,7 @@ memcaslap_etc_config "$memcaslap_cfg"
 # preload CLIENT: fills the keys CLIENT's gets ask for (memcaslap sets its own)
 preload() {
   case $1 in
-    memtier)
+    memtier | memtier-closed)
       "${in_ns[@]}" taskset -c "$CLIENT_CPU" "$MEMTIER" -s "$ADDR" -p "$PORT" -P memcache_text -t 1 \
         -c 8 --ratio=1:0 --key-pattern=P:P --key-minimum=1 --key-maximum="$KEYS" \
         --data-size-range=1-1024 --data-size-pattern=R --requests=allkeys --hide-histogram \
@@ -393,12 +396,13 @@ preload() {
 drive() {
   local client=$1 load=$2 log=$WORK_DIR/$1-$RUN_ID-$2
   case $client in
-    memtier)
-      local rate=$((load / CONNS))
+    memtier | memtier-closed)
+      local pacing=()
+      [[ $client == memtier ]] && pacing=(--rate-limiting="$((load / CONNS))")
       "${in_ns[@]}" /usr/bin/time -f '%e %U %S' -o "$log.time" taskset -c "$CLIENT_CPU" "$MEMTIER" \
         -s "$ADDR" -p "$PORT" -P memcache_text -t 1 -c "$CONNS" --ratio=1:9 --key-pattern=R:R \
         --key-minimum=1 --key-maximum="$KEYS" --data-size-range=1-1024 --data-size-pattern=R \
-        --test-time="$DURATION" --rate-limiting="$rate" --hide-histogram --print-percentiles=50,99 \
+        --test-time="$DURATION" "${pacing[@]}" --hide-histogram --print-percentiles=50,99 \
         --json-out-file="$log.json" >"$log.txt" 2>&1 || { cat "$log.txt" >&2; die "memtier failed"; }
       python3 - "$log.json" "$log.time" "$DURATION" <<'PY'
 import json, sys
@@ -440,13 +444,13 @@ PY
   esac
 }
 
-kind_of() { case $1 in memtier) echo evenly-spaced ;; memcaslap) echo closed-loop ;; mc-load) echo paced-poisson ;; esac; }
-# loads_of CLIENT -> its grid (memcaslap: one closed-loop point)
-loads_of() { if [[ $1 == memcaslap ]]; then echo closed; else echo "$LOADS"; fi; }
+kind_of() { case $1 in memtier) echo evenly-spaced ;; memcaslap | memtier-closed) echo closed-loop ;; mc-load) echo paced-poisson ;; esac; }
+# loads_of CLIENT -> its grid (a closed-loop client: one point)
+loads_of() { if [[ $(kind_of "$1") == closed-loop ]]; then echo closed; else echo "$LOADS"; fi; }
 
 # The system calls' window runs at CPU_LOAD: with the first client that takes a load.
 syscall_client=""
-for c in "${clients[@]}"; do [[ -n $syscall_client || $c == memcaslap ]] || syscall_client=$c; done
+for c in "${clients[@]}"; do [[ -n $syscall_client || $(kind_of "$c") == closed-loop ]] || syscall_client=$c; done
 points_csv=$OUT/$STAMP-points.csv
 syscalls_csv=$OUT/$STAMP-syscalls.csv
 summary_md=$OUT/$STAMP-summary.md
@@ -586,20 +590,23 @@ for client in clients:
     kind = next(r["load_kind"] for r in rows if r["client"] == client)
     has_p99 = any(f(r["p99_us"]) == f(r["p99_us"]) for r in rows if r["client"] == client)
     print(f"## {client} ({kind} load)\n")
-    if client == "memcaslap":
-        print("| server | closed-loop req/s, per round | median [min–max] | ÷ memcached per round | median [min–max] | verdict |")
-        print("|---|---|---|---|---|---|")
-        base = [f(by[(client, "memcached", i)][0]["achieved_rps"]) for i in rounds]
-        for s in servers:
-            v = [f(by[(client, s, i)][0]["achieved_rps"]) for i in rounds]
-            row = f"| {s} | {' '.join(f'{x:.0f}' for x in v)} | {mmm(v)} |"
-            if s == "memcached":
-                row += " | | |"
-            else:
-                per, med, verdict = compare(v, base)
-                row += f" {per} | {med} | {verdict} |"
-            print(row)
-        print()
+    if kind == "closed-loop":
+        for what, key, fmt in (("closed-loop req/s", "achieved_rps", "{:.0f}"), ("closed-loop p99 µs", "p99_us", "{:.0f}")):
+            if key == "p99_us" and not has_p99:
+                continue
+            print(f"| server | {what}, per round | median [min–max] | ÷ memcached per round | median [min–max] | verdict |")
+            print("|---|---|---|---|---|---|")
+            base = [f(by[(client, "memcached", i)][0][key]) for i in rounds]
+            for s in servers:
+                v = [f(by[(client, s, i)][0][key]) for i in rounds]
+                row = f"| {s} | {' '.join(fmt.format(x) for x in v)} | {mmm(v)} |"
+                if s == "memcached":
+                    row += " | | |"
+                else:
+                    per, med, verdict = compare(v, base)
+                    row += f" {per} | {med} | {verdict} |"
+                print(row)
+            print()
     elif has_p99:
         print("| server | throughput at SLO, per round | median [min–max] | ÷ memcached per round | median [min–max] | verdict |")
         print("|---|---|---|---|---|---|")
@@ -637,10 +644,10 @@ print(f"## Host CPU per request at an equal offered load of {cpu_load:.0f} req/s
 print("Server process (all threads) user and system time, and the softirq time of both CPUs, per request the server "
       "counted; \"all\" = user + system + both softirqs (an upper bound: without IRQ_TIME_ACCOUNTING a softirq tick "
       "that interrupts the server is in its system time too). Per-round ratios to memcached in the same round. "
-      "(memcaslap runs closed loop: its CPU per request, at its own load, is in its section.)\n")
+      "(A closed-loop client's CPU per request, at its own load, is in its section.)\n")
 print("| load kind (client) | server | user µs/req | system µs/req | softirq CPU0 / CPU1 µs/req | user+system | ÷ memcached per round | median [min–max] | verdict | all counted | ÷ memcached, median [min–max] | verdict |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-for client in [c for c in clients if c != "memcaslap"]:
+for client in [c for c in clients if not any(r["load_kind"] == "closed-loop" for r in rows if r["client"] == c)]:
     kind = next(r["load_kind"] for r in rows if r["client"] == client)
     def per_round(s, key):
         out = []
