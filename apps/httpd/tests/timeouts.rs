@@ -1,6 +1,7 @@
 //! Timeouts: the [`Watchdog`]'s decisions over the scripted connection in
 //! `common/conn.rs` (explicit times), then the real server (hosted, Linux sockets) ending
-//! an idle connection and a slow request head, however slowly its bytes keep coming.
+//! an idle connection and a slow request head, however slowly its bytes keep coming
+//! (`ebb_testkit::http_timeouts`, which `ebb-cli`'s tests run against httpd natively).
 
 #[path = "common/conn.rs"]
 mod conn;
@@ -8,8 +9,7 @@ mod conn;
 use conn::Conn;
 use ebb::Instant;
 use httpd::{Expired, Http, Timeouts, Watchdog};
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -175,57 +175,14 @@ fn server(args: &[&str]) -> (Child, u16) {
     (child, port)
 }
 
-/// Reads until the server closes; what it sent, and how long that took.
-fn read_to_close(stream: &mut TcpStream) -> (Vec<u8>, Duration) {
-    let started = std::time::Instant::now();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("a read timeout");
-    let mut got = Vec::new();
-    match stream.read_to_end(&mut got) {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-        Err(e) => panic!("the server did not close within 10 s: {e}"),
-    }
-    (got, started.elapsed())
-}
-
 #[test]
 fn the_server_closes_an_idle_connection_and_answers_a_slow_head_with_408() {
     let (mut child, port) = server(&["--idle-timeout", "0.4", "--head-timeout", "0.3"]);
-    // Kept alive after an answer, then idle: closed.
-    let mut idle = TcpStream::connect(("127.0.0.1", port)).expect("connects");
-    idle.write_all(GET).expect("a request");
-    let (got, took) = read_to_close(&mut idle);
-    let text = String::from_utf8_lossy(&got);
-    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
-    assert!(took < Duration::from_secs(3), "closed after {took:?}");
-    // A head that trickles in, a byte every 50 ms: 408, closed, long before its end.
-    let mut slow = TcpStream::connect(("127.0.0.1", port)).expect("connects");
-    let writer = {
-        let mut slow = slow.try_clone().expect("a second handle");
-        std::thread::spawn(move || {
-            for byte in b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter() {
-                if slow.write_all(&[*byte]).is_err() {
-                    return true; // closed under it
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            false
-        })
-    };
-    let (got, took) = read_to_close(&mut slow);
-    let text = String::from_utf8_lossy(&got);
-    assert!(text.starts_with("HTTP/1.1 408 Request Timeout"), "{text}");
-    assert!(took < Duration::from_secs(3), "closed after {took:?}");
-    let _ = writer.join();
-    // Still serving.
-    let mut fresh = TcpStream::connect(("127.0.0.1", port)).expect("connects");
-    fresh
-        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .expect("a request");
-    let (got, _) = read_to_close(&mut fresh);
-    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200 OK"));
+    let checked =
+        ebb_testkit::http_timeouts::check(([127, 0, 0, 1], port).into(), Duration::from_secs(3));
     let _ = child.kill();
     let _ = child.wait();
+    if let Err(e) = checked {
+        panic!("{e}");
+    }
 }

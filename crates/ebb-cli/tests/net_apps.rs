@@ -294,6 +294,38 @@ fn httpd_serves_curl_natively_through_user_networking() {
 }
 
 #[test]
+fn httpd_natively_closes_idle_connections_and_answers_slow_heads_with_408() {
+    // The hosted server's timeout test (apps/httpd/tests/timeouts.rs), against the same
+    // app booted natively: its watchdogs run on the native runtime's timers.
+    let test = "httpd_natively_closes_idle_connections_and_answers_slow_heads_with_408";
+    let Some(()) = user_networking(test, &[]) else {
+        return;
+    };
+    image("httpd");
+    let port = free_port();
+    let forward = format!("{port}:80");
+    let mut served = Served::start(
+        "httpd",
+        &[
+            "--cpus",
+            "1",
+            "-p",
+            &forward,
+            "--",
+            "--idle-timeout",
+            "0.4",
+            "--head-timeout",
+            "0.3",
+        ],
+    );
+    if let Err(e) =
+        ebb_testkit::http_timeouts::check(([127, 0, 0, 1], port).into(), Duration::from_secs(3))
+    {
+        served.fail(&e);
+    }
+}
+
+#[test]
 fn sink_counts_an_nc_upload_natively_through_user_networking() {
     let test = "sink_counts_an_nc_upload_natively_through_user_networking";
     let Some(()) = user_networking(test, &["nc"]) else {

@@ -38,6 +38,7 @@
 //!   another runtime.
 
 pub mod guests;
+pub mod http_timeouts;
 pub mod lines;
 pub mod memccapable;
 pub mod netcheck;
