@@ -26,6 +26,8 @@
 #               would)
 #   main-niceN  `main` with its vCPU at nice N below the device thread on their shared CPU
 #               (EBB_VMM_VCPU_NICE=N; the default is ebb_vmm::VCPU_NICE_ON_SHARED_CPUS)
+#   main-normal-io  `main` with its device thread kept at normal priority
+#               (EBB_VMM_IO_REAL_TIME=0; as root it runs at SCHED_FIFO 1 by default)
 # Every server runs pinned to SERVER_CPU (1), the whole process (for ebb-vmm: the vCPU,
 # the device thread and the main thread); every client runs pinned to CLIENT_CPU (0).
 #
@@ -132,9 +134,9 @@ read -r -a want_clients <<<"$CLIENTS"
 veth_wanted=0
 for s in "${want_servers[@]}"; do
   case $s in
-    memcached | ebb | ebb-poll[0-9]* | main | main-passt | main-default | main-nice[0-9]*) ;;
+    memcached | ebb | ebb-poll[0-9]* | main | main-passt | main-default | main-nice[0-9]* | main-normal-io) ;;
     ebb-xdp | native-xdp | native-tap) veth_wanted=1 ;;
-    *) die "unknown server $s (memcached ebb ebb-pollN ebb-xdp native-xdp native-tap main main-passt main-default main-niceN)" ;;
+    *) die "unknown server $s (memcached ebb ebb-pollN ebb-xdp native-xdp native-tap main main-passt main-default main-niceN main-normal-io)" ;;
   esac
 done
 [[ " $SERVERS " == *" memcached "* ]] || die "SERVERS must include memcached (the baseline)"
@@ -189,7 +191,7 @@ unavailable() {
         echo "apps/memcached has no --xdp option yet (the AF_XDP device is being built)"
       fi
       ;;
-    main | main-passt | main-default | main-nice*)
+    main | main-passt | main-default | main-nice* | main-normal-io)
       [[ -w /dev/kvm ]] || { echo "needs /dev/kvm (the main job would run hosted)"; return; }
       command -v passt >/dev/null || echo "passt is not installed"
       ;;
@@ -320,11 +322,12 @@ serve() {
       taskset -c "$SERVER_CPU" "$vmm" "$image" --cpus 1 --mem 1536M --net "tap=$tap" -- \
         -p "$PORT" "${args[@]}" >"$log" 2>&1 &
       ;;
-    main | main-passt | main-default | main-nice*)
+    main | main-passt | main-default | main-nice* | main-normal-io)
       local net=() cores=(-t 1) nice=()
       [[ $name == main-passt ]] && net=(--net passt)
       [[ $name == main-default ]] && cores=()
       [[ $name == main-nice* ]] && nice=("EBB_VMM_VCPU_NICE=${name#main-nice}")
+      [[ $name == main-normal-io ]] && nice=("EBB_VMM_IO_REAL_TIME=0")
       env "${nice[@]}" taskset -c "$SERVER_CPU" "$ebb_cli" run --mem 1536M "${net[@]}" \
         -p "127.0.0.1:$PORT:11211" memcached -- "${cores[@]}" "${args[@]}" >"$log" 2>&1 &
       ;;

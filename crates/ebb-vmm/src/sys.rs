@@ -4,7 +4,8 @@
 //! the internal-error union of `kvm_run`, handing the VM's teardown to a background
 //! process at exit ([`release_in_background`]), asking a helper process to die with the
 //! monitor ([`die_with_the_monitor`]), passing a descriptor to a helper
-//! ([`pass_descriptor`]), and `readv`/`writev` straight between a
+//! ([`pass_descriptor`]), a real-time class for the device thread ([`become_real_time`]),
+//! and `readv`/`writev` straight between a
 //! backend's descriptor and guest memory ([`IoVecs`]). Each block has a `// SAFETY:`
 //! comment; each function around one is safe to call.
 
@@ -147,6 +148,24 @@ extern "C" fn reaper(_: *mut libc::c_void) -> libc::c_int {
         raw_syscall3(libc::SYS_exit, 0, 0, 0);
     }
     0
+}
+
+/// Puts the calling thread (only it: Linux's `sched_setscheduler` with pid 0) in the
+/// `SCHED_FIFO` class at `priority` (1 to 99). Needs root, `CAP_SYS_NICE` or an
+/// `RLIMIT_RTPRIO` of at least `priority`; the error says which was missing (`EPERM`).
+pub fn become_real_time(priority: i32) -> std::io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: `param` is a valid `sched_param` that lives across the call, which only
+    // reads it; the call changes this thread's scheduling class and touches no memory of
+    // ours.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const param) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Lets the process `cmd` starts inherit `fd`, and no other process: close-on-exec is

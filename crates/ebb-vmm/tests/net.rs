@@ -936,6 +936,8 @@ struct HostThread {
     /// utime + stime, in clock ticks.
     cpu_ticks: u64,
     nice: i64,
+    /// Scheduling policy (`SCHED_OTHER` 0, `SCHED_FIFO` 1, ...).
+    policy: i64,
 }
 
 fn host_threads(pid: u32) -> Vec<HostThread> {
@@ -953,6 +955,7 @@ fn host_threads(pid: u32) -> Vec<HostThread> {
             name,
             cpu_ticks: (field(14)? + field(15)?) as u64,
             nice: field(19)?,
+            policy: field(41)?,
         })
     })
     .collect()
@@ -966,7 +969,8 @@ fn thread<'a>(threads: &'a [HostThread], name: &str, output: &str) -> &'a HostTh
 }
 
 /// The idle I/O thread sleeps, and where it shares the only CPU with the vCPU, the vCPU
-/// runs below it (nice 19) so that the device thread preempts a polling guest.
+/// runs below it (nice 19) and the I/O thread, when the monitor may raise it (root
+/// here), at real-time priority, so that the device thread preempts a polling guest.
 ///
 /// Confined to one CPU (`taskset -c 0`) and on all of them: echo 64-byte requests, then
 /// leave the VM idle for a second and read the threads' CPU time. The I/O thread used
@@ -1034,11 +1038,22 @@ fn the_idle_device_thread_sleeps_and_shared_vcpus_run_below_it() {
             thread(&after, "virtio-net", &output).nice,
             thread(&after, "vcpu0", &output).nice,
         );
+        let (io_policy, vcpu_policy) = (
+            thread(&after, "virtio-net", &output).policy,
+            thread(&after, "vcpu0", &output).policy,
+        );
         eprintln!(
             "confined to one CPU: {confined}; {per_request:?} per 64-byte round trip; idle \
              for 1 s: I/O thread {io} ticks, vCPU {vcpu} ticks; nice: I/O {io_nice}, vCPU \
-             {vcpu_nice}"
+             {vcpu_nice}; policy: I/O {io_policy}, vCPU {vcpu_policy}"
         );
+        // The counters line says whether the I/O thread runs at real-time priority.
+        let _ = vm.counters();
+        let counters_line = vm
+            .stderr()
+            .into_iter()
+            .rfind(|l| l.starts_with("ebb-vmm: virtio-net:"))
+            .unwrap_or_default();
         drop(stream);
         let output = vm.stop();
         assert!(
@@ -1056,5 +1071,18 @@ fn the_idle_device_thread_sleeps_and_shared_vcpus_run_below_it() {
             0
         };
         assert_eq!(vcpu_nice, i64::from(expected), "{output}");
+        assert_eq!(vcpu_policy, 0, "the vCPU is not a normal thread\n{output}");
+        let root = rustix::process::geteuid().is_root();
+        match (confined, root) {
+            (true, true) => assert_eq!(io_policy, 1, "not SCHED_FIFO on a shared CPU\n{output}"),
+            // Without root, RLIMIT_RTPRIO may still allow it.
+            (true, false) => assert!(io_policy <= 1, "{output}"),
+            (false, _) => assert_eq!(io_policy, 0, "real-time on CPUs of its own\n{output}"),
+        }
+        let flag = if io_policy == 1 { "1" } else { "0" };
+        assert!(
+            counters_line.contains(&format!("io_real_time={flag}")),
+            "the counters line does not say io_real_time={flag}: {counters_line}\n{output}"
+        );
     }
 }

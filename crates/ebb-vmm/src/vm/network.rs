@@ -174,7 +174,8 @@ pub fn net_summary(net: &VirtioNetDevice, shared: &Shared) -> String {
     );
     format!(
         "ebb-vmm: virtio-net: tx_frames={} rx_frames={} rx_dropped={} tx_dropped={} exits={} \
-         mmio_exits={} kicks={} wakeups={} guest_turns={} guest_turns_expired={}{csum}{faults}{}",
+         mmio_exits={} kicks={} wakeups={} guest_turns={} guest_turns_expired={} io_real_time={}\
+         {csum}{faults}{}",
         get(&s.tx_frames),
         get(&s.rx_frames),
         get(&s.rx_dropped),
@@ -185,6 +186,7 @@ pub fn net_summary(net: &VirtioNetDevice, shared: &Shared) -> String {
         get(&s.wakes),
         get(&s.guest_turns),
         get(&s.guest_turns_expired),
+        u8::from(s.io_real_time.load(Ordering::Relaxed)),
         net.broken()
             .map(|b| format!(" broken: {b}"))
             .unwrap_or_default(),

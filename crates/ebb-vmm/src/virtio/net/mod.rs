@@ -114,8 +114,10 @@ mod transport;
 mod turn;
 
 #[cfg(test)]
+pub(crate) use engine::io_real_time;
+#[cfg(test)]
 pub(crate) use engine::{Engine, sleep_bound};
-pub use engine::{IO_POLL_ENV, IoThread};
+pub use engine::{IO_POLL_ENV, IO_REAL_TIME_ENV, IO_REAL_TIME_PRIORITY, IoThread};
 pub(crate) use engine::{io_poll_window, shares_cpus_with_vcpus};
 pub use offload::Offload;
 pub use placement::{TrafficPlacement, VcpuTid};
@@ -127,7 +129,7 @@ pub(crate) use turn::{GUEST_TURN, GuestTurn};
 use crate::virtio::queue::QueueError;
 use ebb_net_driver::{FaultCounts, FaultStats};
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
 /// How long the I/O thread keeps polling after its last work before it sleeps.
@@ -156,6 +158,8 @@ pub struct NetStats {
     pub guest_turns: AtomicU64,
     /// Turns that ended for want of an answer within [`turn::GUEST_TURN`].
     pub guest_turns_expired: AtomicU64,
+    /// Whether the I/O thread runs at [`IO_REAL_TIME_PRIORITY`](engine::IO_REAL_TIME_PRIORITY).
+    pub io_real_time: AtomicBool,
     /// Times the node's threads were moved for a bulk stream or back
     /// ([`TrafficPlacement`]).
     pub placement_swaps: AtomicU64,

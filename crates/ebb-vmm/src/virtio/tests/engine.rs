@@ -553,6 +553,26 @@ pub(super) fn the_sleep_is_cut_short_by_pending_output_and_backend_deadlines() {
     assert_eq!(sleep_bound(now, false, Some(later)), SLEEP_MAX);
 }
 
+#[test]
+fn only_a_sleeping_io_thread_on_shared_cpus_asks_for_real_time() {
+    use crate::virtio::net::io_real_time;
+    let poll = Duration::from_micros(50);
+    assert!(io_real_time(true, Duration::ZERO, None));
+    assert!(io_real_time(true, Duration::ZERO, Some("1".into())));
+    assert!(
+        !io_real_time(true, Duration::ZERO, Some("0".into())),
+        "turned off"
+    );
+    assert!(
+        !io_real_time(false, Duration::ZERO, None),
+        "a CPU of its own"
+    );
+    assert!(
+        !io_real_time(true, poll, None),
+        "a real-time thread that polls"
+    );
+}
+
 // ===== the guest's turn =====
 
 /// An Ethernet frame with an IPv4 packet holding a TCP segment with `flags` and `payload`
