@@ -57,8 +57,10 @@ extern "C" fn on_stats_signal(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut l
 
 /// The nice value a vCPU thread takes when it shares its host CPU with the device
 /// thread (`cpus_shared`). The guest then polls while idle ([`BOOT_FLAG_SHARED_CPUS`](ebb_abi::BOOT_FLAG_SHARED_CPUS)),
-/// and the device thread, at the default 0, must preempt it the moment a kick or a frame
-/// wakes it rather than wait for the polling vCPU's time slice to end: p99 of a 64-byte
+/// and the device thread (at `SCHED_FIFO` 1 when the monitor may raise it,
+/// [`IO_REAL_TIME_PRIORITY`](crate::virtio::net::IO_REAL_TIME_PRIORITY), else at nice 0)
+/// must preempt it the moment a kick or a frame wakes it rather than wait for the polling
+/// vCPU's time slice to end: p99 of a 64-byte
 /// ping-pong 2 ms at nice 0, 77 µs at 10, 74 µs at 19 (docs/10); under memcached at a
 /// paced 8k requests/s over 32 connections, where the device thread is busy 40% of the
 /// time, 1.0 ms at nice 10 and 0.3–0.4 ms at 19, with a closed loop as fast or faster

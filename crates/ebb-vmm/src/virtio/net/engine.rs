@@ -881,9 +881,9 @@ pub const IO_REAL_TIME_ENV: &str = "EBB_VMM_IO_REAL_TIME";
 /// it, a polling vCPU still kept a woken device thread waiting now and then, for
 /// the rest of the vCPU's protected slice (the scheduler lets a task that was just
 /// picked run on before a waking one preempts it); a real-time thread preempts a normal
-/// one the moment it wakes. Measured with the main job at paced loads, 3 alternations
-/// (docs/benchmarks.md, "The device thread at real-time priority"): p99 at 8k / 16k /
-/// 32k requests/s, median of the three, 306 / 299 / 314 µs against 397 / 424 / 403 µs.
+/// one the moment it wakes. Measured with the main job at paced loads, 3 alternated
+/// rounds (docs/benchmarks.md, "The device thread at real-time priority"): p99 at 8k /
+/// 16k / 32k requests/s, median of the rounds, 263 / 316 / 334 µs against 544 / 428 / 581.
 /// Safe only because such a thread never polls ([`io_real_time`]): it sleeps whenever it
 /// has nothing to move, and while the guest serves what it was handed.
 pub const IO_REAL_TIME_PRIORITY: i32 = 1;
