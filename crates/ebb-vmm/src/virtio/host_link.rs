@@ -15,6 +15,7 @@ use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 
 /// The host side of the guest's link, which the device's I/O thread drives: a TAP queue,
@@ -450,8 +451,21 @@ impl Passt {
                 .arg(format!("{}/{}:{}", f.host_addr, f.host_port, f.guest_port));
         }
         // A capture of every frame between passt and the guest, for debugging.
-        if let Some(file) = std::env::var_os(PASST_PCAP_ENV) {
+        let pcap = std::env::var_os(PASST_PCAP_ENV);
+        if let Some(file) = &pcap {
             cmd.arg("--pcap").arg(file);
+        }
+        // Started by root, passt switches itself to `nobody`, and a change of user
+        // clears the death signal armed below: such a passt outlived a killed monitor
+        // (seen as a test that failed 2 runs in 25 under load). So root starts it as
+        // `nobody` itself, before the signal is armed (std switches users before the
+        // `pre_exec` steps run), and passt has nothing left to switch. Not when passt
+        // must bind a port below 1024 or write a capture file as root first: then it
+        // switches itself, and dies with the monitor only if the monitor dies before.
+        let low_port = forwards.iter().any(|f| f.host_port < 1024);
+        if rustix::process::geteuid().is_root() && !low_port && pcap.is_none() {
+            let (uid, gid) = nobody();
+            cmd.uid(uid).gid(gid);
         }
         // Killed with the monitor: `Drop` does not run when it is killed, and passt
         // (this version) does not always exit when our end of the socket goes away.
@@ -577,6 +591,22 @@ impl Passt {
     }
 }
 
+/// The user `nobody`'s uid and gid, from `/etc/passwd` (passt's own choice when started
+/// by root; 65534, Debian's, when the file does not name it).
+fn nobody() -> (u32, u32) {
+    std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|passwd| {
+            passwd.lines().find_map(|line| {
+                let mut fields = line.split(':');
+                (fields.next() == Some("nobody")).then_some(())?;
+                let _password = fields.next()?;
+                Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+            })
+        })
+        .unwrap_or((65534, 65534))
+}
+
 /// Whether something listens on the forward's host port (passt bound it).
 fn port_bound(f: &PortForward) -> bool {
     std::net::TcpListener::bind((f.host_addr, f.host_port)).is_err()
@@ -684,8 +714,12 @@ mod tests {
         if ebb_testkit::need_tools(test, &["passt"]).is_none() {
             return;
         }
+        // The thread ends a while after passt started, once passt has set itself up (as
+        // root it used to switch to `nobody` then, which cleared its death signal).
         let mut passt = std::thread::spawn(|| {
-            Passt::start(&[], [0x52, 0x54, 0, 0x12, 0x34, 0x57]).expect("passt starts")
+            let passt = Passt::start(&[], [0x52, 0x54, 0, 0x12, 0x34, 0x57]).expect("passt starts");
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            passt
         })
         .join()
         .unwrap();
