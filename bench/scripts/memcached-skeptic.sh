@@ -581,6 +581,24 @@ def at_slo(points):
         best = f(r["offered_rps"])
     return best, mark
 
+def ratio_table(what, per_round):
+    """A table of each server's figure per round (`per_round(server)`: (value, mark)
+    pairs), its median [range], and its per-round ratios to memcached's."""
+    print(f"| server | {what}, per round | median [min–max] | ÷ memcached per round | median [min–max] | verdict |")
+    print("|---|---|---|---|---|---|")
+    base = [x for x, _ in per_round("memcached")]
+    for s in servers:
+        vm = per_round(s)
+        v = [x for x, _ in vm]
+        row = f"| {s} | {' '.join(f'{x:.0f}{m}' for x, m in vm)} | {mmm(v)} |"
+        if s == "memcached":
+            row += " | | |"
+        else:
+            per, med, verdict = compare(v, base)
+            row += f" {per} | {med} | {verdict} |"
+        print(row)
+    print()
+
 print("# memcached-skeptic summary\n")
 if note:
     print(f"**{note}**\n")
@@ -594,37 +612,12 @@ for client in clients:
     has_p99 = any(f(r["p99_us"]) == f(r["p99_us"]) for r in rows if r["client"] == client)
     print(f"## {client} ({kind} load)\n")
     if kind == "closed-loop":
-        for what, key, fmt in (("closed-loop req/s", "achieved_rps", "{:.0f}"), ("closed-loop p99 µs", "p99_us", "{:.0f}")):
-            if key == "p99_us" and not has_p99:
-                continue
-            print(f"| server | {what}, per round | median [min–max] | ÷ memcached per round | median [min–max] | verdict |")
-            print("|---|---|---|---|---|---|")
-            base = [f(by[(client, "memcached", i)][0][key]) for i in rounds]
-            for s in servers:
-                v = [f(by[(client, s, i)][0][key]) for i in rounds]
-                row = f"| {s} | {' '.join(fmt.format(x) for x in v)} | {mmm(v)} |"
-                if s == "memcached":
-                    row += " | | |"
-                else:
-                    per, med, verdict = compare(v, base)
-                    row += f" {per} | {med} | {verdict} |"
-                print(row)
-            print()
+        for what, key in (("closed-loop req/s", "achieved_rps"), ("closed-loop p99 µs", "p99_us")):
+            if key != "p99_us" or has_p99:
+                ratio_table(what, lambda s: [(f(by[(client, s, i)][0][key]), "") for i in rounds])
     elif has_p99:
-        print("| server | throughput at SLO, per round | median [min–max] | ÷ memcached per round | median [min–max] | verdict |")
-        print("|---|---|---|---|---|---|")
-        base = [at_slo(by[(client, "memcached", i)])[0] for i in rounds]
-        for s in servers:
-            vm = [at_slo(by[(client, s, i)]) for i in rounds]
-            v = [x for x, _ in vm]
-            row = f"| {s} | {' '.join(f'{x:.0f}{m}' for x, m in vm)} | {mmm(v)} |"
-            if s == "memcached":
-                row += " | | |"
-            else:
-                per, med, verdict = compare(v, base)
-                row += f" {per} | {med} | {verdict} |"
-            print(row)
-        print("\n(per round: `+` every point of the grid passed, so the server's limit lies above it; "
+        ratio_table("throughput at SLO", lambda s: [at_slo(by[(client, s, i)]) for i in rounds])
+        print("(per round: `+` every point of the grid passed, so the server's limit lies above it; "
               "`c` a client-bound client up to or at the first failing point, so the client may have set the limit)\n")
     else:
         print("(no percentiles from this client)\n")
