@@ -596,15 +596,18 @@ impl Passt {
 fn nobody() -> (u32, u32) {
     std::fs::read_to_string("/etc/passwd")
         .ok()
-        .and_then(|passwd| {
-            passwd.lines().find_map(|line| {
-                let mut fields = line.split(':');
-                (fields.next() == Some("nobody")).then_some(())?;
-                let _password = fields.next()?;
-                Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
-            })
-        })
+        .and_then(|passwd| nobody_in(&passwd))
         .unwrap_or((65534, 65534))
+}
+
+/// `nobody`'s uid and gid in a passwd file's text, if a well-formed line names it.
+fn nobody_in(passwd: &str) -> Option<(u32, u32)> {
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        (fields.next() == Some("nobody")).then_some(())?;
+        let _password = fields.next()?;
+        Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+    })
 }
 
 /// Whether something listens on the forward's host port (passt bound it).
@@ -735,6 +738,17 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         };
         assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    }
+
+    #[test]
+    fn nobody_is_read_from_a_passwd_file() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\n\
+                      nobodyelse:x:1:1::/:/bin/false\n\
+                      nobody:x:65534:65533:nobody:/nonexistent:/usr/sbin/nologin\n";
+        assert_eq!(nobody_in(passwd), Some((65534, 65533)));
+        assert_eq!(nobody_in("root:x:0:0::/:\n"), None);
+        assert_eq!(nobody_in("nobody:x:abc:1::/:\n"), None, "a malformed uid");
+        assert_eq!(nobody_in("nobody:x:1\n"), None, "a cut line");
     }
 
     /// passt dies under a running guest: the frames for it are taken and dropped
