@@ -152,7 +152,7 @@ extern "C" fn reaper(_: *mut libc::c_void) -> libc::c_int {
 
 /// Puts the calling thread (only it: Linux's `sched_setscheduler` with pid 0) in the
 /// `SCHED_FIFO` class at `priority` (1 to 99). Needs root, `CAP_SYS_NICE` or an
-/// `RLIMIT_RTPRIO` of at least `priority`; the error says which was missing (`EPERM`).
+/// `RLIMIT_RTPRIO` of at least `priority`; without them it fails with `EPERM`.
 pub fn become_real_time(priority: i32) -> std::io::Result<()> {
     let param = libc::sched_param {
         sched_priority: priority,
