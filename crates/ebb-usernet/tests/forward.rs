@@ -824,8 +824,10 @@ fn a_guest_that_takes_no_frames_does_not_make_the_forwarder_spin() {
     // The guest's windows stay open: enough connections' data in flight to fill the
     // queue toward the guest. (With a 64 KiB budget per connection, those that had
     // taken it before the guest stopped sent nothing more, and on a loaded machine the
-    // queue sometimes never filled.)
-    const CLIENTS: usize = 64;
+    // queue sometimes never filled. With 64 connections it once stopped at 382 of its
+    // 512 frames, about six a connection: some windows had not grown or had shrunk by
+    // then, so twice as many connections, enough at six frames each.)
+    const CLIENTS: usize = 128;
     let addr = rig.addr(3);
     for _ in 0..CLIENTS {
         thread::spawn(move || {
@@ -844,7 +846,7 @@ fn a_guest_that_takes_no_frames_does_not_make_the_forwarder_spin() {
         r.stall_accepted.get() == CLIENTS && r.open_stall_received.get() >= CLIENTS * 64 * 1024
     });
     let (mut full_rounds, mut due_rounds, mut most) = (0, 0, 0);
-    // Two seconds of rounds; on a loaded machine (64 client threads want the CPUs too)
+    // Two seconds of rounds; on a loaded machine (128 client threads want the CPUs too)
     // the queue may take longer to fill, so up to ten while it has not.
     let start = std::time::Instant::now();
     while start.elapsed() < Duration::from_secs(2)
